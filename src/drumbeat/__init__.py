@@ -1,0 +1,50 @@
+"""drumbeat: a Redis-backed priority job queue and task scheduler that keeps a lot of work on time."""
+
+from .app import App, EvictionPolicyWarning
+from .config import Settings
+from .context import Context, current_job
+from .errors import (
+    ConfigurationError,
+    DrumbeatError,
+    InvalidJob,
+    JobFailed,
+    JobNotFound,
+    LeaseLost,
+    PayloadTooLarge,
+    ResultTimeout,
+    Retry,
+    SerializationError,
+    UnknownTask,
+)
+from .job import Job, JobStatus
+from .task import Bound, Options, Prepared, Task
+from .worker import Worker, run_worker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "App",
+    "Bound",
+    "ConfigurationError",
+    "Context",
+    "DrumbeatError",
+    "EvictionPolicyWarning",
+    "InvalidJob",
+    "Job",
+    "JobFailed",
+    "JobNotFound",
+    "JobStatus",
+    "LeaseLost",
+    "Options",
+    "PayloadTooLarge",
+    "Prepared",
+    "ResultTimeout",
+    "Retry",
+    "SerializationError",
+    "Settings",
+    "Task",
+    "UnknownTask",
+    "Worker",
+    "current_job",
+    "run_worker",
+]

@@ -1,0 +1,109 @@
+"""Settings: one frozen dataclass, each field documented, readable from ``DRUMBEAT_*`` variables."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .errors import ConfigurationError
+
+Codec = Literal["json", "msgpack"]
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How an app talks to Redis and how its workers behave. Durations are in seconds."""
+
+    url: str | None = None
+    """Redis URL (``redis://``, ``rediss://``, ``unix://``); ``None`` starts the embedded Redis."""
+
+    namespace: str = "default"
+    """Prefix that keeps apps sharing one Redis apart; part of every key's hash tag."""
+
+    codec: Codec = "json"
+    """Payload encoding: ``json`` (readable) or ``msgpack`` (compact, also carries bytes)."""
+
+    max_payload_bytes: int = 512 * 1024
+    """Largest encoded job payload or result accepted."""
+
+    lease: float = 15.0
+    """How long a claimed job is held without renewal before another worker may take it over."""
+
+    max_stalls: int = 3
+    """Lease expiries (worker crashed or hung) a job survives before it is dead-lettered."""
+
+    result_ttl: float = 3600.0
+    """Default time a finished job's outcome (status and result) is kept; 0 keeps nothing."""
+
+    dead_ttl: float = 7 * 24 * 3600.0
+    """Time a dead-lettered job is kept for inspection and retry."""
+
+    concurrency: int = 10
+    """Jobs one worker process runs at once (its slots)."""
+
+    shutdown_grace: float = 10.0
+    """On the first SIGTERM/SIGINT, time running jobs get to finish before being handed back."""
+
+    idle_block: float = 2.0
+    """Longest a worker blocks in Redis waiting for work before it looks again."""
+
+    maintenance_interval: float = 1.0
+    """How often each worker reaps expired leases, results and dead letters."""
+
+    batch_limit: int = 500
+    """Upper bound on the items one Lua call handles (claims, acks, reaps)."""
+
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    """Free-form settings for extensions; ignored by the core."""
+
+    def __post_init__(self) -> None:
+        if self.codec not in ("json", "msgpack"):
+            raise ConfigurationError(f"codec must be 'json' or 'msgpack', got {self.codec!r}")
+        for name in ("lease", "shutdown_grace", "idle_block", "maintenance_interval"):
+            if getattr(self, name) <= 0:
+                raise ConfigurationError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("concurrency", "batch_limit", "max_payload_bytes"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.result_ttl < 0 or self.dead_ttl <= 0 or self.max_stalls < 0:
+            raise ConfigurationError("result_ttl >= 0, dead_ttl > 0 and max_stalls >= 0 expected")
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.lease * 1000)
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, prefix: str = "DRUMBEAT_", **overrides: Any) -> Settings:
+        """Build settings from ``{prefix}{FIELD}`` variables (e.g. ``DRUMBEAT_REDIS_URL``).
+
+        ``url`` is read from ``{prefix}REDIS_URL``; keyword overrides win over the environment.
+        """
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name == "extra":
+                continue
+            var = prefix + ("REDIS_URL" if f.name == "url" else f.name.upper())
+            raw = os.environ.get(var)
+            if raw is None or raw == "":
+                continue
+            default = f.default
+            try:
+                if isinstance(default, bool):
+                    values[f.name] = raw.lower() in ("1", "true", "yes", "on")
+                elif isinstance(default, int):
+                    values[f.name] = int(raw)
+                elif isinstance(default, float):
+                    values[f.name] = float(raw)
+                else:
+                    values[f.name] = raw
+            except ValueError:
+                raise ConfigurationError(
+                    f"{var}={raw!r} is not a valid {type(default).__name__}"
+                ) from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)

@@ -1,0 +1,75 @@
+"""Every exception drumbeat raises, under one root.
+
+::
+
+    DrumbeatError
+    ├── ConfigurationError        settings, URLs, the embedded Redis, the server's own config
+    ├── InvalidJob (ValueError)   an enqueue that would write something wrong: bad priority,
+    │   │                         negative delay, a name that breaks the key schema, ...
+    │   ├── SerializationError    arguments or a result that the codec cannot encode
+    │   └── PayloadTooLarge       an encoded payload over `Settings.max_payload_bytes`
+    ├── UnknownTask (LookupError) a task name no registered task answers to
+    ├── LeaseLost                 this worker's lease on a job was taken over (fencing)
+    ├── JobFailed                 `Job.result()` of a job that ended in the dead-letter set
+    ├── JobNotFound (LookupError) no such job, or its record has expired
+    └── ResultTimeout (TimeoutError) `Job.result(timeout=...)` ran out of time
+
+Control flow stays apart from errors: `Retry` asks for another attempt and is not a failure
+report, so it derives from `Exception` but not from `DrumbeatError`.
+"""
+
+from __future__ import annotations
+
+
+class DrumbeatError(Exception):
+    """Root of drumbeat's exceptions."""
+
+
+class ConfigurationError(DrumbeatError):
+    """A setting, URL or server configuration that drumbeat cannot work with."""
+
+
+class InvalidJob(DrumbeatError, ValueError):
+    """An enqueue or option that would write something wrong; nothing was written."""
+
+
+class SerializationError(InvalidJob):
+    """A value the payload codec cannot encode or decode."""
+
+
+class PayloadTooLarge(InvalidJob):
+    """An encoded payload larger than the configured limit."""
+
+
+class UnknownTask(DrumbeatError, LookupError):
+    """No task is registered under this name."""
+
+
+class LeaseLost(DrumbeatError):
+    """The job's lease was taken over, so this worker may no longer ack, retry or renew it."""
+
+
+class JobFailed(DrumbeatError):
+    """The job exhausted its attempts and went to the dead-letter set."""
+
+    def __init__(self, job_id: str, error: str, traceback: str | None = None) -> None:
+        super().__init__(f"job {job_id} failed: {error}")
+        self.job_id = job_id
+        self.error = error
+        self.traceback = traceback
+
+
+class JobNotFound(DrumbeatError, LookupError):
+    """No job with this id exists (or its record expired)."""
+
+
+class ResultTimeout(DrumbeatError, TimeoutError):
+    """The job did not finish within the time `Job.result` was given."""
+
+
+class Retry(Exception):  # noqa: N818 - a request, not an error; reads as `raise Retry(delay=5)`
+    """Raise from a task to run it again after ``delay`` seconds (counts as an attempt)."""
+
+    def __init__(self, delay: float | None = None) -> None:
+        super().__init__(f"retry requested (delay={delay})")
+        self.delay = delay

@@ -1,0 +1,185 @@
+"""The Job handle (status, result) and the records stored for a job: its spec and its outcome."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from .errors import JobFailed, JobNotFound, ResultTimeout, SerializationError
+from .serialization import CODECS, Codec, encode_value
+
+if TYPE_CHECKING:
+    from .app import App
+
+R = TypeVar("R")
+
+# Waiting without a deadline still re-reads the status this often, in case the outcome was not
+# stored (result_ttl=0) and no announcement will ever come.
+_LONGEST_BLOCK = 60.0
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    """Waiting in `ready` for a free slot."""
+    SCHEDULED = "scheduled"
+    """Waiting in `due` for its time: delayed, or backing off before a retry."""
+    RUNNING = "running"
+    COMPLETE = "complete"
+    DEAD = "dead"
+    """Failed for good; in the dead-letter set (or its outcome says so)."""
+    MISSING = "missing"
+    """Unknown id, or its outcome expired."""
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """The immutable part of a job, as the worker decodes it."""
+
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+
+def codec_of(data: bytes) -> Codec:
+    """JSON records are objects and start with ``{``; anything else is msgpack.
+
+    Workers read both, so producers and workers may switch codecs without a migration, and
+    records written by Lua (always JSON) decode the same way.
+    """
+    return CODECS["json"] if data[:1] == b"{" else CODECS["msgpack"]
+
+
+def encode_spec(codec: Codec, task: str, args_blob: bytes) -> bytes:
+    """The stored spec: ``{"t": task, "c": [args, kwargs]}``, arguments already encoded."""
+    if codec.name == "json":
+        return b'{"t":' + json.dumps(task).encode() + b',"c":' + args_blob + b"}"
+    return codec.dumps({"t": task, "c": codec.loads(args_blob)})
+
+
+def decode_spec(data: bytes) -> Spec:
+    """Decode a stored spec; raises ``SerializationError`` naming what is wrong."""
+    try:
+        raw = codec_of(data).loads(data)
+    except Exception as exc:
+        raise SerializationError(f"malformed job record ({exc.__class__.__name__}: {exc})") from exc
+    call = raw.get("c") if isinstance(raw, dict) else None
+    if (
+        not isinstance(raw, dict)
+        or not isinstance(raw.get("t"), str)
+        or not isinstance(call, list)
+        or len(call) != 2
+        or not isinstance(call[0], list)
+        or not isinstance(call[1], dict)
+    ):
+        raise SerializationError(
+            'malformed job record: expected {"t": task name, "c": [args list, kwargs dict]}, '
+            f"got {str(raw)[:200]!r}"
+        )
+    return Spec(raw["t"], call[0], call[1])
+
+
+def encode_success(codec: Codec, value: Any, limit: int) -> bytes:
+    return encode_value(codec, {"ok": True, "result": value}, limit, "the task's result")
+
+
+def encode_failure(
+    codec: Codec, error: str, traceback: str | None, attempt: int, now_ms: int
+) -> bytes:
+    record = {"ok": False, "error": error, "traceback": traceback, "attempt": attempt}
+    record["at_ms"] = now_ms
+    return codec.dumps(record)
+
+
+def decode_outcome(data: bytes) -> dict[str, Any]:
+    raw = codec_of(data).loads(data)
+    if not isinstance(raw, dict):
+        raise SerializationError(f"malformed outcome record: {str(raw)[:200]!r}")
+    raw.setdefault("ok", False)  # records written by Lua (reap) are failures
+    return raw
+
+
+class Job(Generic[R]):
+    """A handle on one enqueued job. ``created`` is False when a dedup key matched a live job."""
+
+    def __init__(self, app: App, job_id: str, created: bool = True) -> None:
+        self.app = app
+        self.id = job_id
+        self.created = created
+
+    def __repr__(self) -> str:
+        return f"<Job {self.id}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Job) and other.id == self.id and other.app is self.app
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def status(self) -> JobStatus:
+        return _status(self.app.scripts.job_status(self.id).run(self.app.redis))
+
+    async def astatus(self) -> JobStatus:
+        return _status(await self.app.scripts.job_status(self.id).arun(await self.app.aredis()))
+
+    def result(self, timeout: float | None = None) -> R:
+        """Wait for the job to finish and return its result, blocking in Redis (no polling).
+
+        Raises `JobFailed` if it was dead-lettered, `ResultTimeout` after ``timeout`` seconds,
+        `JobNotFound` if there is no such job or its outcome was not kept.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        client, done = self.app.redis, self.app.keys.done(self.id)
+        while True:
+            found = self.app.scripts.job_status(self.id).run(client)
+            if (value := _settled(self.id, found)) is not _PENDING:
+                return value  # type: ignore[no-any-return]
+            wait = _next_wait(deadline, self.id, timeout)
+            client.blmove(done, done, wait, "RIGHT", "LEFT")
+
+    async def aresult(self, timeout: float | None = None) -> R:
+        """`result` for async callers."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        client, done = await self.app.aredis(), self.app.keys.done(self.id)
+        while True:
+            found = await self.app.scripts.job_status(self.id).arun(client)
+            if (value := _settled(self.id, found)) is not _PENDING:
+                return value  # type: ignore[no-any-return]
+            wait = _next_wait(deadline, self.id, timeout)
+            await client.blmove(done, done, wait, "RIGHT", "LEFT")
+
+
+_PENDING = object()
+
+
+def _status(found: Any) -> JobStatus:
+    if found.status == "finished":
+        ok = found.outcome is not None and decode_outcome(found.outcome)["ok"]
+        return JobStatus.COMPLETE if ok else JobStatus.DEAD
+    return JobStatus(found.status)
+
+
+def _settled(job_id: str, found: Any) -> Any:
+    status = _status(found)
+    if status is JobStatus.COMPLETE:
+        return decode_outcome(found.outcome)["result"]
+    if status is JobStatus.DEAD:
+        outcome = decode_outcome(found.outcome) if found.outcome else {}
+        raise JobFailed(job_id, str(outcome.get("error", "dead-lettered")), outcome.get("traceback"))
+    if status is JobStatus.MISSING:
+        raise JobNotFound(
+            f"job {job_id} does not exist, or it finished and its outcome was not kept "
+            "(result_ttl=0) or has expired"
+        )
+    return _PENDING
+
+
+def _next_wait(deadline: float | None, job_id: str, timeout: float | None) -> float:
+    if deadline is None:
+        return _LONGEST_BLOCK
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ResultTimeout(f"job {job_id} did not finish within {timeout} s")
+    return min(left, _LONGEST_BLOCK)

@@ -1,0 +1,152 @@
+"""The Redis key schema: the only code that formats a Redis key.
+
+Every key is ``drumbeat:{<namespace>[:<shard>]}:<name>``. The braces make the namespace (and
+shard) a Redis Cluster hash tag, so every key one script touches lives in one slot. The table
+in ``docs/redis-keys.md`` describes each key; ``tests/unit/test_keys.py`` checks the two agree.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PREFIX = "drumbeat"
+
+# Namespaces, task names, dedup keys and job ids end up inside keys, hash fields and the
+# `|`-separated job state that Lua parses, so they may not contain braces (hash tags),
+# whitespace, `|` or other control characters.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/+=-]*")
+# Task names default to `module.qualname`, which holds `<locals>` for nested functions.
+_TASK_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@/+=<>-]*")
+MAX_NAME_LENGTH = 200
+
+#: The per-shard keys, with the Redis type each one has. ``docs/redis-keys.md`` lists the same.
+SHARD_KEYS: dict[str, str] = {
+    "ready": "zset",
+    "due": "zset",
+    "leases": "zset",
+    "jobs": "hash",
+    "state": "hash",
+    "owners": "hash",
+    "uniq": "hash",
+    "results": "hash",
+    "expires": "zset",
+    "dead": "zset",
+    "errors": "hash",
+    "seq": "string",
+    "fence": "string",
+    "wake": "zset",
+    "workers": "zset",
+    "workerinfo": "hash",
+}
+
+#: Keys made per job; each one has a Redis expiry.
+JOB_KEYS: dict[str, str] = {"done": "list"}
+
+
+def check_name(value: str, what: str) -> str:
+    """Return ``value`` if it is safe inside the key schema, else raise ``ValueError``."""
+    pattern = _TASK_NAME if what == "task name" else _NAME
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
+    if len(value) > MAX_NAME_LENGTH:
+        raise ValueError(
+            f"{what} is {len(value)} characters long; at most {MAX_NAME_LENGTH} are allowed"
+        )
+    if not pattern.fullmatch(value):
+        raise ValueError(
+            f"{what} {value!r} has characters that would break the Redis key schema; use letters, "
+            "digits and _ . : @ / + = - (starting with a letter or digit)"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The keys of one shard of one namespace."""
+
+    namespace: str
+    shard: int | None = None
+
+    def __post_init__(self) -> None:
+        check_name(self.namespace, "namespace")
+
+    @property
+    def tag(self) -> str:
+        """The Cluster hash tag shared by every key of this shard."""
+        inner = self.namespace if self.shard is None else f"{self.namespace}:{self.shard}"
+        return "{" + inner + "}"
+
+    def key(self, name: str) -> str:
+        if name not in SHARD_KEYS:
+            raise KeyError(f"unknown shard key {name!r}")
+        return f"{PREFIX}:{self.tag}:{name}"
+
+    def done(self, job_id: str) -> str:
+        """The list a finished job's outcome is announced on, for `Job.result` to block on."""
+        return f"{PREFIX}:{self.tag}:done:{job_id}"
+
+    # Named accessors keep call sites short and typo-proof.
+    @property
+    def ready(self) -> str:
+        return self.key("ready")
+
+    @property
+    def due(self) -> str:
+        return self.key("due")
+
+    @property
+    def leases(self) -> str:
+        return self.key("leases")
+
+    @property
+    def jobs(self) -> str:
+        return self.key("jobs")
+
+    @property
+    def state(self) -> str:
+        return self.key("state")
+
+    @property
+    def owners(self) -> str:
+        return self.key("owners")
+
+    @property
+    def uniq(self) -> str:
+        return self.key("uniq")
+
+    @property
+    def results(self) -> str:
+        return self.key("results")
+
+    @property
+    def expires(self) -> str:
+        return self.key("expires")
+
+    @property
+    def dead(self) -> str:
+        return self.key("dead")
+
+    @property
+    def errors(self) -> str:
+        return self.key("errors")
+
+    @property
+    def seq(self) -> str:
+        return self.key("seq")
+
+    @property
+    def fence(self) -> str:
+        return self.key("fence")
+
+    @property
+    def wake(self) -> str:
+        return self.key("wake")
+
+    @property
+    def workers(self) -> str:
+        return self.key("workers")
+
+    @property
+    def workerinfo(self) -> str:
+        return self.key("workerinfo")

@@ -1,0 +1,43 @@
+-- Adds jobs: records them, then queues each in `ready` (now) or `due` (later). Bulk-safe.
+--
+-- KEYS[1] ready  (zset)  KEYS[2] due (zset)  KEYS[3] jobs (hash)  KEYS[4] state (hash)
+-- KEYS[5] uniq   (hash)  KEYS[6] seq (string) KEYS[7] wake (zset)
+-- ARGV    groups of 6, one per job: id, spec, priority, delay_ms, at_ms, dedupkey
+--         (at_ms > 0 is an absolute run time in epoch ms; else delay_ms after Redis' now;
+--          dedupkey may be empty)
+-- Returns {now_ms, id_1, created_1, id_2, created_2, ...}: the id of each job (an existing
+--         job's id when its dedup key is taken) and 1 if it was created, 0 if deduplicated.
+local now = now_ms()
+local n = #ARGV / 6
+local seq = redis.call('INCRBY', KEYS[6], n) - n
+local out = {now}
+local woke = false
+for i = 0, n - 1 do
+  local id, spec = ARGV[i * 6 + 1], ARGV[i * 6 + 2]
+  local priority = tonumber(ARGV[i * 6 + 3])
+  local delay_ms, at_ms = tonumber(ARGV[i * 6 + 4]), tonumber(ARGV[i * 6 + 5])
+  local key = ARGV[i * 6 + 6]
+  local existing = key ~= '' and redis.call('HGET', KEYS[5], key)
+  if existing then
+    out[#out + 1] = existing
+    out[#out + 1] = 0
+  else
+    seq = seq + 1
+    redis.call('HSET', KEYS[3], id, spec)
+    redis.call('HSET', KEYS[4], id,
+      format_state({attempt = 0, stalls = 0, priority = priority, seq = seq, key = key}))
+    if key ~= '' then redis.call('HSET', KEYS[5], key, id) end
+    local run_at = at_ms > 0 and at_ms or now + delay_ms
+    if run_at > now then
+      redis.call('ZADD', KEYS[2], run_at, id)
+      wake_if_head(KEYS[2], KEYS[7], id)
+    else
+      redis.call('ZADD', KEYS[1], ready_score(priority, seq), id)
+      woke = true
+    end
+    out[#out + 1] = id
+    out[#out + 1] = 1
+  end
+end
+if woke then wake(KEYS[7]) end
+return out

@@ -1,0 +1,19 @@
+-- Renews the leases a worker still owns and records its heartbeat, in one call.
+--
+-- KEYS[1] leases (zset)  KEYS[2] owners (hash)  KEYS[3] workers (zset)  KEYS[4] workerinfo (hash)
+-- ARGV[1] worker id  ARGV[2] lease_ms  ARGV[3] worker info (opaque)  ARGV[4..] id, token pairs
+-- Returns the ids whose lease this worker no longer owns (taken over or finished elsewhere).
+local now = now_ms()
+redis.call('ZADD', KEYS[3], now, ARGV[1])
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
+local deadline = now + tonumber(ARGV[2])
+local lost = {}
+for i = 4, #ARGV, 2 do
+  local id, token = ARGV[i], ARGV[i + 1]
+  if owns(KEYS[2], id, token) then
+    redis.call('ZADD', KEYS[1], deadline, id)
+  else
+    lost[#lost + 1] = id
+  end
+end
+return lost

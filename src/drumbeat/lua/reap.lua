@@ -1,0 +1,63 @@
+-- Housekeeping, bounded per call: requeues jobs whose lease expired (or dead-letters them after
+-- too many stalls), and sweeps expired outcomes, old dead letters and silent workers.
+--
+-- KEYS[1] leases (zset)  KEYS[2] owners (hash)   KEYS[3] state (hash)   KEYS[4] ready (zset)
+-- KEYS[5] dead (zset)    KEYS[6] errors (hash)   KEYS[7] uniq (hash)    KEYS[8] results (hash)
+-- KEYS[9] expires (zset) KEYS[10] jobs (hash)    KEYS[11] wake (zset)   KEYS[12] workers (zset)
+-- KEYS[13] workerinfo (hash)
+-- ARGV[1] max stalls  ARGV[2] limit per sweep  ARGV[3] dead ttl ms  ARGV[4] worker ttl ms
+-- ARGV[5] outcome ttl ms for jobs dead-lettered here
+-- Returns {requeued count, then the ids dead-lettered here (their waiters need a wake-up)}
+local now = now_ms()
+local max_stalls, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local out = {0}
+
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
+for _, id in ipairs(expired) do
+  local owner = redis.call('HGET', KEYS[2], id) or '?|?|0'
+  local worker = string.match(owner, '^%d+|(.*)|%d+$') or '?'
+  redis.call('HDEL', KEYS[2], id)
+  redis.call('ZREM', KEYS[1], id)
+  local s = parse_state(redis.call('HGET', KEYS[3], id))
+  s.stalls = s.stalls + 1
+  redis.call('HSET', KEYS[3], id, format_state(s))
+  if s.stalls > max_stalls then
+    release_key(KEYS[7], id, s.key)
+    local err = cjson.encode({
+      error = string.format('lease expired %d times (worker %s crashed or hung)', s.stalls, worker),
+      attempt = s.attempt, stalls = s.stalls, at_ms = now})
+    redis.call('ZADD', KEYS[5], now, id)
+    redis.call('HSET', KEYS[6], id, err)
+    local ttl_ms = tonumber(ARGV[5])
+    if ttl_ms > 0 then
+      redis.call('HSET', KEYS[8], id, err)
+      redis.call('ZADD', KEYS[9], now + ttl_ms, id)
+    end
+    out[#out + 1] = id
+  else
+    redis.call('ZADD', KEYS[4], ready_score(s.priority, s.seq), id)
+    out[1] = out[1] + 1
+  end
+end
+if out[1] > 0 then wake(KEYS[11]) end
+
+local stale = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now, 'LIMIT', 0, limit)
+if #stale > 0 then
+  redis.call('HDEL', KEYS[8], unpack(stale))
+  redis.call('ZREM', KEYS[9], unpack(stale))
+end
+
+local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now - tonumber(ARGV[3]), 'LIMIT', 0, limit)
+if #old > 0 then
+  redis.call('HDEL', KEYS[10], unpack(old))
+  redis.call('HDEL', KEYS[3], unpack(old))
+  redis.call('HDEL', KEYS[6], unpack(old))
+  redis.call('ZREM', KEYS[5], unpack(old))
+end
+
+local gone = redis.call('ZRANGEBYSCORE', KEYS[12], '-inf', now - tonumber(ARGV[4]), 'LIMIT', 0, limit)
+if #gone > 0 then
+  redis.call('HDEL', KEYS[13], unpack(gone))
+  redis.call('ZREM', KEYS[12], unpack(gone))
+end
+return out

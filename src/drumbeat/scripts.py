@@ -1,0 +1,221 @@
+"""The Lua scripts: loaded once, called by sha, one typed method each.
+
+Each method returns a `Call` (sha, keys, args and a parser) that runs on the sync or the async
+client alike, alone or in a pipeline, so the sync and async APIs share one definition of every
+operation. Every key a script touches is passed in ``KEYS`` (Cluster-safe).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Generic, TypeVar
+
+import redis
+import redis.asyncio as aredis
+from redis.exceptions import NoScriptError
+
+from .keys import Keys
+
+T = TypeVar("T")
+
+SCRIPT_NAMES = (
+    "enqueue",
+    "claim",
+    "complete",
+    "retry",
+    "bury",
+    "extend_leases",
+    "handback",
+    "reap",
+    "job_status",
+    "revive",
+    "purge",
+)
+
+
+def _load_sources() -> dict[str, str]:
+    lua = resources.files("drumbeat") / "lua"
+    lib = (lua / "_lib.lua").read_text()
+    return {name: lib + "\n" + (lua / f"{name}.lua").read_text() for name in SCRIPT_NAMES}
+
+
+SOURCES = _load_sources()
+SHAS = {name: hashlib.sha1(src.encode()).hexdigest() for name, src in SOURCES.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One script invocation, ready to run on any client."""
+
+    name: str
+    keys: Sequence[str]
+    args: Sequence[str | bytes | int | float]
+    parse: Callable[[Any], T]
+
+    def run(self, client: redis.Redis) -> T:
+        try:
+            raw = client.evalsha(SHAS[self.name], len(self.keys), *self.keys, *self.args)
+        except NoScriptError:  # a restarted or failed-over Redis forgot the script
+            raw = client.eval(SOURCES[self.name], len(self.keys), *self.keys, *self.args)
+        return self.parse(raw)
+
+    async def arun(self, client: aredis.Redis) -> T:
+        try:
+            raw = await client.evalsha(SHAS[self.name], len(self.keys), *self.keys, *self.args)
+        except NoScriptError:
+            raw = await client.eval(SOURCES[self.name], len(self.keys), *self.keys, *self.args)
+        return self.parse(raw)
+
+
+def _ints(raw: Any) -> list[int]:
+    return [int(x) for x in raw]
+
+
+def _str(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A job as the claim script hands it out."""
+
+    id: str
+    spec: bytes | None
+    attempt: int
+    stalls: int
+    token: int
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    now_ms: int
+    next_due_ms: int | None
+    jobs: list[Claimed]
+
+
+def _parse_claim(raw: Any) -> ClaimResult:
+    jobs = [
+        Claimed(
+            id=_str(raw[i]),
+            spec=raw[i + 1] or None,
+            attempt=int(raw[i + 2]),
+            stalls=int(raw[i + 3]),
+            token=int(raw[i + 4]),
+            priority=int(raw[i + 5]),
+        )
+        for i in range(2, len(raw), 6)
+    ]
+    next_due = int(raw[1])
+    return ClaimResult(int(raw[0]), None if next_due < 0 else next_due, jobs)
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    id: str
+    created: bool
+
+
+def _parse_enqueue(raw: Any) -> list[Enqueued]:
+    return [Enqueued(_str(raw[i]), bool(int(raw[i + 1]))) for i in range(1, len(raw), 2)]
+
+
+@dataclass(frozen=True, slots=True)
+class Reaped:
+    requeued: int
+    buried: list[str]
+
+
+def _parse_reap(raw: Any) -> Reaped:
+    return Reaped(int(raw[0]), [_str(x) for x in raw[1:]])
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    status: str
+    outcome: bytes | None
+    state: str | None
+
+
+def _parse_status(raw: Any) -> JobState:
+    return JobState(_str(raw[0]), raw[1] or None, _str(raw[2]) if raw[2] else None)
+
+
+class Scripts:
+    """Typed constructors for every script call of one shard."""
+
+    def __init__(self, keys: Keys) -> None:
+        self.k = keys
+
+    def enqueue(self, groups: Sequence[str | bytes | int]) -> Call[list[Enqueued]]:
+        k = self.k
+        keys = [k.ready, k.due, k.jobs, k.state, k.uniq, k.seq, k.wake]
+        return Call("enqueue", keys, groups, _parse_enqueue)
+
+    def claim(self, worker: str, limit: int, lease_ms: int, promote: int) -> Call[ClaimResult]:
+        k = self.k
+        keys = [k.ready, k.due, k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.wake]
+        return Call("claim", keys, [worker, limit, lease_ms, promote], _parse_claim)
+
+    def complete(self, items: Sequence[tuple[str, int, bytes, int]]) -> Call[list[int]]:
+        """Items are (id, token, outcome, ttl_ms)."""
+        k = self.k
+        keys = [k.leases, k.owners, k.jobs, k.state, k.uniq, k.results, k.expires]
+        keys += [k.done(i[0]) for i in items]
+        return Call("complete", keys, [x for item in items for x in item], _ints)
+
+    def retry(self, items: Sequence[tuple[str, int, int]]) -> Call[list[int]]:
+        """Items are (id, token, delay_ms)."""
+        k = self.k
+        keys = [k.leases, k.owners, k.due, k.wake]
+        return Call("retry", keys, [x for item in items for x in item], _ints)
+
+    def bury(self, items: Sequence[tuple[str, int, bytes, int]]) -> Call[list[int]]:
+        """Items are (id, token, error record, ttl_ms)."""
+        k = self.k
+        keys = [k.leases, k.owners, k.state, k.uniq, k.dead, k.errors, k.results, k.expires]
+        keys += [k.done(i[0]) for i in items]
+        return Call("bury", keys, [x for item in items for x in item], _ints)
+
+    def extend_leases(
+        self, worker: str, lease_ms: int, info: bytes, owned: Sequence[tuple[str, int]]
+    ) -> Call[list[str]]:
+        k = self.k
+        keys = [k.leases, k.owners, k.workers, k.workerinfo]
+        args: list[str | bytes | int] = [worker, lease_ms, info]
+        args += [x for pair in owned for x in pair]
+        return Call("extend_leases", keys, args, lambda raw: [_str(x) for x in raw])
+
+    def handback(self, owned: Sequence[tuple[str, int]]) -> Call[int]:
+        k = self.k
+        keys = [k.leases, k.owners, k.state, k.ready, k.wake]
+        return Call("handback", keys, [x for pair in owned for x in pair], int)
+
+    def reap(
+        self, max_stalls: int, limit: int, dead_ttl_ms: int, worker_ttl_ms: int, result_ttl_ms: int
+    ) -> Call[Reaped]:
+        k = self.k
+        keys = [
+            k.leases, k.owners, k.state, k.ready, k.dead, k.errors, k.uniq,
+            k.results, k.expires, k.jobs, k.wake, k.workers, k.workerinfo,
+        ]  # fmt: skip
+        args = [max_stalls, limit, dead_ttl_ms, worker_ttl_ms, result_ttl_ms]
+        return Call("reap", keys, args, _parse_reap)
+
+    def job_status(self, job_id: str) -> Call[JobState]:
+        k = self.k
+        keys = [k.ready, k.due, k.leases, k.dead, k.results, k.state]
+        return Call("job_status", keys, [job_id], _parse_status)
+
+    def revive(self, ids: Sequence[str]) -> Call[int]:
+        k = self.k
+        keys = [k.dead, k.errors, k.state, k.ready, k.results, k.expires, k.seq, k.wake]
+        keys += [k.uniq, k.jobs]
+        return Call("revive", keys, list(ids), int)
+
+    def purge(self, ids: Sequence[str]) -> Call[int]:
+        k = self.k
+        return Call("purge", [k.dead, k.errors, k.state, k.jobs], list(ids), int)

@@ -1,0 +1,365 @@
+"""One worker process: an asyncio loop with N slots that claims jobs in batches, runs them, and
+settles their outcomes in batches; a heartbeat thread renews its leases apart from task code."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import re
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import redis
+import redis.asyncio as aredis
+
+from .runner import Again, Bury, Done, Outcome, Runner
+from .scripts import Claimed
+
+if TYPE_CHECKING:
+    from .app import App
+
+log = logging.getLogger("drumbeat.worker")
+
+# Errors talking to Redis that a worker rides out (it retries after a pause) rather than dies of.
+_TRANSIENT = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+
+def _worker_id() -> str:
+    host = re.sub(r"[^A-Za-z0-9_.:@/+=-]", "-", socket.gethostname()) or "host"
+    return f"{host}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
+
+
+class Worker:
+    """Runs the tasks of one `App`. ``await worker.run()`` returns after `stop`.
+
+    Args:
+        app: the app whose tasks this worker runs.
+        concurrency: slots; defaults to `Settings.concurrency`.
+    """
+
+    def __init__(self, app: App, *, concurrency: int | None = None) -> None:
+        self.app = app
+        self.settings = app.settings
+        self.concurrency = concurrency or self.settings.concurrency
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        self.id = _worker_id()
+        self.executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="drumbeat-task")
+        self.runner = Runner(app, self.id, self.executor)
+        self.started_ms = int(time.time() * 1000)
+        self.processed = 0
+        self.failed = 0
+        # Claimed and not yet settled, for lease renewal: id -> claim.
+        self._held: dict[str, Claimed] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._pending: list[tuple[Claimed, Outcome]] = []
+        self._clock_offset_ms = 0
+        self._stopping = asyncio.Event()
+        self._hard = False
+        self._slot_free = asyncio.Event()
+        self._flush_wanted = asyncio.Event()
+        self._heartbeat_stop = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: aredis.Redis | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def stop(self, hard: bool = False) -> None:
+        """Stop claiming; running jobs get `Settings.shutdown_grace` (none if ``hard``)."""
+        self._hard = self._hard or hard
+        self._stopping.set()
+        self._slot_free.set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT: the first stops gracefully, a second stops at once."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self._stopping.is_set():
+            log.warning("%s again: stopping now; unfinished jobs return when leases expire", sig.name)
+            self.stop(hard=True)
+        else:
+            log.info("%s: finishing running jobs (up to %.0f s), then stopping",
+                     sig.name, self.settings.shutdown_grace)  # fmt: skip
+            self.stop()
+
+    async def run(self) -> None:
+        """Claim and run jobs until `stop`; then shut down as `stop` asked."""
+        self._loop = asyncio.get_running_loop()
+        self._client = self.app.new_async_client(socket_timeout=self.settings.idle_block + 10)
+        heartbeat = threading.Thread(target=self._heartbeat, name="drumbeat-heartbeat", daemon=True)
+        heartbeat.start()
+        helpers = [
+            asyncio.create_task(self._flusher(), name="drumbeat-flusher"),
+            asyncio.create_task(self._maintenance(), name="drumbeat-maintenance"),
+        ]
+        log.info("worker %s started: %d slots, tasks: %s",
+                 self.id, self.concurrency, ", ".join(sorted(self.app.tasks)) or "none")  # fmt: skip
+        try:
+            await self._claim_loop()
+        finally:
+            await self._shutdown(helpers)
+            self._heartbeat_stop.set()
+            heartbeat.join(timeout=5)
+            await self._deregister()
+            await self._client.aclose()
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            log.info("worker %s stopped: %d processed, %d failed", self.id, self.processed, self.failed)
+
+    # -- claiming --------------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        assert self._client is not None
+        pause = 0.05
+        while not self._stopping.is_set():
+            free = self.concurrency - len(self._running)
+            if free <= 0:
+                self._slot_free.clear()
+                await self._slot_free.wait()
+                continue
+            try:
+                claim = self.app.scripts.claim(
+                    self.id, free, self.settings.lease_ms, self.settings.batch_limit
+                )
+                result = await claim.arun(self._client)
+                self._clock_offset_ms = result.now_ms - int(time.time() * 1000)
+                for job in result.jobs:
+                    self._start(job)
+                if len(result.jobs) < free:
+                    await self._wait_for_work(result.now_ms, result.next_due_ms)
+                pause = 0.05
+            except _TRANSIENT as exc:
+                log.warning("claiming failed (%s); retrying in %.1f s", exc, pause)
+                await self._sleep_unless_stopping(pause)
+                pause = min(pause * 2, 5.0)
+
+    async def _wait_for_work(self, now_ms: int, next_due_ms: int | None) -> None:
+        """Block in Redis until a job is enqueued, the next delayed job is due, or a timeout."""
+        assert self._client is not None
+        timeout = self.settings.idle_block
+        if next_due_ms is not None:
+            timeout = min(timeout, (next_due_ms - now_ms) / 1000)
+        if timeout <= 0:
+            return
+        block = asyncio.ensure_future(self._client.bzpopmin(self.app.keys.wake, max(timeout, 0.01)))
+        stop = asyncio.ensure_future(self._stopping.wait())
+        await asyncio.wait({block, stop}, return_when=asyncio.FIRST_COMPLETED)
+        for fut in (block, stop):
+            if not fut.done():
+                fut.cancel()
+        await asyncio.gather(block, stop, return_exceptions=True)
+
+    def _start(self, job: Claimed) -> None:
+        self._held[job.id] = job
+        self._running[job.id] = asyncio.create_task(self._execute(job), name=f"drumbeat-job-{job.id}")
+
+    async def _execute(self, job: Claimed) -> None:
+        try:
+            outcome = await self.runner.run(job, self.now_ms)
+        finally:
+            self._running.pop(job.id, None)
+            self._slot_free.set()
+        if isinstance(outcome, Bury):
+            log.error("job %s dead-lettered: %s", job.id, outcome.reason)
+        self._pending.append((job, outcome))
+        self._flush_wanted.set()
+
+    def now_ms(self) -> int:
+        """Redis server time in ms, as last seen by a claim (worker clocks drift)."""
+        return int(time.time() * 1000) + self._clock_offset_ms
+
+    # -- settling --------------------------------------------------------------------------
+
+    async def _flusher(self) -> None:
+        """Sends outcomes in batches: whatever finished while the last batch was in flight."""
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            await self._flush()
+
+    async def _flush(self) -> None:
+        pause = 0.05
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                await self._settle(batch)
+                pause = 0.05
+            except _TRANSIENT as exc:
+                log.warning("settling %d jobs failed (%s); retrying in %.1f s", len(batch), exc, pause)
+                self._pending[:0] = batch
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 5.0)
+
+    async def _settle(self, batch: Sequence[tuple[Claimed, Outcome]]) -> None:
+        assert self._client is not None
+        limit = self.settings.batch_limit
+        done = [(j.id, j.token, o.outcome, o.ttl_ms) for j, o in batch if isinstance(o, Done)]
+        again = [(j.id, j.token, o.delay_ms) for j, o in batch if isinstance(o, Again)]
+        buried = [(j.id, j.token, o.record, o.ttl_ms) for j, o in batch if isinstance(o, Bury)]
+        scripts = self.app.scripts
+        for i in range(0, len(done), limit):
+            chunk = done[i : i + limit]
+            self._report(chunk, await scripts.complete(chunk).arun(self._client), "ack")
+        for i in range(0, len(again), limit):
+            chunk2 = again[i : i + limit]
+            self._report(chunk2, await scripts.retry(chunk2).arun(self._client), "retry")
+        for i in range(0, len(buried), limit):
+            chunk3 = buried[i : i + limit]
+            self._report(chunk3, await scripts.bury(chunk3).arun(self._client), "dead-letter")
+        self.processed += len(done)
+        self.failed += len(buried)
+        for job, _ in batch:
+            self._held.pop(job.id, None)
+
+    @staticmethod
+    def _report(items: Sequence[tuple[Any, ...]], accepted: list[int], what: str) -> None:
+        for item, ok in zip(items, accepted, strict=True):
+            if not ok:
+                log.warning("%s of job %s refused: its lease was taken over (fencing token %s)",
+                            what, item[0], item[1])  # fmt: skip
+
+    # -- leases and housekeeping -----------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        """Renews leases from its own thread and connection, so a task that hogs the event loop
+        (or the GIL in bursts) cannot make its own lease lapse."""
+        client = redis.Redis.from_url(self.app.url, socket_connect_timeout=5, socket_timeout=5)
+        interval = self.settings.lease / 3
+        try:
+            while True:
+                held = [(job.id, job.token) for job in list(self._held.values())]
+                info = json.dumps({
+                    "host": socket.gethostname(), "pid": os.getpid(),
+                    "concurrency": self.concurrency, "running": len(held),
+                    "started_ms": self.started_ms, "processed": self.processed,
+                }).encode()  # fmt: skip
+                try:
+                    lost = self.app.scripts.extend_leases(
+                        self.id, self.settings.lease_ms, info, held
+                    ).run(client)
+                    if lost and self._loop is not None:
+                        self._loop.call_soon_threadsafe(self._lease_lost, lost)
+                except (redis.RedisError, OSError) as exc:
+                    log.warning("lease renewal failed (%s); retrying", exc)
+                if self._heartbeat_stop.wait(interval):
+                    return
+        finally:
+            client.close()
+
+    def _lease_lost(self, ids: list[str]) -> None:
+        for job_id in ids:
+            task = self._running.get(job_id)
+            if task is not None:
+                log.warning("lease on job %s was taken over; cancelling this run", job_id)
+                self._held.pop(job_id, None)
+                task.cancel()
+
+    async def _maintenance(self) -> None:
+        assert self._client is not None
+        s = self.settings
+        reap = self.app.scripts.reap(
+            s.max_stalls,
+            s.batch_limit,
+            round(s.dead_ttl * 1000),
+            s.lease_ms * 3,
+            round(s.result_ttl * 1000),
+        )
+        while True:
+            try:
+                reaped = await reap.arun(self._client)
+                if reaped.requeued or reaped.buried:
+                    log.warning("reaped expired leases: %d requeued, %d dead-lettered",
+                                reaped.requeued, len(reaped.buried))  # fmt: skip
+                if reaped.buried:
+                    await self._announce(reaped.buried)
+            except _TRANSIENT as exc:
+                log.warning("housekeeping failed (%s)", exc)
+            # Jitter keeps many workers from reaping in lockstep.
+            await asyncio.sleep(s.maintenance_interval * (0.75 + random.random() / 2))
+
+    async def _announce(self, ids: list[str]) -> None:
+        """Wakes `Job.result` waiters of jobs that reap dead-lettered (Lua cannot name their keys)."""
+        assert self._client is not None
+        ttl_ms = max(1, round(self.settings.result_ttl * 1000))
+        async with self._client.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.rpush(self.app.keys.done(job_id), 0)
+                pipe.pexpire(self.app.keys.done(job_id), ttl_ms)
+            await pipe.execute()
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    async def _shutdown(self, helpers: list[asyncio.Task[None]]) -> None:
+        await self._let_running_finish()
+        for task in self._running.values():
+            task.cancel()
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        for helper in helpers:
+            helper.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
+        budget = 1.0 if self._hard else 10.0
+        try:
+            await asyncio.wait_for(self._flush(), budget)
+            unfinished = [(j.id, j.token) for j in self._held.values()]
+            if unfinished and not self._hard:
+                assert self._client is not None
+                n = await self.app.scripts.handback(unfinished).arun(self._client)
+                log.info("handed %d unfinished jobs back to the queue", n)
+        except (TimeoutError, *_TRANSIENT) as exc:
+            log.warning("could not settle every job at shutdown (%s); they return when leases expire", exc)
+
+    async def _let_running_finish(self) -> None:
+        """Waits up to the grace period for running jobs; a hard stop cuts the wait short."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.shutdown_grace
+        if self._running and not self._hard:
+            log.info("waiting up to %.0f s for %d running jobs",
+                     self.settings.shutdown_grace, len(self._running))  # fmt: skip
+        while True:
+            self._slot_free.clear()  # set by every finishing job and by stop(hard=True)
+            remaining = deadline - loop.time()
+            if not self._running or self._hard or remaining <= 0:
+                return
+            try:
+                await asyncio.wait_for(self._slot_free.wait(), remaining)
+            except TimeoutError:
+                return
+
+    async def _sleep_unless_stopping(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    async def _deregister(self) -> None:
+        assert self._client is not None
+        try:
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.zrem(self.app.keys.workers, self.id)
+                pipe.hdel(self.app.keys.workerinfo, self.id)
+                await pipe.execute()
+        except _TRANSIENT:
+            pass
+
+
+def run_worker(app: App, *, concurrency: int | None = None) -> Worker:
+    """Run a worker in this process until SIGTERM/SIGINT; returns it (for its counters)."""
+    worker = Worker(app, concurrency=concurrency)
+
+    async def main() -> None:
+        worker.install_signal_handlers()
+        await worker.run()
+
+    asyncio.run(main())
+    return worker

@@ -1,0 +1,120 @@
+"""Fixtures: a real redis-server per test session (never a fake), a fresh namespace per test."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+import drumbeat
+from drumbeat import embedded
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """A redis-server process of our own on a free port, stopped at the end of the session."""
+
+    def __init__(self, binary: str, *extra: str) -> None:
+        self.binary = binary
+        self.dir = Path(tempfile.mkdtemp(prefix="drumbeat-test-", dir="/tmp"))
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.extra = extra
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+             "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction", *self.extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + 10
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline or self.proc.poll() is not None:
+                        raise RuntimeError(f"{self.binary} did not start") from None
+                    time.sleep(0.02)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def version(self) -> str:
+        with redis.Redis.from_url(self.url) as client:
+            return str(client.info("server")["redis_version"])
+
+
+def server_binary() -> str:
+    """`DRUMBEAT_TEST_REDIS_SERVER`, else what the embedded Redis would use."""
+    return os.environ.get("DRUMBEAT_TEST_REDIS_SERVER") or str(embedded.find_binary())
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer(server_binary())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+def namespace() -> str:
+    return "t" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+async def app(redis_url: str, namespace: str) -> AsyncIterator[drumbeat.App]:
+    a = drumbeat.App(redis_url, namespace=namespace)
+    yield a
+    await a.aclose()
+
+
+@pytest.fixture
+def r(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@contextlib.asynccontextmanager
+async def running_worker(
+    app: drumbeat.App, concurrency: int | None = None
+) -> AsyncIterator[drumbeat.Worker]:
+    """A worker on the test's own loop, stopped (gracefully) on exit."""
+    worker = drumbeat.Worker(app, concurrency=concurrency)
+    task = asyncio.create_task(worker.run())
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
