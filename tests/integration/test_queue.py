@@ -1,0 +1,269 @@
+"""The queue's behaviour on a real Redis: priorities, slots, delays, retries, dedup, results."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import redis
+
+import drumbeat
+from tests.conftest import running_worker
+
+
+async def test_strict_priority_and_fifo_within_a_level(app: drumbeat.App) -> None:
+    order: list[tuple[int, int]] = []
+
+    @app.task
+    async def record(prio: int, n: int) -> None:
+        order.append((prio, n))
+
+    plan = [(p, n) for n in range(5) for p in (0, 9, 3, 5, 3)]
+    await app.aenqueue_many([record.options(priority=p).prepare(p, i) for i, (p, _) in enumerate(plan)])
+    async with running_worker(app, concurrency=1):
+        while len(order) < len(plan):
+            await asyncio.sleep(0.01)
+    prios = [p for p, _ in order]
+    assert prios == sorted(prios, reverse=True)
+    for level in {p for p, _ in plan}:
+        seen = [n for p, n in order if p == level]
+        assert seen == sorted(seen), f"level {level} not FIFO: {seen}"
+
+
+async def test_worker_holds_no_more_claims_than_free_slots(app: drumbeat.App, r: redis.Redis) -> None:
+    release = asyncio.Event()
+    started: list[str] = []
+
+    @app.task
+    async def slow(name: str) -> None:
+        started.append(name)
+        await release.wait()
+
+    @app.task
+    async def quick(name: str) -> None:
+        started.append(name)
+
+    await app.aenqueue_many([slow.prepare(f"low{i}") for i in range(6)])
+    async with running_worker(app, concurrency=2):
+        while len(started) < 2:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+        assert r.zcard(app.keys.leases) == 2, "a busy worker prefetched past its free slots"
+        assert r.zcard(app.keys.ready) == 4
+        urgent = await quick.options(priority=9).aenqueue("urgent")
+        release.set()
+        assert await urgent.aresult(timeout=5) is None
+        while len(started) < 7:
+            await asyncio.sleep(0.01)
+    # The urgent job was enqueued after six low ones, yet starts with the first freed slot.
+    assert started.index("urgent") == 2
+
+
+async def test_delayed_and_at_jobs_run_on_time_by_redis_clock(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    # A long idle block: a worker that missed the wake-up for a delayed job would be ~5 s late.
+    app = drumbeat.App(redis_url, namespace=namespace, idle_block=5.0)
+    starts: dict[str, float] = {}
+
+    @app.task
+    async def mark(name: str) -> None:
+        starts[name] = _redis_now(r)
+
+    async with running_worker(app, concurrency=4):
+        await asyncio.sleep(0.2)  # the worker is idle and blocked
+        t0 = _redis_now(r)
+        await mark.options(delay=0.4).aenqueue("delay")
+        at = datetime.fromtimestamp(t0, UTC) + timedelta(seconds=0.6)
+        job = await mark.options(at=at).aenqueue("at")
+        assert await job.astatus() is drumbeat.JobStatus.SCHEDULED
+        await job.aresult(timeout=5)
+        while "delay" not in starts:
+            await asyncio.sleep(0.01)
+    assert starts["delay"] >= t0 + 0.4
+    assert starts["at"] >= t0 + 0.6
+    # Far under the 5 s idle block: the enqueue woke the blocked worker to re-arm its timer.
+    assert starts["delay"] - (t0 + 0.4) < 1.0
+    assert starts["at"] - (t0 + 0.6) < 1.0
+    await app.aclose()
+
+
+def _redis_now(r: redis.Redis) -> float:
+    sec, usec = r.time()
+    return sec + usec / 1e6
+
+
+async def test_retries_with_backoff_then_dead_letter(app: drumbeat.App, r: redis.Redis) -> None:
+    attempts: list[tuple[int, float]] = []
+
+    @app.task(retries=2, backoff=0.2, backoff_max=10)
+    async def flaky() -> None:
+        attempts.append((drumbeat.current_job().attempt, time.monotonic()))
+        raise RuntimeError("boom")
+
+    async with running_worker(app):
+        job = await flaky.aenqueue()
+        with pytest.raises(drumbeat.JobFailed) as info:
+            await job.aresult(timeout=10)
+    assert [a for a, _ in attempts] == [1, 2, 3]
+    gaps = [b - a for (_, a), (_, b) in zip(attempts, attempts[1:], strict=False)]
+    # Equal jitter: the n-th retry waits between half and all of backoff * 2**(n-1).
+    assert 0.1 <= gaps[0] and 0.2 <= gaps[1]
+    assert "RuntimeError: boom" in info.value.error
+    assert info.value.traceback and "raise RuntimeError" in info.value.traceback
+    assert await job.astatus() is drumbeat.JobStatus.DEAD
+    assert r.zscore(app.keys.dead, job.id) is not None
+    assert r.hexists(app.keys.errors, job.id)
+    assert r.hexists(app.keys.jobs, job.id), "the record stays so the job can be retried"
+    assert r.zcard(app.keys.leases) == 0 and r.hlen(app.keys.owners) == 0
+
+
+async def test_retry_request_and_timeout(app: drumbeat.App) -> None:
+    seen: list[int] = []
+
+    @app.task(retries=1)
+    async def again() -> int:
+        attempt = drumbeat.current_job().attempt
+        seen.append(attempt)
+        if attempt == 1:
+            raise drumbeat.Retry(delay=0.05)
+        return attempt
+
+    @app.task(timeout=0.2)
+    async def stuck() -> None:
+        await asyncio.sleep(30)
+
+    @app.task(timeout=0.2)
+    def stuck_sync() -> None:
+        time.sleep(0.6)
+
+    async with running_worker(app):
+        assert await (await again.aenqueue()).aresult(timeout=5) == 2
+        for t in (stuck, stuck_sync):
+            with pytest.raises(drumbeat.JobFailed, match="timed out after 0.2 s"):
+                await (await t.aenqueue()).aresult(timeout=5)
+    assert seen == [1, 2]
+
+
+async def test_sync_tasks_see_their_context(app: drumbeat.App) -> None:
+    @app.task
+    def whoami() -> list[object]:
+        ctx = drumbeat.current_job()
+        return [ctx.job_id, ctx.attempt, ctx.token, ctx.task]
+
+    async with running_worker(app):
+        job = await whoami.aenqueue()
+        job_id, attempt, token, task = await job.aresult(timeout=5)
+    assert (job_id, attempt, task) == (job.id, 1, whoami.name)
+    assert isinstance(token, int) and token > 0
+    with pytest.raises(LookupError):
+        drumbeat.current_job()
+
+
+async def test_dedup_key_while_pending_or_running(app: drumbeat.App, r: redis.Redis) -> None:
+    gate = asyncio.Event()
+
+    @app.task
+    async def build(n: int) -> int:
+        await gate.wait()
+        return n
+
+    first = await build.options(key="build-42").aenqueue(1)
+    again = await build.options(key="build-42").aenqueue(2)
+    assert first.created and not again.created and again.id == first.id
+    batch = await app.aenqueue_many([build.options(key="k2").prepare(i) for i in range(3)])
+    assert len({j.id for j in batch}) == 1 and [j.created for j in batch] == [True, False, False]
+    async with running_worker(app):
+        while await first.astatus() is not drumbeat.JobStatus.RUNNING:
+            await asyncio.sleep(0.01)
+        running_dup = await build.options(key="build-42").aenqueue(3)
+        assert running_dup.id == first.id, "a running job still holds its key"
+        gate.set()
+        assert await first.aresult(timeout=5) == 1
+        after = await build.options(key="build-42").aenqueue(4)
+        assert after.created and after.id != first.id
+        assert await after.aresult(timeout=5) == 4
+    assert not r.hexists(app.keys.uniq, "build-42")
+
+
+async def test_results_are_kept_for_their_ttl_then_swept(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    app = drumbeat.App(redis_url, namespace=namespace, maintenance_interval=0.1)
+
+    @app.task(result_ttl=0.5)
+    async def short() -> str:
+        return "soon gone"
+
+    @app.task(result_ttl=0)
+    async def unkept() -> str:
+        return "never stored"
+
+    @app.task
+    async def kept() -> dict[str, int]:
+        return {"a": 1}
+
+    async with running_worker(app):
+        j1, j2, j3 = (await short.aenqueue(), await unkept.aenqueue(), await kept.aenqueue())
+        assert await j1.aresult(timeout=5) == "soon gone"
+        assert await j3.aresult(timeout=5) == {"a": 1}
+        ttl = r.pttl(app.keys.done(j3.id))
+        assert 0 < ttl <= 3600_000
+        while await j2.astatus() is not drumbeat.JobStatus.MISSING or r.hexists(app.keys.jobs, j2.id):
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.8)
+    assert not r.hexists(app.keys.results, j1.id), "expired outcome was not swept"
+    assert r.zscore(app.keys.expires, j1.id) is None
+    assert not r.exists(app.keys.done(j1.id))
+    with pytest.raises(drumbeat.JobNotFound):
+        await j1.aresult(timeout=1)
+    with pytest.raises(drumbeat.JobNotFound):
+        await j2.aresult(timeout=1)
+    assert r.hexists(app.keys.results, j3.id)
+    # Every finished job's record is gone; only outcomes (indexed in `expires`) remain.
+    assert r.hlen(app.keys.jobs) == 0 and r.hlen(app.keys.state) == 0
+    await app.aclose()
+
+
+async def test_result_waits_in_redis_without_polling(app: drumbeat.App, r: redis.Redis) -> None:
+    @app.task
+    async def later() -> int:
+        return 7
+
+    job = await later.aenqueue()
+    waiter = asyncio.create_task(job.aresult(timeout=30))
+    await asyncio.sleep(0.2)
+    before = _commands(r, "evalsha"), _commands(r, "blmove")
+    await asyncio.sleep(1.0)
+    # No worker runs: a polling waiter would have read the status again meanwhile.
+    assert (_commands(r, "evalsha"), _commands(r, "blmove")) == before
+    async with running_worker(app):
+        assert await waiter == 7
+
+
+def _commands(r: redis.Redis, name: str) -> int:
+    stats = r.info("commandstats")
+    return int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+
+
+def test_sync_api(app: drumbeat.App) -> None:
+    @app.task
+    def double(x: int) -> int:
+        return 2 * x
+
+    job = double.enqueue(21)
+    assert job.status() is drumbeat.JobStatus.QUEUED
+    with pytest.raises(drumbeat.ResultTimeout):
+        job.result(timeout=0.2)
+
+    async def drain() -> None:
+        async with running_worker(app):
+            await job.aresult(timeout=5)
+        await app.aclose()
+
+    asyncio.run(drain())
+    assert job.result(timeout=1) == 42
+    assert job.status() is drumbeat.JobStatus.COMPLETE
+    assert app.job(job.id).result() == 42
