@@ -82,7 +82,12 @@ def decode_spec(data: bytes) -> Spec:
 
 
 def encode_success(codec: Codec, value: Any, limit: int) -> bytes:
-    return encode_value(codec, {"ok": True, "result": value}, limit, "the task's result")
+    try:
+        return encode_value(codec, {"ok": True, "result": value}, limit, "the task's result")
+    except SerializationError as exc:
+        raise SerializationError(
+            f"the task's result of type {type(value).__name__} cannot be encoded as {codec.name}"
+        ) from exc
 
 
 def encode_failure(

@@ -65,6 +65,7 @@ class Worker:
         self._clock_offset_ms = 0
         self._stopping = asyncio.Event()
         self._hard = False
+        self._closing = False
         self._slot_free = asyncio.Event()
         self._flush_wanted = asyncio.Event()
         self._heartbeat_stop = threading.Event()
@@ -100,16 +101,14 @@ class Worker:
         self._client = self.app.new_async_client(socket_timeout=self.settings.idle_block + 10)
         heartbeat = threading.Thread(target=self._heartbeat, name="drumbeat-heartbeat", daemon=True)
         heartbeat.start()
-        helpers = [
-            asyncio.create_task(self._flusher(), name="drumbeat-flusher"),
-            asyncio.create_task(self._maintenance(), name="drumbeat-maintenance"),
-        ]
+        flusher = asyncio.create_task(self._flusher(), name="drumbeat-flusher")
+        maintenance = asyncio.create_task(self._maintenance(), name="drumbeat-maintenance")
         log.info("worker %s started: %d slots, tasks: %s",
                  self.id, self.concurrency, ", ".join(sorted(self.app.tasks)) or "none")  # fmt: skip
         try:
             await self._claim_loop()
         finally:
-            await self._shutdown(helpers)
+            await self._shutdown(flusher, maintenance)
             self._heartbeat_stop.set()
             heartbeat.join(timeout=5)
             await self._deregister()
@@ -182,11 +181,17 @@ class Worker:
     # -- settling --------------------------------------------------------------------------
 
     async def _flusher(self) -> None:
-        """Sends outcomes in batches: whatever finished while the last batch was in flight."""
+        """Sends outcomes in batches: whatever finished while the last batch was in flight.
+
+        It is never cancelled mid-batch (a cancelled ack would be neither sent nor kept);
+        shutdown sets `_closing` and waits for it to drain.
+        """
         while True:
             await self._flush_wanted.wait()
             self._flush_wanted.clear()
             await self._flush()
+            if self._closing:
+                return
 
     async def _flush(self) -> None:
         pause = 0.05
@@ -300,17 +305,19 @@ class Worker:
 
     # -- shutdown --------------------------------------------------------------------------
 
-    async def _shutdown(self, helpers: list[asyncio.Task[None]]) -> None:
+    async def _shutdown(self, flusher: asyncio.Task[None], maintenance: asyncio.Task[None]) -> None:
         await self._let_running_finish()
         for task in self._running.values():
             task.cancel()
         await asyncio.gather(*self._running.values(), return_exceptions=True)
-        for helper in helpers:
-            helper.cancel()
-        await asyncio.gather(*helpers, return_exceptions=True)
-        budget = 1.0 if self._hard else 10.0
+        maintenance.cancel()
+        await asyncio.gather(maintenance, return_exceptions=True)
+        self._closing = True
+        self._flush_wanted.set()
         try:
-            await asyncio.wait_for(self._flush(), budget)
+            # A hard stop still sends outcomes already in hand (else those jobs run twice),
+            # but gives Redis only a moment.
+            await asyncio.wait_for(flusher, 1.0 if self._hard else 10.0)
             unfinished = [(j.id, j.token) for j in self._held.values()]
             if unfinished and not self._hard:
                 assert self._client is not None

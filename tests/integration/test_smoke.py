@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import asyncio
-
 import drumbeat
 from tests.conftest import running_worker
 
@@ -22,4 +20,16 @@ async def test_async_and_sync_tasks_run_and_return(app: drumbeat.App) -> None:
         assert await j1.aresult(timeout=5) == 5
         assert await j2.aresult(timeout=5) == 20
     assert await j1.astatus() is drumbeat.JobStatus.COMPLETE
-    await asyncio.sleep(0)
+
+
+async def test_msgpack_codec_round_trip(redis_url: str, namespace: str) -> None:
+    app = drumbeat.App(redis_url, namespace=namespace, codec="msgpack")
+
+    @app.task
+    async def echo(value: object) -> object:
+        return value
+
+    job = await echo.aenqueue({"bytes": b"\x00\x01", "n": [1, 2.5, None]})
+    async with running_worker(app):
+        assert await job.aresult(timeout=5) == {"bytes": b"\x00\x01", "n": [1, 2.5, None]}
+    await app.aclose()

@@ -1,0 +1,49 @@
+"""Tasks for the process tests; the worker subprocess builds its App from DRUMBEAT_* variables."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import redis
+
+import drumbeat
+
+app = drumbeat.App()
+_log = redis.Redis.from_url(os.environ["DRUMBEAT_REDIS_URL"])
+LOG_KEY = f"test:{{{app.keys.namespace}}}:log"
+
+
+def note(event: str) -> None:
+    ctx = drumbeat.current_job()
+    _log.rpush(LOG_KEY, f"{event}|{ctx.job_id}|{ctx.attempt}|{os.getpid()}")
+
+
+@app.task
+async def nap(seconds: float) -> str:
+    note("start")
+    await asyncio.sleep(seconds)
+    note("end")
+    return "rested"
+
+
+@app.task
+def spin(seconds: float) -> int:
+    """CPU-bound in a thread: holds the GIL in long stretches."""
+    note("start")
+    deadline = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < deadline:
+        n += 1
+    note("end")
+    return n
+
+
+@app.task
+async def hog(seconds: float) -> str:
+    """Blocks the event loop itself, as a badly written async task would."""
+    note("start")
+    time.sleep(seconds)
+    note("end")
+    return "done"

@@ -1,0 +1,155 @@
+"""Worker processes under signals and kill -9: no job is lost, none is held past its lease."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+import drumbeat
+
+pytestmark = pytest.mark.process
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Proc:
+    def __init__(self, url: str, namespace: str, **settings: object) -> None:
+        env = {**os.environ, "DRUMBEAT_REDIS_URL": url, "DRUMBEAT_NAMESPACE": namespace}
+        env.update({f"DRUMBEAT_{k.upper()}": str(v) for k, v in settings.items()})
+        env["PYTHONPATH"] = str(ROOT)
+        code = "import drumbeat; from tests.apps.proc_app import app; drumbeat.run_worker(app)"
+        self.popen = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT)
+
+    def signal(self, sig: int) -> None:
+        self.popen.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        return self.popen.wait(timeout)
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(10)
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    started: list[Proc] = []
+    yield started
+    for p in started:
+        p.kill()
+
+
+def _app(url: str, namespace: str, **settings: object) -> drumbeat.App:
+    return drumbeat.App(url, namespace=namespace, **settings)  # type: ignore[arg-type]
+
+
+def _log(r: redis.Redis, namespace: str) -> list[list[str]]:
+    return [e.decode().split("|") for e in r.lrange(f"test:{{{namespace}}}:log", 0, -1)]
+
+
+def _wait_for(predicate: object, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.02)
+
+
+def test_kill_9_mid_job_runs_again_elsewhere_after_the_lease(
+    redis_url: str, namespace: str, r: redis.Redis, procs: list[Proc]
+) -> None:
+    app = _app(redis_url, namespace, lease=1.0)
+    job = app.enqueue("tests.apps.proc_app.nap", 1.0)
+    victim = Proc(redis_url, namespace, lease=1.0)
+    procs.append(victim)
+    _wait_for(lambda: len(_log(r, namespace)) == 1)
+    victim.popen.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    killed_at = time.monotonic()
+    procs.append(Proc(redis_url, namespace, lease=1.0, maintenance_interval=0.2))
+    assert job.result(timeout=20) == "rested"
+    # It came back only once the 1 s lease had lapsed, as attempt 2, in the other process.
+    assert time.monotonic() - killed_at >= 0.5
+    log = _log(r, namespace)
+    starts = [e for e in log if e[0] == "start"]
+    assert [int(e[2]) for e in starts] == [1, 2]
+    assert starts[0][3] != starts[1][3]
+    assert [e[0] for e in log].count("end") == 1
+    app.close()
+
+
+def test_sigterm_lets_running_jobs_finish(
+    redis_url: str, namespace: str, r: redis.Redis, procs: list[Proc]
+) -> None:
+    app = _app(redis_url, namespace)
+    job = app.enqueue("tests.apps.proc_app.nap", 0.5)
+    p = Proc(redis_url, namespace, shutdown_grace=10)
+    procs.append(p)
+    _wait_for(lambda: len(_log(r, namespace)) == 1)
+    p.signal(signal.SIGTERM)
+    assert p.wait(15) == 0
+    assert job.status() is drumbeat.JobStatus.COMPLETE
+    assert r.zcard(app.keys.workers) == 0, "a stopped worker deregisters"
+    app.close()
+
+
+def test_sigterm_hands_unfinished_jobs_back_at_once(
+    redis_url: str, namespace: str, r: redis.Redis, procs: list[Proc]
+) -> None:
+    # The lease is 60 s: a job that came back by lease expiry would not be queued in time.
+    app = _app(redis_url, namespace, lease=60)
+    jobs = [app.enqueue("tests.apps.proc_app.nap", 30) for _ in range(2)]
+    p = Proc(redis_url, namespace, lease=60, shutdown_grace=0.3)
+    procs.append(p)
+    _wait_for(lambda: len(_log(r, namespace)) == 2)
+    p.signal(signal.SIGTERM)
+    assert p.wait(15) == 0
+    for job in jobs:
+        assert job.status() is drumbeat.JobStatus.QUEUED
+    assert r.zcard(app.keys.leases) == 0
+    # A hand-back does not spend an attempt.
+    claimed = app.scripts.claim("check", 2, 1000, 10).run(r).jobs
+    assert [c.attempt for c in claimed] == [1, 1]
+    app.close()
+
+
+def test_second_signal_stops_at_once_and_jobs_return_by_lease(
+    redis_url: str, namespace: str, r: redis.Redis, procs: list[Proc]
+) -> None:
+    app = _app(redis_url, namespace, lease=1.0)
+    job = app.enqueue("tests.apps.proc_app.nap", 30)
+    p = Proc(redis_url, namespace, lease=1.0, shutdown_grace=60)
+    procs.append(p)
+    _wait_for(lambda: len(_log(r, namespace)) == 1)
+    p.signal(signal.SIGTERM)
+    time.sleep(0.3)
+    p.signal(signal.SIGTERM)
+    p.wait(10)  # far sooner than the 60 s grace
+    assert job.status() is drumbeat.JobStatus.RUNNING, "a hard stop hands nothing back"
+    _wait_for(lambda: app.scripts.reap(3, 10, 60_000, 60_000, 60_000).run(r).requeued == 1, 10)
+    assert job.status() is drumbeat.JobStatus.QUEUED
+    app.close()
+
+
+@pytest.mark.parametrize("task", ["spin", "hog"])
+def test_leases_are_renewed_while_a_task_hogs_the_cpu_or_the_loop(
+    task: str, redis_url: str, namespace: str, r: redis.Redis, procs: list[Proc]
+) -> None:
+    app = _app(redis_url, namespace, lease=0.6)
+    job = app.enqueue(f"tests.apps.proc_app.{task}", 2.5)
+    procs.append(Proc(redis_url, namespace, lease=0.6, maintenance_interval=0.1))
+    # A second worker would take the job over if the first one's lease ever lapsed.
+    procs.append(Proc(redis_url, namespace, lease=0.6, maintenance_interval=0.1))
+    job.result(timeout=30)
+    starts = [e for e in _log(r, namespace) if e[0] == "start"]
+    assert len(starts) == 1, f"the job ran {len(starts)} times: its lease lapsed"
+    app.close()
