@@ -1,4 +1,4 @@
-"""drumbeat: a Redis-backed priority job queue and task scheduler that keeps a lot of work on time."""
+"""drumbeat: a Redis-backed priority job queue and scheduler that keeps a lot of work on time."""
 
 from .app import App, EvictionPolicyWarning
 from .config import Settings

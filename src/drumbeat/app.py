@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 import redis
-import redis.asyncio as aredis
+import redis.asyncio as redis_async
 
 from . import embedded
 from .config import Settings
@@ -52,7 +53,11 @@ class App:
     ) -> None:
         base = settings or Settings.from_env()
         self.settings = base.replace(
-            **{k: v for k, v in {"url": url, "namespace": namespace, **overrides}.items() if v}
+            **{
+                k: v
+                for k, v in {"url": url, "namespace": namespace, **overrides}.items()
+                if v is not None
+            }
         )
         self.keys = Keys(self.settings.namespace)
         self.scripts = Scripts(self.keys)
@@ -60,7 +65,7 @@ class App:
         self.tasks: dict[str, Task[Any, Any]] = {}
         self._url: str | None = self.settings.url
         self._redis: redis.Redis | None = None
-        self._aredis: tuple[asyncio.AbstractEventLoop, aredis.Redis] | None = None
+        self._aredis: tuple[asyncio.AbstractEventLoop, redis_async.Redis] | None = None
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -76,29 +81,26 @@ class App:
         """The synchronous client (created on first use)."""
         if self._redis is None:
             client = redis.Redis.from_url(self.url, socket_connect_timeout=5)
-            try:
+            # Managed Redis services often disable CONFIG; then there is nothing to check.
+            with contextlib.suppress(redis.ResponseError):
                 _warn_if_evicting(client.config_get("maxmemory-policy"))
-            except redis.ResponseError:  # managed Redis services often disable CONFIG
-                pass
             self._redis = client
         return self._redis
 
-    async def aredis(self) -> aredis.Redis:
+    async def aredis(self) -> redis_async.Redis:
         """The asyncio client of the running event loop (created on first use in each loop)."""
         loop = asyncio.get_running_loop()
         if self._aredis is None or self._aredis[0] is not loop:
             url = self.url if self._url else await asyncio.to_thread(lambda: self.url)
-            client = aredis.Redis.from_url(url, socket_connect_timeout=5)
-            try:
+            client = redis_async.Redis.from_url(url, socket_connect_timeout=5)
+            with contextlib.suppress(redis.ResponseError):
                 _warn_if_evicting(await client.config_get("maxmemory-policy"))
-            except redis.ResponseError:  # managed Redis services often disable CONFIG
-                pass
             self._aredis = (loop, client)
         return self._aredis[1]
 
-    def new_async_client(self, **options: Any) -> aredis.Redis:
+    def new_async_client(self, **options: Any) -> redis_async.Redis:
         """A separate asyncio client, for a worker's blocking reads and its own pool."""
-        return aredis.Redis.from_url(self.url, socket_connect_timeout=5, **options)
+        return redis_async.Redis.from_url(self.url, socket_connect_timeout=5, **options)
 
     def close(self) -> None:
         if self._redis is not None:
@@ -120,6 +122,7 @@ class App:
     @overload
     def task(
         self,
+        /,
         *,
         name: str | None = None,
         priority: int = 0,
@@ -208,7 +211,9 @@ class App:
             if prepared.task not in self.tasks:
                 _check_task_name(prepared.task)
             spec = encode_spec(
-                self.codec, prepared.task, encode_call(self.codec, prepared.args, prepared.kwargs, limit)
+                self.codec,
+                prepared.task,
+                encode_call(self.codec, prepared.args, prepared.kwargs, limit),
             )
             check_size(spec, limit, f"job of task {prepared.task!r}")
             o = prepared.options
@@ -221,8 +226,8 @@ class App:
         return [Job(self, e.id, e.created) for batch in results for e in batch]
 
 
-class _Decorator:
-    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...  # pragma: no cover
+class _Decorator(Protocol):
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
 
 def _check_task_name(name: str) -> None:

@@ -142,7 +142,9 @@ class Job(Generic[R]):
             if (value := _settled(self.id, found)) is not _PENDING:
                 return value  # type: ignore[no-any-return]
             wait = _next_wait(deadline, self.id, timeout)
-            client.blmove(done, done, wait, "RIGHT", "LEFT")
+            # BLMOVE onto the same list: the marker stays for every other waiter.
+            # (Redis 6+ takes fractional seconds; redis-py's annotation says int.)
+            client.blmove(done, done, wait, "RIGHT", "LEFT")  # type: ignore[arg-type]
 
     async def aresult(self, timeout: float | None = None) -> R:
         """`result` for async callers."""
@@ -153,7 +155,7 @@ class Job(Generic[R]):
             if (value := _settled(self.id, found)) is not _PENDING:
                 return value  # type: ignore[no-any-return]
             wait = _next_wait(deadline, self.id, timeout)
-            await client.blmove(done, done, wait, "RIGHT", "LEFT")
+            await client.blmove(done, done, wait, "RIGHT", "LEFT")  # type: ignore[arg-type]
 
 
 _PENDING = object()
@@ -172,7 +174,9 @@ def _settled(job_id: str, found: Any) -> Any:
         return decode_outcome(found.outcome)["result"]
     if status is JobStatus.DEAD:
         outcome = decode_outcome(found.outcome) if found.outcome else {}
-        raise JobFailed(job_id, str(outcome.get("error", "dead-lettered")), outcome.get("traceback"))
+        raise JobFailed(
+            job_id, str(outcome.get("error", "dead-lettered")), outcome.get("traceback")
+        )
     if status is JobStatus.MISSING:
         raise JobNotFound(
             f"job {job_id} does not exist, or it finished and its outcome was not kept "

@@ -1,5 +1,6 @@
 """Runs one claimed job: decode, look up the task, call it under its timeout, and decide what
-happens next (ack, retry after a backoff, or dead letter). Talks to Redis only through its caller."""
+happens next (ack, retry after a backoff, or dead letter). Talks to Redis only through its
+caller."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ Outcome = Done | Again | Bury
 def backoff_delay(task: Task[Any, Any], failures: int, rand: Callable[[], float]) -> float:
     """Exponential backoff with equal jitter: half the step fixed, half random, capped."""
     step = min(task.config.backoff_max, task.config.backoff * 2 ** (failures - 1))
-    return step / 2 + step / 2 * rand()
+    return float(step / 2 + step / 2 * rand())
 
 
 class Runner:
@@ -72,15 +73,19 @@ class Runner:
         ctx = Context(job.id, task.name, job.attempt, job.token, job.priority, self.worker_id)
         token = _current.set(ctx)
         try:
-            value = await asyncio.wait_for(self._call(task, spec.args, spec.kwargs), task.config.timeout)
+            value = await asyncio.wait_for(
+                self._call(task, spec.args, spec.kwargs), task.config.timeout
+            )
             return Done(encode_success(self.app.codec, value, self.limit), ttl_ms)
         except Retry as exc:
             return self._failed(job, task, f"retry requested: {exc}", exc.delay, now_ms())
         except TimeoutError:
-            return self._failed(job, task, f"timed out after {task.config.timeout} s", None, now_ms())
+            return self._failed(
+                job, task, f"timed out after {task.config.timeout} s", None, now_ms()
+            )
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-            return self._failed(job, task, error, None, now_ms(), traceback.format_exc())
+            return self._failed(job, task, error, None, now_ms(), tb=traceback.format_exc())
         finally:
             _current.reset(token)
 
@@ -104,6 +109,7 @@ class Runner:
         error: str,
         delay: float | None,
         now_ms: int,
+        *,
         tb: str | None = None,
     ) -> Outcome:
         # Runs lost to crashed workers (stalls) are not the task's failures.

@@ -4,6 +4,7 @@ settles their outcomes in batches; a heartbeat thread renews its leases apart fr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -88,7 +89,9 @@ class Worker:
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if self._stopping.is_set():
-            log.warning("%s again: stopping now; unfinished jobs return when leases expire", sig.name)
+            log.warning(
+                "%s again: stopping now; unfinished jobs return when leases expire", sig.name
+            )
             self.stop(hard=True)
         else:
             log.info("%s: finishing running jobs (up to %.0f s), then stopping",
@@ -103,8 +106,8 @@ class Worker:
         heartbeat.start()
         flusher = asyncio.create_task(self._flusher(), name="drumbeat-flusher")
         maintenance = asyncio.create_task(self._maintenance(), name="drumbeat-maintenance")
-        log.info("worker %s started: %d slots, tasks: %s",
-                 self.id, self.concurrency, ", ".join(sorted(self.app.tasks)) or "none")  # fmt: skip
+        tasks = ", ".join(sorted(self.app.tasks)) or "none"
+        log.info("worker %s started: %d slots, tasks: %s", self.id, self.concurrency, tasks)
         try:
             await self._claim_loop()
         finally:
@@ -114,7 +117,9 @@ class Worker:
             await self._deregister()
             await self._client.aclose()
             self.executor.shutdown(wait=False, cancel_futures=True)
-            log.info("worker %s stopped: %d processed, %d failed", self.id, self.processed, self.failed)
+            log.info(
+                "worker %s stopped: %d processed, %d failed", self.id, self.processed, self.failed
+            )
 
     # -- claiming --------------------------------------------------------------------------
 
@@ -161,7 +166,9 @@ class Worker:
 
     def _start(self, job: Claimed) -> None:
         self._held[job.id] = job
-        self._running[job.id] = asyncio.create_task(self._execute(job), name=f"drumbeat-job-{job.id}")
+        self._running[job.id] = asyncio.create_task(
+            self._execute(job), name=f"drumbeat-job-{job.id}"
+        )
 
     async def _execute(self, job: Claimed) -> None:
         try:
@@ -201,7 +208,9 @@ class Worker:
                 await self._settle(batch)
                 pause = 0.05
             except _TRANSIENT as exc:
-                log.warning("settling %d jobs failed (%s); retrying in %.1f s", len(batch), exc, pause)
+                log.warning(
+                    "settling %d jobs failed (%s); retrying in %.1f s", len(batch), exc, pause
+                )
                 self._pending[:0] = batch
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 5.0)
@@ -294,7 +303,7 @@ class Worker:
             await asyncio.sleep(s.maintenance_interval * (0.75 + random.random() / 2))
 
     async def _announce(self, ids: list[str]) -> None:
-        """Wakes `Job.result` waiters of jobs that reap dead-lettered (Lua cannot name their keys)."""
+        """Wakes `Job.result` waiters of jobs that reap dead-lettered (Lua cannot name the keys)."""
         assert self._client is not None
         ttl_ms = max(1, round(self.settings.result_ttl * 1000))
         async with self._client.pipeline(transaction=False) as pipe:
@@ -324,7 +333,9 @@ class Worker:
                 n = await self.app.scripts.handback(unfinished).arun(self._client)
                 log.info("handed %d unfinished jobs back to the queue", n)
         except (TimeoutError, *_TRANSIENT) as exc:
-            log.warning("could not settle every job at shutdown (%s); they return when leases expire", exc)
+            log.warning(
+                "could not settle every job at shutdown (%s); they return when leases expire", exc
+            )
 
     async def _let_running_finish(self) -> None:
         """Waits up to the grace period for running jobs; a hard stop cuts the wait short."""
@@ -344,10 +355,8 @@ class Worker:
                 return
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
-        except TimeoutError:
-            pass
 
     async def _deregister(self) -> None:
         assert self._client is not None

@@ -92,7 +92,7 @@ async def test_unknown_task_and_malformed_messages_are_dead_lettered(
     await app.aenqueue_many([good.prepare(i) for i in range(5)])
 
     async with running_worker(app):
-        with pytest.raises(drumbeat.JobFailed, match="no task named 'no.such.task'"):
+        with pytest.raises(drumbeat.JobFailed, match=r"no task named 'no\.such\.task'"):
             await unknown[0].aresult(timeout=5)
         while len(done) < 5 or r.zcard(app.keys.dead) < 4:
             await asyncio.sleep(0.01)
@@ -115,7 +115,9 @@ async def test_unencodable_result_fails_the_job_not_the_worker(app: drumbeat.App
         return 1
 
     async with running_worker(app):
-        with pytest.raises(drumbeat.JobFailed, match="result of type set cannot be encoded as json"):
+        with pytest.raises(
+            drumbeat.JobFailed, match="result of type set cannot be encoded as json"
+        ):
             await (await returns_set.aenqueue()).aresult(timeout=5)
         assert await (await fine.aenqueue()).aresult(timeout=5) == 1
 

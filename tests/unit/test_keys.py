@@ -1,0 +1,72 @@
+"""The key schema: keys.py and docs/redis-keys.md agree, and a shard's keys share one slot."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from drumbeat.keys import JOB_KEYS, SHARD_KEYS, Keys, check_name
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "redis-keys.md"
+
+
+def _doc_rows() -> dict[str, str]:
+    rows = {}
+    for line in DOC.read_text().splitlines():
+        m = re.match(r"\| `([a-z]+)(?::<job id>)?` \| (\w+) \|", line)
+        if m:
+            rows[m.group(1)] = m.group(2)
+    return rows
+
+
+def test_doc_table_matches_keys_module() -> None:
+    assert _doc_rows() == {**SHARD_KEYS, **JOB_KEYS}
+
+
+def _crc16(data: bytes) -> int:
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc
+
+
+def _slot(key: str) -> int:
+    start = key.find("{")
+    end = key.find("}", start + 1)
+    if start != -1 and end > start + 1:
+        key = key[start + 1 : end]
+    return _crc16(key.encode()) % 16384
+
+
+@pytest.mark.parametrize("shard", [None, 0, 7])
+def test_all_keys_of_a_shard_hash_to_one_slot(shard: int | None) -> None:
+    keys = Keys("orders", shard)
+    names = [keys.key(n) for n in SHARD_KEYS] + [keys.done("abc123")]
+    assert len({_slot(k) for k in names}) == 1
+    assert all(k.startswith(f"drumbeat:{keys.tag}:") for k in names)
+
+
+def test_shards_have_distinct_tags() -> None:
+    assert Keys("orders", 1).tag != Keys("orders", 2).tag != Keys("orders").tag
+
+
+def test_crc16_matches_redis_reference_vector() -> None:
+    # From the Redis Cluster spec: CRC16 of "123456789" is 0x31C3.
+    assert _crc16(b"123456789") == 0x31C3
+
+
+@pytest.mark.parametrize("bad", ["", "a b", "a{b", "a}b", "a|b", "-lead", "x" * 201, "tab\t"])
+def test_names_that_break_the_schema_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError):
+        check_name(bad, "namespace")
+
+
+def test_task_names_may_hold_locals() -> None:
+    assert check_name("mod.f.<locals>.g", "task name")
+    with pytest.raises(ValueError):
+        check_name("mod.f.<locals>.g", "namespace")
