@@ -67,7 +67,7 @@ class ResultTimeout(DrumbeatError, TimeoutError):
     """The job did not finish within the time `Job.result` was given."""
 
 
-class Retry(Exception):  # noqa: N818 - a request, not an error; reads as `raise Retry(delay=5)`
+class Retry(Exception):  # a request for another attempt, not an error report
     """Raise from a task to run it again after ``delay`` seconds (counts as an attempt)."""
 
     def __init__(self, delay: float | None = None) -> None:

@@ -23,7 +23,9 @@ class JsonCodec:
     name = "json"
 
     def dumps(self, value: Any) -> bytes:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+        return json.dumps(
+            value, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode()
 
     def loads(self, data: bytes) -> Any:
         return json.loads(data)

@@ -125,7 +125,9 @@ class Bound(Generic[P, R]):
 class Task(Generic[P, R]):
     """A registered task. Calling it runs the function here; `enqueue` sends it to a worker."""
 
-    def __init__(self, app: App, fn: Callable[P, R] | Callable[P, Awaitable[R]], config: TaskConfig):
+    def __init__(
+        self, app: App, fn: Callable[P, R] | Callable[P, Awaitable[R]], config: TaskConfig
+    ):
         self.app = app
         self.fn = fn
         self.config = config
