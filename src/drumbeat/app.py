@@ -93,8 +93,7 @@ class App:
         if self._aredis is None or self._aredis[0] is not loop:
             url = self.url if self._url else await asyncio.to_thread(lambda: self.url)
             client = redis_async.Redis.from_url(url, socket_connect_timeout=5)
-            with contextlib.suppress(redis.ResponseError):
-                _warn_if_evicting(await client.config_get("maxmemory-policy"))
+            await check_server(client)
             self._aredis = (loop, client)
         return self._aredis[1]
 
@@ -237,11 +236,19 @@ def _check_task_name(name: str) -> None:
         raise InvalidJob(str(exc)) from None
 
 
+async def check_server(client: redis_async.Redis) -> None:
+    """Warns when the server's configuration could silently lose jobs."""
+    # Managed Redis services often disable CONFIG; then there is nothing to check.
+    with contextlib.suppress(redis.ResponseError):
+        _warn_if_evicting(await client.config_get("maxmemory-policy"))
+
+
 def _warn_if_evicting(config: dict[Any, Any]) -> None:
     policy = config.get("maxmemory-policy") or config.get(b"maxmemory-policy")
     if isinstance(policy, bytes):
         policy = policy.decode()
     if policy and policy != "noeviction":
+        log.warning("Redis maxmemory-policy is %r: jobs can be evicted; use noeviction", policy)
         warnings.warn(
             f"Redis maxmemory-policy is {policy!r}: under memory pressure Redis will evict keys "
             "and silently lose jobs. Set `maxmemory-policy noeviction` for drumbeat's Redis.",

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 import redis.asyncio as aredis
 
+from .app import check_server
 from .runner import Again, Bury, Done, Outcome, Runner
 from .scripts import Claimed
 
@@ -102,6 +103,7 @@ class Worker:
         """Claim and run jobs until `stop`; then shut down as `stop` asked."""
         self._loop = asyncio.get_running_loop()
         self._client = self.app.new_async_client(socket_timeout=self.settings.idle_block + 10)
+        await check_server(self._client)
         heartbeat = threading.Thread(target=self._heartbeat, name="drumbeat-heartbeat", daemon=True)
         heartbeat.start()
         flusher = asyncio.create_task(self._flusher(), name="drumbeat-flusher")
@@ -252,7 +254,8 @@ class Worker:
         interval = self.settings.lease / 3
         try:
             while True:
-                held = [(job.id, job.token) for job in list(self._held.values())]
+                # dict.copy() is one C call under the GIL: safe while the loop mutates it.
+                held = [(job.id, job.token) for job in self._held.copy().values()]
                 info = json.dumps({
                     "host": socket.gethostname(), "pid": os.getpid(),
                     "concurrency": self.concurrency, "running": len(held),

@@ -141,3 +141,13 @@ def test_settings_are_validated() -> None:
         drumbeat.Settings(lease=0)
     with pytest.raises(drumbeat.ConfigurationError, match="codec"):
         drumbeat.Settings(codec="pickle")  # type: ignore[arg-type]
+
+
+async def test_worker_warns_at_start_when_redis_may_evict(app: drumbeat.App, r: redis.Redis) -> None:
+    r.config_set("maxmemory-policy", "volatile-lru")
+    try:
+        with pytest.warns(drumbeat.EvictionPolicyWarning, match="volatile-lru"):
+            async with running_worker(app):
+                await asyncio.sleep(0.1)
+    finally:
+        r.config_set("maxmemory-policy", "noeviction")
