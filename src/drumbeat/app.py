@@ -226,6 +226,9 @@ class App:
 
 
 class _Decorator(Protocol):
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[R]], /) -> Task[P, R]: ...
+    @overload
     def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
 

@@ -213,7 +213,7 @@ class Scripts:
     def revive(self, ids: Sequence[str]) -> Call[int]:
         k = self.k
         keys = [k.dead, k.errors, k.state, k.ready, k.results, k.expires, k.seq, k.wake]
-        keys += [k.uniq, k.jobs]
+        keys += [k.uniq, k.jobs] + [k.done(i) for i in ids]
         return Call("revive", keys, list(ids), int)
 
     def purge(self, ids: Sequence[str]) -> Call[int]:

@@ -274,3 +274,30 @@ def test_sync_api(app: drumbeat.App) -> None:
     assert job.result(timeout=1) == 42
     assert job.status() is drumbeat.JobStatus.COMPLETE
     assert app.job(job.id).result() == 42
+
+
+async def test_revived_dead_job_runs_again_and_its_waiter_blocks(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    fail = [True]
+
+    @app.task
+    async def once() -> str:
+        if fail[0]:
+            raise RuntimeError("first time")
+        return "ok"
+
+    async with running_worker(app):
+        job = await once.aenqueue()
+        with pytest.raises(drumbeat.JobFailed):
+            await job.aresult(timeout=5)
+    assert app.scripts.revive([job.id]).run(r) == 1
+    assert await job.astatus() is drumbeat.JobStatus.QUEUED
+    waiter = asyncio.create_task(job.aresult(timeout=30))
+    await asyncio.sleep(0.2)
+    before = _commands(r, "blmove")
+    await asyncio.sleep(0.5)
+    assert _commands(r, "blmove") == before, "the old failure announcement woke the waiter"
+    fail[0] = False
+    async with running_worker(app):
+        assert await waiter == "ok"

@@ -3,10 +3,12 @@
 -- KEYS[1] dead (zset)  KEYS[2] errors (hash)  KEYS[3] state (hash)  KEYS[4] ready (zset)
 -- KEYS[5] results (hash) KEYS[6] expires (zset) KEYS[7] seq (string) KEYS[8] wake (zset)
 -- KEYS[9] uniq (hash)  KEYS[10] jobs (hash)
+-- KEYS[10+i] done:<id> (list) of the i-th job: its old announcement must go, or a waiter would
+--          read "finished" from it again and again while the job is queued
 -- ARGV    job ids
 -- Returns the number of jobs requeued (ids not in the dead set, or without a record, are skipped).
 local n = 0
-for _, id in ipairs(ARGV) do
+for i, id in ipairs(ARGV) do
   if redis.call('ZSCORE', KEYS[1], id) and redis.call('HEXISTS', KEYS[10], id) == 1 then
     local s = parse_state(redis.call('HGET', KEYS[3], id))
     s.attempt, s.stalls, s.seq = 0, 0, redis.call('INCR', KEYS[7])
@@ -16,6 +18,7 @@ for _, id in ipairs(ARGV) do
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[5], id)
     redis.call('ZREM', KEYS[6], id)
+    redis.call('DEL', KEYS[10 + i])
     redis.call('ZADD', KEYS[4], ready_score(s.priority, s.seq), id)
     n = n + 1
   end

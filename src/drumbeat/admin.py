@@ -1,0 +1,330 @@
+"""Read-only inspection of one App's queue, and the dead-letter admin (retry, purge).
+
+Everything here is synchronous and reads the time from Redis (``TIME``), never the local
+clock, so ages are right however far this machine's clock drifts from the workers'.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from .errors import SerializationError
+from .job import decode_outcome, decode_spec
+from .scripts import Call
+from .task import MAX_PRIORITY, MIN_PRIORITY
+
+if TYPE_CHECKING:
+    from .app import App
+
+__all__ = [
+    "DeadLetter",
+    "QueueStats",
+    "RunningJob",
+    "WorkerStats",
+    "dead_count",
+    "dead_letters",
+    "purge_dead",
+    "queue_stats",
+    "retry_dead",
+]
+
+#: Width of one priority level's score range in `ready`; the same constant as in ``_lib.lua``
+#: (score = (MAX_PRIORITY - priority) * PRIORITY_SPAN + seq).
+PRIORITY_SPAN = 2**42
+
+#: A worker whose heartbeat is older than this many leases is reaped as gone (as `Worker` does).
+WORKER_TTL_LEASES = 3
+
+UNKNOWN_TASK = "?"
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job under a lease: who runs it, for how long, and how long its lease still holds."""
+
+    id: str
+    worker: str
+    claimed_ms: int
+    deadline_ms: int
+    lease_age: float
+    """Seconds since the running attempt was claimed."""
+    lease_left: float
+    """Seconds until the lease expires unless renewed (negative: expired, not yet reaped)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStats:
+    """A worker process, from its last heartbeat."""
+
+    id: str
+    host: str | None
+    pid: int | None
+    concurrency: int | None
+    running: int | None
+    processed: int | None
+    started_ms: int | None
+    heartbeat_ms: int
+    heartbeat_age: float
+    """Seconds since its last heartbeat."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """A snapshot of one namespace's queue."""
+
+    now_ms: int
+    """Redis server time of the snapshot."""
+    ready_by_priority: tuple[int, ...]
+    """Jobs waiting in `ready`, indexed by priority 0..9."""
+    delayed: int
+    """Jobs waiting in `due` (delayed, scheduled, or backing off before a retry)."""
+    running_total: int
+    running: tuple[RunningJob, ...]
+    """At most the ``running_limit`` leases closest to expiry."""
+    dead: int
+    workers: tuple[WorkerStats, ...]
+    """Workers whose last heartbeat is recent enough to count them as alive."""
+    stale_workers: int
+    """Registered workers that stopped heartbeating and were not swept yet."""
+
+    @property
+    def ready(self) -> int:
+        return sum(self.ready_by_priority)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A job in the dead-letter set, with the failure that put it there."""
+
+    id: str
+    died_ms: int
+    task: str
+    """The task name, or ``"?"`` when the job record is missing or malformed."""
+    error: str
+    attempt: int | None
+    traceback: str | None
+
+    @property
+    def died_at(self) -> datetime:
+        return datetime.fromtimestamp(self.died_ms / 1000, tz=UTC)
+
+
+def _str(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _pairs(raw: Any) -> list[tuple[str, float]]:
+    """A ``WITHSCORES`` reply as (member, score) pairs."""
+    return [(_str(member), float(score)) for member, score in raw]
+
+
+def _members(raw: Any) -> list[str]:
+    return [_str(member) for member in raw]
+
+
+def _time_ms(raw: Any) -> int:
+    seconds, micros = raw
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def level_range(priority: int) -> tuple[int, str]:
+    """The ``ZCOUNT`` bounds of one priority level in `ready`: ``[base, base + span)``."""
+    base = (MAX_PRIORITY - priority) * PRIORITY_SPAN
+    return base, f"({base + PRIORITY_SPAN}"
+
+
+def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
+    """Counts per priority level, delayed, running (with leases), dead and live workers.
+
+    Two round trips: one transaction for the counts, the lease listing and the workers, one
+    for the owners of the listed leases.
+    """
+    k = app.keys
+    client = app.redis
+    levels = range(MIN_PRIORITY, MAX_PRIORITY + 1)
+    with client.pipeline(transaction=True) as pipe:
+        pipe.time()
+        for priority in levels:
+            low, high = level_range(priority)
+            pipe.zcount(k.ready, low, high)
+        pipe.zcard(k.due)
+        pipe.zcard(k.leases)
+        pipe.zrange(k.leases, 0, max(0, running_limit) - 1, withscores=True)
+        pipe.zcard(k.dead)
+        pipe.zrange(k.workers, 0, -1, withscores=True)
+        pipe.hgetall(k.workerinfo)
+        raw = pipe.execute()
+    now_ms = _time_ms(raw[0])
+    counts = tuple(int(n) for n in raw[1 : 1 + len(levels)])
+    delayed, running_total, leases, dead, workers, infos = raw[1 + len(levels) :]
+    if running_limit <= 0:
+        leases = []
+
+    running: list[RunningJob] = []
+    listed = _pairs(leases)
+    if listed:
+        owners: list[Any] = client.hmget(k.owners, [job_id for job_id, _ in listed])
+        for (job_id, score), owner in zip(listed, owners, strict=True):
+            if owner is None:  # finished between the two round trips
+                continue
+            worker, claimed_ms = _parse_owner(_str(owner))
+            deadline = int(score)
+            running.append(
+                RunningJob(
+                    id=job_id,
+                    worker=worker,
+                    claimed_ms=claimed_ms,
+                    deadline_ms=deadline,
+                    lease_age=(now_ms - claimed_ms) / 1000,
+                    lease_left=(deadline - now_ms) / 1000,
+                )
+            )
+
+    ttl_ms = app.settings.lease_ms * WORKER_TTL_LEASES
+    info_by_id = {_str(key): value for key, value in infos.items()}
+    live: list[WorkerStats] = []
+    stale = 0
+    for worker_id, score in _pairs(workers):
+        beat_ms = int(score)
+        if now_ms - beat_ms > ttl_ms:
+            stale += 1
+            continue
+        live.append(_worker_stats(worker_id, beat_ms, now_ms, info_by_id.get(worker_id)))
+    live.sort(key=lambda w: w.id)
+
+    return QueueStats(
+        now_ms=now_ms,
+        ready_by_priority=counts,
+        delayed=int(delayed),
+        running_total=int(running_total),
+        running=tuple(running),
+        dead=int(dead),
+        workers=tuple(live),
+        stale_workers=stale,
+    )
+
+
+def _parse_owner(owner: str) -> tuple[str, int]:
+    """``token|worker|claimed_ms`` (see ``_lib.lua``); the worker id never holds ``|``."""
+    parts = owner.split("|")
+    if len(parts) != 3:
+        return "?", 0
+    try:
+        return parts[1], int(parts[2])
+    except ValueError:
+        return parts[1], 0
+
+
+def _worker_stats(worker_id: str, beat_ms: int, now_ms: int, raw: bytes | None) -> WorkerStats:
+    info: dict[str, Any] = {}
+    if raw is not None:
+        try:
+            decoded = json.loads(raw)
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, dict):
+            info = decoded
+    host = info.get("host")
+    return WorkerStats(
+        id=worker_id,
+        host=host if isinstance(host, str) else None,
+        pid=_int(info.get("pid")),
+        concurrency=_int(info.get("concurrency")),
+        running=_int(info.get("running")),
+        processed=_int(info.get("processed")),
+        started_ms=_int(info.get("started_ms")),
+        heartbeat_ms=beat_ms,
+        heartbeat_age=max(0, now_ms - beat_ms) / 1000,
+    )
+
+
+def dead_letters(app: App, limit: int = 50) -> list[DeadLetter]:
+    """The newest ``limit`` dead letters, newest first, with their task and failure."""
+    if limit <= 0:
+        return []
+    k = app.keys
+    client = app.redis
+    entries = _pairs(client.zrange(k.dead, 0, limit - 1, desc=True, withscores=True))
+    if not entries:
+        return []
+    ids = [job_id for job_id, _ in entries]
+    with client.pipeline(transaction=False) as pipe:
+        pipe.hmget(k.errors, ids)
+        pipe.hmget(k.jobs, ids)
+        errors, specs = pipe.execute()
+    return [
+        _dead_letter(job_id, int(score), err, spec)
+        for (job_id, score), err, spec in zip(entries, errors, specs, strict=True)
+    ]
+
+
+def _dead_letter(job_id: str, died_ms: int, err: bytes | None, spec: bytes | None) -> DeadLetter:
+    task = UNKNOWN_TASK
+    if spec is not None:
+        with contextlib.suppress(SerializationError):
+            task = decode_spec(spec).task
+    error, attempt, tb = "(no error record)", None, None
+    if err is not None:
+        try:
+            record = decode_outcome(err)
+        except Exception:  # a foreign or corrupt record: show it rather than fail the listing
+            error = f"(unreadable error record) {err[:200]!r}"
+        else:
+            error = str(record.get("error", "(no error text)"))
+            attempt = _int(record.get("attempt"))
+            raw_tb = record.get("traceback")
+            tb = raw_tb if isinstance(raw_tb, str) else None
+    return DeadLetter(job_id, died_ms, task, error, attempt, tb)
+
+
+def dead_count(app: App) -> int:
+    """How many jobs are in the dead-letter set."""
+    return int(app.redis.zcard(app.keys.dead))
+
+
+def retry_dead(app: App, ids: Sequence[str] | None) -> int:
+    """Requeue dead letters with a fresh set of attempts; ``None`` requeues all of them.
+
+    Returns how many were requeued (ids not in the dead set, or without a job record, are
+    skipped).
+    """
+    return _apply(app, ids, app.scripts.revive)
+
+
+def purge_dead(app: App, ids: Sequence[str] | None) -> int:
+    """Delete dead letters for good; ``None`` deletes all of them. Returns how many."""
+    return _apply(app, ids, app.scripts.purge)
+
+
+def _apply(app: App, ids: Sequence[str] | None, make: Callable[[Sequence[str]], Call[int]]) -> int:
+    batch = app.settings.batch_limit
+    client = app.redis
+    if ids is not None:
+        unique = list(dict.fromkeys(ids))
+        return sum(make(unique[i : i + batch]).run(client) for i in range(0, len(unique), batch))
+
+    # All of them: walk the set oldest first up to the newest entry present now, so jobs that
+    # die again meanwhile (a retried job failing at once) are not picked up in a loop. Entries
+    # a script skips stay in place, so the offset moves past them.
+    dead = app.keys.dead
+    newest = _pairs(client.zrange(dead, -1, -1, withscores=True))
+    if not newest:
+        return 0
+    upto = int(newest[0][1])
+    total, offset = 0, 0
+    while True:
+        chunk = _members(client.zrange(dead, "-inf", upto, byscore=True, offset=offset, num=batch))
+        if not chunk:
+            return total
+        done = make(chunk).run(client)
+        total += done
+        offset += len(chunk) - done

@@ -1,0 +1,611 @@
+"""The ``drumbeat`` command: run workers, enqueue jobs, inspect queues and dead letters, and
+manage the embedded Redis.
+
+Commands that work on an app take it as ``MODULE:APP`` (like uvicorn): the module is imported
+with the current directory on ``sys.path``, and ``MODULE`` alone means ``MODULE:app``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from enum import StrEnum
+from typing import Annotated, Any
+
+import redis
+import typer
+from rich.console import Console, RenderableType
+from rich.logging import RichHandler
+from rich.markup import escape
+from rich.table import Table
+
+from drumbeat import admin, embedded
+from drumbeat.app import App
+from drumbeat.errors import DrumbeatError, InvalidJob
+from drumbeat.task import MAX_PRIORITY, MIN_PRIORITY, Options, Prepared
+from drumbeat.worker import run_worker
+
+__all__ = ["CliError", "cli", "load_app", "main", "status_tables"]
+
+log = logging.getLogger("drumbeat.cli")
+
+cli = typer.Typer(
+    name="drumbeat",
+    help="drumbeat: a Redis-backed priority job queue.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+dead_cli = typer.Typer(
+    help="Inspect, retry and purge dead-lettered jobs.",
+    no_args_is_help=True,
+)
+cli.add_typer(dead_cli, name="dead")
+
+USAGE_ERROR = 2  # what click uses for bad arguments
+
+AppArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="MODULE:APP",
+        help="Where the drumbeat.App lives, e.g. myproject.jobs:app"
+        " (MODULE alone means MODULE:app).",
+        show_default=False,
+    ),
+]
+
+
+def main() -> None:
+    """Entry point of the ``drumbeat`` console script."""
+    cli()
+
+
+# -- errors and output -------------------------------------------------------------------------
+
+
+class CliError(Exception):
+    """A failure the CLI reports as one line, exiting with ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def _out() -> Console:
+    # Made per use: the test runner swaps sys.stdout between invocations.
+    return Console(highlight=False)
+
+
+def _err() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    _err().print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    return typer.Exit(code)
+
+
+@contextlib.contextmanager
+def _errors() -> Iterator[None]:
+    """Turns the errors a user can cause or fix into one red line and an exit code."""
+    try:
+        yield
+    except CliError as exc:
+        raise _fail(exc.message, exc.code) from None
+    except InvalidJob as exc:  # a bad argument to enqueue: a usage error
+        raise _fail(str(exc), USAGE_ERROR) from None
+    except DrumbeatError as exc:
+        raise _fail(str(exc), 1) from None
+    except redis.ConnectionError as exc:
+        raise _fail(f"cannot connect to Redis: {exc}", 1) from None
+    except redis.RedisError as exc:
+        raise _fail(f"Redis error: {exc}", 1) from None
+    except ValueError as exc:
+        raise _fail(str(exc), 1) from None
+
+
+@contextlib.contextmanager
+def _opened(spec: str) -> Iterator[App]:
+    """The app named by ``spec``, with its connections closed afterwards."""
+    with _errors():
+        app = load_app(spec)
+        try:
+            yield app
+        finally:
+            app.close()
+
+
+# -- loading the app ---------------------------------------------------------------------------
+
+
+def load_app(spec: str) -> App:
+    """Import ``MODULE:APP`` (or ``MODULE``, meaning ``MODULE:app``) and return the App.
+
+    The current directory goes first on ``sys.path``, so a module next to where the command
+    runs is found, as with uvicorn. ``APP`` may be a dotted attribute path.
+
+    Raises:
+        CliError: if the module cannot be imported or the attribute is not a `drumbeat.App`.
+    """
+    module_name, sep, attr = spec.partition(":")
+    attr = attr if sep else "app"
+    if not module_name or not attr:
+        raise CliError(f"expected MODULE:APP (e.g. myproject.jobs:app), got {spec!r}", USAGE_ERROR)
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise CliError(
+                f"cannot import {module_name!r}: no module named {missing!r} (run drumbeat from "
+                "the directory that holds it, or add that directory to PYTHONPATH)",
+                USAGE_ERROR,
+            ) from None
+        raise CliError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:
+        raise CliError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            hint = "" if sep else f" (name it as {module_name}:NAME)"
+            raise CliError(
+                f"module {module_name!r} has no attribute {attr!r}{hint}", USAGE_ERROR
+            ) from None
+    if not isinstance(obj, App):
+        raise CliError(
+            f"{module_name}:{attr} is a {type(obj).__name__}, not a drumbeat.App", USAGE_ERROR
+        )
+    return obj
+
+
+# -- worker ------------------------------------------------------------------------------------
+
+
+class LogLevel(StrEnum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+    critical = "critical"
+
+
+@cli.command()
+def worker(
+    app_spec: AppArg,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency", "-c", min=1, help="Jobs run at once (default: the app's settings)."
+        ),
+    ] = None,
+    log_level: Annotated[
+        LogLevel, typer.Option("--log-level", "-l", case_sensitive=False, help="Logging level.")
+    ] = LogLevel.info,
+) -> None:
+    """Run a worker for the app's tasks until SIGTERM or SIGINT.
+
+    The first signal lets running jobs finish (up to the app's shutdown_grace) and hands the
+    rest back to the queue; a second one stops at once.
+    """
+    code, ran = 0, False
+    try:
+        with _opened(app_spec) as app:
+            _setup_logging(log_level)
+            ran = True
+            run_worker(app, concurrency=concurrency)
+    except typer.Exit as exc:
+        code = exc.exit_code
+        raise
+    finally:
+        if ran:
+            _exit_if_threads_linger(code)
+
+
+def _setup_logging(level: LogLevel) -> None:
+    """Rich log lines on stderr, unless logging was configured already (then it is kept)."""
+    handler = RichHandler(console=_err(), show_path=False, rich_tracebacks=True)
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(message)s",
+        datefmt="[%X]",
+        handlers=[handler],
+    )
+
+
+def _exit_if_threads_linger(code: int, wait: float = 1.0) -> None:
+    """Exit without joining threads that still run a sync task (one that ignored its timeout
+    or the shutdown): the interpreter would otherwise wait for them at exit, maybe forever."""
+    deadline = time.monotonic() + wait
+    others = [
+        t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon
+    ]
+    for thread in others:  # idle pool threads exit on their own within moments
+        thread.join(max(0.0, deadline - time.monotonic()))
+    lingering = [t.name for t in others if t.is_alive()]
+    if not lingering:
+        return
+    log.warning(
+        "%d task thread(s) still running (%s); exiting without waiting for them",
+        len(lingering),
+        ", ".join(lingering),
+    )
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+# -- enqueue -----------------------------------------------------------------------------------
+
+
+def _parse_json(raw: str, what: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise CliError(f"{what} is not valid JSON ({exc}): {raw!r}", USAGE_ERROR) from None
+
+
+def _call_arguments(
+    args_json: str | None, kwargs_json: str | None
+) -> tuple[list[Any], dict[str, Any]]:
+    args: Any = [] if args_json is None else _parse_json(args_json, "ARGS_JSON")
+    if not isinstance(args, list):
+        args = [args]
+    kwargs: Any = {} if kwargs_json is None else _parse_json(kwargs_json, "--kwargs")
+    if not isinstance(kwargs, dict):
+        raise CliError(
+            f"--kwargs must be a JSON object, got {type(kwargs).__name__}: {kwargs_json!r}",
+            USAGE_ERROR,
+        )
+    return args, kwargs
+
+
+@cli.command()
+def enqueue(
+    app_spec: AppArg,
+    task: Annotated[
+        str, typer.Argument(metavar="TASK", help="The task's name.", show_default=False)
+    ],
+    args_json: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="ARGS_JSON",
+            help="Positional arguments as a JSON list, e.g. '[1, \"two\"]'; any other JSON value "
+            "is the single argument.",
+            show_default=False,
+        ),
+    ] = None,
+    *,
+    kwargs_json: Annotated[
+        str | None,
+        typer.Option(
+            "--kwargs",
+            metavar="JSON",
+            help="Keyword arguments as a JSON object, e.g. '{\"n\": 3}'.",
+        ),
+    ] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(
+            "--priority",
+            "-p",
+            min=MIN_PRIORITY,
+            max=MAX_PRIORITY,
+            help="0..9, higher runs first (default: the task's own, else 0).",
+        ),
+    ] = None,
+    delay: Annotated[
+        float, typer.Option("--delay", "-d", min=0, help="Seconds to wait before it may run.")
+    ] = 0.0,
+    key: Annotated[
+        str | None,
+        typer.Option("--key", "-k", help="Dedup key: no second job while one with it is live."),
+    ] = None,
+) -> None:
+    """Enqueue a job and print its id.
+
+    The task need not be importable here: a name the app does not know is enqueued as is, for
+    a worker that has the code.
+    """
+    with _errors():
+        args, kwargs = _call_arguments(args_json, kwargs_json)
+    with _opened(app_spec) as app:
+        registered = app.tasks.get(task)
+        if registered is not None:
+            job = registered.options(priority=priority, delay=delay, key=key).enqueue(
+                *args, **kwargs
+            )
+        else:
+            options = Options(priority=priority or 0, delay=delay, key=key)
+            job = app.enqueue_many([Prepared(task, args, kwargs, options)])[0]
+    typer.echo(job.id)
+    if not job.created:
+        _err().print(
+            f"[yellow]note:[/] a job with key {escape(repr(key))} is already queued or running; "
+            "that is its id, and nothing new was enqueued",
+            soft_wrap=True,
+        )
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+def _duration(seconds: float) -> str:
+    """A short human duration: ``0.4s``, ``12s``, ``3m05s``, ``2h01m``, ``3d04h``."""
+    sign = "-" if seconds < 0 else ""
+    s = abs(seconds)
+    if s < 10:
+        return f"{sign}{s:.1f}s"
+    whole = int(s)
+    if whole < 60:
+        return f"{sign}{whole}s"
+    if whole < 3600:
+        return f"{sign}{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{sign}{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{sign}{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def _n(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def summary_table(stats: admin.QueueStats) -> Table:
+    """One row per count; a later extension (schedules) adds its rows here."""
+    table = Table(title="Queue", title_justify="left", show_header=False)
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    table.add_row("ready", str(stats.ready))
+    table.add_row("delayed", str(stats.delayed))
+    table.add_row("running", str(stats.running_total))
+    table.add_row("dead letters", str(stats.dead))
+    workers = str(len(stats.workers))
+    if stats.stale_workers:
+        workers += f" (+{stats.stale_workers} silent)"
+    table.add_row("workers", workers)
+    return table
+
+
+def priority_table(stats: admin.QueueStats) -> Table:
+    """Ready jobs per priority level, highest (first to run) on top; empty levels left out."""
+    table = Table(title="Ready by priority", title_justify="left")
+    table.add_column("priority", justify="right")
+    table.add_column("jobs", justify="right")
+    for priority in range(MAX_PRIORITY, MIN_PRIORITY - 1, -1):
+        depth = stats.ready_by_priority[priority]
+        if depth:
+            table.add_row(str(priority), str(depth))
+    if not stats.ready:
+        table.add_row("-", "0")
+    return table
+
+
+def running_table(stats: admin.QueueStats) -> Table:
+    """Jobs under a lease, closest to expiry first."""
+    title = "Running"
+    if stats.running_total > len(stats.running):
+        title += f" (showing {len(stats.running)} of {stats.running_total})"
+    table = Table(title=title, title_justify="left")
+    table.add_column("job", no_wrap=True, min_width=32)
+    table.add_column("worker", overflow="fold")
+    table.add_column("lease age", justify="right")
+    table.add_column("lease left", justify="right")
+    for job in stats.running:
+        left = _duration(job.lease_left)
+        if job.lease_left < 0:
+            left = f"[red]{left} (expired)[/]"
+        table.add_row(job.id, escape(job.worker), _duration(job.lease_age), left)
+    return table
+
+
+def workers_table(stats: admin.QueueStats) -> Table:
+    """Live workers, from their heartbeats."""
+    table = Table(title="Workers", title_justify="left")
+    table.add_column("worker", overflow="fold")
+    table.add_column("host", overflow="fold")
+    table.add_column("pid", justify="right")
+    table.add_column("busy", justify="right")
+    table.add_column("processed", justify="right")
+    table.add_column("up", justify="right")
+    table.add_column("heartbeat", justify="right")
+    for w in stats.workers:
+        up = "?" if w.started_ms is None else _duration((stats.now_ms - w.started_ms) / 1000)
+        table.add_row(
+            escape(w.id),
+            escape(w.host or "?"),
+            _n(w.pid),
+            f"{_n(w.running)}/{_n(w.concurrency)}",
+            _n(w.processed),
+            up,
+            f"{_duration(w.heartbeat_age)} ago",
+        )
+    return table
+
+
+def status_tables(stats: admin.QueueStats) -> list[RenderableType]:
+    """Everything ``drumbeat status`` shows, in order; listings that are empty are left out."""
+    tables: list[RenderableType] = [summary_table(stats), priority_table(stats)]
+    if stats.running:
+        tables.append(running_table(stats))
+    if stats.workers:
+        tables.append(workers_table(stats))
+    return tables
+
+
+@cli.command()
+def status(
+    app_spec: AppArg,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=0, help="Most running jobs to list.")
+    ] = 50,
+) -> None:
+    """Show queue depth per priority, delayed, running and dead jobs, and live workers."""
+    with _opened(app_spec) as app:
+        stats = admin.queue_stats(app, running_limit=limit)
+        namespace = app.settings.namespace
+    out = _out()
+    out.print(f"namespace [bold]{escape(namespace)}[/]")
+    for table in status_tables(stats):
+        out.print(table)
+
+
+# -- dead letters ------------------------------------------------------------------------------
+
+IdsArg = Annotated[
+    list[str] | None,
+    typer.Argument(metavar="IDS", help="Job ids.", show_default=False),
+]
+AllOpt = Annotated[bool, typer.Option("--all", help="Every dead letter.")]
+
+
+def _targets(ids: Sequence[str] | None, all_: bool, verb: str) -> list[str] | None:
+    if ids and all_:
+        raise CliError("give job ids or --all, not both", USAGE_ERROR)
+    if not ids and not all_:
+        raise CliError(
+            f"nothing to {verb}: give the ids of the dead letters, or --all for every one",
+            USAGE_ERROR,
+        )
+    return None if all_ else list(ids or [])
+
+
+@dead_cli.command("ls")
+def dead_ls(
+    app_spec: AppArg,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Most entries to list.")] = 50,
+    tracebacks: Annotated[
+        bool, typer.Option("--traceback", "-t", help="Also print each failure's traceback.")
+    ] = False,
+) -> None:
+    """List dead letters, newest first: when they died, their task and their error."""
+    with _opened(app_spec) as app:
+        letters = admin.dead_letters(app, limit)
+        total = admin.dead_count(app)
+    out = _out()
+    title = "Dead letters" + (
+        f" (newest {len(letters)} of {total})" if total > len(letters) else ""
+    )
+    table = Table(title=title, title_justify="left")
+    table.add_column("job", no_wrap=True, min_width=32)
+    table.add_column("died (UTC)", no_wrap=True)
+    table.add_column("task", overflow="fold")
+    table.add_column("attempt", justify="right")
+    table.add_column("error", overflow="fold")
+    for letter in letters:
+        table.add_row(
+            letter.id,
+            letter.died_at.strftime("%Y-%m-%d %H:%M:%S"),
+            escape(letter.task),
+            _n(letter.attempt),
+            escape(letter.error),
+        )
+    out.print(table if letters else "no dead letters")
+    if tracebacks:
+        for letter in letters:
+            if letter.traceback:
+                out.rule(f"{letter.id} ({escape(letter.task)})")
+                out.print(escape(letter.traceback.rstrip()), soft_wrap=True)
+
+
+@dead_cli.command("retry")
+def dead_retry(app_spec: AppArg, ids: IdsArg = None, all_: AllOpt = False) -> None:
+    """Requeue dead letters with a fresh set of attempts."""
+    with _errors():
+        targets = _targets(ids, all_, "retry")
+    with _opened(app_spec) as app:
+        n = admin.retry_dead(app, targets)
+    _out().print(f"requeued {n} job{'s' if n != 1 else ''}")
+    if targets is not None and n < len(set(targets)):
+        _skipped(len(set(targets)) - n, "requeued")
+
+
+@dead_cli.command("purge")
+def dead_purge(
+    app_spec: AppArg,
+    ids: IdsArg = None,
+    all_: AllOpt = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete dead letters for good (asks first unless --yes)."""
+    with _errors():
+        targets = _targets(ids, all_, "purge")
+    with _opened(app_spec) as app:
+        count = admin.dead_count(app) if targets is None else len(set(targets))
+        if count == 0:
+            _out().print("no dead letters")
+            return
+        if not yes:
+            what = f"all {count} dead letters" if targets is None else f"{count} dead letter(s)"
+            typer.confirm(f"Delete {what} for good?", abort=True)
+        n = admin.purge_dead(app, targets)
+    _out().print(f"purged {n} job{'s' if n != 1 else ''}")
+    if targets is not None and n < len(set(targets)):
+        _skipped(len(set(targets)) - n, "purged")
+
+
+def _skipped(n: int, verb: str) -> None:
+    _err().print(
+        f"[yellow]note:[/] {n} id(s) were not {verb}: not in the dead-letter set"
+        + (" (or without a job record)" if verb == "requeued" else ""),
+        soft_wrap=True,
+    )
+
+
+# -- embedded Redis ----------------------------------------------------------------------------
+
+
+@cli.command("redis")
+def redis_command(
+    start: Annotated[bool, typer.Option("--start", help="Start it (or reuse it).")] = False,
+    stop: Annotated[bool, typer.Option("--stop", help="Shut it down (AOF is fsynced).")] = False,
+) -> None:
+    """Show the embedded Redis that App() uses when given no URL; --start or --stop it.
+
+    Its data directory is DRUMBEAT_HOME (default ~/.local/share/drumbeat).
+    """
+    out = _out()
+    with _errors():
+        if start and stop:
+            raise CliError("--start and --stop exclude each other", USAGE_ERROR)
+        if start:
+            embedded.ensure_running()
+        if stop:
+            was = embedded.stop()
+            out.print("stopped the embedded Redis" if was else "the embedded Redis was not running")
+        st = embedded.status()
+    table = Table(title="Embedded Redis", title_justify="left", show_header=False)
+    table.add_column("field")
+    table.add_column("value", overflow="fold")
+    state = "[green]running[/]" if st.running else "[yellow]not running[/]"
+    table.add_row("state", state)
+    table.add_row("url", escape(st.url))
+    table.add_row("home", escape(str(st.home)))
+    table.add_row("binary", escape(st.binary or "none found"))
+    if st.running:
+        table.add_row("pid", _n(st.pid))
+        table.add_row("version", st.redis_version or "?")
+        aof = "?" if st.aof_enabled is None else ("on" if st.aof_enabled else "off")
+        table.add_row("aof", aof)
+        table.add_row("memory", st.used_memory_human or "?")
+        table.add_row("keys", _n(st.keys))
+    out.print(table)
+    configured = os.environ.get("DRUMBEAT_REDIS_URL")
+    if configured:
+        out.print(
+            f"[yellow]note:[/] DRUMBEAT_REDIS_URL is set, so apps use {escape(configured)} "
+            "rather than this server",
+            soft_wrap=True,
+        )
