@@ -143,7 +143,9 @@ def test_settings_are_validated() -> None:
         drumbeat.Settings(codec="pickle")  # type: ignore[arg-type]
 
 
-async def test_worker_warns_at_start_when_redis_may_evict(app: drumbeat.App, r: redis.Redis) -> None:
+async def test_worker_warns_at_start_when_redis_may_evict(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
     r.config_set("maxmemory-policy", "volatile-lru")
     try:
         with pytest.warns(drumbeat.EvictionPolicyWarning, match="volatile-lru"):
