@@ -126,11 +126,13 @@ def _parse_enqueue(raw: Any) -> list[Enqueued]:
 @dataclass(frozen=True, slots=True)
 class Reaped:
     requeued: int
+    more: bool
+    """A sweep hit its limit: there is more to reap right away."""
     buried: list[str]
 
 
 def _parse_reap(raw: Any) -> Reaped:
-    return Reaped(int(raw[0]), [_str(x) for x in raw[1:]])
+    return Reaped(int(raw[0]), bool(int(raw[1])), [_str(x) for x in raw[2:]])
 
 
 @dataclass(frozen=True, slots=True)

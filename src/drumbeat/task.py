@@ -132,6 +132,7 @@ class Task(Generic[P, R]):
         self.fn = fn
         self.config = config
         self.is_async = inspect.iscoroutinefunction(fn)
+        self._defaults = Options(priority=config.priority)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -165,10 +166,6 @@ class Task(Generic[P, R]):
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         return (await self.app.aenqueue_many([self.prepare(*args, **kwargs)]))[0]
-
-    @property
-    def _defaults(self) -> Options:
-        return Options(priority=self.config.priority)
 
     def with_config(self, **changes: Any) -> Task[P, R]:
         return Task(self.app, self.fn, replace(self.config, **changes))

@@ -300,6 +300,11 @@ class Worker:
                                 reaped.requeued, len(reaped.buried))  # fmt: skip
                 if reaped.buried:
                     await self._announce(reaped.buried)
+                if reaped.more:
+                    # A busy queue can expire thousands of outcomes a second; sweeping one
+                    # batch per interval would let them pile up.
+                    await asyncio.sleep(0)
+                    continue
             except _TRANSIENT as exc:
                 log.warning("housekeeping failed (%s)", exc)
             # Jitter keeps many workers from reaping in lockstep.

@@ -94,3 +94,16 @@ def test_worker_heartbeat_is_recorded(app: drumbeat.App, r: redis.Redis) -> None
     time.sleep(0.01)
     app.scripts.reap(3, 100, 60_000, 1, 60_000).run(r)
     assert r.zscore(app.keys.workers, "w1") is None, "silent workers are swept"
+
+
+def test_reap_says_when_a_sweep_hit_its_limit(app: drumbeat.App, r: redis.Redis) -> None:
+    r.zadd(app.keys.expires, {f"j{i}": 1 for i in range(25)})
+    r.hset(app.keys.results, mapping={f"j{i}": b"{}" for i in range(25)})
+    passes = []
+    while True:
+        reaped = app.scripts.reap(3, 10, 60_000, 60_000, 60_000).run(r)
+        passes.append(reaped.more)
+        if not reaped.more:
+            break
+    assert passes == [True, True, False]
+    assert r.hlen(app.keys.results) == 0

@@ -301,3 +301,23 @@ async def test_revived_dead_job_runs_again_and_its_waiter_blocks(
     fail[0] = False
     async with running_worker(app):
         assert await waiter == "ok"
+
+
+async def test_expired_outcomes_are_swept_faster_than_one_batch_per_interval(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    # 10 per batch, one pass a second: 200 outcomes would take 20 s without back-to-back sweeps.
+    app = drumbeat.App(redis_url, namespace=namespace, batch_limit=10, maintenance_interval=1.0)
+
+    @app.task(result_ttl=0.3)
+    async def noop(n: int) -> int:
+        return n
+
+    async with running_worker(app, concurrency=50):
+        jobs = await app.aenqueue_many([noop.prepare(i) for i in range(200)])
+        await jobs[-1].aresult(timeout=10)
+        deadline = time.monotonic() + 6
+        while r.hlen(app.keys.results) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    assert r.hlen(app.keys.results) == 0 and r.zcard(app.keys.expires) == 0
+    await app.aclose()

@@ -7,10 +7,11 @@
 -- KEYS[13] workerinfo (hash)
 -- ARGV[1] max stalls  ARGV[2] limit per sweep  ARGV[3] dead ttl ms  ARGV[4] worker ttl ms
 -- ARGV[5] outcome ttl ms for jobs dead-lettered here
--- Returns {requeued count, then the ids dead-lettered here (their waiters need a wake-up)}
+-- Returns {requeued count, 1 if any sweep hit `limit` (call again) else 0, then the ids
+--          dead-lettered here (their waiters need a wake-up)}
 local now = now_ms()
 local max_stalls, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-local out = {0}
+local out = {0, 0}
 
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(expired) do
@@ -41,10 +42,13 @@ for _, id in ipairs(expired) do
 end
 if out[1] > 0 then wake(KEYS[11]) end
 
+if #expired == limit then out[2] = 1 end
+
 local stale = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now, 'LIMIT', 0, limit)
 if #stale > 0 then
   redis.call('HDEL', KEYS[8], unpack(stale))
   redis.call('ZREM', KEYS[9], unpack(stale))
+  if #stale == limit then out[2] = 1 end
 end
 
 local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now - tonumber(ARGV[3]), 'LIMIT', 0, limit)
@@ -53,6 +57,7 @@ if #old > 0 then
   redis.call('HDEL', KEYS[3], unpack(old))
   redis.call('HDEL', KEYS[6], unpack(old))
   redis.call('ZREM', KEYS[5], unpack(old))
+  if #old == limit then out[2] = 1 end
 end
 
 local gone = redis.call('ZRANGEBYSCORE', KEYS[12], '-inf', now - tonumber(ARGV[4]), 'LIMIT', 0, limit)
