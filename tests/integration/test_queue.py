@@ -321,3 +321,29 @@ async def test_expired_outcomes_are_swept_faster_than_one_batch_per_interval(
             await asyncio.sleep(0.05)
     assert r.hlen(app.keys.results) == 0 and r.zcard(app.keys.expires) == 0
     await app.aclose()
+
+
+async def test_idle_worker_blocks_in_redis_instead_of_polling(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    app = drumbeat.App(redis_url, namespace=namespace, idle_block=5.0, maintenance_interval=30)
+    started: list[float] = []
+
+    @app.task
+    async def ping() -> None:
+        started.append(time.monotonic())
+
+    async with running_worker(app):
+        await asyncio.sleep(0.3)  # startup: first claim, heartbeat, first housekeeping pass
+        before = _commands(r, "evalsha") + _commands(r, "bzpopmin")
+        await asyncio.sleep(1.5)
+        idle_calls = _commands(r, "evalsha") + _commands(r, "bzpopmin") - before
+        sent = time.monotonic()
+        await ping.aenqueue()
+        while not started:
+            await asyncio.sleep(0.001)
+    # A poll every 100 ms would have made ~15 calls; a blocked worker makes none.
+    assert idle_calls <= 1
+    # Woken by the enqueue itself, not by the end of its 5 s block.
+    assert started[0] - sent < 1.0
+    await app.aclose()
