@@ -7,7 +7,7 @@ import contextlib
 import logging
 import uuid
 import warnings
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 import redis
@@ -18,6 +18,8 @@ from .config import Settings
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .job import Job, encode_spec
 from .keys import Keys, check_name
+from .schedule import Mode
+from .scheduler import Schedule, ScheduleInfo, Scheduler
 from .scripts import SHAS, Call, Scripts
 from .serialization import CODECS, Codec, check_size, encode_call
 from .task import Prepared, Task, TaskConfig
@@ -63,6 +65,7 @@ class App:
         self.scripts = Scripts(self.keys)
         self.codec: Codec = CODECS[self.settings.codec]
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.scheduler = Scheduler(self)
         self._url: str | None = self.settings.url
         self._redis: redis.Redis | None = None
         self._aredis: tuple[asyncio.AbstractEventLoop, redis_async.Redis] | None = None
@@ -194,6 +197,137 @@ class App:
         """Enqueue a task by name (for producers that do not import the task's code)."""
         return self.enqueue_many([Prepared(task, args, kwargs)])[0]
 
+    # -- schedules -----------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        id: str,
+        task: Task[Any, Any] | str,
+        *,
+        every: float | None = None,
+        cron: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        priority: int | None = None,
+        tz: str = "UTC",
+        mode: Mode = "rate",
+        grace: float | None = None,
+        jitter: float = 0.0,
+    ) -> None:
+        """Create or update (by ``id``) a schedule that runs ``task`` periodically.
+
+        Args:
+            every: seconds between runs (fixed rate: no drift, missed runs coalesced).
+            cron: a five-field cron expression instead of ``every``, in time zone ``tz``.
+            args, kwargs: the task's arguments, as for `Task.enqueue`.
+            priority: 0..9 against other work; defaults to the task's.
+            mode: ``"rate"`` (next = previous due + every) or ``"delay"`` (next = end + every).
+            grace: skip (and count) a run that would start more than ``grace`` seconds late.
+            jitter: spread each run by up to ``jitter`` seconds (stable per run).
+        """
+        item = Schedule(
+            id, task, every, cron, args, kwargs or {}, priority, tz, mode, grace, jitter
+        )
+        self.schedule_many([item])
+
+    async def aschedule(
+        self,
+        id: str,
+        task: Task[Any, Any] | str,
+        *,
+        every: float | None = None,
+        cron: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        priority: int | None = None,
+        tz: str = "UTC",
+        mode: Mode = "rate",
+        grace: float | None = None,
+        jitter: float = 0.0,
+    ) -> None:
+        """`schedule` for async callers."""
+        item = Schedule(
+            id, task, every, cron, args, kwargs or {}, priority, tz, mode, grace, jitter
+        )
+        await self.aschedule_many([item])
+
+    def schedule_many(self, schedules: Iterable[Schedule]) -> list[int]:
+        """Upsert many schedules, one script call per 500 per shard, pipelined.
+
+        Returns one code per schedule in shard order: 1 created, 2 updated, 0 unchanged.
+        """
+        items = list(schedules)
+        return _flat(self._run(self.scheduler.upserts(items, self._now_ms())))
+
+    async def aschedule_many(self, schedules: Iterable[Schedule]) -> list[int]:
+        items = list(schedules)
+        now = await self._anow_ms()
+        return _flat(await self._arun(self.scheduler.upserts(items, now)))
+
+    def unschedule(self, *ids: str) -> int:
+        """Remove schedules; a run in flight finishes and is not followed by another."""
+        return sum(self._run(self.scheduler.unschedules(ids)))
+
+    async def aunschedule(self, *ids: str) -> int:
+        return sum(await self._arun(self.scheduler.unschedules(ids)))
+
+    def pause(self, *ids: str) -> int:
+        """Stop scheduling runs (a run in flight finishes); returns how many were paused."""
+        return sum(self._run(self.scheduler.pauses(ids)))
+
+    async def apause(self, *ids: str) -> int:
+        return sum(await self._arun(self.scheduler.pauses(ids)))
+
+    def resume(self, *ids: str) -> int:
+        """Resume paused schedules at their next slot from now; returns how many resumed."""
+        stored = self.scheduler.read(self.redis, ids)
+        return sum(self._run(self.scheduler.resumes(stored, self._now_ms())))
+
+    async def aresume(self, *ids: str) -> int:
+        client = await self.aredis()
+        stored = await self.scheduler.aread(client, ids)
+        return sum(await self._arun(self.scheduler.resumes(stored, await self._anow_ms())))
+
+    def run_now(self, *ids: str) -> int:
+        """Queue one extra run of each schedule now, unless one is already queued or running."""
+        return sum(self._run(self.scheduler.runs_now(ids)))
+
+    async def arun_now(self, *ids: str) -> int:
+        return sum(await self._arun(self.scheduler.runs_now(ids)))
+
+    def schedules(self, prefix: str = "") -> Iterator[ScheduleInfo]:
+        """Iterate over schedules whose id starts with ``prefix``, with their state."""
+        return self.scheduler.iterate(self.redis, prefix)
+
+    async def aschedules(self, prefix: str = "") -> list[ScheduleInfo]:
+        """`schedules` for async callers (runs the scan in a thread; returns a list)."""
+        return await asyncio.to_thread(lambda: list(self.schedules(prefix)))
+
+    def get_schedule(self, schedule_id: str) -> ScheduleInfo | None:
+        stored = self.scheduler.read(self.redis, [schedule_id])
+        if schedule_id not in stored:
+            return None
+        keys = self.scheduler.shards[self.scheduler.shard_of(schedule_id)]
+        due = self.redis.zscore(keys.due, "s:" + schedule_id)
+        fault: bytes | None = self.redis.hget(keys.faults, schedule_id)  # type: ignore[assignment]
+        return self.scheduler.decode(schedule_id, stored[schedule_id], due, fault)
+
+    def _now_ms(self) -> int:
+        sec, usec = self.redis.time()
+        return int(sec) * 1000 + int(usec) // 1000
+
+    async def _anow_ms(self) -> int:
+        sec, usec = await (await self.aredis()).time()
+        return int(sec) * 1000 + int(usec) // 1000
+
+    def _run(self, calls: Sequence[Call[T]]) -> list[T]:
+        # Script calls of different shards are independent; each runs on its own.
+        return [call.run(self.redis) for call in calls]
+
+    async def _arun(self, calls: Sequence[Call[T]]) -> list[T]:
+        client = await self.aredis()
+        return [await call.arun(client) for call in calls]
+
     def job(self, job_id: str) -> Job[Any]:
         """A handle on an existing job."""
         return Job(self, job_id, created=False)
@@ -230,6 +364,10 @@ class _Decorator(Protocol):
     def __call__(self, fn: Callable[P, Awaitable[R]], /) -> Task[P, R]: ...
     @overload
     def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+
+def _flat(results: Sequence[list[int]]) -> list[int]:
+    return [x for r in results for x in r]
 
 
 def _check_task_name(name: str) -> None:

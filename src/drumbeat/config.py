@@ -55,6 +55,13 @@ class Settings:
     batch_limit: int = 500
     """Upper bound on the items one Lua call handles (claims, acks, reaps)."""
 
+    schedule_shards: int = 1
+    """Shards schedules are spread over, each under its own hash tag (for Redis Cluster);
+    1 keeps them beside the jobs."""
+
+    min_interval: float = 1.0
+    """Shortest ``every=`` a schedule may have, in seconds."""
+
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     """Free-form settings for extensions; ignored by the core."""
 
@@ -64,7 +71,9 @@ class Settings:
         for name in ("lease", "shutdown_grace", "idle_block", "maintenance_interval"):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("concurrency", "batch_limit", "max_payload_bytes"):
+        if self.min_interval <= 0:
+            raise ConfigurationError(f"min_interval must be > 0, got {self.min_interval!r}")
+        for name in ("concurrency", "batch_limit", "max_payload_bytes", "schedule_shards"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         if self.result_ttl < 0 or self.dead_ttl <= 0 or self.max_stalls < 0:

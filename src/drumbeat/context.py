@@ -20,6 +20,10 @@ class Context:
     run whose lease was taken over finishes late."""
     priority: int
     worker: str
+    schedule_id: str | None = None
+    """The schedule this run belongs to; None for a one-off job."""
+    due_ms: int | None = None
+    """When this run was due (epoch ms, Redis clock); None for a one-off job."""
 
 
 _current: ContextVar[Context] = ContextVar("drumbeat_job")

@@ -38,6 +38,9 @@ SHARD_KEYS: dict[str, str] = {
     "wake": "zset",
     "workers": "zset",
     "workerinfo": "hash",
+    "schedules": "hash",
+    "faults": "hash",
+    "lateness": "hash",
 }
 
 #: Keys made per job; each one has a Redis expiry.
@@ -150,3 +153,15 @@ class Keys:
     @property
     def workerinfo(self) -> str:
         return self.key("workerinfo")
+
+    @property
+    def schedules(self) -> str:
+        return self.key("schedules")
+
+    @property
+    def faults(self) -> str:
+        return self.key("faults")
+
+    @property
+    def lateness(self) -> str:
+        return self.key("lateness")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import random
+import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -15,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from .context import Context, _current
 from .errors import Retry, SerializationError, UnknownTask
-from .job import decode_spec, encode_failure, encode_success
+from .job import codec_of, decode_spec, encode_failure, encode_success
+from .schedule import RUN_PREFIX, Cadence, is_misfire, jitter_ms, split_stored
 from .scripts import Claimed
 
 if TYPE_CHECKING:
@@ -41,7 +43,22 @@ class Bury:
     reason: str
 
 
-Outcome = Done | Again | Bury
+@dataclass(frozen=True, slots=True)
+class RunDone:
+    """A schedule's run ended (or was skipped); where the schedule goes next."""
+
+    outcome: str  # ok | fail | skip
+    duration_ms: int
+    generation: int
+    grid_ms: int
+    due_ms: int
+    error: str = ""
+
+
+Outcome = Done | Again | Bury | RunDone
+
+# A schedule record that cannot be read still comes back this much later, so it cannot spin.
+_UNREADABLE_RETRY_MS = 60_000
 
 
 def backoff_delay(task: Task[Any, Any], failures: int, rand: Callable[[], float]) -> float:
@@ -62,6 +79,8 @@ class Runner:
         self.rand = random.random
 
     async def run(self, job: Claimed, now_ms: Callable[[], int]) -> Outcome:
+        if job.id.startswith(RUN_PREFIX):
+            return await self._run_schedule(job, now_ms)
         try:
             if job.spec is None:
                 raise SerializationError("no job record: a foreign or corrupt entry in the queue")
@@ -86,6 +105,53 @@ class Runner:
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             return self._failed(job, task, error, None, now_ms(), tb=traceback.format_exc())
+        finally:
+            _current.reset(token)
+
+    async def _run_schedule(self, job: Claimed, now_ms: Callable[[], int]) -> RunDone:
+        """Runs one due run of a schedule; never raises, so a failure never stops the schedule."""
+        start_ms, started = now_ms(), time.monotonic()
+        schedule_id = job.id[len(RUN_PREFIX) :]
+        gen = -1
+        try:
+            due_s, grid_s, gen_s, manual = job.extra.split(":")
+            due, grid, gen = int(due_s), int(grid_s), int(gen_s)
+            if job.spec is None:
+                raise SerializationError("no schedule record")
+            _, spec_blob = split_stored(job.spec)
+            raw = codec_of(spec_blob).loads(spec_blob)
+            cadence = Cadence.from_wire(raw["s"])
+            args, kwargs = raw["c"]
+        except Exception as exc:  # a damaged record: report it, come back later
+            error = f"unreadable schedule record: {type(exc).__name__}: {exc}"
+            retry_at = start_ms + _UNREADABLE_RETRY_MS
+            return RunDone("fail", 0, gen, retry_at, retry_at, error)
+
+        def next_slot(outcome: str, error: str = "") -> RunDone:
+            end = now_ms()
+            if manual == "1" and grid > end:  # a run-now keeps the slot it jumped ahead of
+                nxt = (grid, grid + jitter_ms(schedule_id, grid, cadence.jitter_ms), 0)
+            else:
+                nxt = cadence.after_run(schedule_id, grid, end)
+            duration = round((time.monotonic() - started) * 1000)
+            return RunDone(outcome, duration, gen, nxt[0], nxt[1], error)
+
+        if job.attempt == 1 and is_misfire(due, start_ms, cadence.grace_ms):
+            return next_slot("skip")
+        try:
+            task = self.app.get_task(raw["t"])
+        except UnknownTask as exc:  # keeps its cadence: the task may be deployed later
+            return next_slot("fail", str(exc))
+        ctx = Context(job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
+                      schedule_id, due)  # fmt: skip
+        token = _current.set(ctx)
+        try:
+            await asyncio.wait_for(self._call(task, args, kwargs), task.config.timeout)
+            return next_slot("ok")
+        except TimeoutError:
+            return next_slot("fail", f"timed out after {task.config.timeout} s")
+        except Exception as exc:
+            return next_slot("fail", f"{type(exc).__name__}: {exc}"[:2000])
         finally:
             _current.reset(token)
 

@@ -33,6 +33,12 @@ SCRIPT_NAMES = (
     "job_status",
     "revive",
     "purge",
+    "upsert_schedules",
+    "unschedule",
+    "pause_schedules",
+    "resume_schedules",
+    "run_now",
+    "finish_runs",
 )
 
 
@@ -88,6 +94,8 @@ class Claimed:
     stalls: int
     token: int
     priority: int
+    extra: str
+    """The dedup key of a job; "<due>:<grid>:<generation>:<manual>" of a schedule run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +114,9 @@ def _parse_claim(raw: Any) -> ClaimResult:
             stalls=int(raw[i + 3]),
             token=int(raw[i + 4]),
             priority=int(raw[i + 5]),
+            extra=_str(raw[i + 6]),
         )
-        for i in range(2, len(raw), 6)
+        for i in range(2, len(raw), 7)
     ]
     next_due = int(raw[1])
     return ClaimResult(int(raw[0]), None if next_due < 0 else next_due, jobs)
@@ -160,6 +169,7 @@ class Scripts:
     def claim(self, worker: str, limit: int, lease_ms: int, promote: int) -> Call[ClaimResult]:
         k = self.k
         keys = [k.ready, k.due, k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.wake]
+        keys += [k.schedules, k.lateness]
         return Call("claim", keys, [worker, limit, lease_ms, promote], _parse_claim)
 
     def complete(self, items: Sequence[tuple[str, int, bytes, int]]) -> Call[list[int]]:
@@ -197,14 +207,22 @@ class Scripts:
         return Call("handback", keys, [x for pair in owned for x in pair], int)
 
     def reap(
-        self, max_stalls: int, limit: int, dead_ttl_ms: int, worker_ttl_ms: int, result_ttl_ms: int
+        self,
+        *,
+        max_stalls: int,
+        limit: int,
+        dead_ttl_ms: int,
+        worker_ttl_ms: int,
+        result_ttl_ms: int,
+        lease_ms: int,
     ) -> Call[Reaped]:
         k = self.k
         keys = [
             k.leases, k.owners, k.state, k.ready, k.dead, k.errors, k.uniq,
             k.results, k.expires, k.jobs, k.wake, k.workers, k.workerinfo,
+            k.schedules, k.due, k.faults,
         ]  # fmt: skip
-        args = [max_stalls, limit, dead_ttl_ms, worker_ttl_ms, result_ttl_ms]
+        args = [max_stalls, limit, dead_ttl_ms, worker_ttl_ms, result_ttl_ms, lease_ms]
         return Call("reap", keys, args, _parse_reap)
 
     def job_status(self, job_id: str) -> Call[JobState]:
@@ -221,3 +239,39 @@ class Scripts:
     def purge(self, ids: Sequence[str]) -> Call[int]:
         k = self.k
         return Call("purge", [k.dead, k.errors, k.state, k.jobs], list(ids), int)
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    def upsert_schedules(self, groups: Sequence[str | bytes | int]) -> Call[list[int]]:
+        """Groups of (id, priority, grid_ms, due_ms, spec)."""
+        k = self.k
+        keys = [k.schedules, k.due, k.ready, k.leases, k.wake]
+        return Call("upsert_schedules", keys, groups, _ints)
+
+    def unschedule(self, ids: Sequence[str]) -> Call[int]:
+        k = self.k
+        keys = [k.schedules, k.due, k.ready, k.state, k.faults]
+        return Call("unschedule", keys, list(ids), int)
+
+    def pause_schedules(self, ids: Sequence[str]) -> Call[int]:
+        k = self.k
+        return Call("pause_schedules", [k.schedules, k.due, k.ready, k.state], list(ids), int)
+
+    def resume_schedules(self, items: Sequence[tuple[str, int, int]]) -> Call[int]:
+        """Items are (id, grid_ms, due_ms)."""
+        k = self.k
+        keys = [k.schedules, k.due, k.ready, k.leases, k.wake]
+        return Call("resume_schedules", keys, [x for item in items for x in item], int)
+
+    def run_now(self, ids: Sequence[str]) -> Call[int]:
+        k = self.k
+        keys = [k.schedules, k.due, k.ready, k.leases, k.state, k.seq, k.wake]
+        return Call("run_now", keys, list(ids), int)
+
+    def finish_runs(
+        self, items: Sequence[tuple[str, int, str, int, int, int, int, str]]
+    ) -> Call[list[int]]:
+        """Items are (member, token, outcome, duration_ms, generation, grid_ms, due_ms, error)."""
+        k = self.k
+        keys = [k.schedules, k.due, k.leases, k.owners, k.state, k.faults, k.wake]
+        return Call("finish_runs", keys, [x for item in items for x in item], _ints)

@@ -15,7 +15,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +24,9 @@ import redis
 import redis.asyncio as aredis
 
 from .app import check_server
-from .runner import Again, Bury, Done, Outcome, Runner
-from .scripts import Claimed
+from .keys import Keys
+from .runner import Again, Bury, Done, Outcome, RunDone, Runner
+from .scripts import Call, Claimed, Reaped, Scripts
 
 if TYPE_CHECKING:
     from .app import App
@@ -60,10 +62,16 @@ class Worker:
         self.started_ms = int(time.time() * 1000)
         self.processed = 0
         self.failed = 0
-        # Claimed and not yet settled, for lease renewal: id -> claim.
-        self._held: dict[str, Claimed] = {}
+        # Every shard this worker serves: jobs' shard first, then schedule shards if apart.
+        self.shards: list[Scripts] = [app.scripts]
+        if app.settings.schedule_shards > 1:
+            self.shards += app.scheduler.scripts
+        self._next_shard = 0
+        # Claimed and not yet settled, for lease renewal: id -> (shard, claim). Ids are unique
+        # across shards (job ids are uuids; a schedule lives in exactly one shard).
+        self._held: dict[str, tuple[int, Claimed]] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
-        self._pending: list[tuple[Claimed, Outcome]] = []
+        self._pending: list[tuple[int, Claimed, Outcome]] = []
         self._clock_offset_ms = 0
         self._stopping = asyncio.Event()
         self._hard = False
@@ -135,20 +143,37 @@ class Worker:
                 await self._slot_free.wait()
                 continue
             try:
-                claim = self.app.scripts.claim(
-                    self.id, free, self.settings.lease_ms, self.settings.batch_limit
-                )
-                result = await claim.arun(self._client)
-                self._clock_offset_ms = result.now_ms - int(time.time() * 1000)
-                for job in result.jobs:
-                    self._start(job)
-                if len(result.jobs) < free:
-                    await self._wait_for_work(result.now_ms, result.next_due_ms)
+                claimed, now_ms, next_due_ms = await self._claim(free)
+                if claimed < free:
+                    await self._wait_for_work(now_ms, next_due_ms)
                 pause = 0.05
             except _TRANSIENT as exc:
                 log.warning("claiming failed (%s); retrying in %.1f s", exc, pause)
                 await self._sleep_unless_stopping(pause)
                 pause = min(pause * 2, 5.0)
+
+    async def _claim(self, free: int) -> tuple[int, int, int | None]:
+        """Claims up to ``free`` items, shard after shard (starting at a rotating one, so no
+        shard starves); returns (claimed, Redis now, earliest due time seen)."""
+        assert self._client is not None
+        s, n = self.settings, len(self.shards)
+        claimed, now_ms, next_due = 0, 0, None
+        start = self._next_shard
+        self._next_shard = (start + 1) % n
+        for i in range(n):
+            shard = (start + i) % n
+            call = self.shards[shard].claim(self.id, free - claimed, s.lease_ms, s.batch_limit)
+            result = await call.arun(self._client)
+            now_ms = result.now_ms
+            self._clock_offset_ms = now_ms - int(time.time() * 1000)
+            for job in result.jobs:
+                self._start(shard, job)
+            claimed += len(result.jobs)
+            if result.next_due_ms is not None:
+                next_due = min(next_due or result.next_due_ms, result.next_due_ms)
+            if claimed >= free:
+                break
+        return claimed, now_ms, next_due
 
     async def _wait_for_work(self, now_ms: int, next_due_ms: int | None) -> None:
         """Block in Redis until a job is enqueued, the next delayed job is due, or a timeout."""
@@ -158,7 +183,8 @@ class Worker:
             timeout = min(timeout, (next_due_ms - now_ms) / 1000)
         if timeout <= 0:
             return
-        block = asyncio.ensure_future(self._client.bzpopmin(self.app.keys.wake, max(timeout, 0.01)))
+        wake_keys = [shard.k.wake for shard in self.shards]
+        block = asyncio.ensure_future(self._client.bzpopmin(wake_keys, max(timeout, 0.01)))
         stop = asyncio.ensure_future(self._stopping.wait())
         await asyncio.wait({block, stop}, return_when=asyncio.FIRST_COMPLETED)
         for fut in (block, stop):
@@ -166,13 +192,13 @@ class Worker:
                 fut.cancel()
         await asyncio.gather(block, stop, return_exceptions=True)
 
-    def _start(self, job: Claimed) -> None:
-        self._held[job.id] = job
+    def _start(self, shard: int, job: Claimed) -> None:
+        self._held[job.id] = (shard, job)
         self._running[job.id] = asyncio.create_task(
-            self._execute(job), name=f"drumbeat-job-{job.id}"
+            self._execute(shard, job), name=f"drumbeat-job-{job.id}"
         )
 
-    async def _execute(self, job: Claimed) -> None:
+    async def _execute(self, shard: int, job: Claimed) -> None:
         try:
             outcome = await self.runner.run(job, self.now_ms)
         finally:
@@ -180,7 +206,7 @@ class Worker:
             self._slot_free.set()
         if isinstance(outcome, Bury):
             log.error("job %s dead-lettered: %s", job.id, outcome.reason)
-        self._pending.append((job, outcome))
+        self._pending.append((shard, job, outcome))
         self._flush_wanted.set()
 
     def now_ms(self) -> int:
@@ -217,26 +243,39 @@ class Worker:
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 5.0)
 
-    async def _settle(self, batch: Sequence[tuple[Claimed, Outcome]]) -> None:
+    async def _settle(self, batch: Sequence[tuple[int, Claimed, Outcome]]) -> None:
+        """One script call per kind of outcome, per shard, per `batch_limit` items."""
+        assert self._client is not None
+        by_shard: dict[int, list[tuple[Claimed, Outcome]]] = defaultdict(list)
+        for shard, job, outcome in batch:
+            by_shard[shard].append((job, outcome))
+        for shard, items in by_shard.items():
+            scripts = self.shards[shard]
+            done = [(j.id, j.token, o.outcome, o.ttl_ms) for j, o in items if isinstance(o, Done)]
+            again = [(j.id, j.token, o.delay_ms) for j, o in items if isinstance(o, Again)]
+            buried = [(j.id, j.token, o.record, o.ttl_ms) for j, o in items if isinstance(o, Bury)]
+            runs = [
+                (j.id, j.token, o.outcome, o.duration_ms, o.generation, o.grid_ms, o.due_ms,
+                 o.error)
+                for j, o in items if isinstance(o, RunDone)
+            ]  # fmt: skip
+            await self._send(done, scripts.complete, "ack")
+            await self._send(again, scripts.retry, "retry")
+            await self._send(buried, scripts.bury, "dead-letter")
+            await self._send(runs, scripts.finish_runs, "reschedule")
+            self.processed += len(done) + len(runs)
+            self.failed += len(buried) + sum(1 for r in runs if r[2] == "fail")
+        for _, job, _ in batch:
+            self._held.pop(job.id, None)
+
+    async def _send(
+        self, items: Sequence[Any], make: Callable[[Any], Call[list[int]]], what: str
+    ) -> None:
         assert self._client is not None
         limit = self.settings.batch_limit
-        done = [(j.id, j.token, o.outcome, o.ttl_ms) for j, o in batch if isinstance(o, Done)]
-        again = [(j.id, j.token, o.delay_ms) for j, o in batch if isinstance(o, Again)]
-        buried = [(j.id, j.token, o.record, o.ttl_ms) for j, o in batch if isinstance(o, Bury)]
-        scripts = self.app.scripts
-        for i in range(0, len(done), limit):
-            chunk = done[i : i + limit]
-            self._report(chunk, await scripts.complete(chunk).arun(self._client), "ack")
-        for i in range(0, len(again), limit):
-            chunk2 = again[i : i + limit]
-            self._report(chunk2, await scripts.retry(chunk2).arun(self._client), "retry")
-        for i in range(0, len(buried), limit):
-            chunk3 = buried[i : i + limit]
-            self._report(chunk3, await scripts.bury(chunk3).arun(self._client), "dead-letter")
-        self.processed += len(done)
-        self.failed += len(buried)
-        for job, _ in batch:
-            self._held.pop(job.id, None)
+        for i in range(0, len(items), limit):
+            chunk = items[i : i + limit]
+            self._report(chunk, await make(chunk).arun(self._client), what)
 
     @staticmethod
     def _report(items: Sequence[tuple[Any, ...]], accepted: list[int], what: str) -> None:
@@ -255,18 +294,24 @@ class Worker:
         try:
             while True:
                 # dict.copy() is one C call under the GIL: safe while the loop mutates it.
-                held = [(job.id, job.token) for job in self._held.copy().values()]
+                held: dict[int, list[tuple[str, int]]] = defaultdict(list)
+                for shard, job in self._held.copy().values():
+                    held[shard].append((job.id, job.token))
                 info = json.dumps({
                     "host": socket.gethostname(), "pid": os.getpid(),
-                    "concurrency": self.concurrency, "running": len(held),
+                    "concurrency": self.concurrency, "running": len(self._running),
                     "started_ms": self.started_ms, "processed": self.processed,
                 }).encode()  # fmt: skip
                 try:
-                    lost = self.app.scripts.extend_leases(
-                        self.id, self.settings.lease_ms, info, held
-                    ).run(client)
-                    if lost and self._loop is not None:
-                        self._loop.call_soon_threadsafe(self._lease_lost, lost)
+                    # Shard 0 always: it also carries this worker's heartbeat.
+                    for shard in sorted(held.keys() | {0}):
+                        lost = (
+                            self.shards[shard]
+                            .extend_leases(self.id, self.settings.lease_ms, info, held[shard])
+                            .run(client)
+                        )
+                        if lost and self._loop is not None:
+                            self._loop.call_soon_threadsafe(self._lease_lost, lost)
                 except (redis.RedisError, OSError) as exc:
                     log.warning("lease renewal failed (%s); retrying", exc)
                 if self._heartbeat_stop.wait(interval):
@@ -285,22 +330,23 @@ class Worker:
     async def _maintenance(self) -> None:
         assert self._client is not None
         s = self.settings
-        reap = self.app.scripts.reap(
-            s.max_stalls,
-            s.batch_limit,
-            round(s.dead_ttl * 1000),
-            s.lease_ms * 3,
-            round(s.result_ttl * 1000),
-        )
+        reaps = [
+            shard.reap(
+                max_stalls=s.max_stalls,
+                limit=s.batch_limit,
+                dead_ttl_ms=round(s.dead_ttl * 1000),
+                worker_ttl_ms=s.lease_ms * 3,
+                result_ttl_ms=round(s.result_ttl * 1000),
+                lease_ms=s.lease_ms,
+            )
+            for shard in self.shards
+        ]
         while True:
             try:
-                reaped = await reap.arun(self._client)
-                if reaped.requeued or reaped.buried:
-                    log.warning("reaped expired leases: %d requeued, %d dead-lettered",
-                                reaped.requeued, len(reaped.buried))  # fmt: skip
-                if reaped.buried:
-                    await self._announce(reaped.buried)
-                if reaped.more:
+                more = False
+                for shard, reap in enumerate(reaps):
+                    more = await self._reap(shard, reap) or more
+                if more:
                     # A busy queue can expire thousands of outcomes a second; sweeping one
                     # batch per interval would let them pile up.
                     await asyncio.sleep(0)
@@ -310,14 +356,25 @@ class Worker:
             # Jitter keeps many workers from reaping in lockstep.
             await asyncio.sleep(s.maintenance_interval * (0.75 + random.random() / 2))
 
-    async def _announce(self, ids: list[str]) -> None:
+    async def _reap(self, shard: int, reap: Call[Reaped]) -> bool:
+        """One housekeeping pass on one shard; True if it should run again at once."""
+        assert self._client is not None
+        reaped = await reap.arun(self._client)
+        if reaped.requeued or reaped.buried:
+            log.warning("shard %d: expired leases: %d requeued, %d dead-lettered",
+                        shard, reaped.requeued, len(reaped.buried))  # fmt: skip
+        if reaped.buried:
+            await self._announce(self.shards[shard].k, reaped.buried)
+        return reaped.more
+
+    async def _announce(self, keys: Keys, ids: list[str]) -> None:
         """Wakes `Job.result` waiters of jobs that reap dead-lettered (Lua cannot name the keys)."""
         assert self._client is not None
         ttl_ms = max(1, round(self.settings.result_ttl * 1000))
         async with self._client.pipeline(transaction=False) as pipe:
             for job_id in ids:
-                pipe.rpush(self.app.keys.done(job_id), 0)
-                pipe.pexpire(self.app.keys.done(job_id), ttl_ms)
+                pipe.rpush(keys.done(job_id), 0)
+                pipe.pexpire(keys.done(job_id), ttl_ms)
             await pipe.execute()
 
     # -- shutdown --------------------------------------------------------------------------
@@ -335,10 +392,14 @@ class Worker:
             # A hard stop still sends outcomes already in hand (else those jobs run twice),
             # but gives Redis only a moment.
             await asyncio.wait_for(flusher, 1.0 if self._hard else 10.0)
-            unfinished = [(j.id, j.token) for j in self._held.values()]
+            unfinished: dict[int, list[tuple[str, int]]] = defaultdict(list)
+            for shard, job in self._held.values():
+                unfinished[shard].append((job.id, job.token))
             if unfinished and not self._hard:
                 assert self._client is not None
-                n = await self.app.scripts.handback(unfinished).arun(self._client)
+                n = 0
+                for shard, owned in unfinished.items():
+                    n += await self.shards[shard].handback(owned).arun(self._client)
                 log.info("handed %d unfinished jobs back to the queue", n)
         except (TimeoutError, *_TRANSIENT) as exc:
             log.warning(

@@ -135,7 +135,22 @@ def test_second_signal_stops_at_once_and_jobs_return_by_lease(
     p.signal(signal.SIGTERM)
     p.wait(10)  # far sooner than the 60 s grace
     assert job.status() is drumbeat.JobStatus.RUNNING, "a hard stop hands nothing back"
-    _wait_for(lambda: app.scripts.reap(3, 10, 60_000, 60_000, 60_000).run(r).requeued == 1, 10)
+    _wait_for(
+        lambda: (
+            app.scripts.reap(
+                max_stalls=3,
+                limit=10,
+                dead_ttl_ms=60_000,
+                worker_ttl_ms=60_000,
+                result_ttl_ms=60_000,
+                lease_ms=1_000,
+            )
+            .run(r)
+            .requeued
+            == 1
+        ),
+        10,
+    )
     assert job.status() is drumbeat.JobStatus.QUEUED
     app.close()
 

@@ -1,0 +1,248 @@
+"""Periodic schedules: their definition, how it is stored, and the cadence math.
+
+Everything here is pure (no Redis, no clock reads): times come in as epoch milliseconds of the
+Redis server's clock, so the math is property-tested on its own (``tests/unit/test_cadence.py``).
+
+Cadence rules:
+- **fixed rate** (default): runs sit on a grid ``phase + k * interval``; the next run is the
+  previous grid slot + interval, however long the run took, so the cadence never drifts.
+- **coalescing**: when a run ends after later slots have passed (a long run, an outage, a pause),
+  the schedule runs once, at the latest passed slot, never once per missed slot.
+- **fixed delay** (``mode="delay"``): the next run is the end of this one + interval.
+- **misfire grace**: a run that starts more than ``grace`` after its due time is skipped and
+  counted instead of run late.
+- **phase** comes from a stable hash of the id, so schedules added together spread over their
+  interval; **jitter** adds a further stable offset per run.
+- **cron** schedules use croniter in the schedule's time zone (DST included).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from .errors import InvalidJob
+from .keys import MAX_NAME_LENGTH, check_name
+
+Mode = Literal["rate", "delay"]
+
+#: Prefix that marks a schedule's run among job ids in `due`, `ready`, `leases` and `state`.
+RUN_PREFIX = "s:"
+
+
+def _stable_hash(*parts: str | int) -> int:
+    """A hash that is the same in every process and Python version (unlike ``hash()``)."""
+    data = "\x1f".join(str(p) for p in parts).encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+
+def phase_ms(schedule_id: str, interval_ms: int) -> int:
+    """Where in its interval a schedule fires: uniform over ``[0, interval)`` across ids."""
+    return _stable_hash("phase", schedule_id) % interval_ms
+
+
+def jitter_ms(schedule_id: str, grid_ms: int, jitter: int) -> int:
+    """A per-run offset in ``[0, jitter]``, stable for one (schedule, slot)."""
+    return 0 if jitter <= 0 else _stable_hash("jitter", schedule_id, grid_ms) % (jitter + 1)
+
+
+def first_slot(now_ms: int, interval_ms: int, phase: int) -> int:
+    """The first grid slot ``phase + k * interval`` at or after ``now``."""
+    k = -((phase - now_ms) // interval_ms)  # ceil((now - phase) / interval)
+    return phase + k * interval_ms
+
+
+def next_rate_slot(grid_ms: int, interval_ms: int, now_ms: int) -> tuple[int, int]:
+    """Next slot of a fixed-rate schedule whose run on slot ``grid_ms`` just ended at ``now``.
+
+    Returns ``(slot, coalesced)``: normally ``grid + interval``; if that has passed already,
+    the latest passed slot (due at once), with the number of slots skipped to get there.
+    """
+    nxt = grid_ms + interval_ms
+    if nxt > now_ms:
+        return nxt, 0
+    latest = grid_ms + ((now_ms - grid_ms) // interval_ms) * interval_ms
+    return latest, (latest - nxt) // interval_ms
+
+
+def is_misfire(due_ms: int, start_ms: int, grace_ms: int) -> bool:
+    return grace_ms > 0 and start_ms - due_ms > grace_ms
+
+
+def next_cron(expr: str, tz: str, after_ms: int) -> int:
+    """The first time strictly after ``after_ms`` that ``expr`` matches in ``tz``."""
+    start = datetime.fromtimestamp(after_ms / 1000, ZoneInfo(tz))
+    nxt: datetime = croniter(expr, start).get_next(datetime)
+    return int(nxt.timestamp() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Cadence:
+    """When a schedule runs: every ``interval`` seconds, or on a cron expression."""
+
+    every: float | None = None
+    cron: str | None = None
+    tz: str = "UTC"
+    mode: Mode = "rate"
+    grace: float | None = None
+    jitter: float = 0.0
+
+    def validate(self, floor: float) -> None:
+        if (self.every is None) == (self.cron is None):
+            raise InvalidJob("a schedule needs exactly one of every= (seconds) or cron=")
+        if self.every is not None:
+            self._validate_every(self.every, floor)
+        try:
+            ZoneInfo(self.tz)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise InvalidJob(f"unknown time zone {self.tz!r}; use an IANA name") from None
+        if self.cron is not None:
+            if not isinstance(self.cron, str) or not croniter.is_valid(self.cron):
+                raise InvalidJob(
+                    f"invalid cron expression {self.cron!r}; expected five fields, "
+                    "e.g. '*/5 * * * *'"
+                )
+            if self.mode != "rate":
+                raise InvalidJob("mode='delay' applies to every= schedules, not cron")
+        if self.mode not in ("rate", "delay"):
+            raise InvalidJob(f"mode must be 'rate' or 'delay', got {self.mode!r}")
+        if self.grace is not None and self.grace <= 0:
+            raise InvalidJob(f"grace must be > 0 seconds or None, got {self.grace}")
+        if self.jitter < 0:
+            raise InvalidJob(f"jitter must be >= 0 seconds, got {self.jitter}")
+
+    @staticmethod
+    def _validate_every(every: float, floor: float) -> None:
+        if isinstance(every, bool) or not isinstance(every, int | float):
+            raise InvalidJob(f"every must be a number of seconds, got {every!r}")
+        if not every > 0:
+            raise InvalidJob(f"every must be > 0 seconds, got {every}")
+        if every < floor:
+            raise InvalidJob(
+                f"every={every} s is below the floor of {floor} s (Settings.min_interval)"
+            )
+
+    @property
+    def interval_ms(self) -> int:
+        return round((self.every or 0) * 1000)
+
+    @property
+    def grace_ms(self) -> int:
+        return 0 if self.grace is None else round(self.grace * 1000)
+
+    @property
+    def jitter_ms(self) -> int:
+        return round(self.jitter * 1000)
+
+    def to_wire(self) -> dict[str, Any]:
+        """Only what differs from the defaults: most monitors store just ``{"e": 5}``."""
+        out: dict[str, Any] = {}
+        if self.every is not None:
+            out["e"] = self.every
+        if self.cron is not None:
+            out["c"] = self.cron
+        if self.tz != "UTC":
+            out["z"] = self.tz
+        if self.mode != "rate":
+            out["m"] = self.mode
+        if self.grace is not None:
+            out["g"] = self.grace
+        if self.jitter:
+            out["j"] = self.jitter
+        return out
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> Cadence:
+        return cls(
+            every=raw.get("e"),
+            cron=raw.get("c"),
+            tz=raw.get("z", "UTC"),
+            mode=raw.get("m", "rate"),
+            grace=raw.get("g"),
+            jitter=raw.get("j", 0.0),
+        )
+
+    def first_due(self, schedule_id: str, now_ms: int) -> tuple[int, int]:
+        """``(grid slot, due time)`` of the first run of a schedule registered at ``now``."""
+        if self.cron is not None:
+            grid = next_cron(self.cron, self.tz, now_ms)
+        else:
+            grid = first_slot(now_ms, self.interval_ms, phase_ms(schedule_id, self.interval_ms))
+        return grid, grid + jitter_ms(schedule_id, grid, self.jitter_ms)
+
+    def after_run(self, schedule_id: str, grid_ms: int, now_ms: int) -> tuple[int, int, int]:
+        """``(next grid slot, next due time, slots coalesced)`` once the run on ``grid_ms``
+        ended at ``now``."""
+        if self.cron is not None:
+            # Strictly after now: slots that passed during the run are covered by it.
+            grid, skipped = next_cron(self.cron, self.tz, max(grid_ms, now_ms)), 0
+        elif self.mode == "delay":
+            grid, skipped = now_ms + self.interval_ms, 0
+        else:
+            grid, skipped = next_rate_slot(grid_ms, self.interval_ms, now_ms)
+        return grid, grid + jitter_ms(schedule_id, grid, self.jitter_ms), skipped
+
+
+def check_schedule_id(schedule_id: str) -> str:
+    try:
+        return check_name(schedule_id, "schedule id")
+    except ValueError as exc:
+        raise InvalidJob(f"{exc} (at most {MAX_NAME_LENGTH} characters)") from None
+
+
+# -- stored form -------------------------------------------------------------------------------
+#
+# `schedules[id]` is "gen|grid|paused|priority|runs|failures|misfires|last_start|last_ms|<spec>",
+# one string so a schedule costs one hash field; Lua reads and rewrites the numeric header, and
+# the spec at the end ({"t": task, "c": [args, kwargs], "s": cadence}) is opaque to it.
+
+_HEADER_FIELDS = 9
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    """A schedule as stored: its definition and its running totals."""
+
+    id: str
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    cadence: Cadence
+    priority: int = 0
+    paused: bool = False
+    generation: int = 0
+    grid_ms: int = 0
+    """Grid slot of the next (or running) run."""
+    runs: int = 0
+    failures: int = 0
+    misfires: int = 0
+    last_start_ms: int = 0
+    last_duration_ms: int = 0
+    next_due_ms: int | None = None
+    """Score in `due`; None while a run is in flight or the schedule is paused."""
+    last_error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def with_due(self, due: int | None, error: str | None) -> ScheduleState:
+        return replace(self, next_due_ms=due, last_error=error)
+
+
+def encode_spec_json(task: str, args_blob: bytes, cadence: Cadence) -> bytes:
+    return (
+        b'{"t":' + json.dumps(task).encode() + b',"c":' + args_blob
+        + b',"s":' + json.dumps(cadence.to_wire(), separators=(",", ":")).encode() + b"}"
+    )  # fmt: skip
+
+
+def split_stored(value: bytes) -> tuple[list[int], bytes]:
+    """Split a stored schedule into its numeric header and its spec."""
+    parts = value.split(b"|", _HEADER_FIELDS)
+    if len(parts) != _HEADER_FIELDS + 1:
+        raise ValueError(f"malformed schedule record: {value[:80]!r}")
+    return [int(p) for p in parts[:_HEADER_FIELDS]], parts[_HEADER_FIELDS]
