@@ -17,6 +17,8 @@ from .errors import (
     UnknownTask,
 )
 from .job import Job, JobStatus
+from .schedule import Cadence
+from .scheduler import Schedule, ScheduleInfo
 from .task import Bound, Options, Prepared, Task
 from .worker import Worker, run_worker
 
@@ -25,6 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "App",
     "Bound",
+    "Cadence",
     "ConfigurationError",
     "Context",
     "DrumbeatError",
@@ -40,6 +43,8 @@ __all__ = [
     "Prepared",
     "ResultTimeout",
     "Retry",
+    "Schedule",
+    "ScheduleInfo",
     "SerializationError",
     "Settings",
     "Task",

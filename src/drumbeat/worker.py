@@ -81,6 +81,7 @@ class Worker:
         self._heartbeat_stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: aredis.Redis | None = None
+        self._block: asyncio.Future[Any] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -121,6 +122,7 @@ class Worker:
         try:
             await self._claim_loop()
         finally:
+            await self._cancel_block()
             await self._shutdown(flusher, maintenance)
             self._heartbeat_stop.set()
             heartbeat.join(timeout=5)
@@ -139,6 +141,7 @@ class Worker:
         while not self._stopping.is_set():
             free = self.concurrency - len(self._running)
             if free <= 0:
+                await self._cancel_block()
                 self._slot_free.clear()
                 await self._slot_free.wait()
                 continue
@@ -176,21 +179,38 @@ class Worker:
         return claimed, now_ms, next_due
 
     async def _wait_for_work(self, now_ms: int, next_due_ms: int | None) -> None:
-        """Block in Redis until a job is enqueued, the next delayed job is due, or a timeout."""
+        """Waits until a job is enqueued (a marker on `wake`), the next item is due, or
+        `idle_block` passes, whichever comes first.
+
+        Redis times blocked commands out only on its cron tick (every 100 ms at the default
+        `hz`), far too coarse for due times. So one `BZPOPMIN` stays outstanding across waits,
+        with the full `idle_block` as its timeout, and a local timer (from a due time Redis
+        gave us, corrected by the measured clock offset) ends the wait at the due time.
+        """
         assert self._client is not None
         timeout = self.settings.idle_block
         if next_due_ms is not None:
             timeout = min(timeout, (next_due_ms - now_ms) / 1000)
         if timeout <= 0:
             return
-        wake_keys = [shard.k.wake for shard in self.shards]
-        block = asyncio.ensure_future(self._client.bzpopmin(wake_keys, max(timeout, 0.01)))
+        if self._block is None or self._block.done():
+            wake_keys = [shard.k.wake for shard in self.shards]
+            self._block = asyncio.ensure_future(
+                self._client.bzpopmin(wake_keys, self.settings.idle_block)
+            )
         stop = asyncio.ensure_future(self._stopping.wait())
-        await asyncio.wait({block, stop}, return_when=asyncio.FIRST_COMPLETED)
-        for fut in (block, stop):
-            if not fut.done():
-                fut.cancel()
-        await asyncio.gather(block, stop, return_exceptions=True)
+        await asyncio.wait({self._block, stop}, timeout=timeout, return_when="FIRST_COMPLETED")
+        stop.cancel()
+        if self._block.done():
+            self._block.exception()  # consumed; a failed block just means: look again
+
+    async def _cancel_block(self) -> None:
+        """Drops the outstanding `BZPOPMIN` (a busy worker must not swallow wake markers meant
+        for idle ones; cancelling costs its connection, a reconnect on the next wait)."""
+        if self._block is not None and not self._block.done():
+            self._block.cancel()
+            await asyncio.gather(self._block, return_exceptions=True)
+        self._block = None
 
     def _start(self, shard: int, job: Claimed) -> None:
         self._held[job.id] = (shard, job)

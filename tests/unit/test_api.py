@@ -15,11 +15,11 @@ from drumbeat.task import TaskConfig
 
 def test_public_names_are_pinned() -> None:
     assert sorted(drumbeat.__all__) == [
-        "App", "Bound", "ConfigurationError", "Context", "DrumbeatError",
+        "App", "Bound", "Cadence", "ConfigurationError", "Context", "DrumbeatError",
         "EvictionPolicyWarning", "InvalidJob", "Job", "JobFailed", "JobNotFound", "JobStatus",
         "LeaseLost", "Options", "PayloadTooLarge", "Prepared", "ResultTimeout", "Retry",
-        "SerializationError", "Settings", "Task", "UnknownTask", "Worker", "current_job",
-        "run_worker",
+        "Schedule", "ScheduleInfo", "SerializationError", "Settings", "Task", "UnknownTask",
+        "Worker", "current_job", "run_worker",
     ]  # fmt: skip
     for name in drumbeat.__all__:
         assert hasattr(drumbeat, name)
