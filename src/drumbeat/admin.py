@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -328,3 +329,84 @@ def _apply(app: App, ids: Sequence[str] | None, make: Callable[[Sequence[str]], 
         done = make(chunk).run(client)
         total += done
         offset += len(chunk) - done
+
+
+# -- schedules ---------------------------------------------------------------------------------
+
+# The lateness histogram's layout, as `record_lateness` in lua/_lib.lua writes it.
+LATENESS_WINDOW_MS = 10_000
+LATENESS_WINDOWS_PER_MINUTE = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Lateness:
+    """Run lateness (start - due) over the last minute; percentiles are bin upper bounds."""
+
+    runs: int
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleStats:
+    total: int
+    """Schedules registered, over every shard."""
+    shards: int
+    lateness: Lateness
+
+
+def bin_upper_ms(b: int) -> float:
+    """Upper bound of lateness bin ``b``: bins are a quarter of a power of two wide."""
+    return float(2 ** ((b + 1) / 4) - 1)
+
+
+def lateness_summary(fields: Mapping[Any, Any], now_ms: int) -> Lateness:
+    """Merge the windows of the last minute from one or more shards' `lateness` hashes."""
+    current = now_ms // LATENESS_WINDOW_MS
+    counts: dict[int, int] = defaultdict(int)
+    top: int | None = None
+    held = {k: v for k, v in ((_str(k), _str(v)) for k, v in fields.items())}
+    for name, value in held.items():
+        if not name.startswith("w") or not current - int(value) < LATENESS_WINDOWS_PER_MINUTE:
+            continue
+        slot = name[1:]
+        for other, count in held.items():
+            if other.startswith(f"b{slot}:"):
+                counts[int(other.split(":", 1)[1])] += int(count)
+        if f"m{slot}" in held:
+            top = max(top or 0, int(held[f"m{slot}"]))
+    total = sum(counts.values())
+    if not total:
+        return Lateness(0, None, None, None)
+
+    def pct(q: float) -> float:
+        seen = 0
+        for b in sorted(counts):
+            seen += counts[b]
+            if seen >= q * total:
+                return bin_upper_ms(b)
+        return bin_upper_ms(max(counts))
+
+    return Lateness(total, pct(0.50), pct(0.99), top)
+
+
+def schedule_stats(app: App) -> ScheduleStats:
+    """How many schedules there are and how late their runs started over the last minute."""
+    client = app.redis
+    shards = app.scheduler.shards
+    with client.pipeline(transaction=False) as pipe:
+        pipe.time()
+        for keys in shards:
+            pipe.hlen(keys.schedules)
+            pipe.hgetall(keys.lateness)
+        raw = pipe.execute()
+    now_ms = _time_ms(raw[0])
+    merged: dict[str, str] = {}
+    for i, _keys in enumerate(shards):
+        # Shards' windows and bins line up; prefix slots by shard so they merge as windows.
+        for k, v in raw[2 + 2 * i].items():
+            name = _str(k)
+            merged[f"{name[0]}{i}.{name[1:]}"] = _str(v)
+    total = sum(int(raw[1 + 2 * i]) for i in range(len(shards)))
+    return ScheduleStats(total, len(shards), lateness_summary(merged, now_ms))
