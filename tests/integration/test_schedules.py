@@ -1,0 +1,377 @@
+"""Periodic schedules on a real Redis: API, cadence, changes while runs are in flight, fencing."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter, defaultdict
+
+import pytest
+import redis
+
+import drumbeat
+from drumbeat import admin
+from drumbeat.schedule import RUN_PREFIX, next_cron, phase_ms
+from tests.conftest import running_worker
+
+
+def _now_ms(r: redis.Redis) -> int:
+    sec, usec = r.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def _app(redis_url: str, namespace: str, **settings: object) -> drumbeat.App:
+    return drumbeat.App(redis_url, namespace=namespace, **settings)  # type: ignore[arg-type]
+
+
+def test_schedule_api_round_trip(app: drumbeat.App, r: redis.Redis) -> None:
+    @app.task(priority=3)
+    def check(keyword: str, price: int) -> None: ...
+
+    app.schedule("monitor:u42:switch", check, every=5, args=("switch", 30000))
+    info = app.get_schedule("monitor:u42:switch")
+    assert info is not None
+    assert (info.task, info.args, info.kwargs, info.priority) == (
+        check.name,
+        ["switch", 30000],
+        {},
+        3,
+    )
+    assert info.cadence == drumbeat.Cadence(every=5)
+    assert not info.paused and info.runs == 0 and info.last_run_ms is None
+    now = _now_ms(r)
+    assert info.next_due_ms is not None and now - 100 <= info.next_due_ms <= now + 5000
+    assert (info.next_due_ms - phase_ms("monitor:u42:switch", 5000)) % 5000 == 0
+
+    items = [drumbeat.Schedule(f"monitor:u{i}:a", check, every=5, args=("a", i)) for i in range(5)]
+    assert app.schedule_many(items) == [1] * 5
+    assert app.schedule_many(items) == [0] * 5, "an unchanged upsert is a no-op"
+    changed = drumbeat.Schedule("monitor:u1:a", check, every=10, args=("a", 1))
+    assert app.schedule_many([changed]) == [2]
+    assert app.get_schedule("monitor:u1:a").generation == 2  # type: ignore[union-attr]
+    assert sorted(s.id for s in app.schedules(prefix="monitor:u1")) == ["monitor:u1:a"]
+    assert len(list(app.schedules(prefix="monitor:"))) == 6
+    assert len(list(app.schedules(prefix="monitor:u[1]"))) == 0, "prefix is literal, not a glob"
+
+    assert app.unschedule("monitor:u42:switch", "nope") == 1
+    assert app.get_schedule("monitor:u42:switch") is None
+    assert r.zscore(app.keys.due, RUN_PREFIX + "monitor:u42:switch") is None
+
+
+async def test_async_twins(app: drumbeat.App, r: redis.Redis) -> None:
+    @app.task
+    async def ping() -> None: ...
+
+    await app.aschedule("a", ping, every=30)
+    assert await app.aschedule_many([drumbeat.Schedule("b", ping, cron="0 9 * * *")]) == [1]
+    assert await app.apause("a") == 1
+    assert r.zscore(app.keys.due, "s:a") is None
+    assert await app.aresume("a") == 1
+    assert r.zscore(app.keys.due, "s:a") is not None
+    assert await app.arun_now("b") == 1
+    assert {s.id for s in await app.aschedules()} == {"a", "b"}
+    assert await app.aunschedule("a", "b") == 2
+
+
+def test_bad_schedules_are_refused_and_write_nothing(app: drumbeat.App, r: redis.Redis) -> None:
+    @app.task
+    def check(x: object = None) -> None: ...
+
+    other = drumbeat.App("redis://unused", namespace="other")
+
+    @other.task
+    def foreign() -> None: ...
+
+    good = drumbeat.Schedule("ok", check, every=5)
+    cases: list[tuple[drumbeat.Schedule, type[Exception], str]] = [
+        (drumbeat.Schedule("c", check, cron="99 * * * *"), drumbeat.InvalidJob, "invalid cron"),
+        (drumbeat.Schedule("c", check, cron="0 9 * * *", tz="Nowhere/City"), drumbeat.InvalidJob,
+         "unknown time zone"),
+        (drumbeat.Schedule("c", check, every=0), drumbeat.InvalidJob, "every must be > 0"),
+        (drumbeat.Schedule("c", check, every=0.2), drumbeat.InvalidJob, "below the floor"),
+        (drumbeat.Schedule("c", "no.such.task", every=5), drumbeat.UnknownTask, "unknown task"),
+        (drumbeat.Schedule("c", foreign, every=5), drumbeat.UnknownTask, "not registered"),
+        (drumbeat.Schedule("", check, every=5), drumbeat.InvalidJob, "non-empty"),
+        (drumbeat.Schedule("x" * 201, check, every=5), drumbeat.InvalidJob, "at most 200"),
+        (drumbeat.Schedule("a b", check, every=5), drumbeat.InvalidJob, "key schema"),
+        (drumbeat.Schedule("a{b}", check, every=5), drumbeat.InvalidJob, "key schema"),
+        (drumbeat.Schedule("p", check, every=5, priority=12), drumbeat.InvalidJob, "out of range"),
+        (drumbeat.Schedule("s", check, every=5, args=({1},)), drumbeat.SerializationError,
+         "positional argument 0 of type set"),
+    ]  # fmt: skip
+    for bad, error, message in cases:
+        with pytest.raises(error, match=message):
+            app.schedule_many([good, bad])
+    assert r.keys(f"drumbeat:{app.keys.tag}:*") == [], "a bad item must not let good ones in"
+    with pytest.raises(drumbeat.InvalidJob, match="drumbeat.Schedule items"):
+        app.schedule_many([("x", check)])  # type: ignore[list-item]
+
+
+async def test_schedules_run_on_cadence_never_overlapping(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    app = _app(redis_url, namespace)
+    runs: Counter[str] = Counter()
+    active: set[str] = set()
+    overlaps: list[str] = []
+    lateness: list[int] = []
+
+    @app.task
+    async def monitor(n: int) -> None:
+        ctx = drumbeat.current_job()
+        assert ctx.schedule_id is not None and ctx.due_ms is not None
+        if ctx.schedule_id in active:
+            overlaps.append(ctx.schedule_id)
+        active.add(ctx.schedule_id)
+        lateness.append(_now_ms(r) - ctx.due_ms)
+        await asyncio.sleep(0.05)
+        runs[ctx.schedule_id] += 1
+        active.discard(ctx.schedule_id)
+
+    await app.aschedule_many(
+        [drumbeat.Schedule(f"m{i}", monitor, every=1, args=(i,)) for i in range(100)]
+    )
+    async with running_worker(app, concurrency=20):
+        await asyncio.sleep(3.4)
+    assert not overlaps
+    assert len(runs) == 100
+    assert set(runs.values()) <= {3, 4}, Counter(runs.values())
+    assert min(lateness) >= 0, "a run started before its due time"
+    stats = admin.schedule_stats(app)
+    assert stats.total == 100 and stats.lateness.runs >= 300
+    assert stats.lateness.p99_ms is not None and stats.lateness.max_ms is not None
+    infos = {s.id: s for s in app.schedules()}
+    assert all(infos[k].runs >= runs[k] for k in runs)
+    await app.aclose()
+
+
+async def test_failing_runs_are_counted_and_the_schedule_goes_on(app: drumbeat.App) -> None:
+    @app.task
+    async def broken() -> None:
+        raise ValueError("upstream said no")
+
+    await app.aschedule("b", broken, every=1)
+    await app.arun_now("b")
+    async with running_worker(app):
+        while (info := app.get_schedule("b")) is None or info.failures < 2:
+            await asyncio.sleep(0.05)
+    assert info.runs == info.failures >= 2
+    assert info.last_error == "ValueError: upstream said no"
+    assert info.next_due_ms is not None, "a failing schedule stays scheduled"
+
+
+class _Gate:
+    """A task that blocks its first run until released, counting every run."""
+
+    def __init__(self, app: drumbeat.App) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.runs = 0
+
+        @app.task(name="gated")
+        async def gated() -> None:
+            self.runs += 1
+            if self.runs == 1:
+                self.started.set()
+                await self.release.wait()
+
+        self.task = gated
+
+
+async def test_update_while_a_run_is_in_flight(app: drumbeat.App, r: redis.Redis) -> None:
+    gate = _Gate(app)
+    await app.aschedule("g", gate.task, every=30)
+    await app.arun_now("g")
+    async with running_worker(app):
+        await gate.started.wait()
+        await app.aschedule("g", gate.task, every=2)
+        assert r.zscore(app.keys.due, "s:g") is None, "an upsert must not add a second run"
+        gate.release.set()
+        while r.zscore(app.keys.due, "s:g") is None:
+            await asyncio.sleep(0.01)
+    info = app.get_schedule("g")
+    assert info is not None and info.generation == 2 and info.runs == 1
+    assert info.next_due_ms is not None
+    assert (info.next_due_ms - phase_ms("g", 2000)) % 2000 == 0, "not on the new 2 s grid"
+
+
+async def test_pause_while_a_run_is_in_flight(app: drumbeat.App, r: redis.Redis) -> None:
+    gate = _Gate(app)
+    await app.aschedule("g", gate.task, every=1)
+    await app.arun_now("g")
+    async with running_worker(app):
+        await gate.started.wait()
+        assert await app.apause("g") == 1
+        gate.release.set()
+        await asyncio.sleep(1.5)
+        assert gate.runs == 1, "a paused schedule ran again"
+        assert r.zscore(app.keys.due, "s:g") is None
+        info = app.get_schedule("g")
+        assert info is not None and info.paused and info.runs == 1
+        assert await app.aresume("g") == 1
+        while gate.runs < 2:
+            await asyncio.sleep(0.02)
+
+
+async def test_remove_while_a_run_is_in_flight(app: drumbeat.App, r: redis.Redis) -> None:
+    gate = _Gate(app)
+    await app.aschedule("g", gate.task, every=1)
+    await app.arun_now("g")
+    async with running_worker(app):
+        await gate.started.wait()
+        assert await app.aunschedule("g") == 1
+        gate.release.set()
+        await asyncio.sleep(1.5)
+    assert gate.runs == 1, "a removed schedule ran again"
+    assert r.zscore(app.keys.due, "s:g") is None and app.get_schedule("g") is None
+    assert r.hlen(app.keys.state) == 0 and r.zcard(app.keys.leases) == 0
+
+
+async def test_run_now_keeps_the_cadence(app: drumbeat.App, r: redis.Redis) -> None:
+    ran: list[int] = []
+
+    @app.task
+    async def tick() -> None:
+        ran.append(drumbeat.current_job().due_ms or 0)
+
+    await app.aschedule("t", tick, every=60)
+    slot = r.zscore(app.keys.due, "s:t")
+    async with running_worker(app):
+        assert await app.arun_now("t") == 1
+        while not ran:
+            await asyncio.sleep(0.01)
+        while r.zscore(app.keys.due, "s:t") is None:
+            await asyncio.sleep(0.01)
+    assert len(ran) == 1
+    assert r.zscore(app.keys.due, "s:t") == slot, "run-now moved the schedule off its slot"
+
+
+async def test_missed_runs_coalesce_and_late_runs_misfire(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    app = _app(redis_url, namespace)
+    ran: Counter[str] = Counter()
+
+    @app.task
+    async def tick() -> None:
+        ran[drumbeat.current_job().schedule_id or ""] += 1
+
+    await app.aschedule("coalesce", tick, every=1)
+    await app.aschedule("strict", tick, every=1, grace=0.3)
+    for sid in ("coalesce", "strict"):  # as if every worker had been down for 3.5 s
+        r.zadd(app.keys.due, {f"s:{sid}": _now_ms(r) - 3500})
+    async with running_worker(app):
+        await asyncio.sleep(0.6)
+    assert ran["coalesce"] == 1, "missed runs must coalesce into one"
+    assert ran["strict"] == 0, "a run later than its grace must be skipped"
+    strict = app.get_schedule("strict")
+    assert strict is not None and strict.misfires == 1 and strict.runs == 0
+    assert strict.next_due_ms is not None and strict.next_due_ms > _now_ms(r) - 1000
+    await app.aclose()
+
+
+def test_stale_worker_cannot_settle_a_taken_over_run(app: drumbeat.App, r: redis.Redis) -> None:
+    @app.task
+    def tick() -> None: ...
+
+    app.schedule("f", tick, every=5)
+    app.run_now("f")
+    s = app.scripts
+    a = s.claim("worker-a", 10, 10_000, 100).run(r).jobs
+    assert [j.id for j in a] == ["s:f"]
+    r.zadd(app.keys.leases, {"s:f": 1})
+    reap = s.reap(max_stalls=3, limit=100, dead_ttl_ms=60_000, worker_ttl_ms=60_000,
+                  result_ttl_ms=60_000, lease_ms=1000)  # fmt: skip
+    assert reap.run(r).requeued == 1
+    b = s.claim("worker-b", 10, 10_000, 100).run(r).jobs
+    assert [j.id for j in b] == ["s:f"] and b[0].token > a[0].token
+    assert app.run_now("f") == 0, "never a second run while one is in flight"
+    now = _now_ms(r)
+    stale = ("s:f", a[0].token, "ok", 5, 1, now + 5000, now + 5000, "")
+    assert s.finish_runs([stale]).run(r) == [0]
+    assert r.zscore(app.keys.due, "s:f") is None
+    fresh = ("s:f", b[0].token, "ok", 5, 1, now + 7000, now + 7000, "")
+    assert s.finish_runs([fresh]).run(r) == [1]
+    assert r.zscore(app.keys.due, "s:f") == now + 7000
+    info = app.get_schedule("f")
+    assert info is not None and info.runs == 1
+
+
+def test_a_run_that_keeps_stalling_is_rescheduled_not_dead(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    @app.task
+    def crashy() -> None: ...
+
+    app.schedule("c", crashy, every=5)
+    reap = app.scripts.reap(max_stalls=2, limit=100, dead_ttl_ms=60_000, worker_ttl_ms=60_000,
+                            result_ttl_ms=60_000, lease_ms=30_000)  # fmt: skip
+    app.run_now("c")
+    for _ in range(3):
+        assert [j.id for j in app.scripts.claim("w", 1, 10_000, 100).run(r).jobs] == ["s:c"]
+        r.zadd(app.keys.leases, {"s:c": 1})
+        reap.run(r)
+    assert r.zcard(app.keys.dead) == 0
+    due = r.zscore(app.keys.due, "s:c")
+    assert due is not None and due > _now_ms(r) + 20_000, "back one lease later, not at once"
+    info = app.get_schedule("c")
+    assert (
+        info is not None
+        and info.failures == 1
+        and "lease expired 3 times" in (info.last_error or "")
+    )
+
+
+def test_concurrent_upserts_of_one_id(redis_url: str, namespace: str, r: redis.Redis) -> None:
+    def hammer(n: int) -> None:
+        app = _app(redis_url, namespace)
+
+        @app.task(name="t")
+        def t(x: int) -> None: ...
+
+        for i in range(40):
+            app.schedule("same", t, every=1 + (n + i) % 5, args=(n,))
+        app.close()
+
+    threads = [threading.Thread(target=hammer, args=(n,)) for n in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert r.hlen(f"drumbeat:{{{namespace}}}:schedules") == 1
+    members = r.zrange(f"drumbeat:{{{namespace}}}:due", 0, -1)
+    assert members == [b"s:same"]
+
+
+async def test_schedules_spread_over_shards_all_run(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    app = _app(redis_url, namespace, schedule_shards=4)
+    ran: defaultdict[str, int] = defaultdict(int)
+
+    @app.task
+    async def tick() -> None:
+        ran[drumbeat.current_job().schedule_id or ""] += 1
+
+    await app.aschedule_many([drumbeat.Schedule(f"s{i}", tick, every=1) for i in range(40)])
+    sizes = [r.hlen(k.schedules) for k in app.scheduler.shards]
+    assert len(sizes) == 4 and all(sizes) and sum(sizes) == 40
+    assert r.hlen(app.keys.schedules) == 0, "with shards, schedules leave the job shard"
+    async with running_worker(app, concurrency=10):
+        await asyncio.sleep(2.3)
+    assert len(ran) == 40 and set(ran.values()) <= {2, 3}
+    assert admin.schedule_stats(app).total == 40
+    await app.aclose()
+
+
+def test_cron_schedule_is_due_at_the_next_cron_time(app: drumbeat.App, r: redis.Redis) -> None:
+    @app.task
+    def report() -> None: ...
+
+    app.schedule("report:daily", report, cron="0 9 * * *", tz="Asia/Tokyo")
+    info = app.get_schedule("report:daily")
+    assert info is not None and info.cadence.cron == "0 9 * * *"
+    expected = next_cron("0 9 * * *", "Asia/Tokyo", _now_ms(r))
+    assert info.next_due_ms == expected
+    assert time.gmtime(expected / 1000).tm_hour == 0  # 09:00 in Tokyo is 00:00 UTC
