@@ -1,13 +1,20 @@
 """What a benchmark scenario needs from a queue system (`System`), and the worker subprocess
 protocol every system's worker speaks, so scenarios stay the same from one system to the next.
 
-A worker subprocess writes JSON lines to stdout: ``{"event": "started", ...}`` just before it
-starts claiming, and ``{"event": "report", ...}`` after a SIGTERM made it stop. It counts the jobs
-it ran in-process (no Redis round trips per job) and reports them only at the end.
+A system is one module (``bench.drumbeat_system``, ``bench.peers.<name>``) with a class that
+implements `System` (the producer side, run in the harness) and a function
+``worker_main(url, options)`` (the worker side, run as ``python -m bench._worker MODULE ...``).
+
+A worker subprocess writes JSON lines to the stdout it was given (its library's own output goes
+to stderr, see `protocol_stdout`): ``{"event": "started", ...}`` just before it starts claiming,
+``{"event": "high_done"}`` once it has started every high-priority job of the priority scenario,
+and ``{"event": "report", ...}`` after a SIGTERM made it stop. Every system's tasks do the same
+bookkeeping through `SINK`, in-process (no Redis round trips per job), reported only at the end.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import select
@@ -15,14 +22,25 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from importlib import metadata
+from typing import IO, Any, Protocol, TypeVar
+
+T = TypeVar("T")
+
+HIGH_JOBS_ENV = "BENCH_HIGH_JOBS"
+"""How many high-priority jobs a worker waits for before it says ``high_done``."""
 
 
 class ScenarioFailed(RuntimeError):
     """The system under test misbehaved (jobs lost, worker crashed or hung); the run goes on."""
+
+
+class NotSupported(Exception):
+    """The system has no such feature (bulk enqueue, priorities): reported, not a failure."""
 
 
 @dataclass(slots=True)
@@ -31,8 +49,14 @@ class WorkerReport:
     """Wall-clock time (``time.time()``) at which the worker started claiming."""
     count: int
     """Jobs the worker's tasks ran, counted in-process."""
+    first_at: float | None
+    """Wall-clock time the first job started, if any ran."""
     latencies: list[float]
     """Seconds from enqueue to start, one per stamped job."""
+    high_starts: list[float]
+    """Wall-clock start times of the high-priority jobs."""
+    low_before_high_done: int
+    """Low-priority jobs this worker had started when the last high one started (-1: never)."""
     peak_rss_kb: int
     """``VmHWM`` of the worker process, read by itself just before it exits."""
     cpu_s: float
@@ -42,66 +66,179 @@ class WorkerReport:
 
 
 class System(Protocol):
-    """A queue system under test, on the Redis it was given. One module per system."""
+    """A queue system under test, on the Redis it was given. One module per system.
+
+    Producer calls run in the harness process and do whole loops (one call for 20,000
+    enqueues), so an async system runs them in its own event loop without a per-job hop.
+    """
 
     name: str
+    settings: str
+    """The worker settings used (process model, concurrency, prefetch), for the report."""
+    bulk: str | None
+    """How `enqueue_bulk` enqueues (``None``: the system has no bulk enqueue)."""
+    priority: str | None
+    """How high and low priority are expressed (``None``: the system has no priorities)."""
 
-    def version(self) -> str: ...
+    def version(self) -> str:
+        """The system's version and the client library versions it runs on."""
 
     def reset(self) -> None:
         """Start over with an empty queue; the previous one's data may be dropped."""
 
-    def enqueue_one(self, i: int) -> None:
-        """Enqueue one no-op job, in its own round trip."""
+    def enqueue_one_by_one(self, n: int) -> None:
+        """Enqueue ``n`` no-op jobs, one call (one round trip) each."""
 
     def enqueue_bulk(self, n: int) -> None:
-        """Enqueue ``n`` no-op jobs the fastest way the system offers."""
+        """Enqueue ``n`` no-op jobs with the system's bulk API; `NotSupported` if none."""
 
-    def enqueue_stamped(self, sent_at: float) -> None:
-        """Enqueue one job that records ``time.time() - sent_at`` when it starts."""
+    def fill(self, n: int) -> None:
+        """Queue ``n`` no-op jobs the fastest way the system has (untimed)."""
+
+    def fill_low(self, n: int) -> None:
+        """`fill` with low-priority jobs, for the priority scenario."""
+
+    def produce_stamped(self, rate: float, n: int) -> float:
+        """Send ``n`` jobs at ``rate`` per second, each carrying ``time.time()`` at its send, which
+        the worker records minus its own start time; returns the seconds sending took."""
+
+    def enqueue_high(self, n: int) -> float:
+        """Enqueue ``n`` high-priority jobs one by one; returns ``time.time()`` just before the
+        first. `NotSupported` if the system has no priorities."""
 
     def outstanding(self) -> int:
-        """Jobs enqueued and not yet acknowledged (queued, scheduled or running)."""
+        """Jobs enqueued and not yet finished (queued, reserved or running)."""
 
-    def server_cpu_seconds(self) -> float | None:
-        """CPU seconds the broker has used so far, if it can tell."""
-
-    def server_commands(self) -> int | None:
-        """Commands the broker has processed so far (inside scripts too), if it can tell."""
-
-    def server_memory(self) -> int | None:
-        """Bytes of memory the broker's data set uses now, if it can tell."""
-
-    def start_worker(self, concurrency: int) -> WorkerProcess:
-        """One worker process running the no-op and stamped tasks, already claiming."""
+    def worker_argv(self, priority: bool = False) -> list[str]:
+        """The command line of one worker process (its natural settings, see `settings`);
+        ``priority``: for the priority scenario (a system whose priorities are separate queues
+        then listens to both)."""
 
     def close(self) -> None: ...
+
+
+class Base:
+    """What most adapters share: an admin client on the same Redis, `reset` by ``FLUSHDB``,
+    and `fill` by the bulk API if there is one, else one by one."""
+
+    name = ""
+    settings = ""
+    bulk: str | None = None
+    priority: str | None = None
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self.url = url
+        self.admin = redis.Redis.from_url(url, socket_connect_timeout=5)
+
+    def reset(self) -> None:
+        self.admin.flushdb()
+
+    def enqueue_one_by_one(self, n: int) -> None:
+        raise NotImplementedError
+
+    def enqueue_bulk(self, n: int) -> None:
+        raise NotSupported("no bulk enqueue")
+
+    def fill(self, n: int) -> None:
+        if self.bulk is None:
+            self.enqueue_one_by_one(n)
+        else:
+            self.enqueue_bulk(n)
+
+    def fill_low(self, n: int) -> None:
+        self.fill(n)
+
+    def enqueue_high(self, n: int) -> float:
+        raise NotSupported("no priorities")
+
+    def close(self) -> None:
+        self.admin.close()
+
+
+def versions(*dists: str) -> str:
+    """``"a 1.0, b 2.1"`` for the installed distributions."""
+    found = []
+    for name in dists:
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name} (not installed)")
+    return ", ".join(found)
+
+
+def worker_command(module: str, url: str, **options: Any) -> list[str]:
+    """``python -m bench._worker MODULE --url URL --options JSON``."""
+    return [sys.executable, "-m", "bench._worker", module, "--url", url,
+            "--options", json.dumps(options)]  # fmt: skip
+
+
+def paced(rate: float, n: int, send: Callable[[float], object]) -> float:
+    """Call ``send(time.time())`` ``n`` times at ``rate`` per second; returns the seconds taken."""
+    t0 = time.perf_counter()
+    for i in range(n):
+        delay = t0 + i / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        send(time.time())
+    return time.perf_counter() - t0
+
+
+async def apaced(rate: float, n: int, send: Callable[[float], Awaitable[object]]) -> float:
+    """`paced` for async producers."""
+    t0 = time.perf_counter()
+    for i in range(n):
+        delay = t0 + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await send(time.time())
+    return time.perf_counter() - t0
+
+
+class Loop:
+    """A private event loop for an async system's producer calls."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+
+    def run(self, coro: Awaitable[T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        self.loop.close()
 
 
 # -- parent side ---------------------------------------------------------------------------------
 
 
 class WorkerProcess:
-    """A worker subprocess speaking the protocol above; constructed once it has started."""
+    """A worker subprocess speaking the protocol above. ``wait_started`` before using it (the
+    constructor only spawns it, so several can start at once)."""
 
-    def __init__(
-        self, argv: Sequence[str], env: Mapping[str, str] | None = None, start_timeout: float = 60
-    ) -> None:
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
         self.argv = list(argv)
         # A file, not a pipe: a chatty worker must never block on a full pipe. Closed by `_reap`.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
         self._stderr_text: str | None = None
+        self._lines: list[dict[str, Any]] = []
         self.proc = subprocess.Popen(
             self.argv, stdout=subprocess.PIPE, stderr=self._stderr, env=env, text=True
         )
-        started = self._read_event(start_timeout)
+        self.pid = self.proc.pid
+        self.started_at = 0.0
+
+    def wait_started(self, timeout: float = 60) -> WorkerProcess:
+        started = self.wait_event("started", timeout)
         if started.get("event") != "started":
             self.kill()
             raise ScenarioFailed(f"worker did not start: {started!r}\n{self.stderr_tail()}")
         self.pid = int(started["pid"])
         self.started_at = float(started["t"])
+        return self
 
-    def _read_event(self, timeout: float) -> dict[str, Any]:
+    def wait_event(self, name: str, timeout: float) -> dict[str, Any]:
+        """The next protocol line named ``name`` (or ``timeout``/``exited``); others are kept."""
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
         while True:
@@ -113,7 +250,12 @@ class WorkerProcess:
                 line = self.proc.stdout.readline()
                 if not line:
                     return {"event": "exited", "returncode": self.proc.wait()}
-                return dict(json.loads(line))
+                event = _parse(line)
+                if event is None:
+                    continue
+                if event.get("event") == name:
+                    return event
+                self._lines.append(event)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -131,8 +273,8 @@ class WorkerProcess:
                 f"(killed)\n{self.stderr_tail()}"
             ) from None
         self._reap()
-        reports = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-        reports = [r for r in reports if r.get("event") == "report"]
+        events = [*self._lines, *filter(None, map(_parse, out.splitlines()))]
+        reports = [e for e in events if e.get("event") == "report"]
         if not reports:
             raise ScenarioFailed(
                 f"worker {self.proc.pid} exited with {self.proc.returncode} without a report\n"
@@ -142,7 +284,10 @@ class WorkerProcess:
         return WorkerReport(
             started_at=self.started_at,
             count=int(r["count"]),
+            first_at=None if r.get("first_at") is None else float(r["first_at"]),
             latencies=[float(x) for x in r.get("latencies", [])],
+            high_starts=[float(x) for x in r.get("high_starts", [])],
+            low_before_high_done=int(r.get("low_before_high_done", -1)),
             peak_rss_kb=int(r["peak_rss_kb"]),
             cpu_s=float(r["cpu_s"]),
             extra=dict(r.get("extra", {})),
@@ -172,7 +317,82 @@ class WorkerProcess:
         return "worker stderr:\n" + "\n".join(tail) if tail else "(worker stderr empty)"
 
 
+def _parse(line: str) -> dict[str, Any] | None:
+    if not line.startswith("{"):
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 # -- worker side ---------------------------------------------------------------------------------
+
+
+class Sink:
+    """What every system's tasks record, in-process: the same bookkeeping for all of them. Thread
+    safe, for systems that run tasks in threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+        self.low = 0
+        self.first_at: float | None = None
+        self.latencies: list[float] = []
+        self.high_starts: list[float] = []
+        self.low_before_high_done = -1
+        self.high_target = int(os.environ.get(HIGH_JOBS_ENV, "100"))
+
+    def noop(self) -> None:
+        """A no-op (low-priority) job started."""
+        with self._lock:
+            if self.first_at is None:
+                self.first_at = time.time()
+            self.count += 1
+            self.low += 1
+
+    def stamped(self, sent_at: float) -> None:
+        """A job stamped with its send time started."""
+        now = time.time()
+        with self._lock:
+            self.latencies.append(now - sent_at)
+            self.count += 1
+
+    def high(self) -> None:
+        """A high-priority job started."""
+        now = time.time()
+        with self._lock:
+            self.high_starts.append(now)
+            self.count += 1
+            if len(self.high_starts) == self.high_target:
+                self.low_before_high_done = self.low
+                emit("high_done")
+
+
+SINK = Sink()
+"""The worker process's sink; a module global so a task module imported twice (as ``__main__``
+and by name) still records into one place."""
+
+_protocol: IO[str] = sys.stdout
+_emit_lock = threading.Lock()
+
+
+def protocol_stdout() -> None:
+    """Keep the real stdout for protocol lines and send everything else written to fd 1 (a
+    library's banner or logs) to stderr."""
+    global _protocol  # noqa: PLW0603
+    sys.stdout.flush()
+    _protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+
+def emit(event: str, **fields: Any) -> None:
+    """Write one protocol line."""
+    with _emit_lock:
+        _protocol.write(json.dumps({"event": event, **fields}) + "\n")
+        _protocol.flush()
 
 
 def peak_rss_kb() -> int:
@@ -187,12 +407,41 @@ def peak_rss_kb() -> int:
     return 0
 
 
-def emit(event: str, **fields: Any) -> None:
-    """Write one protocol line to stdout."""
-    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
-    sys.stdout.flush()
-
-
 def cpu_seconds() -> float:
     t = os.times()
     return t.user + t.system
+
+
+class Started:
+    """``started = Started()`` emits the ``started`` line; ``started.report(...)`` the final one
+    with what `SINK` recorded and the CPU time used since."""
+
+    def __init__(self) -> None:
+        self.cpu0 = cpu_seconds()
+        emit("started", t=time.time(), pid=os.getpid())
+
+    def report(self, **extra: Any) -> None:
+        s = SINK
+        with s._lock:
+            emit(
+                "report",
+                count=s.count,
+                first_at=s.first_at,
+                latencies=s.latencies,
+                high_starts=s.high_starts,
+                low_before_high_done=s.low_before_high_done,
+                peak_rss_kb=peak_rss_kb(),
+                cpu_s=cpu_seconds() - self.cpu0,
+                extra=extra,
+            )
+
+
+def on_sigterm(callback: Callable[[], object]) -> None:
+    """Call ``callback`` (from the main thread) on SIGTERM or SIGINT, for workers whose library
+    does not stop on them by itself."""
+
+    def handler(signum: int, frame: object) -> None:
+        callback()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

@@ -1,40 +1,62 @@
-"""A quick benchmark of drumbeat's core queue: enqueue rate, drain throughput, enqueue-to-start
-latency, on a private redis-server started for the run.
+"""Side-by-side benchmark of drumbeat and the Redis job queues people use today: enqueue rate,
+drain throughput, enqueue-to-start latency, priority under load, and what Redis itself allows,
+on one private redis-server started for the run.
 
-    python -m bench.core [--quick] [--repeat N] [--jobs N] [--out bench/results]
+    python -m bench.core [--quick] [--systems drumbeat,celery,...] [--repeat N] [--jobs N]
 
-Each scenario is a function of a `System` adapter (`bench.adapter`); drumbeat's is in
-`bench.drumbeat_system`. A peer system is one more module with an adapter and its worker, and
-an entry in `SYSTEMS`.
+Each system is one module (`bench.drumbeat_system`, `bench/peers/<name>.py`) with a `System`
+adapter (`bench.adapter`) and its worker side. Every repetition runs each system's scenarios in a
+fresh child process (``python -m bench.core --child NAME``; peers from `bench/.venv-peers`, see
+`bench.peers_env`), systems back to back, so drumbeat/peer ratios are taken pair by pair.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import fcntl
+import importlib
 import json
 import math
 import os
 import platform
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
+import importlib.util
 from pathlib import Path
 from typing import Any
 
-from ._redis import RedisServer
-from .adapter import ScenarioFailed, System, WorkerProcess, WorkerReport
-from .drumbeat_system import DrumbeatSystem
+import redis
 
-SYSTEMS: dict[str, Callable[[str], System]] = {"drumbeat": DrumbeatSystem}
+from ._redis import RedisServer
+from .adapter import HIGH_JOBS_ENV, NotSupported, ScenarioFailed, System, WorkerProcess, WorkerReport
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
+LOCK_PATH = "/tmp/drumbeat-bench.lock"
+
+SYSTEMS: dict[str, str] = {
+    "drumbeat": "bench.drumbeat_system:DrumbeatSystem",
+    "celery": "bench.peers.celery:CelerySystem",
+    "rq": "bench.peers.rq:RQSystem",
+    "arq": "bench.peers.arq:ArqSystem",
+    "saq": "bench.peers.saq:SaqSystem",
+    "dramatiq": "bench.peers.dramatiq:DramatiqSystem",
+    "taskiq": "bench.peers.taskiq:TaskiqSystem",
+    "huey": "bench.peers.huey:HueySystem",
+    "streaq": "bench.peers.streaq:StreaqSystem",
+}
+"""``--systems`` names -> ``module:class``; imported lazily, in the child that runs them."""
+PEERS = [name for name in SYSTEMS if name != "drumbeat"]
 
 Sample = dict[str, float]
 """One repetition of a scenario: metric key -> value (extra keys are kept in the JSON only)."""
@@ -45,16 +67,23 @@ class Config:
     jobs: int = 20_000
     repeat: int = 3
     quick: bool = False
-    drain_concurrency: tuple[int, ...] = (10, 100)
+    drain_processes: tuple[int, ...] = (1, 4)
     latency_rate: float = 50.0
     """Jobs per second the latency producer sends."""
     latency_seconds: float = 10.0
-    latency_concurrency: int = 10
+    high_jobs: int = 100
+    """High-priority jobs sent once a worker is busy with the low ones."""
+    high_after: int = 500
+    """Low jobs the worker must have taken before the high ones are sent."""
     idle_before: float = 0.5
-    """Seconds an idle worker is left alone before the latency producer starts."""
+    """Seconds a ready, idle worker is left alone before the latency producer starts."""
     poll_interval: float = 0.005
-    """How often the harness looks at the queue depth while a worker drains it: the resolution
+    """How often the harness looks at the queue depth while workers drain it: the resolution
     of the drain time (a drain of 20,000 no-op jobs can take under a second)."""
+    ceiling_requests: int = 100_000
+    """Requests per command and client setting of the `redis-benchmark` runs."""
+    scenarios: tuple[str, ...] = ()
+    """Only these scenario keys (empty: all)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,98 +92,92 @@ class Metric:
     label: str
     unit: str
     digits: int = 0
+    higher_better: bool = True
 
 
 RATE = Metric("rate", "throughput", "jobs/s")
 PRODUCER_CPU = Metric("producer_cpu", "producer CPU", "% of a core")
 WORKER_CPU = Metric("worker_cpu", "worker CPU", "% of a core")
 REDIS_CPU = Metric("redis_cpu", "Redis CPU", "% of a core")
-REDIS_COMMANDS = Metric("redis_commands", "Redis commands per job", "commands", 1)
-PEAK_RSS = Metric("peak_rss", "worker peak RSS", "MiB", 1)
-KEPT = Metric("kept_bytes", "Redis memory kept per finished job", "bytes")
-P50 = Metric("p50", "p50", "ms", 2)
-P99 = Metric("p99", "p99", "ms", 2)
-MAX = Metric("max", "max", "ms", 2)
-
-
-@dataclass(slots=True)
-class Run:
-    """What one repetition of a scenario gets besides the system: settings, its parameters, and
-    a place for notes (worker warnings) that go into the report."""
-
-    cfg: Config
-    params: Mapping[str, Any]
-    notes: list[str] = field(default_factory=list)
-
-    def note_stderr(self, report: WorkerReport) -> None:
-        if report.stderr.strip():
-            self.notes.append("the worker wrote to stderr:\n" + _tail(report.stderr))
+REDIS_COMMANDS = Metric("redis_commands", "Redis cmds/job", "commands", 1, False)
+PEAK_RSS = Metric("peak_rss", "worker peak RSS", "MiB", 1, False)
+KEPT = Metric("kept_bytes", "Redis bytes kept/job", "bytes", 0, False)
+P50 = Metric("p50", "p50", "ms", 2, False)
+P99 = Metric("p99", "p99", "ms", 2, False)
+MAX = Metric("max", "max", "ms", 2, False)
+HIGH_WAIT = Metric("high_wait", "all high started after", "ms", 0, False)
+LOW_MEANWHILE = Metric("low_meanwhile", "low jobs started meanwhile (approx.)", "jobs", 0, False)
 
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
-    name: str
+    key: str
+    title: str
     run: Callable[[System, Run], Sample]
     metrics: tuple[Metric, ...]
+    ratios: tuple[Metric, ...]
+    """Metrics whose drumbeat/peer ratio the report shows."""
     params: Mapping[str, Any] = field(default_factory=dict)
+    about: str = ""
 
 
 @dataclass(slots=True)
-class Result:
-    """One metric of one scenario over all its repetitions."""
+class Run:
+    """What one repetition of a scenario gets besides the system: settings, its parameters, the
+    broker's counters, and a place for notes (worker warnings) that go into the report."""
 
-    system: str
-    scenario: str
-    metric: Metric
-    values: list[float]
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.values)
-
-    @property
-    def low(self) -> float:
-        return min(self.values)
-
-    @property
-    def high(self) -> float:
-        return max(self.values)
-
-
-@dataclass(slots=True)
-class ScenarioRun:
-    scenario: Scenario
-    samples: list[Sample] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    cfg: Config
+    params: Mapping[str, Any]
+    stats: RedisStats
     notes: list[str] = field(default_factory=list)
 
-    def results(self, system: str) -> list[Result]:
-        return [
-            Result(system, self.scenario.name, m, [s[m.key] for s in self.samples])
-            for m in self.scenario.metrics
-            if self.samples
-        ]
+    def note_stderr(self, reports: Sequence[WorkerReport]) -> None:
+        for report in reports:
+            if report.stderr.strip():
+                self.notes.append("a worker wrote to stderr:\n" + _tail(report.stderr))
+                return
 
 
 # -- measuring helpers ---------------------------------------------------------------------------
+
+
+class RedisStats:
+    """The broker's CPU time, command count (those inside Lua scripts included, from
+    ``INFO commandstats``) and memory, the same for every system."""
+
+    def __init__(self, url: str) -> None:
+        self.client = redis.Redis.from_url(url, socket_connect_timeout=5)
+
+    def cpu_seconds(self) -> float:
+        cpu = self.client.info("cpu")
+        return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+    def commands(self) -> int:
+        return sum(int(v["calls"]) for v in self.client.info("commandstats").values())
+
+    def memory(self) -> int:
+        return int(self.client.info("memory")["used_memory"])
+
+    def close(self) -> None:
+        self.client.close()
 
 
 class Meter:
     """Wall time, this process's CPU time, and the broker's CPU time and command count over one
     measured span (started on construction)."""
 
-    def __init__(self, system: System) -> None:
-        self.system = system
-        self.server_cpu0 = system.server_cpu_seconds()
-        self.commands0 = system.server_commands()
+    def __init__(self, stats: RedisStats) -> None:
+        self.stats = stats
+        self.server_cpu0 = stats.cpu_seconds()
+        self.commands0 = stats.commands()
         self.cpu0 = time.process_time()
         self.t0 = time.perf_counter()
-        self._end: tuple[float, float, float | None, int | None] | None = None
+        self._end: tuple[float, float, float, int] | None = None
 
     def mark(self) -> None:
         """Ends the span (else `sample` does)."""
         t1, cpu1 = time.perf_counter(), time.process_time()
-        self._end = (t1, cpu1, self.system.server_cpu_seconds(), self.system.server_commands())
+        self._end = (t1, cpu1, self.stats.cpu_seconds(), self.stats.commands())
 
     def sample(
         self, jobs: int, elapsed: float | None = None, producer: bool = True
@@ -165,13 +188,12 @@ class Meter:
         assert self._end is not None
         t1, cpu1, server_cpu1, commands1 = self._end
         elapsed = t1 - self.t0 if elapsed is None else elapsed
-        sample: Sample = {}
+        sample: Sample = {
+            REDIS_CPU.key: 100 * (server_cpu1 - self.server_cpu0) / elapsed,
+            REDIS_COMMANDS.key: (commands1 - self.commands0) / jobs,
+        }
         if producer:
             sample[PRODUCER_CPU.key] = 100 * (cpu1 - self.cpu0) / elapsed
-        if self.server_cpu0 is not None and server_cpu1 is not None:
-            sample[REDIS_CPU.key] = 100 * (server_cpu1 - self.server_cpu0) / elapsed
-        if self.commands0 is not None and commands1 is not None:
-            sample[REDIS_COMMANDS.key] = (commands1 - self.commands0) / jobs
         return elapsed, sample
 
 
@@ -181,49 +203,75 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
-def wait_drained(system: System, worker: WorkerProcess, timeout: float, poll: float) -> float:
+class Workers:
+    """``processes`` worker subprocesses of one system, spawned at once; ``with`` kills any
+    left running."""
+
+    def __init__(
+        self, system: System, processes: int, cfg: Config, priority: bool = False
+    ) -> None:
+        env = {**os.environ, HIGH_JOBS_ENV: str(cfg.high_jobs)}
+        argv = system.worker_argv(priority)
+        self.procs = [WorkerProcess(argv, env) for _ in range(processes)]
+        try:
+            for proc in self.procs:
+                proc.wait_started()
+        except BaseException:
+            self.kill()
+            raise
+
+    def alive(self) -> bool:
+        return all(p.alive() for p in self.procs)
+
+    def stop(self, error: str = "") -> list[WorkerReport]:
+        reports, failures = [], [error] if error else []
+        for proc in self.procs:
+            try:
+                reports.append(proc.stop())
+            except ScenarioFailed as exc:
+                failures.append(str(exc))
+        if failures:
+            ran = sum(r.count for r in reports)
+            tails = [_tail(r.stderr) for r in reports if r.stderr.strip()][:1]
+            raise ScenarioFailed("; then ".join(failures) + f" (workers ran {ran} jobs)\n"
+                                 + "\n".join(tails))  # fmt: skip
+        return reports
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+def wait_drained(system: System, workers: Workers, timeout: float, poll: float) -> float:
     """Poll until nothing is queued or running; returns the wall-clock time it was seen empty."""
     deadline = time.monotonic() + timeout
     while True:
         left = system.outstanding()
         if left == 0:
             return time.time()
-        if not worker.alive():
-            raise ScenarioFailed(f"worker exited with {left} jobs still outstanding")
+        if not workers.alive():
+            raise ScenarioFailed(f"a worker exited with {left} jobs still outstanding")
         if time.monotonic() > deadline:
             raise ScenarioFailed(f"{left} jobs still outstanding after {timeout:.0f} s")
         time.sleep(poll)
 
 
-def run_worker_until_drained(
-    system: System,
-    concurrency: int,
-    timeout: float,
-    poll: float,
-    *,
-    before: Callable[[], None] = lambda: None,
-    meter: Meter | None = None,
-) -> tuple[WorkerProcess, float, WorkerReport]:
-    """Start a worker, call ``before`` (the producer, if any), wait for an empty queue (and end
-    the ``meter``'s span), stop the worker."""
-    worker = system.start_worker(concurrency)
+def drained_reports(
+    system: System, workers: Workers, timeout: float, poll: float
+) -> tuple[float, list[WorkerReport]]:
+    """Wait for an empty queue, then stop the workers: (time seen empty, their reports)."""
     try:
-        before()
-        end = wait_drained(system, worker, timeout, poll)
-        if meter is not None:
-            meter.mark()
+        end = wait_drained(system, workers, timeout, poll)
     except ScenarioFailed as exc:
-        try:
-            report = worker.stop()
-        except ScenarioFailed as stop_exc:
-            raise ScenarioFailed(f"{exc}; then {stop_exc}") from None
-        raise ScenarioFailed(
-            f"{exc}; the worker had run {report.count} jobs\n{_tail(report.stderr)}"
-        ) from None
-    except BaseException:
-        worker.kill()
+        workers.stop(str(exc))
         raise
-    return worker, end, worker.stop()
+    return end, workers.stop()
 
 
 def _tail(text: str, lines: int = 15) -> str:
@@ -231,92 +279,7 @@ def _tail(text: str, lines: int = 15) -> str:
 
 
 def _drain_timeout(jobs: int) -> float:
-    return 30 + jobs / 250  # far slower than this is a failure, not a number
-
-
-# -- scenarios -----------------------------------------------------------------------------------
-
-
-def enqueue_one_by_one(system: System, run: Run) -> Sample:
-    n = run.cfg.jobs
-    meter = Meter(system)
-    for i in range(n):
-        system.enqueue_one(i)
-    elapsed, sample = meter.sample(n)
-    _expect_outstanding(system, n)
-    return {RATE.key: n / elapsed, **sample}
-
-
-def enqueue_bulk(system: System, run: Run) -> Sample:
-    n = run.cfg.jobs
-    meter = Meter(system)
-    system.enqueue_bulk(n)
-    elapsed, sample = meter.sample(n)
-    _expect_outstanding(system, n)
-    return {RATE.key: n / elapsed, **sample}
-
-
-def drain(system: System, run: Run) -> Sample:
-    n, concurrency = run.cfg.jobs, int(run.params["concurrency"])
-    memory0 = system.server_memory()
-    system.enqueue_bulk(n)
-    _expect_outstanding(system, n)
-    meter = Meter(system)
-    worker, end, report = run_worker_until_drained(
-        system, concurrency, _drain_timeout(n), run.cfg.poll_interval, meter=meter
-    )
-    if report.count != n:
-        raise ScenarioFailed(f"the worker ran {report.count} jobs; {n} were enqueued")
-    elapsed, sample = meter.sample(n, elapsed=end - worker.started_at, producer=False)
-    memory1 = system.server_memory()
-    if memory0 is not None and memory1 is not None:
-        sample[KEPT.key] = (memory1 - memory0) / n  # outcomes kept for `result_ttl`
-    run.note_stderr(report)
-    return {
-        RATE.key: n / elapsed,
-        WORKER_CPU.key: 100 * report.cpu_s / elapsed,
-        PEAK_RSS.key: report.peak_rss_kb / 1024,
-        "seconds": elapsed,
-        **sample,
-    }
-
-
-def latency(system: System, run: Run) -> Sample:
-    cfg = run.cfg
-    rate, seconds = cfg.latency_rate, cfg.latency_seconds
-    n = round(rate * seconds)
-    sent: dict[str, float] = {}
-
-    def produce() -> None:
-        time.sleep(cfg.idle_before)  # the worker is idle, blocked waiting for work
-        t0 = time.perf_counter()
-        for i in range(n):
-            delay = t0 + i / rate - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            system.enqueue_stamped(time.time())
-        sent["seconds"] = time.perf_counter() - t0
-
-    _, _, report = run_worker_until_drained(
-        system,
-        cfg.latency_concurrency,
-        _drain_timeout(n) + seconds,
-        cfg.poll_interval,
-        before=produce,
-    )
-    if len(report.latencies) != n:
-        raise ScenarioFailed(f"the worker started {len(report.latencies)} jobs; {n} were sent")
-    lat = sorted(report.latencies)
-    run.note_stderr(report)
-    return {
-        P50.key: 1000 * percentile(lat, 50),
-        P99.key: 1000 * percentile(lat, 99),
-        MAX.key: 1000 * lat[-1],
-        "min": 1000 * lat[0],
-        "jobs": n,
-        "sent_rate": n / sent["seconds"] if sent["seconds"] else 0.0,
-        PEAK_RSS.key: report.peak_rss_kb / 1024,
-    }
+    return 30 + jobs / 200  # far slower than this is a failure, not a number
 
 
 def _expect_outstanding(system: System, n: int) -> None:
@@ -325,69 +288,559 @@ def _expect_outstanding(system: System, n: int) -> None:
         raise ScenarioFailed(f"{found} jobs outstanding after enqueueing {n}")
 
 
+# -- scenarios -----------------------------------------------------------------------------------
+
+
+def enqueue_one_by_one(system: System, run: Run) -> Sample:
+    n = run.cfg.jobs
+    meter = Meter(run.stats)
+    system.enqueue_one_by_one(n)
+    elapsed, sample = meter.sample(n)
+    _expect_outstanding(system, n)
+    return {RATE.key: n / elapsed, **sample}
+
+
+def enqueue_bulk(system: System, run: Run) -> Sample:
+    if system.bulk is None:
+        raise NotSupported("no bulk enqueue")
+    n = run.cfg.jobs
+    meter = Meter(run.stats)
+    system.enqueue_bulk(n)
+    elapsed, sample = meter.sample(n)
+    _expect_outstanding(system, n)
+    return {RATE.key: n / elapsed, **sample}
+
+
+def drain(system: System, run: Run) -> Sample:
+    n, processes = run.cfg.jobs, int(run.params["processes"])
+    memory0 = run.stats.memory()
+    system.fill(n)
+    _expect_outstanding(system, n)
+    with Workers(system, processes, run.cfg) as workers:
+        meter = Meter(run.stats)
+        end, reports = drained_reports(system, workers, _drain_timeout(n), run.cfg.poll_interval)
+        meter.mark()
+    ran = sum(r.count for r in reports)
+    if ran != n:
+        raise ScenarioFailed(f"the workers ran {ran} jobs; {n} were enqueued")
+    first = min(r.first_at for r in reports if r.first_at is not None)
+    elapsed, sample = meter.sample(n, elapsed=end - first, producer=False)
+    run.note_stderr(reports)
+    return {
+        RATE.key: n / elapsed,
+        WORKER_CPU.key: 100 * sum(r.cpu_s for r in reports) / elapsed,
+        PEAK_RSS.key: sum(r.peak_rss_kb for r in reports) / 1024,
+        KEPT.key: (run.stats.memory() - memory0) / n,
+        "seconds": elapsed,
+        "startup_seconds": first - min(r.started_at for r in reports),
+        **sample,
+    }
+
+
+def _ready(system: System, workers: Workers, cfg: Config) -> None:
+    """One no-op job through the workers, so they are connected and idle afterwards."""
+    system.fill(1)
+    wait_drained(system, workers, 60, cfg.poll_interval)
+
+
+def latency(system: System, run: Run) -> Sample:
+    cfg = run.cfg
+    n = round(cfg.latency_rate * cfg.latency_seconds)
+    with Workers(system, 1, cfg) as workers:
+        _ready(system, workers, cfg)
+        time.sleep(cfg.idle_before)  # the worker is idle, blocked waiting for work
+        sent = system.produce_stamped(cfg.latency_rate, n)
+        _, reports = drained_reports(system, workers, _drain_timeout(n), cfg.poll_interval)
+    lat = sorted(reports[0].latencies)
+    if len(lat) != n:
+        raise ScenarioFailed(f"the worker started {len(lat)} stamped jobs; {n} were sent")
+    run.note_stderr(reports)
+    return {
+        P50.key: 1000 * percentile(lat, 50),
+        P99.key: 1000 * percentile(lat, 99),
+        MAX.key: 1000 * lat[-1],
+        "min": 1000 * lat[0],
+        "jobs": n,
+        "sent_rate": n / sent if sent else 0.0,
+    }
+
+
+def priority(system: System, run: Run) -> Sample:
+    if system.priority is None:
+        raise NotSupported("no priorities")
+    cfg, n = run.cfg, run.cfg.jobs
+    system.fill_low(n)
+    _expect_outstanding(system, n)
+    timeout = _drain_timeout(n)
+    with Workers(system, 1, cfg, priority=True) as workers:
+        deadline = time.monotonic() + timeout
+        while (left := system.outstanding()) > n - cfg.high_after:
+            if time.monotonic() > deadline or not workers.alive():
+                workers.stop(f"the worker took {n - left} low jobs in {timeout:.0f} s")
+            time.sleep(cfg.poll_interval)
+        t0 = system.enqueue_high(cfg.high_jobs)
+        done = workers.procs[0].wait_event("high_done", timeout)
+        reports = workers.stop()
+    starts = reports[0].high_starts
+    if done.get("event") != "high_done" or len(starts) < cfg.high_jobs:
+        raise ScenarioFailed(
+            f"{len(starts)} of {cfg.high_jobs} high jobs started within {timeout:.0f} s "
+            f"({done.get('event')})"
+        )
+    run.note_stderr(reports)
+    return {
+        HIGH_WAIT.key: 1000 * (max(starts) - t0),
+        LOW_MEANWHILE.key: reports[0].low_before_high_done - (n - left),
+        "first_high_ms": 1000 * (min(starts) - t0),
+        "low_left_at_send": left,
+    }
+
+
 ENQUEUE_EXTRA = (PRODUCER_CPU, REDIS_CPU, REDIS_COMMANDS)
 
 
 def scenarios(cfg: Config) -> list[Scenario]:
-    n = f"{cfg.jobs:,} jobs"
+    n = f"{cfg.jobs:,}"
     found = [
-        Scenario(f"enqueue one by one ({n})", enqueue_one_by_one, (RATE, *ENQUEUE_EXTRA)),
-        Scenario(f"enqueue bulk ({n})", enqueue_bulk, (RATE, *ENQUEUE_EXTRA)),
-    ]
-    for c in cfg.drain_concurrency:
+        Scenario("enqueue_one", f"1. Enqueue {n} no-op jobs one by one", enqueue_one_by_one,
+                 (RATE, *ENQUEUE_EXTRA), (RATE,),
+                 about="One producer, one call (one round trip) per job."),
+        Scenario("enqueue_bulk", f"1b. Enqueue {n} no-op jobs in bulk", enqueue_bulk,
+                 (RATE, *ENQUEUE_EXTRA), (RATE,),
+                 about="The system's bulk API (see the systems table); list building included."),
+    ]  # fmt: skip
+    for p in cfg.drain_processes:
         found.append(
             Scenario(
-                f"drain, 1 worker, concurrency {c} ({n})",
+                f"drain_{p}",
+                f"2. Drain {n} queued no-op jobs, {p} worker process{'es' if p > 1 else ''}",
                 drain,
                 (RATE, WORKER_CPU, REDIS_CPU, REDIS_COMMANDS, PEAK_RSS, KEPT),
-                {"concurrency": c},
+                (RATE,),
+                {"processes": p},
+                about="From the first job's start (worker startup excluded) until the harness "
+                "sees nothing queued or running (polled every 5 ms). Worker CPU and peak RSS "
+                "are summed over the processes.",
             )
         )
-    found.append(
+    found += [
         Scenario(
-            f"latency enqueue-to-start, {cfg.latency_rate:g} jobs/s for {cfg.latency_seconds:g} s, "
-            f"idle worker, concurrency {cfg.latency_concurrency}",
+            "latency",
+            f"3. Enqueue-to-start latency, {cfg.latency_rate:g} jobs/s for "
+            f"{cfg.latency_seconds:g} s, 1 idle worker process",
             latency,
             (P50, P99, MAX),
-        )
-    )
+            (P50, P99),
+            about="Each job carries its producer's time.time(); the task records its start "
+            "time minus that. The worker has run one job and idled 0.5 s first.",
+        ),
+        Scenario(
+            "priority",
+            f"4. Priority under load: {n} low jobs queued, then {cfg.high_jobs} high ones",
+            priority,
+            (HIGH_WAIT, LOW_MEANWHILE),
+            (HIGH_WAIT,),
+            about=f"One worker process drains the low jobs; once it has taken {cfg.high_after} "
+            f"of them, {cfg.high_jobs} high-priority jobs are enqueued one by one. Time from the "
+            "first high enqueue until the last high job started (start times recorded by the "
+            "worker); low jobs started meanwhile is approximate (from the queue depth when the "
+            "high jobs were sent).",
+        ),
+    ]
+    if cfg.scenarios:
+        found = [s for s in found if s.key in cfg.scenarios]
     return found
 
 
-# -- running -------------------------------------------------------------------------------------
+# -- one system, one repetition (the child process) ----------------------------------------------
 
 
-def run_scenario(system: System, scenario: Scenario, cfg: Config) -> ScenarioRun:
-    run = ScenarioRun(scenario)
-    for rep in range(1, cfg.repeat + 1):
-        system.reset()
-        one = Run(cfg, scenario.params)
-        try:
-            sample = scenario.run(system, one)
-        except ScenarioFailed as exc:
-            run.errors.append(f"repetition {rep}: {exc}")
-            _progress(f"{scenario.name} #{rep}: FAILED: {exc}")
-            continue
-        finally:
-            run.notes += [f"repetition {rep}: {note}" for note in one.notes]
-        run.samples.append(sample)
-        shown = ", ".join(
-            f"{m.label} {_fmt(sample[m.key], m.digits)} {m.unit}"
-            for m in scenario.metrics
-            if m.key in sample
-        )
-        _progress(f"{scenario.name} #{rep}: {shown}")
-    return run
+def load_system(name: str, url: str) -> System:
+    module, _, cls = SYSTEMS[name].partition(":")
+    system: System = getattr(importlib.import_module(module), cls)(url)
+    return system
 
 
-def warm_up(system: System) -> None:
+def warm_up(system: System, cfg: Config) -> None:
     """Load the scripts into Redis and the worker's modules into the page cache."""
     system.reset()
-    for i in range(50):
-        system.enqueue_one(i)
-    system.enqueue_bulk(50)
-    system.enqueue_stamped(time.time())
-    run_worker_until_drained(system, 10, 60, 0.02)
+    system.enqueue_one_by_one(20)
+    if system.bulk is not None:
+        system.enqueue_bulk(20)
+    with Workers(system, 1, cfg) as workers:
+        drained_reports(system, workers, 60, 0.02)
+
+
+def run_child(name: str, url: str, cfg: Config) -> dict[str, Any]:
+    """All scenarios of one system, once: what `main` collects from ``--child``."""
+    stats = RedisStats(url)
+    system = load_system(name, url)
+    out: dict[str, Any] = {
+        "system": name,
+        "version": system.version(),
+        "settings": system.settings,
+        "bulk": system.bulk,
+        "priority": system.priority,
+        "python": f"{platform.python_version()} ({sys.executable})",
+        "scenarios": {},
+    }
+    try:
+        warm_up(system, cfg)
+        for scenario in scenarios(cfg):
+            system.reset()
+            run = Run(cfg, scenario.params, stats)
+            try:
+                entry: dict[str, Any] = {"sample": scenario.run(system, run)}
+                shown = ", ".join(
+                    f"{m.label} {_fmt(entry['sample'][m.key], m.digits)} {m.unit}"
+                    for m in scenario.metrics[:3]
+                )
+            except NotSupported as exc:
+                entry, shown = {"unsupported": str(exc)}, str(exc)
+            except ScenarioFailed as exc:
+                entry, shown = {"error": str(exc)}, f"FAILED: {exc}"
+            entry["notes"] = run.notes
+            out["scenarios"][scenario.key] = entry
+            _progress(f"{name} {scenario.key}: {shown.splitlines()[0]}")
+    finally:
+        system.close()
+        stats.close()
+    return out
+
+
+def child_main(args: argparse.Namespace) -> int:
+    cfg = Config(**json.loads(args.config))
+    cfg = Config(**{**asdict(cfg), "drain_processes": tuple(cfg.drain_processes),
+                    "scenarios": tuple(cfg.scenarios)})  # fmt: skip
+    try:
+        result = run_child(args.child, args.url, cfg)
+    except BaseException as exc:
+        result = {"system": args.child, "error": "".join(traceback.format_exception(exc))}
+    Path(args.result).write_text(json.dumps(result))
+    return 0
+
+
+def run_system(name: str, python: str, url: str, cfg: Config) -> dict[str, Any]:
+    """One repetition of one system, in a child process of ``python``."""
+    with tempfile.TemporaryDirectory(prefix="drumbeat-bench-") as tmp:
+        result = Path(tmp) / "result.json"
+        argv = [python, "-m", "bench.core", "--child", name, "--url", url,
+                "--config", json.dumps(asdict(cfg)), "--result", str(result)]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        timeout = 600 + 10 * cfg.jobs / 200
+        try:
+            proc = subprocess.run(argv, cwd=REPO, env=env, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return {"system": name, "error": f"the run did not finish within {timeout:.0f} s"}
+        if not result.exists():
+            return {"system": name, "error": f"the child exited with {proc.returncode}"}
+        data: dict[str, Any] = json.loads(result.read_text())
+        return data
+
+
+# -- what Redis itself allows ----------------------------------------------------------------------
+
+SCRIPT = (
+    "redis.call('HSET', KEYS[1] .. ARGV[1], 'spec', ARGV[1]) "
+    "redis.call('ZADD', KEYS[2], ARGV[1], ARGV[1]) return 1"
+)
+"""The small script of the EVALSHA line: an HSET and a ZADD, about what an enqueue does."""
+CLIENT_SETTINGS = (("-c 1", ["-c", "1"]), ("-c 50", ["-c", "50"]),
+                   ("-c 50 -P 16", ["-c", "50", "-P", "16"]))  # fmt: skip
+
+
+def ceiling_commands(sha: str) -> list[tuple[str, list[str], float]]:
+    """(label, command, share of the requests): ZADD runs first and fills the sorted set the
+    pops take from (random members from 10^9, so few collide), the pops take less than it
+    added so BZPOPMIN never blocks."""
+    return [
+        ("EVALSHA (HSET+ZADD script)", ["EVALSHA", sha, "2", "ceil:h:", "ceil:s", "__rand_int__"],
+         1.0),
+        ("ZADD", ["ZADD", "ceil:z", "__rand_int__", "__rand_int__"], 2.0),
+        ("ZPOPMIN", ["ZPOPMIN", "ceil:z"], 0.9),
+        ("BZPOPMIN", ["BZPOPMIN", "ceil:z", "1"], 0.9),
+        ("HSET", ["HSET", "ceil:h:__rand_int__", "f", "v"], 1.0),
+        ("HGET", ["HGET", "ceil:h:__rand_int__", "f"], 1.0),
+    ]  # fmt: skip
+
+
+def redis_ceiling(server: RedisServer, cfg: Config) -> dict[str, Any]:
+    """One repetition of `redis-benchmark` on the same server: ops/s per command and setting."""
+    binary = shutil.which("redis-benchmark") or str(Path(server.binary).with_name("redis-benchmark"))
+    if not Path(binary).exists():
+        return {"error": "redis-benchmark not found (Debian: apt-get install redis-tools)"}
+    with server.client() as client:
+        client.flushdb()
+        sha = str(client.script_load(SCRIPT))
+    results: dict[str, float] = {}
+    for label, command, share in ceiling_commands(sha):
+        for setting, flags in CLIENT_SETTINGS:
+            requests = str(max(1000, int(cfg.ceiling_requests * share)))
+            argv = [binary, "-h", "127.0.0.1", "-p", str(server.port), "-n", requests,
+                    "-r", "1000000000", "--csv", *flags, *command]  # fmt: skip
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+            rows = [line.split('","') for line in out.stdout.splitlines()[1:] if line.strip()]
+            if out.returncode != 0 or not rows:
+                return {"error": f"{shlex.join(argv)}: {out.stderr.strip() or out.stdout}"}
+            results[f"{label} | {setting}"] = float(rows[0][1].strip('"'))
+    with server.client() as client:
+        client.flushdb()
+    return {"ops": results, "binary": binary}
+
+
+# -- reporting -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Report:
+    markdown: str
+    results: dict[str, Any]
+    failed: bool
+
+
+def _stats(values: Sequence[float]) -> dict[str, Any]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "values": list(values)}  # fmt: skip
+
+
+def _cell(stat: Mapping[str, Any] | None, digits: int) -> str:
+    if not stat:
+        return ""
+    median, low, high = (_fmt(stat[k], digits) for k in ("median", "min", "max"))
+    return median if len(stat["values"]) == 1 else f"{median} ({low}–{high})"
+
+
+def _ratio_digits(stat: Mapping[str, Any]) -> int:
+    return 2 if stat["median"] >= 0.1 else 3
+
+
+def aggregate(data: Mapping[str, Any], found: Sequence[Scenario]) -> dict[str, Any]:
+    """Per scenario and system: metric stats over the repetitions, drumbeat/peer ratios taken
+    repetition by repetition, and the errors, notes and unsupported features seen."""
+    results: dict[str, Any] = {}
+    runs: Mapping[str, list[dict[str, Any]]] = data["runs"]
+    for sc in found:
+        per: dict[str, Any] = {}
+        for name, reps in runs.items():
+            samples, errors, notes, unsupported = [], [], [], ""
+            for i, rep in enumerate(reps, 1):
+                entry = rep.get("scenarios", {}).get(sc.key)
+                if entry is None:
+                    errors.append(f"repetition {i}: {rep.get('error', 'no result')}")
+                    continue
+                notes += [f"repetition {i}: {x}" for x in entry.get("notes", [])]
+                if "unsupported" in entry:
+                    unsupported = entry["unsupported"]
+                elif "error" in entry:
+                    errors.append(f"repetition {i}: {entry['error']}")
+                samples.append(entry.get("sample"))
+            good = [s for s in samples if s]
+            per[name] = {
+                "metrics": {m.key: _stats([s[m.key] for s in good]) for m in sc.metrics if good},
+                "samples": samples,
+                "errors": errors,
+                "notes": notes,
+                "unsupported": unsupported,
+                "runs": len(good),
+            }
+        base = per.get("drumbeat", {}).get("samples", [])
+        for name, entry in per.items():
+            entry["ratios"] = {}
+            if name == "drumbeat":
+                continue
+            for m in sc.ratios:
+                pairs = [d[m.key] / p[m.key] for d, p in zip(base, entry["samples"], strict=False)
+                         if d and p and p[m.key]]  # fmt: skip
+                if pairs:
+                    entry["ratios"][m.key] = _stats(pairs)
+        results[sc.key] = {"title": sc.title, "about": sc.about, "systems": per,
+                           "metrics": [asdict(m) for m in sc.metrics],
+                           "ratio_metrics": [m.key for m in sc.ratios]}  # fmt: skip
+    return results
+
+
+def header_lines(data: Mapping[str, Any]) -> list[str]:
+    info, cfg = data["info"], data["config"]
+    load = " ".join(f"{x:.2f}" for x in info["load_start"])
+    end = " ".join(f"{x:.2f}" for x in info.get("load_end", []))
+    lines = [
+        f"- command: `{data['command']}`",
+        f"- machine: {info['cores']} cores (os.cpu_count), {info['memory_gib']} GiB memory "
+        f"(MemTotal), {info['cpu']}, {info['platform']}",
+        f"- Redis {info['redis']} ({info['redis_binary']}), private, on a free port, no "
+        f"persistence; Python {info['python']} (harness); drumbeat git {info['git']}",
+        f"- load average (1/5/15 min): {load} at start, {end} at end; the worker, Redis and the "
+        "harness share these cores, and other work on the machine shows up as spread",
+        f"- {cfg['jobs']:,} jobs per scenario, {cfg['repeat']} repetition(s); each cell is the "
+        "median (min–max) over the repetitions; in each repetition every system runs all its "
+        "scenarios in a fresh process, systems back to back (the order rotates), so each "
+        "drumbeat/peer ratio is the median of the ratios of the same repetition"
+        + (", --quick" if cfg["quick"] else ""),
+    ]
+    if data.get("note"):
+        lines.append(f"- note: {data['note']}")
+    return lines
+
+
+def systems_lines(data: Mapping[str, Any]) -> list[str]:
+    lines = ["| system | version | one worker process (its settings) | bulk enqueue | priorities |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for name, reps in data["runs"].items():
+        ok = [r for r in reps if "version" in r]
+        if not ok:
+            why = (reps[0].get("error", "did not run") if reps else "did not run").splitlines()
+            lines.append(f"| {name} | **{_oneline(why[-1] if why else '')}** | | | |")
+            continue
+        r = ok[0]
+        lines.append(f"| {name} | {r['version']} | {r['settings']} | {r['bulk'] or 'none'} | "
+                     f"{r['priority'] or 'none'} |")  # fmt: skip
+    return lines
+
+
+def _oneline(text: str, width: int = 160) -> str:
+    text = " ".join(text.split()).replace("|", "/")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def scenario_lines(key: str, res: Mapping[str, Any], found: Sequence[Scenario]) -> list[str]:
+    sc = next(s for s in found if s.key == key)
+    head = ["system", *(f"{m.label} ({m.unit})" for m in sc.metrics)]
+    head += [f"drumbeat/peer {m.label} ({'>' if m.higher_better else '<'}1: drumbeat better)"
+             for m in sc.ratios]  # fmt: skip
+    lines = [f"## {sc.title}", "", sc.about, "", "| " + " | ".join(head) + " |",
+             "|---|" + "---:|" * (len(head) - 1)]  # fmt: skip
+    for name, entry in res["systems"].items():
+        if entry["unsupported"]:
+            row = [name, f"— ({entry['unsupported']})", *[""] * (len(head) - 2)]
+        elif not entry["runs"]:
+            why = entry["errors"][0].splitlines()[0] if entry["errors"] else "did not run"
+            row = [name, f"**FAILED**: {_oneline(why, 120)}", *[""] * (len(head) - 2)]
+        else:
+            row = [name + (f" (**{len(entry['errors'])} failed**)" if entry["errors"] else "")]
+            row += [_cell(entry["metrics"].get(m.key), m.digits) for m in sc.metrics]
+            for m in sc.ratios:
+                stat = entry["ratios"].get(m.key)
+                row.append(_cell(stat, _ratio_digits(stat)) if stat else "")
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def ceiling_lines(data: Mapping[str, Any], results: Mapping[str, Any]) -> list[str]:
+    reps = [c for c in data["ceiling"] if "ops" in c]
+    errors = [c["error"] for c in data["ceiling"] if "error" in c]
+    lines = ["## 6. What Redis itself allows: redis-benchmark on the same server", ""]
+    if not reps:
+        return [*lines, f"Not measured: {errors[0] if errors else 'skipped'}."]
+    lines += [
+        f"`{reps[0]['binary']}` against the same redis-server, "
+        f"{data['config']['ceiling_requests']:,} requests per line (ZADD twice that, so the pops "
+        "never find the set empty), random members/keys from 10^9; ops/s, median (min–max) "
+        f"over {len(reps)} repetition(s). The EVALSHA script is `{SCRIPT}`. `-c 1` is one "
+        "connection waiting for each reply, like one producer enqueueing one by one; `-P 16` "
+        "pipelines 16 commands per connection.",
+        "",
+        "| command | " + " | ".join(s for s, _ in CLIENT_SETTINGS) + " |",
+        "|---|" + "---:|" * len(CLIENT_SETTINGS),
+    ]
+    ops = {k: _stats([r["ops"][k] for r in reps]) for k in reps[0]["ops"]}
+    for label, _, _ in ceiling_commands(""):
+        cells = [_cell(ops.get(f"{label} | {s}"), 0) for s, _ in CLIENT_SETTINGS]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", *versus_ceiling_lines(ops, results)]
+    return lines
+
+
+def versus_ceiling_lines(ops: Mapping[str, Any], results: Mapping[str, Any]) -> list[str]:
+    """Where drumbeat stands against those numbers."""
+
+    def drumbeat(key: str, metric: str) -> float | None:
+        stat = results.get(key, {}).get("systems", {}).get("drumbeat", {}).get("metrics", {})
+        return stat[metric]["median"] if metric in stat else None
+
+    lines = ["How far drumbeat is from that (medians of this run):", ""]
+    one = drumbeat("enqueue_one", RATE.key)
+    eval1 = ops.get("EVALSHA (HSET+ZADD script) | -c 1")
+    if one and eval1:
+        lines.append(f"- enqueue one by one: {one:,.0f} jobs/s = {100 * one / eval1['median']:.0f}% "
+                     f"of one connection's EVALSHA round trips ({eval1['median']:,.0f}/s).")  # fmt: skip
+    best = max((v["median"] for k, v in ops.items() if k.startswith("ZADD")), default=0.0)
+    for key in ("enqueue_bulk", "drain_1", "drain_4"):
+        rate, cmds, cpu = (drumbeat(key, m.key) for m in (RATE, REDIS_COMMANDS, REDIS_CPU))
+        if rate and cmds and best:
+            lines.append(
+                f"- {results[key]['title'].split(' ', 1)[1]}: {rate:,.0f} jobs/s × {cmds:.1f} "
+                f"Redis commands/job = {rate * cmds:,.0f} commands/s, with Redis at "
+                f"{cpu or 0:.0f}% of a core; pipelined ZADD peaks at {best:,.0f}/s."
+            )
+    return lines if len(lines) > 2 else []
+
+
+def problem_lines(results: Mapping[str, Any], data: Mapping[str, Any]) -> list[str]:
+    lines: list[str] = []
+    for res in results.values():
+        for name, entry in res["systems"].items():
+            for text in entry["errors"] + entry["notes"]:
+                first, *rest = text.splitlines() or [""]
+                lines.append(f"- {name}, {res['title']}, {first}")
+                if rest:
+                    lines += ["", "  ```", *(f"  {x}" for x in rest[-25:]), "  ```", ""]
+    lines += [f"- redis-benchmark: {c['error']}" for c in data["ceiling"] if "error" in c]
+    return lines
+
+
+def build_report(data: Mapping[str, Any], found: Sequence[Scenario]) -> Report:
+    results = aggregate(data, found)
+    names = list(data["runs"])
+    title = "drumbeat" + (" vs " + ", ".join(names[1:]) if len(names) > 1 else "")
+    body = [f"# Job-queue benchmark: {title}", "", *header_lines(data), "",
+            "## Systems", "", *systems_lines(data)]  # fmt: skip
+    for key, res in results.items():
+        body += ["", *scenario_lines(key, res, found)]
+    if not data["config"]["scenarios"] or "ceiling" in data["config"]["scenarios"]:
+        body += ["", *ceiling_lines(data, results)]
+    problems = problem_lines(results, data)
+    if problems:
+        body += ["", "## Problems and worker warnings", "", *problems]
+    failed = any(
+        res["systems"].get("drumbeat", {}).get("errors") for res in results.values()
+    ) or any("error" in r for r in data["runs"].get("drumbeat", []))
+    return Report("\n".join(body) + "\n", results, failed)
+
+
+def write_outputs(out: Path, data: Mapping[str, Any], report: Report, charts: bool) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    base = out / f"core-{'quick-' if data['config']['quick'] else ''}{stamp}"
+    json_path, md_path = base.with_suffix(".json"), base.with_suffix(".md")
+    json_path.write_text(json.dumps({**data, "results": report.results}, indent=1) + "\n")
+    md_path.write_text(report.markdown)
+    paths = [md_path, json_path]
+    if charts:
+        paths += draw_charts(json_path)
+    return paths
+
+
+def draw_charts(json_path: Path) -> list[Path]:
+    """PNG charts by `bench.charts`, with matplotlib from here or from the peers venv."""
+    from . import peers_env
+
+    python = sys.executable
+    if importlib.util.find_spec("matplotlib") is None:
+        existing = peers_env.existing_python()
+        if existing is None:
+            _progress("charts skipped: matplotlib is not installed here; "
+                      "`python -m bench.peers_env` makes the venv that has it")  # fmt: skip
+            return []
+        python = str(existing)
+    out = subprocess.run([python, "-m", "bench.charts", str(json_path)], cwd=REPO,
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    if out.returncode != 0:
+        _progress(f"charts failed:\n{_tail(out.stderr)}")
+        return []
+    return [Path(line) for line in out.stdout.split()]
+
+
+# -- the session (the parent process) -------------------------------------------------------------
 
 
 def _progress(line: str) -> None:
@@ -398,10 +851,32 @@ def _fmt(value: float, digits: int) -> str:
     return f"{value:,.{digits}f}"
 
 
-# -- reporting -----------------------------------------------------------------------------------
+@contextlib.contextmanager
+def bench_lock(enabled: bool) -> Iterator[None]:
+    """``flock /tmp/drumbeat-bench.lock``: one full benchmark at a time on this machine. A lock
+    already held through an inherited descriptor (``flock FILE python -m bench.core``) counts."""
+    if not enabled or _lock_inherited():
+        yield
+        return
+    with open(LOCK_PATH, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _progress(f"waiting for {LOCK_PATH} (another benchmark is running)")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
-def machine_info(server: RedisServer, system: System) -> dict[str, Any]:
+def _lock_inherited() -> bool:
+    with contextlib.suppress(OSError):
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/self/fd/{fd}") == LOCK_PATH:
+                    return True
+    return False
+
+
+def machine_info(server: RedisServer) -> dict[str, Any]:
     mem_kb = 0
     with open("/proc/meminfo") as f:
         for line in f:
@@ -416,11 +891,7 @@ def machine_info(server: RedisServer, system: System) -> dict[str, Any]:
         "python": platform.python_version(),
         "redis": redis_info["version"],
         "redis_binary": redis_info["binary"],
-        "system": system.name,
-        "system_version": system.version(),
         "git": _git_revision(),
-        "redis_py": _dist_version("redis"),
-        "hiredis": _dist_version("hiredis"),
         "load_start": list(os.getloadavg()),
     }
 
@@ -434,13 +905,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
-
-
-def _dist_version(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def _git_revision() -> str:
@@ -458,150 +922,102 @@ def command_line() -> str:
     )
 
 
-def header_lines(command: str, info: Mapping[str, Any], cfg: Config, note: str) -> list[str]:
-    load = " ".join(f"{x:.2f}" for x in info["load_start"])
-    end = info.get("load_end")
-    lines = [
-        f"- command: `{command}`",
-        f"- machine: {info['cores']} cores (os.cpu_count), {info['memory_gib']} GiB memory "
-        f"(MemTotal), {info['cpu']}, {info['platform']}",
-        f"- software: Python {info['python']}, Redis {info['redis']} ({info['redis_binary']}), "
-        f"{info['system']} {info['system_version']} (git {info['git']}), "
-        f"redis-py {info['redis_py']}, hiredis {info['hiredis']}",
-        f"- load average (1/5/15 min): {load} at start"
-        + (f", {' '.join(f'{x:.2f}' for x in end)} at end" if end else ""),
-        f"- settings: {cfg.jobs:,} jobs per scenario, {cfg.repeat} repetition(s) "
-        f"(median, spread min-max), latency {cfg.latency_rate:g} jobs/s for "
-        f"{cfg.latency_seconds:g} s{', --quick' if cfg.quick else ''}",
-    ]
-    if note:
-        lines.append(f"- note: {note}")
-    return lines
+def pythons(names: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The interpreter for each system (drumbeat: this one; peers: the peers venv's, made or
+    updated first), and the systems that cannot run, with why."""
+    found = {name: sys.executable for name in names if name == "drumbeat"}
+    broken: dict[str, str] = {}
+    peers = [name for name in names if name != "drumbeat"]
+    if peers:
+        from . import peers_env
+
+        try:
+            python = str(peers_env.peers_python())
+        except peers_env.PeersEnvError as exc:
+            broken = {name: f"not installed: {exc}" for name in peers}
+        else:
+            found.update((name, python) for name in peers)
+    return found, broken
 
 
-def table_lines(runs: Sequence[ScenarioRun], system: str) -> list[str]:
-    lines = [
-        "| scenario | metric | median | spread (min-max) | unit | runs |",
-        "|---|---|---:|---:|---|---:|",
-    ]
-    for run in runs:
-        for r in run.results(system):
-            d = r.metric.digits
-            lines.append(
-                f"| {run.scenario.name} | {r.metric.label} | {_fmt(r.median, d)} | "
-                f"{_fmt(r.low, d)}-{_fmt(r.high, d)} | {r.metric.unit} | {len(r.values)} |"
-            )
-        if run.errors:
-            lines.append(
-                f"| {run.scenario.name} | **FAILED** {len(run.errors)} of "
-                f"{len(run.errors) + len(run.samples)} | | | | |"
-            )
-    return lines
-
-
-def problem_lines(runs: Sequence[ScenarioRun]) -> list[str]:
-    lines: list[str] = []
-    for run in runs:
-        for text in run.errors + run.notes:
-            lines += [f"- {run.scenario.name}, {text.splitlines()[0]}"]
-            rest = text.splitlines()[1:]
-            if rest:
-                lines += ["", "  ```", *(f"  {x}" for x in rest), "  ```", ""]
-    return lines
-
-
-def write_outputs(
-    out: Path, cfg: Config, info: Mapping[str, Any], runs: Sequence[ScenarioRun], markdown: str
-) -> tuple[Path, Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    base = out / f"core-{'quick-' if cfg.quick else ''}{stamp}"
-    data = {
-        "info": dict(info),
-        "config": asdict(cfg),
-        "scenarios": [
-            {
-                "name": run.scenario.name,
-                "params": dict(run.scenario.params),
-                "samples": run.samples,
-                "errors": run.errors,
-                "notes": run.notes,
-                "results": [
-                    {
-                        "metric": r.metric.key,
-                        "label": r.metric.label,
-                        "unit": r.metric.unit,
-                        "median": r.median,
-                        "min": r.low,
-                        "max": r.high,
-                        "values": r.values,
-                    }
-                    for r in run.results(str(info["system"]))
-                ],
-            }
-            for run in runs
-        ],
-    }
-    json_path, md_path = base.with_suffix(".json"), base.with_suffix(".md")
-    json_path.write_text(json.dumps(data, indent=2) + "\n")
-    md_path.write_text(markdown)
-    return json_path, md_path
-
-
-# -- command line --------------------------------------------------------------------------------
+def run_session(
+    names: Sequence[str], cfg: Config, server: RedisServer
+) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+    """Every repetition: `redis-benchmark`, then each system in turn (the order rotates)."""
+    found, broken = pythons(names)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    ceilings: list[dict[str, Any]] = []
+    for rep in range(cfg.repeat):
+        if not cfg.scenarios or "ceiling" in cfg.scenarios:
+            _progress(f"repetition {rep + 1}/{cfg.repeat}: redis-benchmark")
+            ceilings.append(redis_ceiling(server, cfg))
+        order = [n for n in names if n in found]
+        order = order[rep % len(order) :] + order[: rep % len(order)] if order else []
+        for name in order:
+            _progress(f"repetition {rep + 1}/{cfg.repeat}: {name}")
+            runs[name].append(run_system(name, found[name], server.url, cfg))
+        for name, why in broken.items():
+            runs[name].append({"system": name, "error": why})
+    return runs, ceilings
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.core", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="5,000 jobs, 1 repetition, 3 s latency")
-    p.add_argument("--repeat", type=int, help="repetitions per scenario (default 3; quick 1)")
+    p.add_argument("--quick", action="store_true",
+                   help="5,000 jobs, 1 repetition, 3 s latency, drumbeat only unless --systems")
+    p.add_argument("--systems", help=f"comma-separated, from: {', '.join(SYSTEMS)}; or 'all' "
+                   "(default: all; with --quick: drumbeat)")
+    p.add_argument("--repeat", type=int, help="repetitions (default 3; quick 1)")
     p.add_argument("--jobs", type=int, help="jobs per scenario (default 20,000; quick 5,000)")
+    p.add_argument("--scenarios", help="comma-separated subset of: enqueue_one, enqueue_bulk, "
+                   "drain_1, drain_4, latency, priority, ceiling")
     p.add_argument("--out", type=Path, default=BENCH_DIR / "results", help="results directory")
-    p.add_argument("--system", choices=sorted(SYSTEMS), default="drumbeat")
     p.add_argument("--note", default="", help="free text recorded with the results")
-    args = p.parse_args(argv)
+    p.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--url", help=argparse.SUPPRESS)
+    p.add_argument("--config", help=argparse.SUPPRESS)
+    p.add_argument("--result", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)  # fmt: skip
     for name in ("repeat", "jobs"):
         value = getattr(args, name)
         if value is not None and value < 1:
             p.error(f"--{name} must be >= 1")
+    if args.child:
+        return args
+    spec = args.systems or ("drumbeat" if args.quick else "all")
+    args.names = list(SYSTEMS) if spec == "all" else [s.strip() for s in spec.split(",")]
+    unknown = [s for s in args.names if s not in SYSTEMS]
+    if unknown or not args.names:
+        p.error(f"unknown system(s) {unknown}; known: {', '.join(SYSTEMS)}")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.child:
+        return child_main(args)
     cfg = Config(
         jobs=args.jobs or (5_000 if args.quick else 20_000),
         repeat=args.repeat or (1 if args.quick else 3),
         quick=args.quick,
         latency_seconds=3.0 if args.quick else 10.0,
+        ceiling_requests=10_000 if args.quick else 100_000,
+        scenarios=tuple(s.strip() for s in args.scenarios.split(",")) if args.scenarios else (),
     )
     command = command_line()
     print(f"$ {command}", file=sys.stderr, flush=True)
-    with RedisServer() as server:
-        system = SYSTEMS[args.system](server.url)
-        try:
-            info = machine_info(server, system)
-            _progress("warming up")
-            warm_up(system)
-            runs = [run_scenario(system, s, cfg) for s in scenarios(cfg)]
-        finally:
-            system.close()
+    with bench_lock(not args.quick), RedisServer() as server:
+        info = machine_info(server)
+        runs, ceilings = run_session(args.names, cfg, server)
     info["load_end"] = list(os.getloadavg())
-    body = [
-        f"# {info['system']} core benchmark",
-        "",
-        *header_lines(command, info, cfg, args.note),
-        "",
-        *table_lines(runs, args.system),
-    ]
-    problems = problem_lines(runs)
-    if problems:
-        body += ["", "## Problems and worker warnings", "", *problems]
-    markdown = "\n".join(body) + "\n"
-    print(markdown)
-    json_path, md_path = write_outputs(args.out, cfg, info, runs, markdown)
-    print(f"wrote {json_path} and {md_path}", file=sys.stderr)
-    return 1 if any(run.errors for run in runs) else 0
+    data = {"command": command, "note": args.note, "info": info, "config": asdict(cfg),
+            "systems": args.names, "runs": runs, "ceiling": ceilings}  # fmt: skip
+    report = build_report(data, scenarios(cfg))
+    print(report.markdown)
+    paths = write_outputs(args.out, data, report, charts=not args.no_charts)
+    print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 1 if report.failed else 0
 
 
 if __name__ == "__main__":

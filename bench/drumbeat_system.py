@@ -1,12 +1,12 @@
-"""The drumbeat adapter: producer side in this process, workers as ``python -m bench._worker``."""
+"""The drumbeat adapter: producer side in the harness, workers as
+``python -m bench._worker bench.drumbeat_system``."""
 
 from __future__ import annotations
 
-import sys
+import asyncio
 import time
 import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -14,42 +14,48 @@ import redis
 import drumbeat
 from drumbeat.keys import Keys
 
-from .adapter import WorkerProcess
+from .adapter import SINK, Started, paced, versions, worker_command
 
 NOOP = "bench.noop"
 STAMPED = "bench.stamped"
-_REPO = Path(__file__).resolve().parent.parent
-
-
-@dataclass(slots=True)
-class Sink:
-    """What a worker's tasks record, in-process."""
-
-    count: int = 0
-    latencies: list[float] = field(default_factory=list)
+HIGH = "bench.high"
+HIGH_PRIORITY = 9
+CONCURRENCY = 10
+"""`drumbeat.Settings.concurrency`'s default: the worker's slots."""
 
 
 @dataclass(frozen=True, slots=True)
 class Tasks:
     noop: drumbeat.Task[[int], Any]
     stamped: drumbeat.Task[[float], Any]
+    high: drumbeat.Task[[int], Any]
 
 
-def register(app: drumbeat.App, sink: Sink) -> Tasks:
+def register(app: drumbeat.App) -> Tasks:
     """The benchmark's tasks, under fixed names so producer and worker agree on them."""
 
     async def noop(i: int) -> None:
-        sink.count += 1
+        SINK.noop()
 
     async def stamped(sent_at: float) -> None:
-        sink.latencies.append(time.time() - sent_at)
-        sink.count += 1
+        SINK.stamped(sent_at)
 
-    return Tasks(app.task(name=NOOP)(noop), app.task(name=STAMPED)(stamped))
+    async def high(i: int) -> None:
+        SINK.high()
+
+    return Tasks(
+        app.task(name=NOOP)(noop), app.task(name=STAMPED)(stamped), app.task(name=HIGH)(high)
+    )
 
 
 class DrumbeatSystem:
     name = "drumbeat"
+    settings = (
+        f"1 process: asyncio loop, concurrency={CONCURRENCY} (default), async no-op tasks, "
+        "claims and settles in batches"
+    )
+    bulk = "app.enqueue_many([task.prepare(i) ...]) (500 jobs per EVALSHA, pipelined)"
+    priority = f"task.options(priority={HIGH_PRIORITY}) vs default 0 (0..9, higher first)"
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -59,7 +65,7 @@ class DrumbeatSystem:
         self.reset()
 
     def version(self) -> str:
-        return str(drumbeat.__version__)
+        return f"drumbeat {drumbeat.__version__} ({versions('redis', 'hiredis')})"
 
     def reset(self) -> None:
         if self.app is not None:
@@ -68,18 +74,33 @@ class DrumbeatSystem:
         self.namespace = "bench" + uuid.uuid4().hex[:8]
         self.keys = Keys(self.namespace)
         self.app = drumbeat.App(self.url, namespace=self.namespace)
-        self.tasks = register(self.app, Sink())
+        self.tasks = register(self.app)
         self.app.redis.ping()  # connect (and check the eviction policy) before any timing
 
-    def enqueue_one(self, i: int) -> None:
-        self.tasks.noop.enqueue(i)
+    def enqueue_one_by_one(self, n: int) -> None:
+        enqueue = self.tasks.noop.enqueue
+        for i in range(n):
+            enqueue(i)
 
     def enqueue_bulk(self, n: int) -> None:
         assert self.app is not None
         self.app.enqueue_many([self.tasks.noop.prepare(i) for i in range(n)])
 
-    def enqueue_stamped(self, sent_at: float) -> None:
-        self.tasks.stamped.enqueue(sent_at)
+    def fill(self, n: int) -> None:
+        self.enqueue_bulk(n)
+
+    def fill_low(self, n: int) -> None:
+        self.enqueue_bulk(n)  # priority 0, the default
+
+    def produce_stamped(self, rate: float, n: int) -> float:
+        return paced(rate, n, self.tasks.stamped.enqueue)
+
+    def enqueue_high(self, n: int) -> float:
+        bound = self.tasks.high.options(priority=HIGH_PRIORITY)
+        t0 = time.time()
+        for i in range(n):
+            bound.enqueue(i)
+        return t0
 
     def outstanding(self) -> int:
         with self._admin.pipeline(transaction=False) as pipe:
@@ -88,27 +109,30 @@ class DrumbeatSystem:
             pipe.zcard(self.keys.due)
             return sum(int(x) for x in pipe.execute())
 
-    def dead(self) -> int:
-        return int(self._admin.zcard(self.keys.dead))
-
-    def server_cpu_seconds(self) -> float | None:
-        cpu = self._admin.info("cpu")
-        return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
-
-    def server_commands(self) -> int | None:
-        """Every command Redis ran, those inside Lua scripts included (``INFO commandstats``)."""
-        stats = self._admin.info("commandstats")
-        return sum(int(v["calls"]) for v in stats.values())
-
-    def server_memory(self) -> int | None:
-        return int(self._admin.info("memory")["used_memory"])
-
-    def start_worker(self, concurrency: int) -> WorkerProcess:
-        argv = [sys.executable, "-m", "bench._worker", "--url", self.url,
-                "--namespace", self.namespace, "--concurrency", str(concurrency)]  # fmt: skip
-        return WorkerProcess(argv)
+    def worker_argv(self, priority: bool = False) -> list[str]:
+        return worker_command(
+            __name__, self.url, namespace=self.namespace, concurrency=CONCURRENCY
+        )
 
     def close(self) -> None:
         if self.app is not None:
             self.app.close()
         self._admin.close()
+
+
+# -- worker side ---------------------------------------------------------------------------------
+
+
+async def _worker(url: str, namespace: str, concurrency: int) -> None:
+    app = drumbeat.App(url, namespace=namespace)
+    register(app)
+    worker = drumbeat.Worker(app, concurrency=concurrency)
+    worker.install_signal_handlers()
+    started = Started()
+    await worker.run()
+    await app.aclose()
+    started.report(processed=worker.processed, failed=worker.failed, worker_id=worker.id)
+
+
+def worker_main(url: str, options: dict[str, Any]) -> None:
+    asyncio.run(_worker(url, str(options["namespace"]), int(options["concurrency"])))

@@ -104,7 +104,7 @@ def test_bad_schedules_are_refused_and_write_nothing(app: drumbeat.App, r: redis
         with pytest.raises(error, match=message):
             app.schedule_many([good, bad])
     assert r.keys(f"drumbeat:{app.keys.tag}:*") == [], "a bad item must not let good ones in"
-    with pytest.raises(drumbeat.InvalidJob, match="drumbeat.Schedule items"):
+    with pytest.raises(drumbeat.InvalidJob, match=r"drumbeat\.Schedule items"):
         app.schedule_many([("x", check)])  # type: ignore[list-item]
 
 
