@@ -70,6 +70,7 @@ class ScheduleInfo:
     failures: int
     misfires: int
     last_error: str | None
+    """The error of the most recent failed run (kept after later successes)."""
     generation: int
 
 
@@ -183,7 +184,11 @@ class Scheduler:
         pattern = _glob_escape(prefix) + "*"
         for keys in self.shards:
             batch: list[tuple[bytes, bytes]] = []
+            seen: set[bytes] = set()  # HSCAN may return a field twice while Redis rehashes
             for item in client.hscan_iter(keys.schedules, match=pattern, count=1000):
+                if item[0] in seen:
+                    continue
+                seen.add(item[0])
                 batch.append(item)
                 if len(batch) >= 1000:
                     yield from self._infos(client, keys, batch)

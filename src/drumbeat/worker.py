@@ -141,8 +141,9 @@ class Worker:
         while not self._stopping.is_set():
             free = self.concurrency - len(self._running)
             if free <= 0:
-                await self._cancel_block()
+                # Clear before any await: a job finishing during the cancel sets it again.
                 self._slot_free.clear()
+                await self._cancel_block()
                 await self._slot_free.wait()
                 continue
             try:

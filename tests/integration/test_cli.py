@@ -134,7 +134,7 @@ async def test_enqueue_then_status_shows_depth_per_priority(
     out = ok("status", APP).stdout
     assert app.settings.namespace in out
     assert row(out, "ready")[1] == "3"
-    assert row(out, "delayed")[1] == "1"
+    assert row(out, "due later (delayed jobs, next runs)")[1] == "1"
     assert row(out, "running")[1] == "0"
     assert row(out, "dead letters")[1] == "0"
     assert row(out, "9")[1] == "1"

@@ -1,5 +1,5 @@
-"""The ``drumbeat`` command: run workers, enqueue jobs, inspect queues and dead letters, and
-manage the embedded Redis.
+"""The ``drumbeat`` command: run workers, enqueue jobs, inspect queues, dead letters and
+schedules, and manage the embedded Redis.
 
 Commands that work on an app take it as ``MODULE:APP`` (like uvicorn): the module is imported
 with the current directory on ``sys.path``, and ``MODULE`` alone means ``MODULE:app``.
@@ -28,12 +28,12 @@ from rich.table import Table
 
 from drumbeat import admin, embedded
 from drumbeat.app import App
-from drumbeat.cli.tables import fmt_count, status_tables
+from drumbeat.cli.tables import fmt_count, schedule_table, status_tables
 from drumbeat.errors import DrumbeatError, InvalidJob
 from drumbeat.task import MAX_PRIORITY, MIN_PRIORITY, Options, Prepared
 from drumbeat.worker import run_worker
 
-__all__ = ["CliError", "cli", "load_app", "main", "status_tables"]
+__all__ = ["CliError", "cli", "load_app", "main", "schedule_table", "status_tables"]
 
 log = logging.getLogger("drumbeat.cli")
 
@@ -351,14 +351,17 @@ def status(
         int, typer.Option("--limit", "-n", min=0, help="Most running jobs to list.")
     ] = 50,
 ) -> None:
-    """Show queue depth per priority, delayed, running and dead jobs, and live workers."""
+    """Show queue depth per priority, delayed, running and dead jobs, live workers, and the
+    schedules with how late their runs started over the last minute."""
     with _opened(app_spec) as app:
         stats = admin.queue_stats(app, running_limit=limit)
+        schedules = admin.schedule_stats(app)
         namespace = app.settings.namespace
     out = _out()
     out.print(f"namespace [bold]{escape(namespace)}[/]")
     for table in status_tables(stats):
         out.print(table)
+    out.print(schedule_table(schedules))
 
 
 # -- dead letters ------------------------------------------------------------------------------
@@ -508,3 +511,11 @@ def redis_command(
             "rather than this server",
             soft_wrap=True,
         )
+
+
+# -- schedules ---------------------------------------------------------------------------------
+
+# Imported last: the sub-app's module uses the helpers above.
+from drumbeat.cli.schedules import schedules_cli  # noqa: E402
+
+cli.add_typer(schedules_cli, name="schedules")

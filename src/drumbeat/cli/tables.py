@@ -1,5 +1,5 @@
-"""Rich tables for ``drumbeat status``; one function per table so later issues can add rows
-(schedules, lateness) without touching the command."""
+"""Rich tables for ``drumbeat status``, one function per table: `status_tables` for the queue,
+`schedule_table` for the schedules, and the short formats the other commands share."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from drumbeat import admin
 from drumbeat.task import MAX_PRIORITY, MIN_PRIORITY
 
 
-def _duration(seconds: float) -> str:
+def fmt_duration(seconds: float) -> str:
     """A short human duration: ``0.4s``, ``12s``, ``3m05s``, ``2h01m``, ``3d04h``."""
     sign = "-" if seconds < 0 else ""
     s = abs(seconds)
@@ -31,13 +31,25 @@ def fmt_count(value: int | None) -> str:
     return "?" if value is None else str(value)
 
 
+def fmt_ms(ms: float | None) -> str:
+    """A lateness or duration given in ms: ``0.4ms``, ``3ms`` (whole ms), ``840ms``, then as
+    `fmt_duration` seconds (``1.2s``)."""
+    if ms is None:
+        return "-"
+    if ms < 10 and not isinstance(ms, int):
+        return f"{ms:.1f}ms"
+    if ms < 1000:
+        return f"{ms:.0f}ms"
+    return fmt_duration(ms / 1000)
+
+
 def summary_table(stats: admin.QueueStats) -> Table:
     """One row per count; a later extension (schedules) adds its rows here."""
     table = Table(title="Queue", title_justify="left", show_header=False)
     table.add_column("what")
     table.add_column("count", justify="right")
     table.add_row("ready", str(stats.ready))
-    table.add_row("delayed", str(stats.delayed))
+    table.add_row("due later (delayed jobs, next runs)", str(stats.delayed))
     table.add_row("running", str(stats.running_total))
     table.add_row("dead letters", str(stats.dead))
     workers = str(len(stats.workers))
@@ -72,10 +84,10 @@ def running_table(stats: admin.QueueStats) -> Table:
     table.add_column("lease age", justify="right")
     table.add_column("lease left", justify="right")
     for job in stats.running:
-        left = _duration(job.lease_left)
+        left = fmt_duration(job.lease_left)
         if job.lease_left < 0:
             left = f"[red]{left} (expired)[/]"
-        table.add_row(job.id, escape(job.worker), _duration(job.lease_age), left)
+        table.add_row(job.id, escape(job.worker), fmt_duration(job.lease_age), left)
     return table
 
 
@@ -90,7 +102,7 @@ def workers_table(stats: admin.QueueStats) -> Table:
     table.add_column("up", justify="right")
     table.add_column("heartbeat", justify="right")
     for w in stats.workers:
-        up = "?" if w.started_ms is None else _duration((stats.now_ms - w.started_ms) / 1000)
+        up = "?" if w.started_ms is None else fmt_duration((stats.now_ms - w.started_ms) / 1000)
         table.add_row(
             escape(w.id),
             escape(w.host or "?"),
@@ -98,7 +110,7 @@ def workers_table(stats: admin.QueueStats) -> Table:
             f"{fmt_count(w.running)}/{fmt_count(w.concurrency)}",
             fmt_count(w.processed),
             up,
-            f"{_duration(w.heartbeat_age)} ago",
+            f"{fmt_duration(w.heartbeat_age)} ago",
         )
     return table
 
@@ -111,3 +123,23 @@ def status_tables(stats: admin.QueueStats) -> list[RenderableType]:
     if stats.workers:
         tables.append(workers_table(stats))
     return tables
+
+
+def schedule_table(stats: admin.ScheduleStats) -> Table:
+    """Schedules and how late their runs started over the last minute (for ``status``).
+
+    Percentiles are upper bounds of the histogram bin they fall in (hence the ``≤``).
+    """
+    table = Table(title="Schedules", title_justify="left", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    late = stats.lateness
+    table.add_row("schedules", str(stats.total))
+    table.add_row("shards", str(stats.shards))
+    table.add_row("runs, last minute", str(late.runs))
+    if late.runs:
+        lateness = f"≤{fmt_ms(late.p50_ms)} / ≤{fmt_ms(late.p99_ms)} / {fmt_ms(late.max_ms)}"
+    else:
+        lateness = "-"
+    table.add_row("lateness p50 / p99 / max", lateness)
+    return table
