@@ -274,4 +274,5 @@ class Scripts:
         """Items are (member, token, outcome, duration_ms, generation, grid_ms, due_ms, error)."""
         k = self.k
         keys = [k.schedules, k.due, k.leases, k.owners, k.state, k.faults, k.wake]
-        return Call("finish_runs", keys, [x for item in items for x in item], _ints)
+        packed = ["|".join(str(x) for x in item) for item in items]
+        return Call("finish_runs", keys, packed, _ints)

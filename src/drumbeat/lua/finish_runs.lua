@@ -6,14 +6,17 @@
 --
 -- KEYS[1] schedules (hash)  KEYS[2] due (zset)    KEYS[3] leases (zset)  KEYS[4] owners (hash)
 -- KEYS[5] state (hash)      KEYS[6] faults (hash)  KEYS[7] wake (zset)
--- ARGV    groups of 8, one per run: member ("s:<id>"), token, outcome (ok | fail | skip),
---         duration ms, generation it ran, next grid slot ms, next due ms, error text
+-- ARGV    one per run, packed (one argument is far cheaper to send than eight):
+--         "<member>|<token>|<outcome ok|fail|skip>|<duration ms>|<generation run>|
+--          <next grid ms>|<next due ms>|<error text, may hold anything>"
 -- Returns one integer per run: 1 settled, 0 refused (lease lost)
 local out = {}
-for i = 0, #ARGV / 8 - 1 do
-  local member, token, outcome = ARGV[i * 8 + 1], ARGV[i * 8 + 2], ARGV[i * 8 + 3]
-  if owns(KEYS[4], member, token) then
-    local owner = redis.call('HGET', KEYS[4], member)
+local earliest
+for i, packed in ipairs(ARGV) do
+  local member, token, outcome, ms, gen, grid, due, err = string.match(packed,
+    '^([^|]+)|(%d+)|(%a+)|(%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(.*)$')
+  local owner = member and redis.call('HGET', KEYS[4], member)
+  if owner and string.match(owner, '^(%d+)|') == token then
     redis.call('HDEL', KEYS[4], member)
     redis.call('ZREM', KEYS[3], member)
     redis.call('HDEL', KEYS[5], member)
@@ -25,25 +28,29 @@ for i = 0, #ARGV / 8 - 1 do
       else
         s.runs = s.runs + 1
         s.last_start = tonumber(string.match(owner, '|(%d+)$')) or 0
-        s.last_ms = tonumber(ARGV[i * 8 + 4])
+        s.last_ms = tonumber(ms)
         if outcome == 'fail' then
           s.failures = s.failures + 1
-          redis.call('HSET', KEYS[6], id, ARGV[i * 8 + 8])
+          redis.call('HSET', KEYS[6], id, err)
         end
       end
-      local due = s.grid
-      if s.gen == tonumber(ARGV[i * 8 + 5]) then
-        s.grid, due = tonumber(ARGV[i * 8 + 6]), tonumber(ARGV[i * 8 + 7])
-      end
+      local next_due = s.grid
+      if s.gen == tonumber(gen) then s.grid, next_due = tonumber(grid), tonumber(due) end
       redis.call('HSET', KEYS[1], id, format_schedule(s))
       if not s.paused then
-        redis.call('ZADD', KEYS[2], due, member)
-        wake_if_head(KEYS[2], KEYS[7], member)
+        redis.call('ZADD', KEYS[2], next_due, member)
+        if not earliest or next_due < earliest then earliest = next_due end
       end
     end
-    out[#out + 1] = 1
+    out[i] = 1
   else
-    out[#out + 1] = 0
+    out[i] = 0
   end
+end
+-- One check per batch: wake a worker if a run now heads `due` (idle workers sleep until the
+-- earliest due time they saw).
+if earliest then
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if head[2] and tonumber(head[2]) >= earliest then wake(KEYS[7]) end
 end
 return out
