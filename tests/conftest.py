@@ -19,6 +19,7 @@ import redis
 
 import drumbeat
 from drumbeat import embedded
+from drumbeat.scripts import Call, Reaped
 
 
 def _free_port() -> int:
@@ -118,3 +119,10 @@ async def running_worker(
     finally:
         worker.stop()
         await asyncio.wait_for(task, 30)
+
+
+def reap_call(app: drumbeat.App, **overrides: int) -> Call[Reaped]:
+    """The housekeeping script call with generous test defaults; override what a test probes."""
+    args = {"max_stalls": 3, "limit": 100, "dead_ttl_ms": 60_000, "worker_ttl_ms": 60_000,
+            "result_ttl_ms": 60_000, "lease_ms": 1_000} | overrides  # fmt: skip
+    return app.scripts.reap(**args)

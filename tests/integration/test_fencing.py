@@ -8,19 +8,13 @@ import redis
 
 import drumbeat
 from drumbeat.job import encode_success
+from tests.conftest import reap_call
 
 
 def _expire_and_reap(app: drumbeat.App, r: redis.Redis, job_id: str) -> None:
     # Backdate the lease instead of sleeping: the reaper compares deadlines with Redis time.
     r.zadd(app.keys.leases, {job_id: 1})
-    reaped = app.scripts.reap(
-        max_stalls=3,
-        limit=100,
-        dead_ttl_ms=60_000,
-        worker_ttl_ms=60_000,
-        result_ttl_ms=60_000,
-        lease_ms=1_000,
-    ).run(r)
+    reaped = reap_call(app).run(r)
     assert reaped.requeued == 1
 
 
@@ -73,14 +67,7 @@ def test_lease_expiries_are_bounded_by_max_stalls(app: drumbeat.App, r: redis.Re
     for _ in range(3):
         s.claim("w", 1, 10_000, 100).run(r)
         r.zadd(app.keys.leases, {job.id: 1})
-        reaped = s.reap(
-            max_stalls=2,
-            limit=100,
-            dead_ttl_ms=60_000,
-            worker_ttl_ms=60_000,
-            result_ttl_ms=60_000,
-            lease_ms=1_000,
-        ).run(r)
+        reaped = reap_call(app, max_stalls=2).run(r)
     assert reaped.buried == [job.id]
     assert job.status() is drumbeat.JobStatus.DEAD
     err = app.redis.hget(app.keys.errors, job.id)
@@ -106,14 +93,7 @@ def test_worker_heartbeat_is_recorded(app: drumbeat.App, r: redis.Redis) -> None
     assert score is not None and abs(score / 1000 - sec) < 5
     assert r.hget(app.keys.workerinfo, "w1") == b'{"pid": 1}'
     time.sleep(0.01)
-    app.scripts.reap(
-        max_stalls=3,
-        limit=100,
-        dead_ttl_ms=60_000,
-        worker_ttl_ms=1,
-        result_ttl_ms=60_000,
-        lease_ms=1_000,
-    ).run(r)
+    reap_call(app, worker_ttl_ms=1).run(r)
     assert r.zscore(app.keys.workers, "w1") is None, "silent workers are swept"
 
 
@@ -122,14 +102,7 @@ def test_reap_says_when_a_sweep_hit_its_limit(app: drumbeat.App, r: redis.Redis)
     r.hset(app.keys.results, mapping={f"j{i}": b"{}" for i in range(25)})
     passes = []
     while True:
-        reaped = app.scripts.reap(
-            max_stalls=3,
-            limit=10,
-            dead_ttl_ms=60_000,
-            worker_ttl_ms=60_000,
-            result_ttl_ms=60_000,
-            lease_ms=1_000,
-        ).run(r)
+        reaped = reap_call(app, limit=10).run(r)
         passes.append(reaped.more)
         if not reaped.more:
             break

@@ -13,7 +13,7 @@ import redis
 import drumbeat
 from drumbeat import admin
 from drumbeat.schedule import RUN_PREFIX, next_cron, phase_ms
-from tests.conftest import running_worker
+from tests.conftest import reap_call, running_worker
 
 
 def _now_ms(r: redis.Redis) -> int:
@@ -281,8 +281,7 @@ def test_stale_worker_cannot_settle_a_taken_over_run(app: drumbeat.App, r: redis
     a = s.claim("worker-a", 10, 10_000, 100).run(r).jobs
     assert [j.id for j in a] == ["s:f"]
     r.zadd(app.keys.leases, {"s:f": 1})
-    reap = s.reap(max_stalls=3, limit=100, dead_ttl_ms=60_000, worker_ttl_ms=60_000,
-                  result_ttl_ms=60_000, lease_ms=1000)  # fmt: skip
+    reap = reap_call(app)
     assert reap.run(r).requeued == 1
     b = s.claim("worker-b", 10, 10_000, 100).run(r).jobs
     assert [j.id for j in b] == ["s:f"] and b[0].token > a[0].token
@@ -305,8 +304,7 @@ def test_a_run_that_keeps_stalling_is_rescheduled_not_dead(
     def crashy() -> None: ...
 
     app.schedule("c", crashy, every=5)
-    reap = app.scripts.reap(max_stalls=2, limit=100, dead_ttl_ms=60_000, worker_ttl_ms=60_000,
-                            result_ttl_ms=60_000, lease_ms=30_000)  # fmt: skip
+    reap = reap_call(app, max_stalls=2, lease_ms=30_000)
     app.run_now("c")
     for _ in range(3):
         assert [j.id for j in app.scripts.claim("w", 1, 10_000, 100).run(r).jobs] == ["s:c"]

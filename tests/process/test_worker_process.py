@@ -14,6 +14,7 @@ import pytest
 import redis
 
 import drumbeat
+from tests.conftest import reap_call
 
 pytestmark = pytest.mark.process
 
@@ -136,19 +137,7 @@ def test_second_signal_stops_at_once_and_jobs_return_by_lease(
     p.wait(10)  # far sooner than the 60 s grace
     assert job.status() is drumbeat.JobStatus.RUNNING, "a hard stop hands nothing back"
     _wait_for(
-        lambda: (
-            app.scripts.reap(
-                max_stalls=3,
-                limit=10,
-                dead_ttl_ms=60_000,
-                worker_ttl_ms=60_000,
-                result_ttl_ms=60_000,
-                lease_ms=1_000,
-            )
-            .run(r)
-            .requeued
-            == 1
-        ),
+        lambda: reap_call(app, limit=10).run(r).requeued == 1,
         10,
     )
     assert job.status() is drumbeat.JobStatus.QUEUED
