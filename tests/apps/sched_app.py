@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -18,6 +19,8 @@ LOG_KEY = f"test:{{{app.keys.namespace}}}:runs"
 async def monitor(n: int) -> None:
     ctx = drumbeat.current_job()
     start = time.time()
+    # Long enough that a worker always has runs in flight (a kill -9 then interrupts some).
+    await asyncio.sleep(0.05)
     end = time.time()
     # One push per run: schedule, due, start, end (ms), attempt, pid.
     fields = (ctx.schedule_id, ctx.due_ms, f"{start * 1000:.1f}", f"{end * 1000:.1f}",

@@ -26,6 +26,7 @@ WINDOW_S = 15
 def _worker(url: str, namespace: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "DRUMBEAT_REDIS_URL": url, "DRUMBEAT_NAMESPACE": namespace,
            "DRUMBEAT_LEASE": "1.0", "DRUMBEAT_MAINTENANCE_INTERVAL": "0.2",
+           "DRUMBEAT_CONCURRENCY": "100",
            "PYTHONPATH": str(ROOT)}  # fmt: skip
     code = "import drumbeat; from tests.apps.sched_app import app; drumbeat.run_worker(app)"
     return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT)
