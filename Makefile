@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test test-embedded lint bench bench-quick clean
+.PHONY: install demo test test-embedded lint bench bench-periodic bench-quick clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "drumbeat needs Python 3.11+; set PYTHON=python3.11 or newer" or 0)'
@@ -34,11 +34,21 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# The side-by-side benchmarks: the peers are installed into bench/.venv-peers first.
 bench: $(STAMP)
+	$(PY) -m bench.peers_env
 	$(PY) -m bench.core
+	$(PY) -m bench.periodic
 
+# drumbeat's own periodic figures: two worker processes, 100 slots each.
+bench-periodic: $(STAMP)
+	$(PY) -m bench.periodic --systems drumbeat --workers 2 --concurrency 100 \
+		--n 10000,100000,1000000@60
+
+# A two-minute pass over drumbeat alone (CI runs it, so the harness cannot rot).
 bench-quick: $(STAMP)
 	$(PY) -m bench.core --quick
+	$(PY) -m bench.periodic --quick --systems drumbeat
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

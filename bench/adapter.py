@@ -260,18 +260,26 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def stop(self, timeout: float = 60) -> WorkerReport:
-        """SIGTERM (graceful stop), then the worker's report."""
+    def stop(self, timeout: float = 20) -> WorkerReport:
+        """SIGTERM (graceful stop), then the worker's report. A worker still running
+        ``timeout`` s later gets SIGUSR2, on which `Started` reports and exits at once; the
+        report then says ``forced``."""
         if self.alive():
             self.proc.send_signal(signal.SIGTERM)
+        forced = False
         try:
             out, _ = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.kill()
-            raise ScenarioFailed(
-                f"worker {self.proc.pid} did not exit within {timeout} s of SIGTERM "
-                f"(killed)\n{self.stderr_tail()}"
-            ) from None
+            forced = True
+            self.proc.send_signal(signal.SIGUSR2)
+            try:
+                out, _ = self.proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise ScenarioFailed(
+                    f"worker {self.proc.pid} did not exit within {timeout} s of SIGTERM nor "
+                    f"report on SIGUSR2 (killed)\n{self.stderr_tail()}"
+                ) from None
         self._reap()
         events = [*self._lines, *filter(None, map(_parse, out.splitlines()))]
         reports = [e for e in events if e.get("event") == "report"]
@@ -290,7 +298,7 @@ class WorkerProcess:
             low_before_high_done=int(r.get("low_before_high_done", -1)),
             peak_rss_kb=int(r["peak_rss_kb"]),
             cpu_s=float(r["cpu_s"]),
-            extra=dict(r.get("extra", {})),
+            extra={**r.get("extra", {}), **({"forced": True} if forced else {})},
             stderr=self.stderr_text(),
         )
 
@@ -418,22 +426,33 @@ class Started:
 
     def __init__(self) -> None:
         self.cpu0 = cpu_seconds()
+        signal.signal(signal.SIGUSR2, self._forced)
         emit("started", t=time.time(), pid=os.getpid())
 
-    def report(self, **extra: Any) -> None:
+    def _forced(self, signum: int, frame: object) -> None:
+        """The library did not stop on SIGTERM: report what the tasks recorded, and exit. No
+        lock is taken: the interrupted code may hold one."""
+        line = json.dumps({"event": "report", **self._fields(forced=True)}) + "\n"
+        os.write(_protocol.fileno(), line.encode())
+        os._exit(0)
+
+    def _fields(self, **extra: Any) -> dict[str, Any]:
         s = SINK
-        with s._lock:
-            emit(
-                "report",
-                count=s.count,
-                first_at=s.first_at,
-                latencies=s.latencies,
-                high_starts=s.high_starts,
-                low_before_high_done=s.low_before_high_done,
-                peak_rss_kb=peak_rss_kb(),
-                cpu_s=cpu_seconds() - self.cpu0,
-                extra=extra,
-            )
+        return {
+            "count": s.count,
+            "first_at": s.first_at,
+            "latencies": list(s.latencies),
+            "high_starts": list(s.high_starts),
+            "low_before_high_done": s.low_before_high_done,
+            "peak_rss_kb": peak_rss_kb(),
+            "cpu_s": cpu_seconds() - self.cpu0,
+            "extra": extra,
+        }
+
+    def report(self, **extra: Any) -> None:
+        with SINK._lock:
+            fields = self._fields(**extra)
+        emit("report", **fields)
 
 
 def on_sigterm(callback: Callable[[], object]) -> None:

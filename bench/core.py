@@ -17,12 +17,14 @@ import contextlib
 import datetime as dt
 import fcntl
 import importlib
+import importlib.util
 import json
 import math
 import os
 import platform
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -31,14 +33,20 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import redis
 
 from ._redis import RedisServer
-from .adapter import HIGH_JOBS_ENV, NotSupported, ScenarioFailed, System, WorkerProcess, WorkerReport
+from .adapter import (
+    HIGH_JOBS_ENV,
+    NotSupported,
+    ScenarioFailed,
+    System,
+    WorkerProcess,
+    WorkerReport,
+)
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -80,7 +88,10 @@ class Config:
     poll_interval: float = 0.005
     """How often the harness looks at the queue depth while workers drain it: the resolution
     of the drain time (a drain of 20,000 no-op jobs can take under a second)."""
-    ceiling_requests: int = 100_000
+    drain_bound: float = 30.0
+    """Seconds a drain may take: a slower system is stopped there and its rate taken over the
+    jobs it finished (marked in the report)."""
+    ceiling_requests: int = 50_000
     """Requests per command and client setting of the `redis-benchmark` runs."""
     scenarios: tuple[str, ...] = ()
     """Only these scenario keys (empty: all)."""
@@ -132,6 +143,12 @@ class Run:
     notes: list[str] = field(default_factory=list)
 
     def note_stderr(self, reports: Sequence[WorkerReport]) -> None:
+        forced = sum(1 for r in reports if r.extra.get("forced"))
+        if forced:
+            self.notes.append(
+                f"{forced} worker(s) did not exit within 20 s of SIGTERM; their counts were "
+                "taken on SIGUSR2 and they exited at once"
+            )
         for report in reports:
             if report.stderr.strip():
                 self.notes.append("a worker wrote to stderr:\n" + _tail(report.stderr))
@@ -207,9 +224,7 @@ class Workers:
     """``processes`` worker subprocesses of one system, spawned at once; ``with`` kills any
     left running."""
 
-    def __init__(
-        self, system: System, processes: int, cfg: Config, priority: bool = False
-    ) -> None:
+    def __init__(self, system: System, processes: int, cfg: Config, priority: bool = False) -> None:
         env = {**os.environ, HIGH_JOBS_ENV: str(cfg.high_jobs)}
         argv = system.worker_argv(priority)
         self.procs = [WorkerProcess(argv, env) for _ in range(processes)]
@@ -248,6 +263,10 @@ class Workers:
         self.kill()
 
 
+class TimeBound(ScenarioFailed):
+    """Jobs were still outstanding at a scenario's time bound."""
+
+
 def wait_drained(system: System, workers: Workers, timeout: float, poll: float) -> float:
     """Poll until nothing is queued or running; returns the wall-clock time it was seen empty."""
     deadline = time.monotonic() + timeout
@@ -258,7 +277,7 @@ def wait_drained(system: System, workers: Workers, timeout: float, poll: float) 
         if not workers.alive():
             raise ScenarioFailed(f"a worker exited with {left} jobs still outstanding")
         if time.monotonic() > deadline:
-            raise ScenarioFailed(f"{left} jobs still outstanding after {timeout:.0f} s")
+            raise TimeBound(f"{left} jobs still outstanding after {timeout:.0f} s")
         time.sleep(poll)
 
 
@@ -311,28 +330,67 @@ def enqueue_bulk(system: System, run: Run) -> Sample:
     return {RATE.key: n / elapsed, **sample}
 
 
+def _watch_drain(system: System, workers: Workers, cfg: Config, n: int) -> tuple[float, float, int]:
+    """Poll the queue until it is empty or the drain bound passes: (time the harness first saw a
+    job taken, time it stopped watching, jobs still outstanding then)."""
+    deadline = time.monotonic() + cfg.drain_bound
+    first_seen = 0.0
+    while True:
+        left = system.outstanding()
+        now = time.time()
+        if left < n and not first_seen:
+            first_seen = now
+        if left == 0 or time.monotonic() > deadline:
+            return first_seen or now, now, left
+        if not workers.alive():
+            raise ScenarioFailed(f"a worker exited with {left} jobs still outstanding")
+        time.sleep(cfg.poll_interval)
+
+
 def drain(system: System, run: Run) -> Sample:
-    n, processes = run.cfg.jobs, int(run.params["processes"])
+    n, processes, cfg = run.cfg.jobs, int(run.params["processes"]), run.cfg
     memory0 = run.stats.memory()
     system.fill(n)
     _expect_outstanding(system, n)
-    with Workers(system, processes, run.cfg) as workers:
+    sample: Sample = {}
+    with Workers(system, processes, cfg) as workers:
         meter = Meter(run.stats)
-        end, reports = drained_reports(system, workers, _drain_timeout(n), run.cfg.poll_interval)
+        try:
+            first_seen, end, left = _watch_drain(system, workers, cfg, n)
+        except ScenarioFailed as exc:
+            workers.stop(str(exc))
+            raise
         meter.mark()
+        if left == 0:
+            reports = workers.stop()
+        else:  # at the bound: the harness counts, as a worker may not stop cleanly then
+            try:
+                reports = workers.stop()
+            except ScenarioFailed as exc:
+                reports = []
+                run.notes.append(f"after the bound: {exc}")
+    done = n - left
     ran = sum(r.count for r in reports)
-    if ran != n:
+    if left == 0 and ran != n:
         raise ScenarioFailed(f"the workers ran {ran} jobs; {n} were enqueued")
-    first = min(r.first_at for r in reports if r.first_at is not None)
-    elapsed, sample = meter.sample(n, elapsed=end - first, producer=False)
-    run.note_stderr(reports)
+    starts = [r.first_at for r in reports if r.first_at is not None]
+    first = min(starts) if starts else first_seen
+    elapsed, sample = meter.sample(max(done, 1), elapsed=end - first, producer=False)
+    if reports:
+        run.note_stderr(reports)
+        if not any(r.extra.get("forced") for r in reports):  # else CPU went on past the end
+            sample[WORKER_CPU.key] = 100 * sum(r.cpu_s for r in reports) / elapsed
+        sample[PEAK_RSS.key] = sum(r.peak_rss_kb for r in reports) / 1024
+        sample["startup_seconds"] = first - min(r.started_at for r in reports)
+    if left:
+        run.notes.append(f"stopped at the {cfg.drain_bound:.0f} s bound with {done:,} of {n:,} "
+                         "jobs done; the rate is over those")  # fmt: skip
     return {
-        RATE.key: n / elapsed,
-        WORKER_CPU.key: 100 * sum(r.cpu_s for r in reports) / elapsed,
-        PEAK_RSS.key: sum(r.peak_rss_kb for r in reports) / 1024,
-        KEPT.key: (run.stats.memory() - memory0) / n,
+        RATE.key: done / elapsed,
+        KEPT.key: (run.stats.memory() - memory0) / max(done, 1),
         "seconds": elapsed,
-        "startup_seconds": first - min(r.started_at for r in reports),
+        "jobs_done": done,
+        "bounded": float(left > 0),
         **sample,
     }
 
@@ -471,19 +529,18 @@ def warm_up(system: System, cfg: Config) -> None:
         drained_reports(system, workers, 60, 0.02)
 
 
-def run_child(name: str, url: str, cfg: Config) -> dict[str, Any]:
-    """All scenarios of one system, once: what `main` collects from ``--child``."""
+def run_child(name: str, url: str, cfg: Config, out: dict[str, Any]) -> None:
+    """All scenarios of one system, once, into ``out``: what `main` collects from ``--child``."""
     stats = RedisStats(url)
     system = load_system(name, url)
-    out: dict[str, Any] = {
-        "system": name,
-        "version": system.version(),
-        "settings": system.settings,
-        "bulk": system.bulk,
-        "priority": system.priority,
-        "python": f"{platform.python_version()} ({sys.executable})",
-        "scenarios": {},
-    }
+    out.update(
+        version=system.version(),
+        settings=system.settings,
+        bulk=system.bulk,
+        priority=system.priority,
+        python=f"{platform.python_version()} ({sys.executable})",
+        scenarios={},
+    )
     try:
         warm_up(system, cfg)
         for scenario in scenarios(cfg):
@@ -494,6 +551,7 @@ def run_child(name: str, url: str, cfg: Config) -> dict[str, Any]:
                 shown = ", ".join(
                     f"{m.label} {_fmt(entry['sample'][m.key], m.digits)} {m.unit}"
                     for m in scenario.metrics[:3]
+                    if m.key in entry["sample"]
                 )
             except NotSupported as exc:
                 entry, shown = {"unsupported": str(exc)}, str(exc)
@@ -505,17 +563,17 @@ def run_child(name: str, url: str, cfg: Config) -> dict[str, Any]:
     finally:
         system.close()
         stats.close()
-    return out
 
 
 def child_main(args: argparse.Namespace) -> int:
     cfg = Config(**json.loads(args.config))
     cfg = Config(**{**asdict(cfg), "drain_processes": tuple(cfg.drain_processes),
                     "scenarios": tuple(cfg.scenarios)})  # fmt: skip
+    result: dict[str, Any] = {"system": args.child}
     try:
-        result = run_child(args.child, args.url, cfg)
+        run_child(args.child, args.url, cfg, result)
     except BaseException as exc:
-        result = {"system": args.child, "error": "".join(traceback.format_exception(exc))}
+        result["error"] = "".join(traceback.format_exception(exc))
     Path(args.result).write_text(json.dumps(result))
     return 0
 
@@ -528,10 +586,16 @@ def run_system(name: str, python: str, url: str, cfg: Config) -> dict[str, Any]:
                 "--config", json.dumps(asdict(cfg)), "--result", str(result)]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         timeout = 600 + 10 * cfg.jobs / 200
+        # Its own process group, with its workers: whatever happens, none outlives the run.
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, start_new_session=True)
         try:
-            proc = subprocess.run(argv, cwd=REPO, env=env, timeout=timeout, check=False)
+            proc.wait(timeout)
         except subprocess.TimeoutExpired:
             return {"system": name, "error": f"the run did not finish within {timeout:.0f} s"}
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         if not result.exists():
             return {"system": name, "error": f"the child exited with {proc.returncode}"}
         data: dict[str, Any] = json.loads(result.read_text())
@@ -549,41 +613,56 @@ CLIENT_SETTINGS = (("-c 1", ["-c", "1"]), ("-c 50", ["-c", "50"]),
                    ("-c 50 -P 16", ["-c", "50", "-P", "16"]))  # fmt: skip
 
 
-def ceiling_commands(sha: str) -> list[tuple[str, list[str], float]]:
-    """(label, command, share of the requests): ZADD runs first and fills the sorted set the
-    pops take from (random members from 10^9, so few collide), the pops take less than it
-    added so BZPOPMIN never blocks."""
+def ceiling_commands(sha: str) -> list[tuple[str, list[str]]]:
+    """(label, command) of each `redis-benchmark` line; random members and keys from 10^9."""
     return [
-        ("EVALSHA (HSET+ZADD script)", ["EVALSHA", sha, "2", "ceil:h:", "ceil:s", "__rand_int__"],
-         1.0),
-        ("ZADD", ["ZADD", "ceil:z", "__rand_int__", "__rand_int__"], 2.0),
-        ("ZPOPMIN", ["ZPOPMIN", "ceil:z"], 0.9),
-        ("BZPOPMIN", ["BZPOPMIN", "ceil:z", "1"], 0.9),
-        ("HSET", ["HSET", "ceil:h:__rand_int__", "f", "v"], 1.0),
-        ("HGET", ["HGET", "ceil:h:__rand_int__", "f"], 1.0),
-    ]  # fmt: skip
+        ("EVALSHA (HSET+ZADD script)", ["EVALSHA", sha, "2", "ceil:h:", "ceil:s", "__rand_int__"]),
+        ("ZADD", ["ZADD", "ceil:z", "__rand_int__", "__rand_int__"]),
+        ("ZPOPMIN", ["ZPOPMIN", "ceil:z"]),
+        ("BZPOPMIN", ["BZPOPMIN", "ceil:z", "1"]),
+        ("HSET", ["HSET", "ceil:h:__rand_int__", "f", "v"]),
+        ("HGET", ["HGET", "ceil:h:__rand_int__", "f"]),
+    ]
+
+
+def _top_up(client: redis.Redis, key: str, n: int) -> None:
+    """At least ``n`` members in the sorted set the pops take from (untimed), so BZPOPMIN never
+    blocks."""
+    missing = n - int(client.zcard(key))
+    base = 2_000_000_000  # apart from redis-benchmark's random members
+    for start in range(0, max(0, missing), 10_000):
+        stop = min(missing, start + 10_000)
+        client.zadd(key, {f"m{base + i}": base + i for i in range(start, stop)})
 
 
 def redis_ceiling(server: RedisServer, cfg: Config) -> dict[str, Any]:
     """One repetition of `redis-benchmark` on the same server: ops/s per command and setting."""
-    binary = shutil.which("redis-benchmark") or str(Path(server.binary).with_name("redis-benchmark"))
+    binary = shutil.which("redis-benchmark") or str(
+        Path(server.binary).with_name("redis-benchmark")
+    )
     if not Path(binary).exists():
         return {"error": "redis-benchmark not found (Debian: apt-get install redis-tools)"}
+    requests = cfg.ceiling_requests
+    results: dict[str, float] = {}
     with server.client() as client:
         client.flushdb()
         sha = str(client.script_load(SCRIPT))
-    results: dict[str, float] = {}
-    for label, command, share in ceiling_commands(sha):
-        for setting, flags in CLIENT_SETTINGS:
-            requests = str(max(1000, int(cfg.ceiling_requests * share)))
-            argv = [binary, "-h", "127.0.0.1", "-p", str(server.port), "-n", requests,
-                    "-r", "1000000000", "--csv", *flags, *command]  # fmt: skip
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
-            rows = [line.split('","') for line in out.stdout.splitlines()[1:] if line.strip()]
-            if out.returncode != 0 or not rows:
-                return {"error": f"{shlex.join(argv)}: {out.stderr.strip() or out.stdout}"}
-            results[f"{label} | {setting}"] = float(rows[0][1].strip('"'))
-    with server.client() as client:
+        for label, command in ceiling_commands(sha):
+            for setting, flags in CLIENT_SETTINGS:
+                if "POP" in label:
+                    _top_up(client, "ceil:z", requests + 1000)
+                argv = [binary, "-h", "127.0.0.1", "-p", str(server.port), "-n", str(requests),
+                        "-r", "1000000000", "--csv", *flags, *command]  # fmt: skip
+                try:
+                    out = subprocess.run(
+                        argv, capture_output=True, text=True, timeout=120, check=False
+                    )
+                except subprocess.TimeoutExpired:
+                    return {"error": f"{shlex.join(argv)} did not finish within 120 s"}
+                rows = [line.split('","') for line in out.stdout.splitlines()[1:] if line.strip()]
+                if out.returncode != 0 or not rows:
+                    return {"error": f"{shlex.join(argv)}: {out.stderr.strip() or out.stdout}"}
+                results[f"{label} | {setting}"] = float(rows[0][1].strip('"'))
         client.flushdb()
     return {"ops": results, "binary": binary}
 
@@ -607,11 +686,14 @@ def _cell(stat: Mapping[str, Any] | None, digits: int) -> str:
     if not stat:
         return ""
     median, low, high = (_fmt(stat[k], digits) for k in ("median", "min", "max"))
-    return median if len(stat["values"]) == 1 else f"{median} ({low}–{high})"
+    return median if len(stat["values"]) == 1 else f"{median} ({low}-{high})"
 
 
 def _ratio_digits(stat: Mapping[str, Any]) -> int:
     return 2 if stat["median"] >= 0.1 else 3
+
+
+NOT_RUN = "the system failed before this scenario (see Problems)"
 
 
 def aggregate(data: Mapping[str, Any], found: Sequence[Scenario]) -> dict[str, Any]:
@@ -626,7 +708,7 @@ def aggregate(data: Mapping[str, Any], found: Sequence[Scenario]) -> dict[str, A
             for i, rep in enumerate(reps, 1):
                 entry = rep.get("scenarios", {}).get(sc.key)
                 if entry is None:
-                    errors.append(f"repetition {i}: {rep.get('error', 'no result')}")
+                    errors.append(f"repetition {i}: {NOT_RUN}")
                     continue
                 notes += [f"repetition {i}: {x}" for x in entry.get("notes", [])]
                 if "unsupported" in entry:
@@ -636,7 +718,11 @@ def aggregate(data: Mapping[str, Any], found: Sequence[Scenario]) -> dict[str, A
                 samples.append(entry.get("sample"))
             good = [s for s in samples if s]
             per[name] = {
-                "metrics": {m.key: _stats([s[m.key] for s in good]) for m in sc.metrics if good},
+                "metrics": {
+                    m.key: _stats([s[m.key] for s in good if m.key in s])
+                    for m in sc.metrics
+                    if any(m.key in s for s in good)
+                },
                 "samples": samples,
                 "errors": errors,
                 "notes": notes,
@@ -672,7 +758,7 @@ def header_lines(data: Mapping[str, Any]) -> list[str]:
         f"- load average (1/5/15 min): {load} at start, {end} at end; the worker, Redis and the "
         "harness share these cores, and other work on the machine shows up as spread",
         f"- {cfg['jobs']:,} jobs per scenario, {cfg['repeat']} repetition(s); each cell is the "
-        "median (min–max) over the repetitions; in each repetition every system runs all its "
+        "median (min-max) over the repetitions; in each repetition every system runs all its "
         "scenarios in a fresh process, systems back to back (the order rotates), so each "
         "drumbeat/peer ratio is the median of the ratios of the same repetition"
         + (", --quick" if cfg["quick"] else ""),
@@ -716,12 +802,17 @@ def scenario_lines(key: str, res: Mapping[str, Any], found: Sequence[Scenario]) 
             why = entry["errors"][0].splitlines()[0] if entry["errors"] else "did not run"
             row = [name, f"**FAILED**: {_oneline(why, 120)}", *[""] * (len(head) - 2)]
         else:
-            row = [name + (f" (**{len(entry['errors'])} failed**)" if entry["errors"] else "")]
+            bounded = sum(1 for x in entry["samples"] if x and x.get("bounded"))
+            row = [name + (f" (**{len(entry['errors'])} failed**)" if entry["errors"] else "")
+                   + (f" † ({bounded} of {entry['runs']})" if bounded else "")]  # fmt: skip
             row += [_cell(entry["metrics"].get(m.key), m.digits) for m in sc.metrics]
             for m in sc.ratios:
                 stat = entry["ratios"].get(m.key)
                 row.append(_cell(stat, _ratio_digits(stat)) if stat else "")
         lines.append("| " + " | ".join(row) + " |")
+    if any(x and x.get("bounded") for e in res["systems"].values() for x in e["samples"]):
+        lines += ["", "† stopped at the time bound in that many repetitions; the rate is taken "
+                  "over the jobs finished by then."]  # fmt: skip
     return lines
 
 
@@ -733,8 +824,9 @@ def ceiling_lines(data: Mapping[str, Any], results: Mapping[str, Any]) -> list[s
         return [*lines, f"Not measured: {errors[0] if errors else 'skipped'}."]
     lines += [
         f"`{reps[0]['binary']}` against the same redis-server, "
-        f"{data['config']['ceiling_requests']:,} requests per line (ZADD twice that, so the pops "
-        "never find the set empty), random members/keys from 10^9; ops/s, median (min–max) "
+        f"{data['config']['ceiling_requests']:,} requests per line (the sorted set is topped up "
+        "before each pop line, so BZPOPMIN never blocks), random members/keys from 10^9; ops/s, "
+        "median (min-max) "
         f"over {len(reps)} repetition(s). The EVALSHA script is `{SCRIPT}`. `-c 1` is one "
         "connection waiting for each reply, like one producer enqueueing one by one; `-P 16` "
         "pipelines 16 commands per connection.",
@@ -743,7 +835,7 @@ def ceiling_lines(data: Mapping[str, Any], results: Mapping[str, Any]) -> list[s
         "|---|" + "---:|" * len(CLIENT_SETTINGS),
     ]
     ops = {k: _stats([r["ops"][k] for r in reps]) for k in reps[0]["ops"]}
-    for label, _, _ in ceiling_commands(""):
+    for label, _ in ceiling_commands(""):
         cells = [_cell(ops.get(f"{label} | {s}"), 0) for s, _ in CLIENT_SETTINGS]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", *versus_ceiling_lines(ops, results)]
@@ -761,29 +853,48 @@ def versus_ceiling_lines(ops: Mapping[str, Any], results: Mapping[str, Any]) -> 
     one = drumbeat("enqueue_one", RATE.key)
     eval1 = ops.get("EVALSHA (HSET+ZADD script) | -c 1")
     if one and eval1:
-        lines.append(f"- enqueue one by one: {one:,.0f} jobs/s = {100 * one / eval1['median']:.0f}% "
-                     f"of one connection's EVALSHA round trips ({eval1['median']:,.0f}/s).")  # fmt: skip
+        share = 100 * one / eval1["median"]
+        lines.append(f"- enqueue one by one: {one:,.0f} jobs/s = {share:.0f}% of one connection's "
+                     f"EVALSHA round trips ({eval1['median']:,.0f}/s).")  # fmt: skip
     best = max((v["median"] for k, v in ops.items() if k.startswith("ZADD")), default=0.0)
     for key in ("enqueue_bulk", "drain_1", "drain_4"):
         rate, cmds, cpu = (drumbeat(key, m.key) for m in (RATE, REDIS_COMMANDS, REDIS_CPU))
         if rate and cmds and best:
             lines.append(
-                f"- {results[key]['title'].split(' ', 1)[1]}: {rate:,.0f} jobs/s × {cmds:.1f} "
+                f"- {results[key]['title'].split(' ', 1)[1]}: {rate:,.0f} jobs/s x {cmds:.1f} "
                 f"Redis commands/job = {rate * cmds:,.0f} commands/s, with Redis at "
-                f"{cpu or 0:.0f}% of a core; pipelined ZADD peaks at {best:,.0f}/s."
+                f"{cpu or 0:.0f}% of a core (Redis runs commands on one core); pipelined ZADD "
+                f"peaks at {best:,.0f}/s."
             )
     return lines if len(lines) > 2 else []
 
 
 def problem_lines(results: Mapping[str, Any], data: Mapping[str, Any]) -> list[str]:
+    """Failures and worker warnings; a warning repeated in later repetitions is shown once."""
     lines: list[str] = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(head: str, text: str) -> None:
+        first, *rest = text.splitlines() or [""]
+        if first.startswith("Traceback") and rest:
+            first = rest[-1]  # the exception itself
+        lines.append(f"- {head}{first}")
+        if rest:
+            lines.extend(["", "  ```", *(f"  {x}" for x in rest[-25:]), "  ```", ""])
+
+    for name, reps in data["runs"].items():
+        for i, rep in enumerate(reps, 1):
+            if "error" in rep:
+                add(f"{name}, repetition {i}: ", rep["error"])
     for res in results.values():
         for name, entry in res["systems"].items():
             for text in entry["errors"] + entry["notes"]:
-                first, *rest = text.splitlines() or [""]
-                lines.append(f"- {name}, {res['title']}, {first}")
-                if rest:
-                    lines += ["", "  ```", *(f"  {x}" for x in rest[-25:]), "  ```", ""]
+                if NOT_RUN in text:
+                    continue
+                key = (name, text.split(": ", 1)[-1])
+                if key not in seen:
+                    seen.add(key)
+                    add(f"{name}, {res['title']}, ", text)
     lines += [f"- redis-benchmark: {c['error']}" for c in data["ceiling"] if "error" in c]
     return lines
 
@@ -963,14 +1074,23 @@ def run_session(
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.core", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="5,000 jobs, 1 repetition, 3 s latency, drumbeat only unless --systems")
-    p.add_argument("--systems", help=f"comma-separated, from: {', '.join(SYSTEMS)}; or 'all' "
-                   "(default: all; with --quick: drumbeat)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="5,000 jobs, 1 repetition, 3 s latency, drumbeat only unless --systems",
+    )
+    p.add_argument(
+        "--systems",
+        help=f"comma-separated, from: {', '.join(SYSTEMS)}; or 'all' "
+        "(default: all; with --quick: drumbeat)",
+    )
     p.add_argument("--repeat", type=int, help="repetitions (default 3; quick 1)")
     p.add_argument("--jobs", type=int, help="jobs per scenario (default 20,000; quick 5,000)")
-    p.add_argument("--scenarios", help="comma-separated subset of: enqueue_one, enqueue_bulk, "
-                   "drain_1, drain_4, latency, priority, ceiling")
+    p.add_argument(
+        "--scenarios",
+        help="comma-separated subset of: enqueue_one, enqueue_bulk, "
+        "drain_1, drain_4, latency, priority, ceiling",
+    )
     p.add_argument("--out", type=Path, default=BENCH_DIR / "results", help="results directory")
     p.add_argument("--note", default="", help="free text recorded with the results")
     p.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
@@ -993,8 +1113,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # so the private redis-server and the children are stopped
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if args.child:
         return child_main(args)
     cfg = Config(
@@ -1002,12 +1127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         repeat=args.repeat or (1 if args.quick else 3),
         quick=args.quick,
         latency_seconds=3.0 if args.quick else 10.0,
-        ceiling_requests=10_000 if args.quick else 100_000,
+        ceiling_requests=10_000 if args.quick else 50_000,
+        drain_bound=15.0 if args.quick else 30.0,
         scenarios=tuple(s.strip() for s in args.scenarios.split(",")) if args.scenarios else (),
     )
     command = command_line()
     print(f"$ {command}", file=sys.stderr, flush=True)
-    with bench_lock(not args.quick), RedisServer() as server:
+    with bench_lock(not args.quick or args.names != ["drumbeat"]), RedisServer() as server:
         info = machine_info(server)
         runs, ceilings = run_session(args.names, cfg, server)
     info["load_end"] = list(os.getloadavg())

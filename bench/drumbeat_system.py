@@ -110,9 +110,7 @@ class DrumbeatSystem:
             return sum(int(x) for x in pipe.execute())
 
     def worker_argv(self, priority: bool = False) -> list[str]:
-        return worker_command(
-            __name__, self.url, namespace=self.namespace, concurrency=CONCURRENCY
-        )
+        return worker_command(__name__, self.url, namespace=self.namespace, concurrency=CONCURRENCY)
 
     def close(self) -> None:
         if self.app is not None:

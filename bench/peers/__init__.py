@@ -1,0 +1,1 @@
+"""One adapter module per peer queue system; each imports its library lazily."""

@@ -1,0 +1,113 @@
+"""Dramatiq with its Redis broker: one worker process with 8 worker threads (``dramatiq``'s
+default ``--threads``; its default ``--processes`` is one per core, here one), sync no-op
+actors. Idle consumers poll with a backoff of up to ``worker_timeout`` (1 s, the default)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import dramatiq
+from dramatiq.brokers.redis import RedisBroker
+
+from bench.adapter import SINK, Base, Started, on_sigterm, paced, versions, worker_command
+
+THREADS = 8
+NAMESPACE = "dramatiq"
+QUEUES = ("default", "high")
+LOW, HIGH = 10, 0
+"""Actor priorities (lower first); they only order the messages a worker has prefetched, so the
+high actor also has its own queue, which the worker consumes beside ``default``."""
+
+
+def _broker(url: str) -> RedisBroker:
+    broker = RedisBroker(url=url, namespace=NAMESPACE)
+    dramatiq.set_broker(broker)
+    return broker
+
+
+BROKER: RedisBroker | None = None
+
+
+def _declare(url: str) -> tuple[Any, Any, Any]:
+    global BROKER  # noqa: PLW0603
+    BROKER = _broker(url)
+
+    @dramatiq.actor(actor_name="noop", max_retries=0, priority=LOW)
+    def noop(i: int) -> None:
+        SINK.noop()
+
+    @dramatiq.actor(actor_name="stamped", max_retries=0)
+    def stamped(sent_at: float) -> None:
+        SINK.stamped(sent_at)
+
+    @dramatiq.actor(actor_name="high", max_retries=0, priority=HIGH, queue_name="high")
+    def high(i: int) -> None:
+        SINK.high()
+
+    return noop, stamped, high
+
+
+class DramatiqSystem(Base):
+    name = "dramatiq"
+    settings = (
+        f"1 process (`dramatiq --processes 1`), {THREADS} worker threads (default), prefetch "
+        "2 per thread (default), worker_timeout 1 s (default), sync no-op actors"
+    )
+    bulk = None  # group(...).run() sends the messages one by one
+    priority = (
+        f"actor priority {HIGH} vs {LOW} (orders a worker's prefetched messages) plus a queue "
+        "`high` of its own for the high actor"
+    )
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.noop, self.stamped, self.high = _declare(url)
+
+    def version(self) -> str:
+        return versions("dramatiq", "redis", "hiredis")
+
+    def enqueue_one_by_one(self, n: int) -> None:
+        send = self.noop.send
+        for i in range(n):
+            send(i)
+
+    def produce_stamped(self, rate: float, n: int) -> float:
+        return paced(rate, n, self.stamped.send)
+
+    def enqueue_high(self, n: int) -> float:
+        t0 = time.time()
+        for i in range(n):
+            self.high.send(i)
+        return t0
+
+    def outstanding(self) -> int:
+        with self.admin.pipeline(transaction=False) as pipe:
+            for q in QUEUES:
+                pipe.hlen(f"{NAMESPACE}:{q}.msgs")
+                pipe.hlen(f"{NAMESPACE}:{q}.DQ.msgs")
+            return sum(int(x) for x in pipe.execute())
+
+    def worker_argv(self, priority: bool = False) -> list[str]:
+        return worker_command(__name__, self.url)
+
+    def close(self) -> None:
+        if BROKER is not None:
+            BROKER.close()
+        super().close()
+
+
+def worker_main(url: str, options: dict[str, Any]) -> None:
+    _declare(url)
+    assert BROKER is not None
+    stop = threading.Event()
+    on_sigterm(stop.set)
+    worker = dramatiq.Worker(BROKER, worker_threads=THREADS)
+    started = Started()
+    worker.start()
+    while not stop.wait(1):
+        pass
+    worker.stop()  # running messages finish, prefetched ones are requeued
+    started.report()
+    BROKER.close()

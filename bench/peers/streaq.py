@@ -1,0 +1,110 @@
+"""streaq (Redis streams, through coredis): one worker process, ``concurrency=16`` (its
+default; prefetch as many again), two priorities ``low`` (the default) and ``high``, async no-op
+tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from streaq import Worker
+
+from bench.adapter import SINK, Base, Loop, Started, apaced, versions, worker_command
+
+T = TypeVar("T")
+PRIORITIES = ["low", "high"]
+"""Lowest to highest; a task without one goes to the lowest."""
+
+
+def _declare(url: str) -> tuple[Worker[Any], Any, Any, Any]:
+    worker: Worker[Any] = Worker(redis_url=url, priorities=list(PRIORITIES))
+
+    @worker.task(name="noop")
+    async def noop(i: int) -> None:
+        SINK.noop()
+
+    @worker.task(name="stamped")
+    async def stamped(sent_at: float) -> None:
+        SINK.stamped(sent_at)
+
+    @worker.task(name="high")
+    async def high(i: int) -> None:
+        SINK.high()
+
+    return worker, noop, stamped, high
+
+
+class StreaqSystem(Base):
+    name = "streaq"
+    settings = (
+        "1 process: streaq Worker, concurrency=16 (default), prefetch 16 (default), "
+        "async no-op tasks"
+    )
+    bulk = "worker.enqueue_many([task.enqueue(i) ...]) (one pipeline)"
+    priority = "Worker(priorities=['low', 'high']), task.enqueue(i).start(priority='high')"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.loop = Loop()
+        self.worker, self.noop, self.stamped, self.high = _declare(url)
+
+    def version(self) -> str:
+        return versions("streaq", "coredis")
+
+    def _connected(self, fn: Callable[[], Awaitable[T]]) -> T:
+        async def go() -> T:
+            async with self.worker:
+                return await fn()
+
+        return self.loop.run(go())
+
+    def enqueue_one_by_one(self, n: int) -> None:
+        async def go() -> None:
+            enqueue = self.noop.enqueue
+            for i in range(n):
+                await enqueue(i)
+
+        self._connected(go)
+
+    def enqueue_bulk(self, n: int) -> None:
+        self._connected(lambda: self.worker.enqueue_many([self.noop.enqueue(i) for i in range(n)]))
+
+    def produce_stamped(self, rate: float, n: int) -> float:
+        return self._connected(lambda: apaced(rate, n, self.stamped.enqueue))
+
+    def enqueue_high(self, n: int) -> float:
+        async def go() -> float:
+            t0 = time.time()
+            for i in range(n):
+                await self.high.enqueue(i).start(priority="high")
+            return t0
+
+        return self._connected(go)
+
+    def outstanding(self) -> int:
+        """Stream entries (streaq deletes an entry once its task is done) and delayed tasks."""
+        with self.admin.pipeline(transaction=False) as pipe:
+            for p in PRIORITIES:
+                pipe.xlen(self.worker.stream_key + p)
+                pipe.zcard(self.worker.queue_key + p)
+            return sum(int(x) for x in pipe.execute())
+
+    def worker_argv(self, priority: bool = False) -> list[str]:
+        return worker_command(__name__, self.url)
+
+    def close(self) -> None:
+        self.loop.close()
+        super().close()
+
+
+async def _worker(url: str) -> None:
+    worker, *_ = _declare(url)
+    started = Started()
+    await worker.run_async()  # SIGTERM: stops (grace_period 0, the default)
+    started.report()
+
+
+def worker_main(url: str, options: dict[str, Any]) -> None:
+    asyncio.run(_worker(url))

@@ -1,0 +1,994 @@
+"""Periodic lateness, side by side: N schedules every few seconds with a no-op task, per system.
+
+    python -m bench.periodic [--quick] [--systems a,b] [--n 1000,10000,100000,1000000@60]
+                             [--interval 5] [--duration 60] [--repeat N] [--workers 1]
+                             [--concurrency 20] [--out bench/results] [--note TEXT]
+
+For each system and N (``N@S`` sets that case's interval), on a fresh private redis-server:
+register N schedules (phases spread evenly over one interval), start the system's processes,
+leave one interval of warm-up, then measure for ``--duration`` seconds: runs/s achieved against
+the ideal N/interval, duplicate runs (two runs for one due time), lateness (start - due)
+p50/p99/max, CPU seconds of every process of the system and of Redis, and Redis memory per
+schedule. Runs are recorded in the processes that run them and read from files at the end
+(`bench.periodic_peers._common`); how a run is matched to its due time depends on what the
+system tells (`match_runs`). Every run is bounded: a system that cannot keep up reports what it
+achieved, and its processes are stopped (then killed) a grace period after the window.
+
+Each system is a module of `bench.periodic_peers`; drumbeat and the naive design run in this
+venv, the other peers in the peers' venv (`bench.peers_env`). ``--quick`` (drumbeat and naive,
+1,000 schedules, a 20 s window) needs nothing else and takes about a minute. The 1,000,000
+case runs only for systems whose `PeerSpec.max_n` allows it, unless ``--systems`` names them.
+Writes ``periodic-<UTC time>.md``, ``.json`` and (with matplotlib here or in the peers' venv)
+``.png`` to ``--out``; ``--quick`` runs are named ``periodic-quick-*`` (not kept in git). Exit
+status 1 if a run failed (a process crashed, or no run started in the window).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import math
+import os
+import platform
+import queue
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ._redis import RedisServer
+from .periodic_peers import MODULES, spec
+from .periodic_peers._common import PeerSpec, phase, read_runs
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+DEFAULT_CASES = "1000,10000,100000,1000000@60"
+QUICK_SYSTEMS = ("drumbeat", "naive")
+GRACE = 2.0
+"""Seconds after the window before the processes are told to stop (recorders flush every 0.5 s)."""
+STOP_TIMEOUT = 10.0
+"""Seconds a process gets to exit after SIGTERM before its process group is killed."""
+REGISTER_TIMEOUT = 900.0
+TOLERANCE = 0.02
+"""Seconds a run may start before its nominal due time and still be matched to it (clock
+rounding: the systems matched this way never fire early on purpose)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    n: int
+    interval: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.n:,} every {self.interval:g} s"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    systems: tuple[str, ...]
+    cases: tuple[Case, ...]
+    duration: float = 60.0
+    repeat: int = 1
+    workers: int = 1
+    concurrency: int = 20
+    quick: bool = False
+    note: str = ""
+
+
+@dataclass(slots=True)
+class Outcome:
+    """One repetition of one system at one case."""
+
+    system: str
+    case: Case
+    repetition: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    skipped: str = ""
+
+
+class RunFailed(RuntimeError):
+    """The system could not be set up or run at all for this case; reported, the bench goes on."""
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+
+class Proc:
+    """One process of a system under test, in its own process group, speaking JSON lines."""
+
+    def __init__(self, label: str, argv: Sequence[str], env: Mapping[str, str]) -> None:
+        self.label = label
+        self.argv = list(argv)
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in `close`)
+        self.proc = subprocess.Popen(
+            self.argv, cwd=REPO, env=dict(env), stdout=subprocess.PIPE, stderr=self._stderr,
+            text=True, start_new_session=True,
+        )  # fmt: skip
+        self.pid = self.proc.pid
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:  # read everything, so the child never blocks on stdout
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    self.events.put(json.loads(line))
+        self.events.put({"event": "exited"})
+
+    def wait_event(self, name: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RunFailed(f"{self.label}: no {name!r} within {timeout:.0f} s")
+            try:
+                event = self.events.get(timeout=left)
+            except queue.Empty:
+                continue
+            if event.get("event") == name:
+                return event
+            if event.get("event") == "exited":
+                code = self.proc.wait()
+                raise RunFailed(f"{self.label} exited with {code} before {name!r}\n{self.tail()}")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def terminate(self) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+
+    def kill_group(self) -> None:
+        """SIGKILL whatever is left of this process's group (its own children included)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+
+    def tail(self, lines: int = 15) -> str:
+        self._stderr.seek(0)
+        text = self._stderr.read().decode(errors="replace").splitlines()[-lines:]
+        return "\n".join(f"    {x}" for x in text) if text else "    (stderr empty)"
+
+    def close(self) -> None:
+        self._stderr.close()
+
+
+def stop_all(procs: Sequence[Proc]) -> list[str]:
+    """SIGTERM all, wait, then kill the groups; returns notes on processes that had to be killed."""
+    notes: list[str] = []
+    for p in procs:
+        p.terminate()
+    deadline = time.monotonic() + STOP_TIMEOUT
+    for p in procs:
+        try:
+            p.proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            notes.append(f"{p.label} did not exit within {STOP_TIMEOUT:g} s of SIGTERM: killed")
+        p.kill_group()
+    return notes
+
+
+# -- /proc accounting --------------------------------------------------------------------------
+
+_TICK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def group_usage(pgids: Mapping[int, str]) -> dict[str, tuple[float, int]]:
+    """CPU seconds (user + system, reaped children included) and RSS bytes of every live process
+    in the given process groups, summed per label."""
+    found: dict[str, tuple[float, int]] = {label: (0.0, 0) for label in pgids.values()}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        rest = text[text.rindex(")") + 2 :].split()
+        label = pgids.get(int(rest[2]))
+        if label is None:
+            continue
+        cpu = sum(int(x) for x in rest[11:15]) / _TICK
+        rss = int(rest[21]) * _PAGE
+        c, r = found[label]
+        found[label] = (c + cpu, r + rss)
+    return found
+
+
+# -- one run -----------------------------------------------------------------------------------
+
+
+def peers_python() -> Path:
+    """The peers' venv interpreter (created by `bench.peers_env` on first use)."""
+    from .peers_env import peers_python as find
+
+    return Path(find())
+
+
+def python_for(s: PeerSpec) -> str:
+    return sys.executable if s.venv == "main" else str(peers_python())
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if "PYTHONPATH" in env else "")
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+def _redis_counters(client: Any) -> tuple[float, int]:
+    """Redis's CPU seconds (user + system) and commands run so far (inside scripts too)."""
+    cpu = client.info("cpu")
+    commands = sum(int(v["calls"]) for v in client.info("commandstats").values())
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), commands
+
+
+def _used_memory(client: Any) -> int:
+    return int(client.info("memory")["used_memory"])
+
+
+def _sleep_until(t: float, procs: Sequence[Proc], outcome: Outcome) -> None:
+    """Sleep until wall-clock ``t``, noting any process that dies meanwhile."""
+    dead = {p.label for p in procs if not p.alive()}
+    while True:
+        left = t - time.time()
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.5))
+        for p in procs:
+            if p.label not in dead and not p.alive():
+                dead.add(p.label)
+                outcome.errors.append(
+                    f"{p.label} exited with {p.proc.returncode} during the run\n{p.tail()}"
+                )
+
+
+@dataclass(slots=True)
+class Trial:
+    """One repetition of one system at one case, while it runs: its Redis, processes, times."""
+
+    spec: PeerSpec
+    case: Case
+    cfg: Config
+    out: Outcome
+    url: str
+    client: Any
+    runs_dir: Path
+    anchor: float
+    procs: list[Proc] = field(default_factory=list)
+
+    @property
+    def python(self) -> str:
+        return python_for(self.spec)
+
+    def argv(self, role: str) -> list[str]:
+        c = self.case
+        return [self.python, "-m", f"bench.periodic_peers.{self.spec.module}", role,
+                "--url", self.url, "--n", str(c.n), "--interval", f"{c.interval:g}",
+                "--anchor", f"{self.anchor:.0f}", "--runs-dir", str(self.runs_dir),
+                "--concurrency", str(self.cfg.concurrency)]  # fmt: skip
+
+    def register(self) -> None:
+        """The ``register`` step: write the N schedules, wait for it to exit, note memory."""
+        reg = Proc(f"{self.spec.name} register", self.argv("register"), _env())
+        self.procs.append(reg)
+        event = reg.wait_event("registered", REGISTER_TIMEOUT)
+        reg.proc.wait(60)
+        self.out.metrics["register_s"] = float(event["seconds"])
+        self.out.metrics["memory_registered"] = _used_memory(self.client)
+
+    def start(self) -> list[Proc]:
+        """Starts every long-running process and waits until each has reported it started."""
+        s, m = self.spec, self.out.metrics
+        live: list[Proc] = []
+        for role in s.roles:
+            for k in range(self.cfg.workers if role == "worker" else 1):
+                label = f"{s.name} {role}" + (f" {k + 1}" if self.cfg.workers > 1 else "")
+                live.append(Proc(label, self.argv(role), _env()))
+        self.procs += live
+        for p in live:
+            event = p.wait_event("started", 120 + self.case.n * s.seconds_per_schedule * 4)
+            if "register_s" in event:  # the schedules were registered by the process itself
+                m["register_s"] = float(event["register_s"])
+        return live
+
+    def run(self) -> tuple[float, float]:
+        """Registers, starts, measures the window, stops; returns the window."""
+        s, case, out, m = self.spec, self.case, self.out, self.out.metrics
+        memory0 = _used_memory(self.client)
+        if s.register and not s.register_after_start:
+            self.register()
+        t_start = time.time()
+        live = self.start()
+        if s.register and s.register_after_start:
+            memory0 = _used_memory(self.client)
+            self.register()
+        t_ready = time.time()
+        m["startup_s"] = t_ready - t_start
+        m["memory_ready"] = _used_memory(self.client)
+        if s.schedules_in_redis:
+            registered = m.get("memory_registered", m["memory_ready"])
+            m["memory_per_schedule"] = (registered - memory0) / case.n
+        if t_ready > self.anchor and not s.own_phases:
+            out.notes.append(
+                f"ready {t_ready - self.anchor:.1f} s after the first runs were due "
+                f"(registration and startup took longer than the {s.lead(case.n):.0f} s "
+                "allowed); the warm-up interval absorbs part of the backlog"
+            )
+        first = t_ready if s.own_phases else max(self.anchor, t_ready)
+        window0 = first + case.interval  # one interval of warm-up
+        window1 = window0 + self.cfg.duration
+        pgids = {p.pid: p.label.split()[1] for p in live}
+        _sleep_until(window0, live, out)
+        usage0, redis0 = group_usage(pgids), _redis_counters(self.client)
+        _sleep_until(window1, live, out)
+        usage1, redis1 = group_usage(pgids), _redis_counters(self.client)
+        died = {p.label.split()[1] for p in live if not p.alive()}  # its CPU time went with it
+        m["memory_end"] = _used_memory(self.client)
+        m["load_1m_end"] = os.getloadavg()[0]
+        _sleep_until(window1 + GRACE, live, out)
+        out.notes += stop_all(live)
+        for role, (cpu1, rss1) in usage1.items():
+            if role in died:
+                continue
+            m[f"cpu_{role}_s"] = cpu1 - usage0.get(role, (0.0, 0))[0]
+            m[f"rss_{role}_mib"] = rss1 / 2**20
+        m["redis_cpu_s"] = redis1[0] - redis0[0]
+        m["redis_commands"] = redis1[1] - redis0[1]
+        return window0, window1
+
+
+def run_one(s: PeerSpec, case: Case, cfg: Config, repetition: int) -> Outcome:
+    out = Outcome(s.name, case, repetition)
+    out.metrics["load_1m_start"] = os.getloadavg()[0]
+    runs_dir = Path(tempfile.mkdtemp(prefix=f"drumbeat-periodic-{s.module}-"))
+    anchor = float(math.ceil(time.time() + s.lead(case.n)))
+    trial: Trial | None = None
+    try:
+        with RedisServer() as server, server.client() as client:
+            trial = Trial(s, case, cfg, out, server.url, client, runs_dir, anchor)
+            window = trial.run()
+        analyse(out, s, runs_dir, anchor=anchor, window=window)
+    except RunFailed as exc:
+        out.errors.append(str(exc))
+    finally:
+        for p in trial.procs if trial else []:
+            if p.alive():
+                p.kill_group()
+            p.close()
+        shutil.rmtree(runs_dir, ignore_errors=True)
+    return out
+
+
+# -- analysis ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Matched:
+    """Runs matched to their due times: one entry per counted run (duplicates left out)."""
+
+    schedule: array[int] = field(default_factory=lambda: array("q"))
+    start: array[float] = field(default_factory=lambda: array("d"))
+    late: array[float] = field(default_factory=lambda: array("d"))
+    """Start minus the nominal due time (see `match_runs`)."""
+    late_own: array[float] = field(default_factory=lambda: array("d"))
+    """Start minus the due time the system itself gave the run (NaN where not exposed)."""
+    duplicates: int = 0
+    unknown: int = 0
+
+
+def match_runs(
+    runs: array[float], *, n: int, interval: float, first: Callable[[int], float], mode: str
+) -> Matched:
+    """Matches every recorded run (schedule, due or NaN, start) to the due time it was for.
+
+    ``mode`` (`PeerSpec.due_match`): ``exposed``, the due time the system gave the run;
+    ``grid``, the latest slot ``first(i) + k * interval`` at or before the start (systems on a
+    fixed grid that may skip slots); ``sequence``, the k-th run of a schedule is for its k-th
+    slot (systems that re-base each next run on the previous one: they never skip a run, and
+    their drift behind the grid is lateness). A duplicate is a further run for a due time
+    already run: the same exposed due time, the same grid slot, or (``sequence`` without
+    exposed due times) a run less than half an interval after the previous one.
+    """
+    out = Matched()
+    by_schedule: dict[int, list[tuple[float, float]]] = {}
+    for k in range(0, len(runs), 3):
+        sid = int(runs[k])
+        if 0 <= sid < n:
+            by_schedule.setdefault(sid, []).append((runs[k + 2], runs[k + 1]))
+        else:
+            out.unknown += 1
+    tolerance = min(TOLERANCE, 0.05 * interval)
+    for sid, found in by_schedule.items():
+        found.sort()
+        f = first(sid)
+        seen: set[int] = set()
+        previous = -math.inf
+        for start, due in found:
+            exposed = not math.isnan(due)
+            if mode == "exposed" and not exposed:
+                out.unknown += 1
+                continue
+            slot = f + math.floor((start - f + tolerance) / interval) * interval
+            key = round((due if exposed else slot) * 1000)
+            if key in seen or (
+                mode == "sequence" and not exposed and start - previous < interval / 2
+            ):
+                out.duplicates += 1
+                continue
+            seen.add(key)
+            if mode == "exposed":
+                nominal = due
+            elif mode == "grid":
+                nominal = slot
+            else:
+                nominal = f + (len(seen) - 1) * interval
+            previous = start
+            out.schedule.append(sid)
+            out.start.append(start)
+            out.late.append(start - nominal)
+            out.late_own.append(start - due if exposed else math.nan)
+    return out
+
+
+def analyse(
+    out: Outcome, s: PeerSpec, runs_dir: Path, *, anchor: float, window: tuple[float, float]
+) -> None:
+    """Turns the recorded runs into the metrics (see the module docstring of `bench.periodic`)."""
+    runs, missed, counters = read_runs(runs_dir)
+    case, (w0, w1) = out.case, window
+    n, interval = case.n, case.interval
+
+    def first(sid: int) -> float:
+        return anchor + phase(sid, n, interval, s.phase_step)
+
+    matched = match_runs(runs, n=n, interval=interval, first=first, mode=s.due_match)
+    inside = [k for k, t in enumerate(matched.start) if w0 <= t < w1]
+    lateness = [matched.late[k] for k in inside]
+    own = [x for x in (matched.late_own[k] for k in inside) if not math.isnan(x)]
+    ran = {matched.schedule[k] for k in inside}
+    unknown = matched.unknown
+    m = out.metrics
+    duration = w1 - w0
+    m["ideal_rate"] = n / interval
+    m["runs"] = len(lateness)
+    m["rate"] = len(lateness) / duration
+    m["pct_ideal"] = 100 * m["rate"] / m["ideal_rate"]
+    m["runs_total"] = len(runs) // 3
+    m["duplicates"] = matched.duplicates
+    m["starved"] = n - len(ran)
+    m["missed"] = sum(1 for k in range(1, len(missed), 2) if w0 <= missed[k] < w1)
+    for name, value in counters.items():
+        m[f"counter_{name}"] = value
+    if unknown:
+        out.errors.append(f"{unknown} runs of schedules outside 0..{n - 1} or without a due time")
+    cpu = sum(v for k, v in m.items() if k.startswith("cpu_"))
+    m["cpu_procs_s"] = cpu
+    m["cpu_total_s"] = cpu + m.get("redis_cpu_s", 0.0)
+    if not lateness:
+        out.errors.append(f"no run started in the measured window ({len(runs) // 3} in all)")
+        return
+    m["commands_per_run"] = m.get("redis_commands", 0) / len(lateness)
+    for prefix, values in (
+        ("late", lateness),
+        ("late_own", own if s.due_match != "exposed" else []),
+    ):
+        if values:
+            ordered = sorted(values)
+            m[f"{prefix}_p50"] = _percentile(ordered, 50)
+            m[f"{prefix}_p99"] = _percentile(ordered, 99)
+            m[f"{prefix}_max"] = ordered[-1]
+            m[f"{prefix}_min"] = ordered[0]
+
+
+def _percentile(ordered: Sequence[float], q: float) -> float:
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def _fmt(v: float | None, digits: int = 0, suffix: str = "") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:,.{digits}f}{suffix}"
+
+
+def _median(outcomes: Sequence[Outcome], key: str) -> float | None:
+    values = [o.metrics[key] for o in outcomes if key in o.metrics and not o.errors]
+    if not values:
+        values = [o.metrics[key] for o in outcomes if key in o.metrics]
+    return statistics.median(values) if values else None
+
+
+def grouped(outcomes: Sequence[Outcome]) -> Iterator[tuple[str, Case, list[Outcome]]]:
+    keys: list[tuple[str, Case]] = []
+    for o in outcomes:
+        if (o.system, o.case) not in keys:
+            keys.append((o.system, o.case))
+    for system, case in keys:
+        yield system, case, [o for o in outcomes if o.system == system and o.case == case]
+
+
+def table_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    lines = [
+        "| system | schedules | ideal runs/s | achieved runs/s | % of ideal | duplicates | "
+        "lateness p50 | p99 | max | CPU s (system + Redis) | Redis B/schedule | "
+        "register s | load 1m | runs |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for system, case, group in grouped(outcomes):
+        if group[0].skipped:
+            lines.append(f"| {system} | {case.label} | not run: {group[0].skipped} |||||||||||||")
+            continue
+
+        def med(key: str, group: list[Outcome] = group) -> float | None:
+            return _median(group, key)
+
+        ok = sum(1 for o in group if not o.errors)
+        procs, redis_cpu = med("cpu_procs_s"), med("redis_cpu_s")
+        cpu = f"{_fmt(med('cpu_total_s'), 1)} ({_fmt(procs, 1)} + {_fmt(redis_cpu, 1)})"
+        memory = med("memory_per_schedule")
+        lines.append(
+            f"| {system} | {case.label} | {_fmt(med('ideal_rate'))} | {_fmt(med('rate'))} | "
+            f"{_fmt(med('pct_ideal'), 1)} | {_fmt(med('duplicates'))} | "
+            f"{_late(med('late_p50'))} | {_late(med('late_p99'))} | {_late(med('late_max'))} | "
+            f"{cpu} | {_fmt(memory) if memory is not None else 'in process'} | "
+            f"{_fmt(med('register_s'), 1)} | {_fmt(med('load_1m_start'), 2)} | "
+            f"{ok}/{len(group)}{' **failed**' if ok < len(group) else ''} |"
+        )
+    return lines
+
+
+def detail_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    """Where the time went: CPU per process kind, Redis commands per run, memory, starvation."""
+    lines = [
+        "| system | schedules | CPU s by process | Redis commands/run | RSS MiB | "
+        "schedules with no run in the window | runs the system skipped | lateness vs the "
+        "system's own due time p50 / p99 | startup s |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for system, case, group in grouped(outcomes):
+        if group[0].skipped:
+            continue
+        done = [o for o in group if "rate" in o.metrics] or group
+        m = done[len(done) // 2].metrics  # the median repetition by position; extra keys vary
+        roles = sorted(k[4:-2] for k in m if k.startswith("cpu_") and k.endswith("_s"))
+        roles = [r for r in roles if r not in ("procs", "total")]
+        cpu = ", ".join(f"{r} {m[f'cpu_{r}_s']:.1f}" for r in roles)
+        cpu += f", Redis {m['redis_cpu_s']:.1f}" if "redis_cpu_s" in m else ""
+        rss = sum(v for k, v in m.items() if k.startswith("rss_"))
+        skipped = m.get("missed", 0) or m.get("counter_missed")
+        own = (
+            f"{_late(m['late_own_p50'])} / {_late(m['late_own_p99'])}"
+            if "late_own_p50" in m
+            else "-"
+        )
+        lines.append(
+            f"| {system} | {case.label} | {cpu or '-'} | {_fmt(m.get('commands_per_run'), 1)} | "
+            f"{_fmt(rss)} | {_fmt(m.get('starved'))} | {_fmt(skipped) if skipped else '0'} | "
+            f"{own} | {_fmt(m.get('startup_s'), 1)} |"
+        )
+    return lines
+
+
+def _late(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:,.0f} ms" if abs(seconds) < 10 else f"{seconds:,.1f} s"
+
+
+def problem_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    lines: list[str] = []
+    for o in outcomes:
+        for kind, texts in (("error", o.errors), ("note", o.notes)):
+            for text in texts:
+                first, *rest = text.splitlines()
+                lines.append(f"- {o.system}, {o.case.label}, #{o.repetition} {kind}: {first}")
+                if rest:
+                    lines += ["", "  ```", *(f"  {x}" for x in rest), "  ```", ""]
+    return lines
+
+
+def method_lines(specs: Sequence[PeerSpec], cfg: Config) -> list[str]:
+    lines = [
+        "- Schedules: schedule i of N is due at A + interval * i / N + k * interval (whole "
+        "seconds for systems that only store whole seconds; drumbeat picks phases itself, from a "
+        "hash of the id), so due times spread evenly over each interval. A is set after the "
+        "expected registration and startup time.",
+        f"- Window: {cfg.duration:g} s, starting one interval (warm-up) after the later of A and "
+        "the moment every process reported it had started (and, for drumbeat, registration "
+        "ended). A run counts when it starts in the window, once per schedule and due time.",
+        "- Lateness = start - due. Where a system does not tell a run's due time, the run is "
+        f"matched to the latest nominal due time at or before its start (with {TOLERANCE * 1000:g} "
+        "ms of tolerance for rounding): lateness then stays under one "
+        "interval, and a system that falls further behind shows it as missing runs.",
+        "- Duplicates: further runs of one schedule for the same due time, over the whole run "
+        "(warm-up included); not counted as runs.",
+        "- CPU: user + system seconds within the window of every process of the system (their "
+        "children included, from /proc) plus Redis (INFO used_cpu_user/sys).",
+        "- Redis memory per schedule: used_memory after registering minus before, over N "
+        "('in process': the schedules live only in a process's memory).",
+        "",
+        "| system | settings | due time of a run |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {s.name} | {s.settings} | {s.due} |" for s in specs]
+    notes = [f"- {s.name}: {note}" for s in specs for note in s.notes]
+    return lines + (["", *notes] if notes else [])
+
+
+def versions(specs: Sequence[PeerSpec]) -> dict[str, str]:
+    """Versions of every system's packages, from the venv it runs in."""
+    found: dict[str, str] = {"python": platform.python_version()}
+    by_venv: dict[str, list[str]] = {}
+    for s in specs:
+        by_venv.setdefault(s.venv, []).extend(s.packages)
+    code = (
+        "import importlib.metadata as m, json, sys\n"
+        "def v(d):\n"
+        "    try: return m.version(d)\n"
+        "    except m.PackageNotFoundError: return 'not installed'\n"
+        "print(json.dumps({d: v(d) for d in sys.argv[1:]}))"
+    )
+    for venv, packages in by_venv.items():
+        try:
+            python = sys.executable if venv == "main" else str(peers_python())
+            out = subprocess.run(
+                [python, "-c", code, *sorted(set(packages))],
+                capture_output=True, text=True, check=True, timeout=60,
+            )  # fmt: skip
+        except (OSError, subprocess.SubprocessError, ImportError) as exc:
+            found[f"{venv} venv"] = f"unavailable: {exc}"
+            continue
+        prefix = "" if venv == "main" else "peers: "
+        found.update({prefix + k: v for k, v in json.loads(out.stdout).items()})
+    return found
+
+
+def header_lines(info: Mapping[str, Any], cfg: Config) -> list[str]:
+    def load(x: Sequence[float]) -> str:
+        return " ".join(f"{v:.2f}" for v in x)
+
+    soft = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
+    lines = [
+        f"- command: `{info.get('command', '?')}`",
+        f"- machine: {info['cores']} cores (os.cpu_count), {info['memory_gib']} GiB, "
+        f"{info['cpu']}, {info['platform']}",
+        f"- software: Redis {info['redis']}, drumbeat git {info['git']}, {soft}",
+        f"- load average (1/5/15 min): {load(info['load_start'])} at start, "
+        f"{load(info.get('load_end', []))} at end (other work on this machine competes for its "
+        "cores: see the load column)",
+        f"- settings: window {cfg.duration:g} s after one interval of warm-up, {cfg.repeat} "
+        f"repetition(s) (median shown), {cfg.workers} worker process(es) per system, "
+        f"concurrency {cfg.concurrency} (drumbeat's worker, arq's max_jobs, APScheduler's threads)"
+        + (", --quick" if cfg.quick else ""),
+    ]
+    if cfg.note:
+        lines.append(f"- note: {cfg.note}")
+    return lines
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _git_revision() -> str:
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
+        return out.stdout.strip()
+
+    rev = git("rev-parse", "--short", "HEAD") or "unknown"
+    return rev + (" + uncommitted changes" if git("status", "--porcelain") else "")
+
+
+def machine_info() -> dict[str, Any]:
+    with open("/proc/meminfo") as f:
+        mem_kb = next(int(x.split()[1]) for x in f if x.startswith("MemTotal:"))
+    with RedisServer() as server:
+        redis_version = server.info()["version"]
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kb / 2**20, 1),
+        "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
+        "cpu": _cpu_model(),
+        "redis": redis_version,
+        "git": _git_revision(),
+        "load_start": list(os.getloadavg()),
+    }
+
+
+def chart(json_path: Path, png_path: Path) -> str | None:
+    """Draws the PNG with matplotlib, in this venv if it has it, else in the peers' venv."""
+    pythons = [sys.executable]
+    with contextlib.suppress(ImportError):
+        from .peers_env import existing_python
+
+        found = existing_python()
+        if found is not None:
+            pythons.append(str(found))
+    last = ""
+    for python in pythons:
+        done = subprocess.run(
+            [python, "-m", "bench.periodic", "--plot", str(json_path), str(png_path)],
+            cwd=REPO, env=_env(), capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+        if done.returncode == 0:
+            return None
+        last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
+    return last
+
+
+def plot(json_path: Path, png_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = json.loads(json_path.read_text())
+    rows = [r for r in data["table"] if r.get("pct_ideal") is not None and r.get("late_p99")]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    for system in dict.fromkeys(r["system"] for r in rows):
+        mine = sorted((r for r in rows if r["system"] == system), key=lambda r: r["n"])
+        ns = [r["n"] for r in mine]
+        ax1.plot(ns, [r["pct_ideal"] for r in mine], marker="o", label=system)
+        ax2.plot(ns, [max(r["late_p99"], 1e-4) for r in mine], marker="o", label=system)
+    intervals = sorted({(r["n"], r["interval"]) for r in rows})
+    common = max({i for _, i in intervals}, key=lambda i: sum(1 for _, j in intervals if j == i))
+    odd = [f"{n:,}: {i:g} s" for n, i in intervals if i != common]
+    xlabel = f"schedules (every {common:g} s" + "".join(f"; {x}" for x in odd) + ")"
+    ax1.set(xscale="log", xlabel=xlabel, ylabel="runs achieved, % of N / interval",
+            title="Runs achieved", ylim=(0, 105))  # fmt: skip
+    ax2.set(xscale="log", yscale="log", xlabel=xlabel, ylabel="seconds",
+            title="Lateness p99 (start - due)")  # fmt: skip
+    for ax in (ax1, ax2):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(data["title"], fontsize=10)
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+
+
+def summary_rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
+    keys = ("ideal_rate", "rate", "pct_ideal", "duplicates", "late_p50", "late_p99", "late_max",
+            "cpu_total_s", "cpu_procs_s", "redis_cpu_s", "memory_per_schedule", "register_s",
+            "starved", "missed", "commands_per_run", "load_1m_start")  # fmt: skip
+    rows = []
+    for system, case, group in grouped(outcomes):
+        row: dict[str, Any] = {"system": system, "n": case.n, "interval": case.interval}
+        if group[0].skipped:
+            row["skipped"] = group[0].skipped
+        else:
+            row.update({k: _median(group, k) for k in keys})
+            row["failed"] = sum(1 for o in group if o.errors)
+        rows.append(row)
+    return rows
+
+
+def write_outputs(
+    out_dir: Path, cfg: Config, info: Mapping[str, Any], outcomes: Sequence[Outcome], md: str
+) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    base = out_dir / f"periodic-{'quick-' if cfg.quick else ''}{stamp}"
+    data = {
+        "title": f"drumbeat periodic benchmark {stamp} ({info['cores']} cores)",
+        "info": dict(info),
+        "config": asdict(cfg),
+        "table": summary_rows(outcomes),
+        "outcomes": [
+            {
+                "system": o.system, "n": o.case.n, "interval": o.case.interval,
+                "repetition": o.repetition, "skipped": o.skipped, "metrics": o.metrics,
+                "errors": o.errors, "notes": o.notes,
+            }
+            for o in outcomes
+        ],
+    }  # fmt: skip
+    json_path, md_path, png_path = (base.with_suffix(x) for x in (".json", ".md", ".png"))
+    json_path.write_text(json.dumps(data, indent=1) + "\n")
+    problem = chart(json_path, png_path)
+    if problem is None:
+        md += f"\n![runs achieved and lateness]({png_path.name})\n"
+    else:
+        md += f"\n(no chart: {problem})\n"
+    md_path.write_text(md)
+    return [json_path, md_path] + ([png_path] if problem is None else [])
+
+
+# -- command line ------------------------------------------------------------------------------
+
+
+def parse_cases(text: str, interval: float) -> tuple[Case, ...]:
+    cases = []
+    for item in text.split(","):
+        n, _, every = item.strip().replace("_", "").partition("@")
+        cases.append(Case(int(n), float(every) if every else interval))
+    return tuple(cases)
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
+    p = argparse.ArgumentParser(prog="python -m bench.periodic", description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--quick", action="store_true", help="drumbeat and naive, 1,000 schedules, 20 s window"
+    )
+    p.add_argument("--systems", help=f"comma-separated, of: {', '.join(MODULES)} (default all)")
+    p.add_argument("--n", help=f"schedule counts, N or N@INTERVAL (default {DEFAULT_CASES})")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds (default 5)")
+    p.add_argument("--duration", type=float, help="measured window, s (default 60; quick 20)")
+    p.add_argument("--repeat", type=int, default=1, help="repetitions per system and N")
+    p.add_argument("--workers", type=int, default=1, help="worker processes per system (default 1)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=20,
+        help="drumbeat's concurrency, arq's max_jobs, APScheduler's threads (default 20)",
+    )
+    p.add_argument("--out", type=Path, default=BENCH_DIR / "results", help="results directory")
+    p.add_argument("--note", default="", help="free text recorded with the results")
+    p.add_argument("--render", nargs="+", type=Path, metavar="JSON",
+                   help="rebuild the report from results files instead of running (a later "
+                   "file's runs of a system at an N replace an earlier file's)")  # fmt: skip
+    p.add_argument("--plot", nargs=2, type=Path, metavar=("JSON", "PNG"), help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.plot or a.render:
+        return a, Config((), ())
+    systems = tuple(a.systems.split(",")) if a.systems else (
+        QUICK_SYSTEMS if a.quick else tuple(MODULES)
+    )  # fmt: skip
+    unknown = [s for s in systems if s not in MODULES]
+    if unknown:
+        p.error(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(MODULES)}")
+    cases = parse_cases(a.n or ("1000" if a.quick else DEFAULT_CASES), a.interval)
+    if a.repeat < 1 or a.workers < 1 or a.concurrency < 1:
+        p.error("--repeat, --workers and --concurrency must be >= 1")
+    duration = a.duration or (20.0 if a.quick else 60.0)
+    cfg = Config(systems, cases, duration, a.repeat, a.workers, a.concurrency, a.quick, a.note)
+    return a, cfg
+
+
+def command_line() -> str:
+    return f"cd {shlex.quote(os.getcwd())} && " + shlex.join(
+        [sys.executable, "-m", "bench.periodic", *sys.argv[1:]]
+    )
+
+
+def _progress(line: str) -> None:
+    print(f"  {line}", file=sys.stderr, flush=True)
+
+
+def _skip_reason(s: PeerSpec, case: Case, explicit: bool) -> str:
+    if case.n > s.max_n and not explicit:
+        return f"{s.name} runs with at most {s.max_n:,} schedules unless named in --systems"
+    if s.interval_divides_minute and not (
+        (case.interval < 60 and 60 % case.interval == 0) or case.interval % 60 == 0
+    ):
+        return "a cron schedule cannot express this interval"
+    return ""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, cfg = parse_args(argv)
+    if args.plot:
+        plot(*args.plot)
+        return 0
+    if args.render:
+        return render(args.render, args.out)
+    command = command_line()
+    print(f"$ {command}", file=sys.stderr, flush=True)
+    specs = [spec(name) for name in cfg.systems]
+    info = machine_info()
+    info["command"] = command
+    info["versions"] = versions(specs)
+    outcomes: list[Outcome] = []
+    for s in specs:
+        for case in cfg.cases:
+            reason = _skip_reason(s, case, explicit=args.systems is not None)
+            if reason:
+                outcomes.append(Outcome(s.name, case, 0, skipped=reason))
+                continue
+            for rep in range(1, cfg.repeat + 1):
+                _progress(f"{s.name}, {case.label}, #{rep} ...")
+                o = run_one(s, case, cfg, rep)
+                outcomes.append(o)
+                m = o.metrics
+                _progress(
+                    f"{s.name}, {case.label}, #{rep}: {_fmt(m.get('rate'))} runs/s of "
+                    f"{_fmt(m.get('ideal_rate'))} ({_fmt(m.get('pct_ideal'), 1)} %), "
+                    f"p99 {_late(m.get('late_p99'))}, dup {_fmt(m.get('duplicates'))}, CPU "
+                    f"{_fmt(m.get('cpu_total_s'), 1)} s, load {_fmt(m.get('load_1m_start'), 2)}"
+                    + (f", ERROR: {o.errors[0].splitlines()[0]}" if o.errors else "")
+                )
+    info["load_end"] = list(os.getloadavg())
+    return report(args.out, cfg, info, outcomes)
+
+
+def report(out: Path, cfg: Config, info: Mapping[str, Any], outcomes: Sequence[Outcome]) -> int:
+    """Prints and writes the markdown, the JSON and the chart; the exit status."""
+    specs = [spec(name) for name in dict.fromkeys(o.system for o in outcomes)]
+    body = [
+        "# drumbeat periodic benchmark: N schedules, no-op task",
+        "",
+        *header_lines(info, cfg),
+        "",
+        *table_lines(outcomes),
+        "",
+        "CPU s: within the measured window. Lateness: start - due, runs started in the window "
+        "(how a run's due time is known, per system, under Method).",
+        "",
+        "## Details",
+        "",
+        *detail_lines(outcomes),
+        "",
+        "## Method and settings",
+        "",
+        *method_lines(specs, cfg),
+    ]
+    problems = problem_lines(outcomes)
+    if problems:
+        body += ["", "## Problems and notes", "", *problems]
+    markdown = "\n".join(body) + "\n"
+    print(markdown)
+    paths = write_outputs(out, cfg, info, outcomes, markdown)
+    print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 1 if any(o.errors for o in outcomes) else 0
+
+
+def render(paths: Sequence[Path], out: Path) -> int:
+    """Rebuilds one report from results files (``--render``): a later file's runs of a system
+    at an N replace an earlier file's, e.g. to combine a full run with a rerun of one peer."""
+    runs: dict[tuple[str, int, float], list[Outcome]] = {}
+    info: dict[str, Any] = {}
+    cfg: Config | None = None
+    commands: list[str] = []
+    for path in paths:
+        data = json.loads(path.read_text())
+        info = info or dict(data["info"])
+        c = data["config"]
+        cases = tuple(Case(int(x["n"]), float(x["interval"])) for x in c["cases"])
+        this = Config(**{**c, "systems": tuple(c["systems"]), "cases": cases})
+        cfg = cfg or this
+        commands.append(f"{data['info'].get('command', '?')}  (`{path.name}`)")
+        fresh: dict[tuple[str, int, float], list[Outcome]] = {}
+        for o in data["outcomes"]:
+            case = Case(int(o["n"]), float(o["interval"]))
+            outcome = Outcome(o["system"], case, int(o["repetition"]), dict(o["metrics"]),
+                              list(o["errors"]), list(o["notes"]), o["skipped"])  # fmt: skip
+            fresh.setdefault((o["system"], case.n, case.interval), []).append(outcome)
+        runs.update(fresh)
+    assert cfg is not None
+    order = {name: k for k, name in enumerate(MODULES)}
+    outcomes = [
+        o for key in sorted(runs, key=lambda k: (order.get(k[0], 99), k[1])) for o in runs[key]
+    ]
+    info["command"] = "; ".join(commands)
+    return report(out, cfg, info, outcomes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
