@@ -81,7 +81,12 @@ def decode_spec(data: bytes) -> Spec:
     return Spec(raw["t"], call[0], call[1])
 
 
+_NONE_OUTCOMES = {name: codec.dumps({"ok": True, "result": None}) for name, codec in CODECS.items()}
+
+
 def encode_success(codec: Codec, value: Any, limit: int) -> bytes:
+    if value is None:  # the common case for jobs run for their side effects
+        return _NONE_OUTCOMES[codec.name]
     try:
         return encode_value(codec, {"ok": True, "result": value}, limit, "the task's result")
     except SerializationError as exc:

@@ -92,9 +92,7 @@ class Runner:
         ctx = Context(job.id, task.name, job.attempt, job.token, job.priority, self.worker_id)
         token = _current.set(ctx)
         try:
-            value = await asyncio.wait_for(
-                self._call(task, spec.args, spec.kwargs), task.config.timeout
-            )
+            value = await self._timed(task, spec.args, spec.kwargs)
             return Done(encode_success(self.app.codec, value, self.limit), ttl_ms)
         except Retry as exc:
             return self._failed(job, task, f"retry requested: {exc}", exc.delay, now_ms())
@@ -146,7 +144,7 @@ class Runner:
                       schedule_id, due)  # fmt: skip
         token = _current.set(ctx)
         try:
-            await asyncio.wait_for(self._call(task, args, kwargs), task.config.timeout)
+            await self._timed(task, args, kwargs)
             return next_slot("ok")
         except TimeoutError:
             return next_slot("fail", f"timed out after {task.config.timeout} s")
@@ -154,6 +152,11 @@ class Runner:
             return next_slot("fail", f"{type(exc).__name__}: {exc}"[:2000])
         finally:
             _current.reset(token)
+
+    async def _timed(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+        if task.config.timeout is None:  # wait_for costs a timer handle per job; skip it
+            return await self._call(task, args, kwargs)
+        return await asyncio.wait_for(self._call(task, args, kwargs), task.config.timeout)
 
     async def _call(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
         if task.is_async:

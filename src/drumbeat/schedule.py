@@ -78,17 +78,19 @@ def is_misfire(due_ms: int, start_ms: int, grace_ms: int) -> bool:
 def next_cron(expr: str, tz: str, after_ms: int) -> int:
     """The first time strictly after ``after_ms`` that ``expr`` matches in ``tz``.
 
-    DST: a wall time skipped by the spring change fires when the clock jumps (croniter's
-    rule); a wall time repeated by the autumn change fires once, at its first occurrence, as
-    in Vixie cron (so a daily job never runs twice in one day).
+    DST, as in Vixie cron: a wall time skipped by the spring change fires when the clock
+    jumps; a wall time repeated by the autumn change fires once, at its first occurrence, when
+    the expression names its hours (a daily job never runs twice in one day), while jobs that
+    run every hour or more often keep running through the repeated hour.
     """
     zone = ZoneInfo(tz)
     it = croniter(expr, datetime.fromtimestamp(after_ms / 1000, zone))
+    hourly = expr.split()[1] == "*"
     while True:
         nxt: datetime = it.get_next(datetime)
         local = datetime.fromtimestamp(nxt.timestamp(), zone)
         repeated = local.replace(fold=0).timestamp() != local.timestamp()
-        if not repeated:
+        if hourly or not repeated:
             return int(nxt.timestamp() * 1000)
 
 

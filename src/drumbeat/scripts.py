@@ -177,7 +177,10 @@ class Scripts:
         k = self.k
         keys = [k.leases, k.owners, k.jobs, k.state, k.uniq, k.results, k.expires]
         keys += [k.done(i[0]) for i in items]
-        return Call("complete", keys, [x for item in items for x in item], _ints)
+        args: list[str | bytes] = []
+        for job_id, token, outcome, ttl_ms in items:
+            args += [f"{job_id}|{token}|{ttl_ms}", outcome]
+        return Call("complete", keys, args, _ints)
 
     def retry(self, items: Sequence[tuple[str, int, int]]) -> Call[list[int]]:
         """Items are (id, token, delay_ms)."""

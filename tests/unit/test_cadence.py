@@ -146,8 +146,23 @@ def test_cron_across_fall_back_runs_a_daily_job_once() -> None:
     ]
 
 
+def test_cron_every_hour_keeps_running_through_the_repeated_hour() -> None:
+    tz = "America/New_York"
+    t = _ms(2026, 11, 1, 0, 30, tz=tz)
+    fires = []
+    for _ in range(3):
+        t = next_cron("0 * * * *", tz, t)
+        fires.append(_local(t, tz))
+    assert fires == [
+        "2026-11-01T01:00:00-04:00",
+        "2026-11-01T01:00:00-05:00",
+        "2026-11-01T02:00:00-05:00",
+    ]
+
+
 @given(after=st.integers(NOW, NOW + 10**11))
 def test_cron_next_is_strictly_later_and_matches(after: int) -> None:
+    # Through both DST changes: a job every quarter hour keeps running every 15 real minutes.
     nxt = next_cron("*/15 * * * *", "Europe/Berlin", after)
     assert nxt > after and nxt - after <= 15 * 60 * 1000
     assert datetime.fromtimestamp(nxt / 1000, UTC).minute % 15 == 0

@@ -4,14 +4,15 @@
 -- KEYS[1] leases (zset)  KEYS[2] owners (hash)  KEYS[3] jobs (hash)   KEYS[4] state (hash)
 -- KEYS[5] uniq (hash)    KEYS[6] results (hash) KEYS[7] expires (zset)
 -- KEYS[7+i] done:<id> (list) of the i-th job
--- ARGV    groups of 4, one per job: id, token, outcome, ttl_ms (0 stores nothing)
+-- ARGV    pairs, one per job: "<id>|<token>|<ttl_ms>" (ttl 0 stores nothing), outcome
+--         (packed: every argument costs the client an encoding step)
 -- Returns one integer per job: 1 acked, 0 refused (lease lost)
 local now = now_ms()
 local out = {}
-for i = 0, #ARGV / 4 - 1 do
-  local id, token, outcome = ARGV[i * 4 + 1], ARGV[i * 4 + 2], ARGV[i * 4 + 3]
-  local ttl_ms = tonumber(ARGV[i * 4 + 4])
-  if owns(KEYS[2], id, token) then
+for i = 0, #ARGV / 2 - 1 do
+  local id, token, ttl = string.match(ARGV[i * 2 + 1], '^([^|]+)|(%d+)|(%d+)$')
+  local outcome, ttl_ms = ARGV[i * 2 + 2], tonumber(ttl)
+  if id and owns(KEYS[2], id, token) then
     local s = parse_state(redis.call('HGET', KEYS[4], id))
     release_key(KEYS[5], id, s.key)
     redis.call('HDEL', KEYS[2], id)
