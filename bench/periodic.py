@@ -620,12 +620,19 @@ def method_lines(specs: Sequence[PeerSpec], cfg: Config) -> list[str]:
         f"- Window: {cfg.duration:g} s, starting one interval (warm-up) after the later of A and "
         "the moment every process reported it had started (and, for drumbeat, registration "
         "ended). A run counts when it starts in the window, once per schedule and due time.",
-        "- Lateness = start - due. Where a system does not tell a run's due time, the run is "
-        f"matched to the latest nominal due time at or before its start (with {TOLERANCE * 1000:g} "
-        "ms of tolerance for rounding): lateness then stays under one "
-        "interval, and a system that falls further behind shows it as missing runs.",
-        "- Duplicates: further runs of one schedule for the same due time, over the whole run "
-        "(warm-up included); not counted as runs.",
+        "- Lateness = start - due, for runs that start in the window. The due time is the one "
+        "the system gave the run where it tells it (drumbeat, arq); else the nominal one, first "
+        "due + k * interval: for APScheduler, whose trigger keeps to that grid and skips the "
+        "runs it misfires, the latest slot at or before the start "
+        f"({TOLERANCE * 1000:g} ms of tolerance for rounding); for systems that re-base each "
+        "next run on when the previous one ran or was sent (Celery beat, RedBeat, rq-scheduler, "
+        "RQ cron, the naive design), the k-th run of a schedule is matched to its k-th nominal "
+        "due time, so their drift behind the grid counts as lateness, as it does against 'every "
+        "5 s'. The naive design's lateness against the score it claimed is in Details.",
+        "- Duplicates: further runs of one schedule for a due time that already ran (the same "
+        "due time the system gave, the same grid slot, or, re-based without a known due time, a "
+        "run less than half an interval after the previous one), over the whole run; not "
+        "counted as runs.",
         "- CPU: user + system seconds within the window of every process of the system (their "
         "children included, from /proc) plus Redis (INFO used_cpu_user/sys).",
         "- Redis memory per schedule: used_memory after registering minus before, over N "
@@ -959,6 +966,15 @@ def report(out: Path, cfg: Config, info: Mapping[str, Any], outcomes: Sequence[O
     return 1 if any(o.errors for o in outcomes) else 0
 
 
+def _md_command(json_path: Path) -> str:
+    """The command line recorded in the markdown beside a results file (older JSON lacks it)."""
+    with contextlib.suppress(OSError):
+        for line in json_path.with_suffix(".md").read_text().splitlines():
+            if line.startswith("- command: `"):
+                return line.removeprefix("- command: `").removesuffix("`")
+    return "?"
+
+
 def render(paths: Sequence[Path], out: Path) -> int:
     """Rebuilds one report from results files (``--render``): a later file's runs of a system
     at an N replace an earlier file's, e.g. to combine a full run with a rerun of one peer."""
@@ -973,7 +989,7 @@ def render(paths: Sequence[Path], out: Path) -> int:
         cases = tuple(Case(int(x["n"]), float(x["interval"])) for x in c["cases"])
         this = Config(**{**c, "systems": tuple(c["systems"]), "cases": cases})
         cfg = cfg or this
-        commands.append(f"{data['info'].get('command', '?')}  (`{path.name}`)")
+        commands.append(f"{data['info'].get('command') or _md_command(path)}  ({path.name})")
         fresh: dict[tuple[str, int, float], list[Outcome]] = {}
         for o in data["outcomes"]:
             case = Case(int(o["n"]), float(o["interval"]))

@@ -86,7 +86,7 @@ def worker(args: Args) -> None:
 
     def loop(tag: str) -> None:
         while not stop.is_set():
-            head = client.zrange(SCHEDULE, 0, 0, withscores=True)
+            head: list[tuple[bytes, float]] = client.zrange(SCHEDULE, 0, 0, withscores=True)  # type: ignore[assignment]
             if not head or head[0][1] > time.time():
                 stop.wait(IDLE_SLEEP)
                 continue
@@ -95,7 +95,7 @@ def worker(args: Args) -> None:
             if definition is None:
                 continue  # another thread claimed it first
             spec = json.loads(definition)
-            noop(*spec["args"], due)
+            noop(int(spec["args"][0]), due)
             with client.pipeline(transaction=True) as pipe:
                 pipe.zadd(SCHEDULE, {member: time.time() + float(spec["every"])})
                 pipe.hdel(RUNNING, member)
