@@ -51,4 +51,4 @@ bench-quick: $(STAMP)
 	$(PY) -m bench.periodic --quick --systems drumbeat
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) bench/.venv-peers .pytest_cache .mypy_cache .ruff_cache
