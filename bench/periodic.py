@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ._redis import RedisServer
+from .core import _cpu_model, _git_revision
 from .periodic_peers import MODULES, spec
 from .periodic_peers._common import PeerSpec, phase, read_runs
 
@@ -695,23 +696,6 @@ def header_lines(info: Mapping[str, Any], cfg: Config) -> list[str]:
     if cfg.note:
         lines.append(f"- note: {cfg.note}")
     return lines
-
-
-def _cpu_model() -> str:
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
-def _git_revision() -> str:
-    def git(*args: str) -> str:
-        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
-        return out.stdout.strip()
-
-    rev = git("rev-parse", "--short", "HEAD") or "unknown"
-    return rev + (" + uncommitted changes" if git("status", "--porcelain") else "")
 
 
 def machine_info() -> dict[str, Any]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -215,34 +215,6 @@ def check_schedule_id(schedule_id: str) -> str:
 # the spec at the end ({"t": task, "c": [args, kwargs], "s": cadence}) is opaque to it.
 
 _HEADER_FIELDS = 9
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleState:
-    """A schedule as stored: its definition and its running totals."""
-
-    id: str
-    task: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    cadence: Cadence
-    priority: int = 0
-    paused: bool = False
-    generation: int = 0
-    grid_ms: int = 0
-    """Grid slot of the next (or running) run."""
-    runs: int = 0
-    failures: int = 0
-    misfires: int = 0
-    last_start_ms: int = 0
-    last_duration_ms: int = 0
-    next_due_ms: int | None = None
-    """Score in `due`; None while a run is in flight or the schedule is paused."""
-    last_error: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def with_due(self, due: int | None, error: str | None) -> ScheduleState:
-        return replace(self, next_due_ms=due, last_error=error)
 
 
 def encode_spec_json(task: str, args_blob: bytes, cadence: Cadence) -> bytes:

@@ -92,7 +92,7 @@ class Scheduler:
             out[self.shard_of(check_schedule_id(schedule_id))].append(schedule_id)
         return out
 
-    def _chunks(self, shard: int, items: list[Any], per_call: int = 1) -> Iterator[list[Any]]:
+    def _chunks(self, items: list[Any], per_call: int = 1) -> Iterator[list[Any]]:
         step = self.app.settings.batch_limit * per_call
         for i in range(0, len(items), step):
             yield items[i : i + step]
@@ -121,7 +121,7 @@ class Scheduler:
         return [
             self.scripts[shard].upsert_schedules(chunk)
             for shard, items in groups.items()
-            for chunk in self._chunks(shard, items, per_call=5)
+            for chunk in self._chunks(items, per_call=5)
         ]
 
     def _task(self, task: Task[Any, Any] | str) -> Task[Any, Any]:
@@ -147,7 +147,7 @@ class Scheduler:
         return [
             make(self.scripts[shard], chunk)
             for shard, items in self._by_shard(ids).items()
-            for chunk in self._chunks(shard, items)
+            for chunk in self._chunks(items)
         ]
 
     def resumes(self, stored: Mapping[str, bytes], now_ms: int) -> list[Call[int]]:
@@ -160,7 +160,7 @@ class Scheduler:
         return [
             self.scripts[shard].resume_schedules(chunk)
             for shard, its in items.items()
-            for chunk in self._chunks(shard, its)
+            for chunk in self._chunks(its)
         ]
 
     # -- reads -------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
@@ -166,6 +166,3 @@ class Task(Generic[P, R]):
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         return (await self.app.aenqueue_many([self.prepare(*args, **kwargs)]))[0]
-
-    def with_config(self, **changes: Any) -> Task[P, R]:
-        return Task(self.app, self.fn, replace(self.config, **changes))
