@@ -16,10 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import SerializationError
 from .job import decode_outcome, decode_spec
+from .keys import Keys
 from .scripts import Call
 from .task import MAX_PRIORITY, MIN_PRIORITY
 
 if TYPE_CHECKING:
+    import redis
+
     from .app import App
 
 __all__ = [
@@ -146,49 +149,43 @@ def level_range(priority: int) -> tuple[int, str]:
 def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
     """Counts per priority level, delayed, running (with leases), dead and live workers.
 
-    Two round trips: one transaction for the counts, the lease listing and the workers, one
-    for the owners of the listed leases.
+    Summed over every shard the workers claim from (the jobs' shard, and the schedule shards
+    when there are several). Two round trips: one for the counts, the lease listings and the
+    workers (a transaction when there is one shard), one for the owners of the listed leases.
     """
-    k = app.keys
+    shards = _claimed_shards(app)
     client = app.redis
     levels = range(MIN_PRIORITY, MAX_PRIORITY + 1)
-    with client.pipeline(transaction=True) as pipe:
+    limit = max(0, running_limit)
+    start, stop = (0, limit - 1) if limit else (1, 0)  # 1..0: empty, one reply all the same
+    with client.pipeline(transaction=len(shards) == 1) as pipe:
         pipe.time()
-        for priority in levels:
-            low, high = level_range(priority)
-            pipe.zcount(k.ready, low, high)
-        pipe.zcard(k.due)
-        pipe.zcard(k.leases)
-        pipe.zrange(k.leases, 0, max(0, running_limit) - 1, withscores=True)
-        pipe.zcard(k.dead)
-        pipe.zrange(k.workers, 0, -1, withscores=True)
-        pipe.hgetall(k.workerinfo)
+        for k in shards:
+            for priority in levels:
+                low, high = level_range(priority)
+                pipe.zcount(k.ready, low, high)
+            pipe.zcard(k.due)
+            pipe.zcard(k.leases)
+            pipe.zrange(k.leases, start, stop, withscores=True)
+        main = app.keys
+        pipe.zcard(main.dead)
+        pipe.zrange(main.workers, 0, -1, withscores=True)
+        pipe.hgetall(main.workerinfo)
         raw = pipe.execute()
     now_ms = _time_ms(raw[0])
-    counts = tuple(int(n) for n in raw[1 : 1 + len(levels)])
-    delayed, running_total, leases, dead, workers, infos = raw[1 + len(levels) :]
-    if running_limit <= 0:
-        leases = []
-
-    running: list[RunningJob] = []
-    listed = _pairs(leases)
-    if listed:
-        owners: list[Any] = client.hmget(k.owners, [job_id for job_id, _ in listed])
-        for (job_id, score), owner in zip(listed, owners, strict=True):
-            if owner is None:  # finished between the two round trips
-                continue
-            worker, claimed_ms = _parse_owner(_str(owner))
-            deadline = int(score)
-            running.append(
-                RunningJob(
-                    id=job_id,
-                    worker=worker,
-                    claimed_ms=claimed_ms,
-                    deadline_ms=deadline,
-                    lease_age=(now_ms - claimed_ms) / 1000,
-                    lease_left=(deadline - now_ms) / 1000,
-                )
-            )
+    per_shard = len(levels) + 3
+    counts = [0] * len(levels)
+    delayed = running_total = 0
+    listed: list[tuple[float, str, Keys]] = []
+    for i, k in enumerate(shards):
+        part = raw[1 + i * per_shard : 1 + (i + 1) * per_shard]
+        counts = [c + int(n) for c, n in zip(counts, part[: len(levels)], strict=True)]
+        delayed += int(part[len(levels)])
+        running_total += int(part[len(levels) + 1])
+        listed += [(score, job_id, k) for job_id, score in _pairs(part[len(levels) + 2])]
+    dead, workers, infos = raw[1 + len(shards) * per_shard :]
+    listed = sorted(listed)[:limit]  # closest to expiry first, over all shards
+    running = _running(client, listed, now_ms)
 
     ttl_ms = app.settings.lease_ms * WORKER_TTL_LEASES
     info_by_id = {_str(key): value for key, value in infos.items()}
@@ -204,14 +201,56 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
 
     return QueueStats(
         now_ms=now_ms,
-        ready_by_priority=counts,
-        delayed=int(delayed),
-        running_total=int(running_total),
+        ready_by_priority=tuple(counts),
+        delayed=delayed,
+        running_total=running_total,
         running=tuple(running),
         dead=int(dead),
         workers=tuple(live),
         stale_workers=stale,
     )
+
+
+def _claimed_shards(app: App) -> list[Keys]:
+    """The shards workers claim from: the jobs' shard, then schedule shards if apart."""
+    if app.settings.schedule_shards > 1:
+        return [app.keys, *app.scheduler.shards]
+    return [app.keys]
+
+
+def _running(
+    client: redis.Redis, listed: list[tuple[float, str, Keys]], now_ms: int
+) -> list[RunningJob]:
+    by_shard: dict[str, tuple[Keys, list[tuple[float, str]]]] = {}
+    for score, job_id, k in listed:
+        by_shard.setdefault(k.owners, (k, []))[1].append((score, job_id))
+    owner_of: dict[tuple[str, str], Any] = {}
+    if by_shard:
+        with client.pipeline(transaction=False) as pipe:
+            for k, items in by_shard.values():
+                pipe.hmget(k.owners, [job_id for _, job_id in items])
+            replies = pipe.execute()
+        for (k, items), owners in zip(by_shard.values(), replies, strict=True):
+            for (_, job_id), owner in zip(items, owners, strict=True):
+                owner_of[(k.owners, job_id)] = owner
+    running: list[RunningJob] = []
+    for score, job_id, k in listed:
+        owner = owner_of.get((k.owners, job_id))
+        if owner is None:  # finished between the two round trips
+            continue
+        worker, claimed_ms = _parse_owner(_str(owner))
+        deadline = int(score)
+        running.append(
+            RunningJob(
+                id=job_id,
+                worker=worker,
+                claimed_ms=claimed_ms,
+                deadline_ms=deadline,
+                lease_age=(now_ms - claimed_ms) / 1000,
+                lease_left=(deadline - now_ms) / 1000,
+            )
+        )
+    return running
 
 
 def _parse_owner(owner: str) -> tuple[str, int]:
