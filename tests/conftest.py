@@ -124,5 +124,5 @@ async def running_worker(
 def reap_call(app: drumbeat.App, **overrides: int) -> Call[Reaped]:
     """The housekeeping script call with generous test defaults; override what a test probes."""
     args = {"max_stalls": 3, "limit": 100, "dead_ttl_ms": 60_000, "worker_ttl_ms": 60_000,
-            "result_ttl_ms": 60_000, "lease_ms": 1_000} | overrides  # fmt: skip
+            "result_ttl_ms": 60_000} | overrides  # fmt: skip
     return app.scripts.reap(**args)

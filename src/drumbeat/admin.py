@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import SerializationError
 from .job import decode_outcome, decode_spec
-from .keys import Keys
+from .keys import WHEEL_BUCKETS, Keys
 from .scripts import Call
 from .task import MAX_PRIORITY, MIN_PRIORITY
 
@@ -86,7 +86,8 @@ class QueueStats:
     ready_by_priority: tuple[int, ...]
     """Jobs waiting in `ready`, indexed by priority 0..9."""
     delayed: int
-    """Jobs waiting in `due` (delayed, scheduled, or backing off before a retry)."""
+    """Jobs waiting in `due` (delayed, or backing off before a retry); waiting schedules are
+    counted by `schedule_stats`."""
     running_total: int
     running: tuple[RunningJob, ...]
     """At most the ``running_limit`` leases closest to expiry."""
@@ -165,6 +166,7 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
                 low, high = level_range(priority)
                 pipe.zcount(k.ready, low, high)
             pipe.zcard(k.due)
+            pipe.zmscore(k.due, _MARKERS)  # schedule buckets' markers: not delayed jobs
             pipe.zcard(k.leases)
             pipe.zrange(k.leases, start, stop, withscores=True)
         main = app.keys
@@ -173,16 +175,17 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
         pipe.hgetall(main.workerinfo)
         raw = pipe.execute()
     now_ms = _time_ms(raw[0])
-    per_shard = len(levels) + 3
+    per_shard = len(levels) + 4
     counts = [0] * len(levels)
     delayed = running_total = 0
     listed: list[tuple[float, str, Keys]] = []
     for i, k in enumerate(shards):
         part = raw[1 + i * per_shard : 1 + (i + 1) * per_shard]
         counts = [c + int(n) for c, n in zip(counts, part[: len(levels)], strict=True)]
-        delayed += int(part[len(levels)])
-        running_total += int(part[len(levels) + 1])
-        listed += [(score, job_id, k) for job_id, score in _pairs(part[len(levels) + 2])]
+        markers = sum(score is not None for score in part[len(levels) + 1])
+        delayed += int(part[len(levels)]) - markers
+        running_total += int(part[len(levels) + 2])
+        listed += [(score, job_id, k) for job_id, score in _pairs(part[len(levels) + 3])]
     dead, workers, infos = raw[1 + len(shards) * per_shard :]
     listed = sorted(listed)[:limit]  # closest to expiry first, over all shards
     running = _running(client, listed, now_ms)
@@ -209,6 +212,9 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
         workers=tuple(live),
         stale_workers=stale,
     )
+
+
+_MARKERS = [f"w:{bucket}" for bucket in range(WHEEL_BUCKETS)]
 
 
 def _claimed_shards(app: App) -> list[Keys]:
@@ -437,15 +443,14 @@ def schedule_stats(app: App) -> ScheduleStats:
     with client.pipeline(transaction=False) as pipe:
         pipe.time()
         for keys in shards:
-            pipe.hlen(keys.schedules)
             pipe.hgetall(keys.lateness)
         raw = pipe.execute()
     now_ms = _time_ms(raw[0])
     merged: dict[str, str] = {}
     for i, _keys in enumerate(shards):
         # Shards' windows and bins line up; prefix slots by shard so they merge as windows.
-        for k, v in raw[2 + 2 * i].items():
+        for k, v in raw[1 + i].items():
             name = _str(k)
             merged[f"{name[0]}{i}.{name[1:]}"] = _str(v)
-    total = sum(int(raw[1 + 2 * i]) for i in range(len(shards)))
+    total = app.scheduler.count(client)
     return ScheduleStats(total, len(shards), lateness_summary(merged, now_ms))

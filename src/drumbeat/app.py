@@ -304,13 +304,8 @@ class App:
         return await asyncio.to_thread(lambda: list(self.schedules(prefix)))
 
     def get_schedule(self, schedule_id: str) -> ScheduleInfo | None:
-        stored = self.scheduler.read(self.redis, [schedule_id])
-        if schedule_id not in stored:
-            return None
-        keys = self.scheduler.shards[self.scheduler.shard_of(schedule_id)]
-        due = self.redis.zscore(keys.due, "s:" + schedule_id)
-        fault: bytes | None = self.redis.hget(keys.faults, schedule_id)  # type: ignore[assignment]
-        return self.scheduler.decode(schedule_id, stored[schedule_id], due, fault)
+        """One schedule with its state, or None if there is no schedule with this id."""
+        return self.scheduler.info(self.redis, schedule_id)
 
     def _now_ms(self) -> int:
         sec, usec = self.redis.time()

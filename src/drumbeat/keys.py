@@ -7,6 +7,7 @@ in ``docs/redis-keys.md`` describes each key; ``tests/unit/test_keys.py`` checks
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -38,10 +39,25 @@ SHARD_KEYS: dict[str, str] = {
     "wake": "zset",
     "workers": "zset",
     "workerinfo": "hash",
-    "schedules": "hash",
+    "tasks": "hash",
     "faults": "hash",
     "lateness": "hash",
 }
+
+#: Keys of one bucket of a shard's schedule wheel, ``<name>:<bucket>``.
+BUCKET_KEYS: dict[str, str] = {"wheel": "zset", "schedules": "hash"}
+
+#: Buckets per shard. A bucket stays a listpack (compact) while it holds at most 128 schedules
+#: (Redis' default ``*-max-listpack-entries``): 16,384 buckets keep a million schedules per shard
+#: at ~61 per bucket. Fixed for the life of a namespace: schedules are found by it.
+WHEEL_BUCKETS = 16384
+
+
+def bucket_of(schedule_id: str) -> int:
+    """The wheel bucket of a schedule: a stable hash of its id (the same in every process)."""
+    digest = hashlib.blake2b(schedule_id.encode(), digest_size=8, person=b"bucket").digest()
+    return int.from_bytes(digest, "big") % WHEEL_BUCKETS
+
 
 #: Keys made per job; each one has a Redis expiry.
 JOB_KEYS: dict[str, str] = {"done": "list"}
@@ -154,9 +170,20 @@ class Keys:
     def workerinfo(self) -> str:
         return self.key("workerinfo")
 
+    def bucket_key(self, name: str, bucket: int) -> str:
+        if name not in BUCKET_KEYS or not 0 <= bucket < WHEEL_BUCKETS:
+            raise KeyError(f"unknown bucket key {name!r}:{bucket}")
+        return f"{PREFIX}:{self.tag}:{name}:{bucket}"
+
+    def wheel(self, bucket: int) -> str:
+        return self.bucket_key("wheel", bucket)
+
+    def schedules(self, bucket: int) -> str:
+        return self.bucket_key("schedules", bucket)
+
     @property
-    def schedules(self) -> str:
-        return self.key("schedules")
+    def tasks(self) -> str:
+        return self.key("tasks")
 
     @property
     def faults(self) -> str:

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from .context import Context, _current
 from .errors import Retry, SerializationError, UnknownTask
-from .job import codec_of, decode_spec, encode_failure, encode_success
-from .schedule import RUN_PREFIX, Cadence, is_misfire, jitter_ms, split_stored
+from .job import decode_spec, encode_failure, encode_success
+from .schedule import RUN_PREFIX, decode_schedule_spec, is_misfire, jitter_ms
 from .scripts import Claimed
 
 if TYPE_CHECKING:
@@ -116,10 +116,8 @@ class Runner:
             due, grid, gen = int(due_s), int(grid_s), int(gen_s)
             if job.spec is None:
                 raise SerializationError("no schedule record")
-            _, spec_blob = split_stored(job.spec)
-            raw = codec_of(spec_blob).loads(spec_blob)
-            cadence = Cadence.from_wire(raw["s"])
-            args, kwargs = raw["c"]
+            task_name, spec_blob = job.spec.split(b"|", 1)  # copied by promote_runs / run_now
+            args, kwargs, cadence = decode_schedule_spec(spec_blob)
         except Exception as exc:  # a damaged record: report it, come back later
             error = f"unreadable schedule record: {type(exc).__name__}: {exc}"
             retry_at = start_ms + _UNREADABLE_RETRY_MS
@@ -134,12 +132,15 @@ class Runner:
             duration = round((time.monotonic() - started) * 1000)
             return RunDone(outcome, duration, gen, nxt[0], nxt[1], error)
 
-        if job.attempt == 1 and is_misfire(due, start_ms, cadence.grace_ms):
-            return next_slot("skip")
-        try:
-            task = self.app.get_task(raw["t"])
-        except UnknownTask as exc:  # keeps its cadence: the task may be deployed later
-            return next_slot("fail", str(exc))
+        not_run = self._not_run(job, due, start_ms, cadence.grace_ms)
+        task = None
+        if not_run is None:
+            try:
+                task = self.app.get_task(task_name.decode())
+            except UnknownTask as exc:  # keeps its cadence: the task may be deployed later
+                not_run = ("fail", str(exc))
+        if task is None:
+            return next_slot(*(not_run or ("fail", "no task")))
         ctx = Context(job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
                       schedule_id, due)  # fmt: skip
         token = _current.set(ctx)
@@ -152,6 +153,16 @@ class Runner:
             return next_slot("fail", f"{type(exc).__name__}: {exc}"[:2000])
         finally:
             _current.reset(token)
+
+    def _not_run(
+        self, job: Claimed, due: int, start_ms: int, grace_ms: int
+    ) -> tuple[str, str] | None:
+        """Why a run is settled without running its task, as (outcome, error), or None."""
+        if job.stalls > self.app.settings.max_stalls:  # reap.lua requeued it for this
+            return "fail", f"lease expired {job.stalls} times (worker crashed or hung)"
+        if job.attempt == 1 and is_misfire(due, start_ms, grace_ms):
+            return "skip", ""
+        return None
 
     async def _timed(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
         if task.config.timeout is None:  # wait_for costs a timer handle per job; skip it

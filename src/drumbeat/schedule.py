@@ -19,7 +19,6 @@ Cadence rules:
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -29,6 +28,7 @@ from croniter import croniter
 
 from .errors import InvalidJob
 from .keys import MAX_NAME_LENGTH, check_name
+from .serialization import CODECS, Codec
 
 Mode = Literal["rate", "delay"]
 
@@ -210,23 +210,65 @@ def check_schedule_id(schedule_id: str) -> str:
 
 # -- stored form -------------------------------------------------------------------------------
 #
-# `schedules[id]` is "gen|grid|paused|priority|runs|failures|misfires|last_start|last_ms|<spec>",
-# one string so a schedule costs one hash field; Lua reads and rewrites the numeric header, and
-# the spec at the end ({"t": task, "c": [args, kwargs], "s": cadence}) is opaque to it.
+# A schedule's record in `schedules:<bucket>` (written by Lua, see _lib.lua):
+#   "gen|grid|flags|runs|failures|misfires|last_start - grid|last_ms|task code|<spec>"
+# with flags = priority + 10 if paused. The spec is the arguments and the cadence, positional
+# and without defaults, so a typical monitor's record stays under the 64 bytes that keep its
+# bucket a listpack: JSON ``[args, cadence]`` or ``[args, cadence, kwargs]``, where the cadence
+# is just the interval when nothing else differs from the defaults (msgpack alike).
 
-_HEADER_FIELDS = 9
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A stored schedule, parsed."""
+
+    generation: int
+    grid_ms: int
+    priority: int
+    paused: bool
+    runs: int
+    failures: int
+    misfires: int
+    last_start_ms: int | None
+    last_ms: int
+    task_code: str
+    spec: bytes
 
 
-def encode_spec_json(task: str, args_blob: bytes, cadence: Cadence) -> bytes:
+def encode_schedule_spec(
+    codec: Codec, args: list[Any], kwargs: dict[str, Any], cadence: Cadence
+) -> bytes:
+    wire = cadence.to_wire()
+    compact: Any = wire["e"] if wire.keys() == {"e"} else wire
+    return codec.dumps([args, compact, kwargs] if kwargs else [args, compact])
+
+
+def decode_schedule_spec(blob: bytes) -> tuple[list[Any], dict[str, Any], Cadence]:
+    """``(args, kwargs, cadence)`` of a spec (JSON arrays start with ``[``; else msgpack)."""
+    raw = CODECS["json" if blob[:1] == b"[" else "msgpack"].loads(blob)
+    cadence = raw[1]
     return (
-        b'{"t":' + json.dumps(task).encode() + b',"c":' + args_blob
-        + b',"s":' + json.dumps(cadence.to_wire(), separators=(",", ":")).encode() + b"}"
-    )  # fmt: skip
+        raw[0],
+        raw[2] if len(raw) > 2 else {},
+        Cadence.from_wire(cadence if isinstance(cadence, dict) else {"e": cadence}),
+    )
 
 
-def split_stored(value: bytes) -> tuple[list[int], bytes]:
-    """Split a stored schedule into its numeric header and its spec."""
-    parts = value.split(b"|", _HEADER_FIELDS)
-    if len(parts) != _HEADER_FIELDS + 1:
+def parse_record(value: bytes) -> Record:
+    parts = value.split(b"|", 9)
+    if len(parts) != 10:
         raise ValueError(f"malformed schedule record: {value[:80]!r}")
-    return [int(p) for p in parts[:_HEADER_FIELDS]], parts[_HEADER_FIELDS]
+    gen, grid, flags, runs, failures, misfires = (int(p) for p in parts[:6])
+    return Record(
+        generation=gen,
+        grid_ms=grid,
+        priority=flags % 10,
+        paused=flags >= 10,
+        runs=runs,
+        failures=failures,
+        misfires=misfires,
+        last_start_ms=grid + int(parts[6]) if parts[6] else None,
+        last_ms=int(parts[7]),
+        task_code=parts[8].decode(),
+        spec=parts[9],
+    )

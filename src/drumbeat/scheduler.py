@@ -11,16 +11,15 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from .errors import InvalidJob, UnknownTask
-from .job import codec_of
-from .keys import Keys
+from .keys import WHEEL_BUCKETS, Keys, bucket_of
 from .schedule import (
-    RUN_PREFIX,
     Cadence,
     Mode,
     _stable_hash,
     check_schedule_id,
-    encode_spec_json,
-    split_stored,
+    decode_schedule_spec,
+    encode_schedule_spec,
+    parse_record,
 )
 from .scripts import Call, Scripts
 from .serialization import encode_call
@@ -101,7 +100,7 @@ class Scheduler:
 
     def upserts(self, schedules: Iterable[Schedule], now_ms: int) -> list[Call[list[int]]]:
         """Validate and encode every schedule first (nothing is written if one is bad)."""
-        groups: dict[int, list[str | bytes | int]] = defaultdict(list)
+        groups: dict[int, list[tuple[str, int, int, int, str, bytes]]] = defaultdict(list)
         settings, codec = self.app.settings, self.app.codec
         for s in schedules:
             if not isinstance(s, Schedule):
@@ -112,16 +111,14 @@ class Scheduler:
             cadence.validate(settings.min_interval)
             priority = task.config.priority if s.priority is None else s.priority
             Options(priority=priority)
-            args = encode_call(codec, s.args, s.kwargs, settings.max_payload_bytes)
-            spec = encode_spec_json(task.name, args, cadence)
-            if codec.name != "json":
-                spec = codec.dumps(codec_of(spec).loads(spec))
+            encode_call(codec, s.args, s.kwargs, settings.max_payload_bytes)  # names a bad one
+            spec = encode_schedule_spec(codec, list(s.args), dict(s.kwargs), cadence)
             grid, due = cadence.first_due(s.id, now_ms)
-            groups[self.shard_of(s.id)] += [s.id, priority, grid, due, spec]
+            groups[self.shard_of(s.id)].append((s.id, priority, grid, due, task.name, spec))
         return [
             self.scripts[shard].upsert_schedules(chunk)
             for shard, items in groups.items()
-            for chunk in self._chunks(items, per_call=5)
+            for chunk in self._chunks(items)
         ]
 
     def _task(self, task: Task[Any, Any] | str) -> Task[Any, Any]:
@@ -166,80 +163,125 @@ class Scheduler:
     # -- reads -------------------------------------------------------------------------------
 
     def read(self, client: redis.Redis, ids: Sequence[str]) -> dict[str, bytes]:
-        out: dict[str, bytes] = {}
-        for shard, chunk in self._by_shard(ids).items():
-            values: list[bytes | None] = client.hmget(self.shards[shard].schedules, chunk)  # type: ignore[assignment]
-            out.update({i: v for i, v in zip(chunk, values, strict=True) if v is not None})
-        return out
+        """The stored records of ``ids`` that exist."""
+        ids = list(ids)
+        with client.pipeline(transaction=False) as pipe:
+            for schedule_id in ids:
+                pipe.hget(self._bucket_key(schedule_id), schedule_id)
+            values = pipe.execute()
+        return {i: v for i, v in zip(ids, values, strict=True) if v is not None}
 
     async def aread(self, client: Any, ids: Sequence[str]) -> dict[str, bytes]:
-        out: dict[str, bytes] = {}
-        for shard, chunk in self._by_shard(ids).items():
-            values = await client.hmget(self.shards[shard].schedules, chunk)
-            out.update({i: v for i, v in zip(chunk, values, strict=True) if v is not None})
-        return out
+        ids = list(ids)
+        async with client.pipeline(transaction=False) as pipe:
+            for schedule_id in ids:
+                pipe.hget(self._bucket_key(schedule_id), schedule_id)
+            values = await pipe.execute()
+        return {i: v for i, v in zip(ids, values, strict=True) if v is not None}
+
+    def _bucket_key(self, schedule_id: str) -> str:
+        return self.shards[self.shard_of(check_schedule_id(schedule_id))].schedules(
+            bucket_of(schedule_id)
+        )
 
     def iterate(self, client: redis.Redis, prefix: str = "") -> Iterator[ScheduleInfo]:
-        """Every schedule whose id starts with ``prefix``, with its state (HSCAN, in batches)."""
-        pattern = _glob_escape(prefix) + "*"
+        """Every schedule whose id starts with ``prefix``, with its state: each shard's buckets
+        read in pipelined batches (a bucket is small, so one HGETALL reads it whole)."""
         for keys in self.shards:
-            batch: list[tuple[bytes, bytes]] = []
-            seen: set[bytes] = set()  # HSCAN may return a field twice while Redis rehashes
-            for item in client.hscan_iter(keys.schedules, match=pattern, count=1000):
-                if item[0] in seen:
-                    continue
-                seen.add(item[0])
-                batch.append(item)
-                if len(batch) >= 1000:
-                    yield from self._infos(client, keys, batch)
-                    batch = []
-            yield from self._infos(client, keys, batch)
+            names = self._task_names(client, keys)
+            for first in range(0, WHEEL_BUCKETS, _READ_BATCH):
+                buckets = range(first, min(first + _READ_BATCH, WHEEL_BUCKETS))
+                with client.pipeline(transaction=False) as pipe:
+                    for bucket in buckets:
+                        pipe.hgetall(keys.schedules(bucket))
+                    found = pipe.execute()
+                listed = [
+                    (bucket, fields)
+                    for bucket, fields in zip(buckets, found, strict=True)
+                    if fields
+                ]
+                yield from self._infos(client, keys, names, listed, prefix)
 
     def _infos(
-        self, client: redis.Redis, keys: Keys, batch: list[tuple[bytes, bytes]]
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        names: Mapping[str, str],
+        listed: list[tuple[int, dict[bytes, bytes]]],
+        prefix: str,
     ) -> Iterator[ScheduleInfo]:
+        batch = [
+            (bucket, field.decode(), value)
+            for bucket, fields in listed
+            for field, value in fields.items()
+            if field.decode().startswith(prefix)
+        ]
         if not batch:
             return
-        ids = [k.decode() for k, _ in batch]
         with client.pipeline(transaction=False) as pipe:
-            pipe.zmscore(keys.due, [RUN_PREFIX + i for i in ids])
-            pipe.hmget(keys.faults, ids)
-            dues, faults = pipe.execute()
-        for (schedule_id, (_, value)), due, fault in zip(
-            zip(ids, batch, strict=True), dues, faults, strict=True
-        ):
-            info = self.decode(schedule_id, value, due, fault)
-            yield info
+            for bucket, schedule_id, _ in batch:
+                pipe.zscore(keys.wheel(bucket), schedule_id)
+            pipe.hmget(keys.faults, [schedule_id for _, schedule_id, _ in batch])
+            *dues, faults = pipe.execute()
+        for (_, schedule_id, value), due, fault in zip(batch, dues, faults, strict=True):
+            yield self.decode(schedule_id, value, names, due, fault)
+
+    def count(self, client: redis.Redis) -> int:
+        """How many schedules there are (HLEN of every bucket, pipelined)."""
+        total = 0
+        for keys in self.shards:
+            for first in range(0, WHEEL_BUCKETS, _READ_BATCH * 4):
+                with client.pipeline(transaction=False) as pipe:
+                    for bucket in range(first, min(first + _READ_BATCH * 4, WHEEL_BUCKETS)):
+                        pipe.hlen(keys.schedules(bucket))
+                    total += sum(pipe.execute())
+        return total
+
+    def _task_names(self, client: redis.Redis, keys: Keys) -> dict[str, str]:
+        """Task code -> name, from the shard's `tasks` table (see _lib.lua's task_code)."""
+        raw: dict[bytes, bytes] = client.hgetall(keys.tasks)  # type: ignore[assignment]
+        return {k[1:].decode(): v.decode() for k, v in raw.items() if k.startswith(b"#") and k[1:]}
+
+    def info(self, client: redis.Redis, schedule_id: str) -> ScheduleInfo | None:
+        """One schedule with its state, or None."""
+        value = self.read(client, [schedule_id]).get(schedule_id)
+        if value is None:
+            return None
+        keys = self.shards[self.shard_of(schedule_id)]
+        with client.pipeline(transaction=False) as pipe:
+            pipe.zscore(keys.wheel(bucket_of(schedule_id)), schedule_id)
+            pipe.hget(keys.faults, schedule_id)
+            due, fault = pipe.execute()
+        return self.decode(schedule_id, value, self._task_names(client, keys), due, fault)
 
     def decode(
         self,
         schedule_id: str,
         value: bytes,
+        names: Mapping[str, str] | None = None,
         due: float | None = None,
         fault: bytes | None = None,
     ) -> ScheduleInfo:
-        header, spec = split_stored(value)
-        gen, _grid, paused, priority, runs, failures, misfires, last_start, last_ms = header
-        raw = codec_of(spec).loads(spec)
+        record = parse_record(value)
+        args, kwargs, cadence = decode_schedule_spec(record.spec)
         return ScheduleInfo(
             id=schedule_id,
-            task=raw["t"],
-            args=raw["c"][0],
-            kwargs=raw["c"][1],
-            cadence=Cadence.from_wire(raw["s"]),
-            priority=priority,
-            paused=bool(paused),
+            task=(names or {}).get(record.task_code, "?"),
+            args=args,
+            kwargs=kwargs,
+            cadence=cadence,
+            priority=record.priority,
+            paused=record.paused,
             next_due_ms=None if due is None else int(due),
-            last_run_ms=last_start or None,
-            last_duration_ms=last_ms if last_start else None,
-            runs=runs,
-            failures=failures,
-            misfires=misfires,
+            last_run_ms=record.last_start_ms,
+            last_duration_ms=record.last_ms if record.last_start_ms else None,
+            runs=record.runs,
+            failures=record.failures,
+            misfires=record.misfires,
             last_error=fault.decode(errors="replace") if fault else None,
-            generation=gen,
+            generation=record.generation,
         )
 
 
-def _glob_escape(text: str) -> str:
-    # Redis MATCH patterns are globs; a literal prefix must not be read as one.
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+# Buckets read per round trip when listing (most are empty or a few dozen entries).
+_READ_BATCH = 1024

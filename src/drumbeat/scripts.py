@@ -17,7 +17,7 @@ import redis
 import redis.asyncio as aredis
 from redis.exceptions import NoScriptError
 
-from .keys import Keys
+from .keys import Keys, bucket_of
 
 T = TypeVar("T")
 
@@ -38,6 +38,7 @@ SCRIPT_NAMES = (
     "pause_schedules",
     "resume_schedules",
     "run_now",
+    "promote_runs",
     "finish_runs",
 )
 
@@ -102,6 +103,8 @@ class Claimed:
 class ClaimResult:
     now_ms: int
     next_due_ms: int | None
+    buckets: list[int]
+    """Schedule buckets with due runs, for `Scripts.promote_runs`."""
     jobs: list[Claimed]
 
 
@@ -116,10 +119,11 @@ def _parse_claim(raw: Any) -> ClaimResult:
             priority=int(raw[i + 5]),
             extra=_str(raw[i + 6]),
         )
-        for i in range(2, len(raw), 7)
+        for i in range(3, len(raw), 7)
     ]
     next_due = int(raw[1])
-    return ClaimResult(int(raw[0]), None if next_due < 0 else next_due, jobs)
+    buckets = [int(b) for b in raw[2]]
+    return ClaimResult(int(raw[0]), None if next_due < 0 else next_due, buckets, jobs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +173,7 @@ class Scripts:
     def claim(self, worker: str, limit: int, lease_ms: int, promote: int) -> Call[ClaimResult]:
         k = self.k
         keys = [k.ready, k.due, k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.wake]
-        keys += [k.schedules, k.lateness]
+        keys += [k.lateness]
         return Call("claim", keys, [worker, limit, lease_ms, promote], _parse_claim)
 
     def complete(self, items: Sequence[tuple[str, int, bytes, int]]) -> Call[list[int]]:
@@ -217,15 +221,13 @@ class Scripts:
         dead_ttl_ms: int,
         worker_ttl_ms: int,
         result_ttl_ms: int,
-        lease_ms: int,
     ) -> Call[Reaped]:
         k = self.k
         keys = [
             k.leases, k.owners, k.state, k.ready, k.dead, k.errors, k.uniq,
             k.results, k.expires, k.jobs, k.wake, k.workers, k.workerinfo,
-            k.schedules, k.due, k.faults,
         ]  # fmt: skip
-        args = [max_stalls, limit, dead_ttl_ms, worker_ttl_ms, result_ttl_ms, lease_ms]
+        args = [max_stalls, limit, dead_ttl_ms, worker_ttl_ms, result_ttl_ms]
         return Call("reap", keys, args, _parse_reap)
 
     def job_status(self, job_id: str) -> Call[JobState]:
@@ -244,38 +246,67 @@ class Scripts:
         return Call("purge", [k.dead, k.errors, k.state, k.jobs], list(ids), int)
 
     # -- schedules ---------------------------------------------------------------------------
+    #
+    # Every schedule script takes, after its fixed keys, the two keys of each schedule's bucket
+    # (`wheel:<b>`, `schedules:<b>`), in the order of the schedules in ARGV.
 
-    def upsert_schedules(self, groups: Sequence[str | bytes | int]) -> Call[list[int]]:
-        """Groups of (id, priority, grid_ms, due_ms, spec)."""
+    def _buckets(self, ids: Sequence[str]) -> list[str]:
+        keys: list[str] = []
+        for schedule_id in ids:
+            bucket = bucket_of(schedule_id)
+            keys += [self.k.wheel(bucket), self.k.schedules(bucket)]
+        return keys
+
+    def upsert_schedules(
+        self, items: Sequence[tuple[str, int, int, int, str, bytes]]
+    ) -> Call[list[int]]:
+        """Items are (id, priority, grid_ms, due_ms, task name, spec)."""
         k = self.k
-        keys = [k.schedules, k.due, k.ready, k.leases, k.wake]
-        return Call("upsert_schedules", keys, groups, _ints)
+        keys = [k.due, k.ready, k.leases, k.wake, k.tasks, *self._buckets([i[0] for i in items])]
+        args: list[str | bytes | int] = []
+        for schedule_id, priority, grid, due, task, spec in items:
+            args += [schedule_id, bucket_of(schedule_id), priority, grid, due, task, spec]
+        return Call("upsert_schedules", keys, args, _ints)
 
     def unschedule(self, ids: Sequence[str]) -> Call[int]:
         k = self.k
-        keys = [k.schedules, k.due, k.ready, k.state, k.faults]
+        keys = [k.ready, k.state, k.jobs, k.faults, *self._buckets(ids)]
         return Call("unschedule", keys, list(ids), int)
 
     def pause_schedules(self, ids: Sequence[str]) -> Call[int]:
         k = self.k
-        return Call("pause_schedules", [k.schedules, k.due, k.ready, k.state], list(ids), int)
+        keys = [k.ready, k.state, k.jobs, *self._buckets(ids)]
+        return Call("pause_schedules", keys, list(ids), int)
 
     def resume_schedules(self, items: Sequence[tuple[str, int, int]]) -> Call[int]:
         """Items are (id, grid_ms, due_ms)."""
         k = self.k
-        keys = [k.schedules, k.due, k.ready, k.leases, k.wake]
-        return Call("resume_schedules", keys, [x for item in items for x in item], int)
+        keys = [k.due, k.ready, k.leases, k.wake, *self._buckets([i[0] for i in items])]
+        args = [x for i, grid, due in items for x in (i, bucket_of(i), grid, due)]
+        return Call("resume_schedules", keys, args, int)
 
     def run_now(self, ids: Sequence[str]) -> Call[int]:
         k = self.k
-        keys = [k.schedules, k.due, k.ready, k.leases, k.state, k.seq, k.wake]
+        keys = [k.ready, k.leases, k.state, k.seq, k.wake, k.jobs, k.tasks, *self._buckets(ids)]
         return Call("run_now", keys, list(ids), int)
+
+    def promote_runs(self, buckets: Sequence[int]) -> Call[int]:
+        k = self.k
+        keys = [k.due, k.ready, k.jobs, k.state, k.seq, k.wake, k.tasks]
+        for bucket in buckets:
+            keys += [k.wheel(bucket), k.schedules(bucket)]
+        return Call("promote_runs", keys, list(buckets), int)
 
     def finish_runs(
         self, items: Sequence[tuple[str, int, str, int, int, int, int, str]]
     ) -> Call[list[int]]:
-        """Items are (member, token, outcome, duration_ms, generation, grid_ms, due_ms, error)."""
+        """Items are (member "s:<id>", token, outcome, duration_ms, generation, grid_ms,
+        due_ms, error)."""
         k = self.k
-        keys = [k.schedules, k.due, k.leases, k.owners, k.state, k.faults, k.wake]
-        packed = ["|".join(str(x) for x in item) for item in items]
+        keys = [k.due, k.leases, k.owners, k.state, k.faults, k.wake, k.jobs]
+        packed = []
+        for member, token, outcome, ms, gen, grid, due, error in items:
+            bucket = bucket_of(member[2:])
+            keys += [k.wheel(bucket), k.schedules(bucket)]
+            packed.append(f"{member}|{token}|{outcome}|{ms}|{gen}|{grid}|{due}|{bucket}|{error}")
         return Call("finish_runs", keys, packed, _ints)

@@ -42,6 +42,11 @@ def _worker_id() -> str:
     return f"{host}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
 
 
+# Claim-promote-claim rounds per shard in one pass: runs promoted in the last round wait in
+# `ready` for the next pass (or another worker).
+_PROMOTE_ROUNDS = 4
+
+
 class Worker:
     """Runs the tasks of one `App`. ``await worker.run()`` returns after `stop`.
 
@@ -166,13 +171,23 @@ class Worker:
         self._next_shard = (start + 1) % n
         for i in range(n):
             shard = (start + i) % n
-            call = self.shards[shard].claim(self.id, free - claimed, s.lease_ms, s.batch_limit)
-            result = await call.arun(self._client)
+            scripts = self.shards[shard]
+            for round_ in range(_PROMOTE_ROUNDS):
+                result = await scripts.claim(
+                    self.id, free - claimed, s.lease_ms, s.batch_limit
+                ).arun(self._client)
+                for job in result.jobs:
+                    self._start(shard, job)
+                claimed += len(result.jobs)
+                if not result.buckets:
+                    break
+                # Due schedules: their runs go into `ready` (a claim stepped the buckets aside
+                # for a second, so promote them whatever happens next), then claim again.
+                await scripts.promote_runs(result.buckets).arun(self._client)
+                if claimed >= free or round_ == _PROMOTE_ROUNDS - 1:
+                    break
             now_ms = result.now_ms
             self._clock_offset_ms = now_ms - int(time.time() * 1000)
-            for job in result.jobs:
-                self._start(shard, job)
-            claimed += len(result.jobs)
             if result.next_due_ms is not None:
                 next_due = min(next_due or result.next_due_ms, result.next_due_ms)
             if claimed >= free:
@@ -358,7 +373,6 @@ class Worker:
                 dead_ttl_ms=round(s.dead_ttl * 1000),
                 worker_ttl_ms=s.lease_ms * 3,
                 result_ttl_ms=round(s.result_ttl * 1000),
-                lease_ms=s.lease_ms,
             )
             for shard in self.shards
         ]

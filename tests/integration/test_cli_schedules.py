@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 import drumbeat
+from drumbeat.keys import bucket_of
 from tests.conftest import running_worker
 from tests.integration.test_cli import (
     APP,
@@ -63,7 +64,10 @@ def _make_schedules(app: drumbeat.App) -> None:
 
 
 def _in_zset(app: drumbeat.App, key_name: str, schedule_id: str) -> bool:
+    """Waiting for its next run ("due": in its wheel bucket), or its run queued ("ready")."""
     keys = app.scheduler.shards[app.scheduler.shard_of(schedule_id)]
+    if key_name == "due":
+        return app.redis.zscore(keys.wheel(bucket_of(schedule_id)), schedule_id) is not None
     return app.redis.zscore(keys.key(key_name), "s:" + schedule_id) is not None
 
 

@@ -12,7 +12,8 @@ import redis
 
 import drumbeat
 from drumbeat import admin
-from drumbeat.schedule import RUN_PREFIX, next_cron, phase_ms
+from drumbeat.keys import bucket_of
+from drumbeat.schedule import next_cron, phase_ms
 from tests.conftest import reap_call, running_worker
 
 
@@ -23,6 +24,22 @@ def _now_ms(r: redis.Redis) -> int:
 
 def _app(redis_url: str, namespace: str, **settings: object) -> drumbeat.App:
     return drumbeat.App(redis_url, namespace=namespace, **settings)  # type: ignore[arg-type]
+
+
+def _wheel(app: drumbeat.App, schedule_id: str) -> str:
+    return app.scheduler.shards[app.scheduler.shard_of(schedule_id)].wheel(bucket_of(schedule_id))
+
+
+def _due(r: redis.Redis, app: drumbeat.App, schedule_id: str) -> float | None:
+    """When the schedule's next run is due, or None while a run is queued or in flight."""
+    return r.zscore(_wheel(app, schedule_id), schedule_id)
+
+
+def _set_due(r: redis.Redis, app: drumbeat.App, schedule_id: str, due_ms: int) -> None:
+    """Moves a waiting schedule's next run to ``due_ms``, marker included (as finish_runs does)."""
+    keys = app.scheduler.shards[app.scheduler.shard_of(schedule_id)]
+    r.zadd(_wheel(app, schedule_id), {schedule_id: due_ms})
+    r.zadd(keys.due, {f"w:{bucket_of(schedule_id)}": due_ms})
 
 
 def test_schedule_api_round_trip(app: drumbeat.App, r: redis.Redis) -> None:
@@ -56,7 +73,7 @@ def test_schedule_api_round_trip(app: drumbeat.App, r: redis.Redis) -> None:
 
     assert app.unschedule("monitor:u42:switch", "nope") == 1
     assert app.get_schedule("monitor:u42:switch") is None
-    assert r.zscore(app.keys.due, RUN_PREFIX + "monitor:u42:switch") is None
+    assert _due(r, app, "monitor:u42:switch") is None
 
 
 async def test_async_twins(app: drumbeat.App, r: redis.Redis) -> None:
@@ -66,9 +83,9 @@ async def test_async_twins(app: drumbeat.App, r: redis.Redis) -> None:
     await app.aschedule("a", ping, every=30)
     assert await app.aschedule_many([drumbeat.Schedule("b", ping, cron="0 9 * * *")]) == [1]
     assert await app.apause("a") == 1
-    assert r.zscore(app.keys.due, "s:a") is None
+    assert _due(r, app, "a") is None
     assert await app.aresume("a") == 1
-    assert r.zscore(app.keys.due, "s:a") is not None
+    assert _due(r, app, "a") is not None
     assert await app.arun_now("b") == 1
     assert {s.id for s in await app.aschedules()} == {"a", "b"}
     assert await app.aunschedule("a", "b") == 2
@@ -186,9 +203,9 @@ async def test_update_while_a_run_is_in_flight(app: drumbeat.App, r: redis.Redis
     async with running_worker(app):
         await gate.started.wait()
         await app.aschedule("g", gate.task, every=2)
-        assert r.zscore(app.keys.due, "s:g") is None, "an upsert must not add a second run"
+        assert _due(r, app, "g") is None, "an upsert must not add a second run"
         gate.release.set()
-        while r.zscore(app.keys.due, "s:g") is None:
+        while _due(r, app, "g") is None:
             await asyncio.sleep(0.01)
     info = app.get_schedule("g")
     assert info is not None and info.generation == 2 and info.runs == 1
@@ -206,7 +223,7 @@ async def test_pause_while_a_run_is_in_flight(app: drumbeat.App, r: redis.Redis)
         gate.release.set()
         await asyncio.sleep(1.5)
         assert gate.runs == 1, "a paused schedule ran again"
-        assert r.zscore(app.keys.due, "s:g") is None
+        assert _due(r, app, "g") is None
         info = app.get_schedule("g")
         assert info is not None and info.paused and info.runs == 1
         assert await app.aresume("g") == 1
@@ -224,7 +241,7 @@ async def test_remove_while_a_run_is_in_flight(app: drumbeat.App, r: redis.Redis
         gate.release.set()
         await asyncio.sleep(1.5)
     assert gate.runs == 1, "a removed schedule ran again"
-    assert r.zscore(app.keys.due, "s:g") is None and app.get_schedule("g") is None
+    assert _due(r, app, "g") is None and app.get_schedule("g") is None
     assert r.hlen(app.keys.state) == 0 and r.zcard(app.keys.leases) == 0
 
 
@@ -236,15 +253,15 @@ async def test_run_now_keeps_the_cadence(app: drumbeat.App, r: redis.Redis) -> N
         ran.append(drumbeat.current_job().due_ms or 0)
 
     await app.aschedule("t", tick, every=60)
-    slot = r.zscore(app.keys.due, "s:t")
+    slot = _due(r, app, "t")
     async with running_worker(app):
         assert await app.arun_now("t") == 1
         while not ran:
             await asyncio.sleep(0.01)
-        while r.zscore(app.keys.due, "s:t") is None:
+        while _due(r, app, "t") is None:
             await asyncio.sleep(0.01)
     assert len(ran) == 1
-    assert r.zscore(app.keys.due, "s:t") == slot, "run-now moved the schedule off its slot"
+    assert _due(r, app, "t") == slot, "run-now moved the schedule off its slot"
 
 
 async def test_missed_runs_coalesce_and_late_runs_misfire(
@@ -260,7 +277,7 @@ async def test_missed_runs_coalesce_and_late_runs_misfire(
     await app.aschedule("coalesce", tick, every=1)
     await app.aschedule("strict", tick, every=1, grace=0.3)
     for sid in ("coalesce", "strict"):  # as if every worker had been down for 3.5 s
-        r.zadd(app.keys.due, {f"s:{sid}": _now_ms(r) - 3500})
+        _set_due(r, app, sid, _now_ms(r) - 3500)
     async with running_worker(app):
         await asyncio.sleep(0.6)
     assert ran["coalesce"] == 1, "missed runs must coalesce into one"
@@ -289,36 +306,47 @@ def test_stale_worker_cannot_settle_a_taken_over_run(app: drumbeat.App, r: redis
     now = _now_ms(r)
     stale = ("s:f", a[0].token, "ok", 5, 1, now + 5000, now + 5000, "")
     assert s.finish_runs([stale]).run(r) == [0]
-    assert r.zscore(app.keys.due, "s:f") is None
+    assert _due(r, app, "f") is None
     fresh = ("s:f", b[0].token, "ok", 5, 1, now + 7000, now + 7000, "")
     assert s.finish_runs([fresh]).run(r) == [1]
-    assert r.zscore(app.keys.due, "s:f") == now + 7000
+    assert _due(r, app, "f") == now + 7000
     info = app.get_schedule("f")
     assert info is not None and info.runs == 1
 
 
-def test_a_run_that_keeps_stalling_is_rescheduled_not_dead(
-    app: drumbeat.App, r: redis.Redis
+async def test_a_run_that_keeps_stalling_counts_a_failure_and_goes_on(
+    redis_url: str, namespace: str, r: redis.Redis
 ) -> None:
+    app = _app(redis_url, namespace, max_stalls=2)
+    ran: list[int] = []
+
     @app.task
-    def crashy() -> None: ...
+    def crashy() -> None:
+        ran.append(1)
 
     app.schedule("c", crashy, every=5)
-    reap = reap_call(app, max_stalls=2, lease_ms=30_000)
+    reap = reap_call(app, max_stalls=2)
     app.run_now("c")
     for _ in range(3):
         assert [j.id for j in app.scripts.claim("w", 1, 10_000, 100).run(r).jobs] == ["s:c"]
         r.zadd(app.keys.leases, {"s:c": 1})
         reap.run(r)
-    assert r.zcard(app.keys.dead) == 0
-    due = r.zscore(app.keys.due, "s:c")
-    assert due is not None and due > _now_ms(r) + 20_000, "back one lease later, not at once"
+    assert r.zcard(app.keys.dead) == 0, "a schedule's run is never dead-lettered"
+    async with running_worker(app):  # claims it a fourth time: settled as failed, not run
+        deadline = time.monotonic() + 5
+        while _due(r, app, "c") is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+    assert ran == [], "a run past max_stalls must not run again"
     info = app.get_schedule("c")
     assert (
         info is not None
         and info.failures == 1
+        and info.runs == 1
         and "lease expired 3 times" in (info.last_error or "")
     )
+    due = _due(r, app, "c")
+    assert due is not None and due > _now_ms(r), "the schedule goes on at its next slot"
+    await app.aclose()
 
 
 def test_concurrent_upserts_of_one_id(redis_url: str, namespace: str, r: redis.Redis) -> None:
@@ -337,9 +365,10 @@ def test_concurrent_upserts_of_one_id(redis_url: str, namespace: str, r: redis.R
         th.start()
     for th in threads:
         th.join()
-    assert r.hlen(f"drumbeat:{{{namespace}}}:schedules") == 1
-    members = r.zrange(f"drumbeat:{{{namespace}}}:due", 0, -1)
-    assert members == [b"s:same"]
+    bucket = bucket_of("same")
+    assert r.hlen(f"drumbeat:{{{namespace}}}:schedules:{bucket}") == 1
+    assert r.zrange(f"drumbeat:{{{namespace}}}:wheel:{bucket}", 0, -1) == [b"same"]
+    assert r.zrange(f"drumbeat:{{{namespace}}}:due", 0, -1) == [f"w:{bucket}".encode()]
 
 
 async def test_schedules_spread_over_shards_all_run(
@@ -353,9 +382,18 @@ async def test_schedules_spread_over_shards_all_run(
         ran[drumbeat.current_job().schedule_id or ""] += 1
 
     await app.aschedule_many([drumbeat.Schedule(f"s{i}", tick, every=1) for i in range(40)])
-    sizes = [r.hlen(k.schedules) for k in app.scheduler.shards]
-    assert len(sizes) == 4 and all(sizes) and sum(sizes) == 40
-    assert r.hlen(app.keys.schedules) == 0, "with shards, schedules leave the job shard"
+    sizes = [
+        sum(
+            r.hlen(k.schedules(bucket_of(f"s{i}")))
+            for i in range(40)
+            if app.scheduler.shard_of(f"s{i}") == n
+        )
+        for n, k in enumerate(app.scheduler.shards)
+    ]
+    assert len(sizes) == 4 and all(sizes)
+    assert not any(r.exists(app.keys.schedules(bucket_of(f"s{i}"))) for i in range(40)), (
+        "with shards, schedules leave the job shard"
+    )
     async with running_worker(app, concurrency=10):
         await asyncio.sleep(2.3)
     assert len(ran) == 40 and set(ran.values()) <= {2, 3}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from drumbeat.keys import JOB_KEYS, SHARD_KEYS, Keys, check_name
+from drumbeat.keys import BUCKET_KEYS, JOB_KEYS, SHARD_KEYS, WHEEL_BUCKETS, Keys, check_name
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "redis-keys.md"
 
@@ -15,14 +15,14 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "redis-keys.md"
 def _doc_rows() -> dict[str, str]:
     rows = {}
     for line in DOC.read_text().splitlines():
-        m = re.match(r"\| `([a-z]+)(?::<job id>)?` \| (\w+) \|", line)
+        m = re.match(r"\| `([a-z]+)(?::<job id>|:<bucket>)?` \| (\w+) \|", line)
         if m:
             rows[m.group(1)] = m.group(2)
     return rows
 
 
 def test_doc_table_matches_keys_module() -> None:
-    assert _doc_rows() == {**SHARD_KEYS, **JOB_KEYS}
+    assert _doc_rows() == {**SHARD_KEYS, **JOB_KEYS, **BUCKET_KEYS}
 
 
 def _crc16(data: bytes) -> int:
@@ -47,6 +47,7 @@ def _slot(key: str) -> int:
 def test_all_keys_of_a_shard_hash_to_one_slot(shard: int | None) -> None:
     keys = Keys("orders", shard)
     names = [keys.key(n) for n in SHARD_KEYS] + [keys.done("abc123")]
+    names += [keys.bucket_key(n, b) for n in BUCKET_KEYS for b in (0, WHEEL_BUCKETS - 1)]
     assert len({_slot(k) for k in names}) == 1
     assert all(k.startswith(f"drumbeat:{keys.tag}:") for k in names)
 

@@ -66,32 +66,78 @@ local function wake_if_head(due_key, wake_key, id)
   if head[1] == id then wake(wake_key) end
 end
 
--- Schedules: `schedules[id]` is "gen|grid|paused|priority|runs|failures|misfires|last_start|
--- last_ms|<spec>" (see schedule.py). Their runs go through `due`, `ready` and `leases` as the
--- member "s:<id>", with state key "<due>:<grid>:<gen>:<manual 0/1>" while in flight.
+-- Schedules live in a timing wheel of buckets per shard (keys.py: WHEEL_BUCKETS, bucket_of):
+-- `wheel:<b>` (zset: schedule id -> next due ms) and `schedules:<b>` (hash: id -> record) stay
+-- small, so Redis stores them as listpacks, a few bytes per entry where a member of one big
+-- sorted set costs ~120 B. `due` holds one marker "w:<b>" per bucket with waiting schedules,
+-- scored at or before the bucket's earliest due time (early is harmless: promoting settles it).
+-- A run in flight is "s:<id>" in `ready`/`leases`/`state`, with a copy of its task name and
+-- arguments in `jobs`, like a job; its state key is "<due>:<grid>:<gen>:<manual 0/1>".
 local RUN_PREFIX = 's:'
+local WHEEL_PREFIX = 'w:'
 
 local function run_schedule_id(member)
   if string.sub(member, 1, 2) == RUN_PREFIX then return string.sub(member, 3) end
   return nil
 end
 
+local function wheel_bucket(member)
+  if string.sub(member, 1, 2) == WHEEL_PREFIX then return string.sub(member, 3) end
+  return nil
+end
+
+-- Puts `id` in its bucket at `due` and pulls the bucket's marker forward if needed (ZADD LT
+-- adds a missing marker and only ever lowers an existing one).
+local function wheel_add(due_key, wheel_key, bucket, id, due)
+  redis.call('ZADD', wheel_key, due, id)
+  redis.call('ZADD', due_key, 'LT', due, WHEEL_PREFIX .. bucket)
+end
+
+-- Scores the bucket's marker at its earliest due time, or drops it when nothing waits there.
+local function wheel_settle(due_key, wheel_key, bucket)
+  local head = redis.call('ZRANGE', wheel_key, 0, 0, 'WITHSCORES')
+  if head[2] then
+    redis.call('ZADD', due_key, head[2], WHEEL_PREFIX .. bucket)
+  else
+    redis.call('ZREM', due_key, WHEEL_PREFIX .. bucket)
+  end
+end
+
+-- A schedule's record (see schedule.py), kept under 64 bytes for a typical monitor so its
+-- bucket stays a listpack: "gen|grid|flags|runs|failures|misfires|last_start - grid|last_ms|
+-- task code|<spec>"; flags = priority + 10 if paused; the last start is stored relative to the
+-- grid slot (a few digits, not thirteen) and empty before the first run.
 local function parse_schedule(v)
   if not v then return nil end
-  local g, grid, p, prio, runs, fails, misf, ls, lm, spec = string.match(v,
-    '^(%d+)|(%-?%d+)|(%d)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
+  local g, grid, flags, runs, fails, misf, rel, lm, task, spec = string.match(v,
+    '^(%d+)|(%-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%-?%d*)|(%d+)|(%d+)|(.*)$')
   if not g then return nil end
-  return {gen = tonumber(g), grid = tonumber(grid), paused = p == '1', priority = tonumber(prio),
+  grid, flags = tonumber(grid), tonumber(flags)
+  return {gen = tonumber(g), grid = grid, paused = flags >= 10, priority = flags % 10,
           runs = tonumber(runs), failures = tonumber(fails), misfires = tonumber(misf),
-          last_start = tonumber(ls), last_ms = tonumber(lm), spec = spec}
+          last_start = rel == '' and 0 or grid + tonumber(rel), last_ms = tonumber(lm),
+          task = task, spec = spec}
 end
 
 local function format_schedule(s)
-  return string.format('%d|%d|%d|%d|%d|%d|%d|%d|%d|', s.gen, s.grid, s.paused and 1 or 0,
-    s.priority, s.runs, s.failures, s.misfires, s.last_start, s.last_ms) .. s.spec
+  local rel = s.last_start > 0 and string.format('%d', s.last_start - s.grid) or ''
+  return string.format('%d|%d|%d|%d|%d|%d|%s|%d|%s|', s.gen, s.grid,
+    s.priority + (s.paused and 10 or 0), s.runs, s.failures, s.misfires, rel, s.last_ms,
+    s.task) .. s.spec
 end
 
--- True while the schedule's run is queued or in flight: it must not be in `due` then.
+-- Task names are interned per shard (`tasks`: name -> code, "#<code>" -> name, "#" the last
+-- code), so a record holds a number instead of a dotted path.
+local function task_code(tasks_key, name)
+  local code = redis.call('HGET', tasks_key, name)
+  if not code then
+    code = redis.call('HINCRBY', tasks_key, '#', 1)
+    redis.call('HSET', tasks_key, name, code, '#' .. code, name)
+  end
+  return tostring(code)
+end
+
+-- True while the schedule's run is queued or in flight: it must not be in its bucket then.
 local function run_in_flight(ready_key, leases_key, member)
   return redis.call('ZSCORE', leases_key, member) or redis.call('ZSCORE', ready_key, member)
 end

@@ -1,19 +1,26 @@
 -- Claims up to `limit` runnable items for one worker: promotes what is due (delayed jobs and
--- schedules' next runs), takes the best of `ready` by priority, and gives each a lease and a
--- fresh fencing token. Records the lateness of every schedule run it starts.
+-- retries), takes the best of `ready` by priority, and gives each a lease and a fresh fencing
+-- token. Reports the schedule buckets that are due: their keys are not known before the call,
+-- so the worker promotes them with promote_runs.lua and claims again. Records the lateness of
+-- every schedule run it starts.
 --
 -- KEYS[1] ready (zset)  KEYS[2] due (zset)    KEYS[3] jobs (hash)   KEYS[4] state (hash)
 -- KEYS[5] owners (hash) KEYS[6] leases (zset) KEYS[7] fence (string) KEYS[8] seq (string)
--- KEYS[9] wake (zset)   KEYS[10] schedules (hash) KEYS[11] lateness (hash)
+-- KEYS[9] wake (zset)   KEYS[10] lateness (hash)
 -- ARGV[1] worker id   ARGV[2] limit   ARGV[3] lease_ms   ARGV[4] most due entries to promote
--- Returns {now_ms, next_due_ms or -1, then per item: id, spec or false, attempt, stalls, token,
---          priority, extra}; for a schedule run the id is "s:<schedule id>", the spec is the
---          stored schedule and extra is "<due>:<grid>:<generation>:<manual>"
+-- Returns {now_ms, next_due_ms or -1, {due bucket numbers}, then per item: id, spec or false,
+--          attempt, stalls, token, priority, extra}; for a schedule run the id is
+--          "s:<schedule id>", the spec "<task name>|<arguments and cadence>" and extra
+--          "<due>:<grid>:<generation>:<manual>"
 local now = now_ms()
 local worker, limit, lease_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local deadline = now + lease_ms
-local out = {now, -1}
+local buckets = {}
+local out = {now, -1, buckets}
 local lateness = {}
+-- A reported bucket's marker steps aside this long, so other workers do not promote the same
+-- bucket meanwhile; promoting re-scores it (and if the worker died, it is due again then).
+local BUCKET_HOLD_MS = 1000
 
 -- Gives `id` to this worker: a fresh token, a lease, the attempt counted.
 local function take(id, spec, s, token)
@@ -30,57 +37,33 @@ local function take(id, spec, s, token)
   end
 end
 
--- Reads the specs of `ids` (jobs from `jobs`, runs from `schedules`) in two HMGETs.
-local function specs_of(ids)
-  local job_ids, schedule_ids = {}, {}
-  for _, id in ipairs(ids) do
-    local schedule_id = run_schedule_id(id)
-    if schedule_id then schedule_ids[#schedule_ids + 1] = schedule_id
-    else job_ids[#job_ids + 1] = id end
-  end
-  local specs = {}
-  if #job_ids > 0 then
-    local found = redis.call('HMGET', KEYS[3], unpack(job_ids))
-    for i, id in ipairs(job_ids) do specs[id] = found[i] end
-  end
-  if #schedule_ids > 0 then
-    local found = redis.call('HMGET', KEYS[10], unpack(schedule_ids))
-    for i, id in ipairs(schedule_ids) do specs[RUN_PREFIX .. id] = found[i] end
-  end
-  return specs
-end
-
-local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES', 'LIMIT', 0,
-  tonumber(ARGV[4]))
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
 local members = {}
-for i = 1, #due, 2 do members[#members + 1] = due[i] end
+for _, member in ipairs(due) do
+  local bucket = wheel_bucket(member)
+  if bucket then
+    buckets[#buckets + 1] = bucket
+    redis.call('ZADD', KEYS[2], now + BUCKET_HOLD_MS, member)
+  else
+    members[#members + 1] = member
+  end
+end
 -- When everything due fits in this worker's free slots and nothing else waits, it is claimed
 -- straight from `due`: the same result as promote-then-pop, without the detour through `ready`.
 local direct = #members > 0 and #members <= limit and redis.call('ZCARD', KEYS[1]) == 0
 if #members > 0 then
   local states = redis.call('HMGET', KEYS[4], unpack(members))
-  local specs = specs_of(members)
+  local specs = direct and redis.call('HMGET', KEYS[3], unpack(members))
   local seq = redis.call('INCRBY', KEYS[8], #members) - #members
   local token = direct and redis.call('INCRBY', KEYS[7], #members) - #members
   for i, member in ipairs(members) do
-    local s
-    if run_schedule_id(member) then
-      local sched = parse_schedule(specs[member])
-      if sched and not sched.paused then
-        s = {attempt = 0, stalls = 0, priority = sched.priority, key = string.format(
-          '%d:%d:%d:0', tonumber(due[i * 2]), sched.grid, sched.gen)}
-      end
+    local s = parse_state(states[i])
+    s.seq = seq + i
+    if direct then
+      take(member, specs[i], s, token + i)
     else
-      s = parse_state(states[i])
-    end
-    if s then
-      s.seq = seq + i
-      if direct then
-        take(member, specs[member], s, token + i)
-      else
-        redis.call('HSET', KEYS[4], member, format_state(s))
-        redis.call('ZADD', KEYS[1], ready_score(s.priority, s.seq), member)
-      end
+      redis.call('HSET', KEYS[4], member, format_state(s))
+      redis.call('ZADD', KEYS[1], ready_score(s.priority, s.seq), member)
     end
   end
   redis.call('ZREM', KEYS[2], unpack(members))
@@ -92,15 +75,15 @@ if not direct and limit > 0 then
   if n > 0 then
     local ids = {}
     for i = 1, n do ids[i] = popped[i * 2 - 1] end
-    local specs = specs_of(ids)
+    local specs = redis.call('HMGET', KEYS[3], unpack(ids))
     local states = redis.call('HMGET', KEYS[4], unpack(ids))
     local token = redis.call('INCRBY', KEYS[7], n) - n
     for i, id in ipairs(ids) do
-      take(id, specs[id], parse_state(states[i]), token + i)
+      take(id, specs[i], parse_state(states[i]), token + i)
     end
   end
 end
-record_lateness(KEYS[11], now, lateness)
+record_lateness(KEYS[10], now, lateness)
 
 -- One marker woke this worker; pass it on so work left behind does not wait for a timeout.
 if redis.call('ZCARD', KEYS[1]) > 0 then wake(KEYS[9]) end

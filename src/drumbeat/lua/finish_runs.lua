@@ -1,27 +1,30 @@
--- Settles finished runs of schedules and puts each schedule back in `due` for its next run, in
--- the same atomic step, so a run is never lost from its schedule nor doubled. Fenced like
--- complete.lua. If the definition changed while the run was in flight (another generation),
--- the next run follows the new definition's first slot; if it was paused or removed, nothing
--- is rescheduled.
+-- Settles finished runs of schedules and puts each schedule back in its bucket for its next
+-- run, in the same atomic step, so a run is never lost from its schedule nor doubled. Fenced
+-- like complete.lua. If the definition changed while the run was in flight (another
+-- generation), the next run follows the new definition's first slot; if it was paused or
+-- removed, nothing is rescheduled.
 --
--- KEYS[1] schedules (hash)  KEYS[2] due (zset)    KEYS[3] leases (zset)  KEYS[4] owners (hash)
--- KEYS[5] state (hash)      KEYS[6] faults (hash)  KEYS[7] wake (zset)
--- ARGV    one per run, packed (one argument is far cheaper to send than eight):
+-- KEYS[1] due (zset)    KEYS[2] leases (zset)  KEYS[3] owners (hash)  KEYS[4] state (hash)
+-- KEYS[5] faults (hash) KEYS[6] wake (zset)    KEYS[7] jobs (hash)
+-- KEYS[6 + 2i] wheel:<b> (zset), KEYS[7 + 2i] schedules:<b> (hash) of the i-th run's schedule
+-- ARGV    one per run, packed (one argument is far cheaper to send than nine):
 --         "<member>|<token>|<outcome ok|fail|skip>|<duration ms>|<generation run>|
---          <next grid ms>|<next due ms>|<error text, may hold anything>"
+--          <next grid ms>|<next due ms>|<bucket>|<error text, may hold anything>"
 -- Returns one integer per run: 1 settled, 0 refused (lease lost)
 local out = {}
 local earliest
 for i, packed in ipairs(ARGV) do
-  local member, token, outcome, ms, gen, grid, due, err = string.match(packed,
-    '^([^|]+)|(%d+)|(%a+)|(%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(.*)$')
-  local owner = member and redis.call('HGET', KEYS[4], member)
+  local member, token, outcome, ms, gen, grid, due, bucket, err = string.match(packed,
+    '^([^|]+)|(%d+)|(%a+)|(%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%d+)|(.*)$')
+  local owner = member and redis.call('HGET', KEYS[3], member)
   if owner and string.match(owner, '^(%d+)|') == token then
+    local wheel_key, schedules_key = KEYS[6 + 2 * i], KEYS[7 + 2 * i]
+    redis.call('HDEL', KEYS[3], member)
+    redis.call('ZREM', KEYS[2], member)
     redis.call('HDEL', KEYS[4], member)
-    redis.call('ZREM', KEYS[3], member)
-    redis.call('HDEL', KEYS[5], member)
+    redis.call('HDEL', KEYS[7], member)
     local id = run_schedule_id(member)
-    local s = id and parse_schedule(redis.call('HGET', KEYS[1], id))
+    local s = id and parse_schedule(redis.call('HGET', schedules_key, id))
     if s then
       if outcome == 'skip' then
         s.misfires = s.misfires + 1
@@ -31,14 +34,14 @@ for i, packed in ipairs(ARGV) do
         s.last_ms = tonumber(ms)
         if outcome == 'fail' then
           s.failures = s.failures + 1
-          redis.call('HSET', KEYS[6], id, err)
+          redis.call('HSET', KEYS[5], id, err)
         end
       end
       local next_due = s.grid
       if s.gen == tonumber(gen) then s.grid, next_due = tonumber(grid), tonumber(due) end
-      redis.call('HSET', KEYS[1], id, format_schedule(s))
+      redis.call('HSET', schedules_key, id, format_schedule(s))
       if not s.paused then
-        redis.call('ZADD', KEYS[2], next_due, member)
+        wheel_add(KEYS[1], wheel_key, bucket, id, next_due)
         if not earliest or next_due < earliest then earliest = next_due end
       end
     end
@@ -47,10 +50,10 @@ for i, packed in ipairs(ARGV) do
     out[i] = 0
   end
 end
--- One check per batch: wake a worker if a run now heads `due` (idle workers sleep until the
--- earliest due time they saw).
+-- One check per batch: wake a worker if a bucket now heads `due` at one of these runs' times
+-- (idle workers sleep until the earliest due time they saw).
 if earliest then
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  if head[2] and tonumber(head[2]) >= earliest then wake(KEYS[7]) end
+  local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if head[2] and tonumber(head[2]) >= earliest then wake(KEYS[6]) end
 end
 return out

@@ -1,14 +1,15 @@
 -- Housekeeping, bounded per call: requeues jobs whose lease expired (or dead-letters them after
 -- too many stalls), and sweeps expired outcomes, old dead letters and silent workers. A schedule
--- run that stalled too often is not dead-lettered: its schedule counts a failure and runs again
--- one lease later (a schedule is never lost, and a run that kills workers cannot spin).
+-- run that stalled too often is requeued, not dead-lettered: the worker that claims it counts a
+-- failure without running it (a schedule is never lost, and a run that kills workers cannot
+-- spin).
 --
 -- KEYS[1] leases (zset)  KEYS[2] owners (hash)   KEYS[3] state (hash)   KEYS[4] ready (zset)
 -- KEYS[5] dead (zset)    KEYS[6] errors (hash)   KEYS[7] uniq (hash)    KEYS[8] results (hash)
 -- KEYS[9] expires (zset) KEYS[10] jobs (hash)    KEYS[11] wake (zset)   KEYS[12] workers (zset)
--- KEYS[13] workerinfo (hash) KEYS[14] schedules (hash) KEYS[15] due (zset) KEYS[16] faults (hash)
+-- KEYS[13] workerinfo (hash)
 -- ARGV[1] max stalls  ARGV[2] limit per sweep  ARGV[3] dead ttl ms  ARGV[4] worker ttl ms
--- ARGV[5] outcome ttl ms for jobs dead-lettered here  ARGV[6] lease ms
+-- ARGV[5] outcome ttl ms for jobs dead-lettered here
 -- Returns {requeued count, 1 if any sweep hit `limit` (call again) else 0, then the ids
 --          dead-lettered here (their waiters need a wake-up)}
 local now = now_ms()
@@ -24,20 +25,7 @@ for _, id in ipairs(expired) do
   local s = parse_state(redis.call('HGET', KEYS[3], id))
   s.stalls = s.stalls + 1
   redis.call('HSET', KEYS[3], id, format_state(s))
-  local schedule_id = run_schedule_id(id)
-  if s.stalls > max_stalls and schedule_id then
-    redis.call('HDEL', KEYS[3], id)
-    local sched = parse_schedule(redis.call('HGET', KEYS[14], schedule_id))
-    if sched then
-      sched.runs, sched.failures = sched.runs + 1, sched.failures + 1
-      redis.call('HSET', KEYS[14], schedule_id, format_schedule(sched))
-      redis.call('HSET', KEYS[16], schedule_id, string.format(
-        'lease expired %d times (worker %s crashed or hung)', s.stalls, worker))
-      if not sched.paused then
-        redis.call('ZADD', KEYS[15], now + tonumber(ARGV[6]), id)
-      end
-    end
-  elseif s.stalls > max_stalls then
+  if s.stalls > max_stalls and not run_schedule_id(id) then
     release_key(KEYS[7], id, s.key)
     local err = cjson.encode({
       error = string.format('lease expired %d times (worker %s crashed or hung)', s.stalls, worker),

@@ -1,20 +1,21 @@
 -- Resumes paused schedules at their next slot from now (the paused stretch is not caught up).
 --
--- KEYS[1] schedules (hash)  KEYS[2] due (zset)  KEYS[3] ready (zset)  KEYS[4] leases (zset)
--- KEYS[5] wake (zset)
--- ARGV    groups of 3: id, next grid slot ms, next due ms
+-- KEYS[1] due (zset)  KEYS[2] ready (zset)  KEYS[3] leases (zset)  KEYS[4] wake (zset)
+-- KEYS[3 + 2i] wheel:<b> (zset), KEYS[4 + 2i] schedules:<b> (hash) of the i-th schedule
+-- ARGV    groups of 4: id, bucket, next grid slot ms, next due ms
 -- Returns the number of schedules resumed.
 local n = 0
-for i = 0, #ARGV / 3 - 1 do
-  local id = ARGV[i * 3 + 1]
-  local s = parse_schedule(redis.call('HGET', KEYS[1], id))
+for i = 1, #ARGV / 4 do
+  local a = (i - 1) * 4
+  local id, bucket = ARGV[a + 1], ARGV[a + 2]
+  local wheel_key, schedules_key = KEYS[3 + 2 * i], KEYS[4 + 2 * i]
+  local s = parse_schedule(redis.call('HGET', schedules_key, id))
   if s and s.paused then
-    local member = RUN_PREFIX .. id
-    s.paused, s.grid = false, tonumber(ARGV[i * 3 + 2])
-    redis.call('HSET', KEYS[1], id, format_schedule(s))
-    if not run_in_flight(KEYS[3], KEYS[4], member) then
-      redis.call('ZADD', KEYS[2], tonumber(ARGV[i * 3 + 3]), member)
-      wake_if_head(KEYS[2], KEYS[5], member)
+    s.paused, s.grid = false, tonumber(ARGV[a + 3])
+    redis.call('HSET', schedules_key, id, format_schedule(s))
+    if not run_in_flight(KEYS[2], KEYS[3], RUN_PREFIX .. id) then
+      wheel_add(KEYS[1], wheel_key, bucket, id, tonumber(ARGV[a + 4]))
+      wake_if_head(KEYS[1], KEYS[4], WHEEL_PREFIX .. bucket)
     end
     n = n + 1
   end

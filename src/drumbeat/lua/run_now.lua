@@ -2,23 +2,26 @@
 -- schedule never runs concurrently with itself). Its cadence is kept: after this run, the
 -- schedule resumes at the slot it was waiting for.
 --
--- KEYS[1] schedules (hash)  KEYS[2] due (zset)  KEYS[3] ready (zset)  KEYS[4] leases (zset)
--- KEYS[5] state (hash)      KEYS[6] seq (string) KEYS[7] wake (zset)
+-- KEYS[1] ready (zset)  KEYS[2] leases (zset)  KEYS[3] state (hash)  KEYS[4] seq (string)
+-- KEYS[5] wake (zset)   KEYS[6] jobs (hash)    KEYS[7] tasks (hash)
+-- KEYS[6 + 2i] wheel:<b> (zset), KEYS[7 + 2i] schedules:<b> (hash) of the i-th schedule
 -- ARGV    schedule ids
 -- Returns the number of runs queued.
 local now = now_ms()
 local n = 0
-for _, id in ipairs(ARGV) do
-  local s = parse_schedule(redis.call('HGET', KEYS[1], id))
+for i, id in ipairs(ARGV) do
+  local s = parse_schedule(redis.call('HGET', KEYS[7 + 2 * i], id))
   local member = RUN_PREFIX .. id
-  if s and not run_in_flight(KEYS[3], KEYS[4], member) then
-    redis.call('ZREM', KEYS[2], member)
-    local seq = redis.call('INCR', KEYS[6])
-    redis.call('HSET', KEYS[5], member, format_state({attempt = 0, stalls = 0,
+  if s and not run_in_flight(KEYS[1], KEYS[2], member) then
+    redis.call('ZREM', KEYS[6 + 2 * i], id)
+    local seq = redis.call('INCR', KEYS[4])
+    redis.call('HSET', KEYS[3], member, format_state({attempt = 0, stalls = 0,
       priority = s.priority, seq = seq, key = string.format('%d:%d:%d:1', now, s.grid, s.gen)}))
-    redis.call('ZADD', KEYS[3], ready_score(s.priority, seq), member)
+    local name = redis.call('HGET', KEYS[7], '#' .. s.task) or '?'
+    redis.call('HSET', KEYS[6], member, name .. '|' .. s.spec)
+    redis.call('ZADD', KEYS[1], ready_score(s.priority, seq), member)
     n = n + 1
   end
 end
-if n > 0 then wake(KEYS[7]) end
+if n > 0 then wake(KEYS[5]) end
 return n
