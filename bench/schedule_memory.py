@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -146,13 +148,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     run("big zset + small hashes, 53 B record", _synthetic(buckets_layout, n, 53))
     with RedisServer() as server:
         version = server.info()["version"]
-    print(
-        f"\ncommand: python -m bench.schedule_memory --n {n}; Redis {version}; "
-        f"{WHEEL_BUCKETS} buckets per shard; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n"
-    )
-    print("| layout | B per schedule | sample keys (MEMORY USAGE, encoding) |\n|---|---:|---|")
-    for label, per, detail in rows:
-        print(f"| {label} | {per:.0f} | {detail} |")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    lines = [
+        "# Redis memory per schedule",
+        "",
+        f"- command: `cd {os.getcwd()} && {sys.executable} -m bench.schedule_memory --n {n}`",
+        f"- Redis {version}; {WHEEL_BUCKETS} buckets per shard; {n:,} typical monitors; {stamp}",
+        "",
+        "| layout | B per schedule | sample keys (MEMORY USAGE, encoding) |",
+        "|---|---:|---|",
+        *(f"| {label} | {per:.0f} | {detail} |" for label, per, detail in rows),
+    ]
+    out = Path(__file__).parent / "results" / f"schedule-memory-{stamp}.md"
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines) + f"\n\nwritten to {out}")
 
 
 if __name__ == "__main__":

@@ -411,3 +411,32 @@ def test_cron_schedule_is_due_at_the_next_cron_time(app: drumbeat.App, r: redis.
     expected = next_cron("0 9 * * *", "Asia/Tokyo", _now_ms(r))
     assert info.next_due_ms == expected
     assert time.gmtime(expected / 1000).tm_hour == 0  # 09:00 in Tokyo is 00:00 UTC
+
+
+async def test_a_typical_monitor_is_stored_compactly(app: drumbeat.App, r: redis.Redis) -> None:
+    """Its record stays under 64 bytes after runs, so its bucket stays a listpack (the
+    memory-per-schedule figure depends on it; see docs/internals.md)."""
+
+    @app.task(name="monitors.check_listing")
+    async def check_listing(keyword: str, price: int) -> None: ...
+
+    ids = [f"monitor:u{i}:switch" for i in range(20)]
+    app.schedule_many(
+        [drumbeat.Schedule(i, check_listing, every=1, args=("switch", 30000)) for i in ids]
+    )
+    async with running_worker(app):
+        deadline = time.monotonic() + 5
+        while not all(info and info.runs for info in map(app.get_schedule, ids)):
+            assert time.monotonic() < deadline, "every monitor should have run"
+            await asyncio.sleep(0.05)
+    for i in ids:
+        bucket = bucket_of(i)
+        record = r.hget(app.keys.schedules(bucket), i)
+        assert record is not None and len(record) <= 64, record
+        assert r.object("encoding", app.keys.schedules(bucket)) == b"listpack"
+        assert r.object("encoding", app.keys.wheel(bucket)) == b"listpack"
+    assert b"monitors.check_listing" not in r.hget(app.keys.schedules(bucket_of(ids[0])), ids[0])
+    info = app.get_schedule(ids[0])
+    assert info is not None and info.task == "monitors.check_listing"
+    assert (info.args, info.kwargs, info.cadence.every) == (["switch", 30000], {}, 1)
+    assert info.last_run_ms is not None and abs(info.last_run_ms - _now_ms(r)) < 5000

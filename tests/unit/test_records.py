@@ -1,0 +1,62 @@
+"""The stored form of a schedule: the spec round-trips in both codecs, and records parse."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from drumbeat.schedule import Cadence, decode_schedule_spec, encode_schedule_spec, parse_record
+from drumbeat.serialization import CODECS
+
+_values = st.one_of(st.integers(-(2**53), 2**53), st.text(max_size=8), st.booleans(), st.none())
+_cadences = st.one_of(
+    st.builds(Cadence, every=st.integers(1, 86_400)),
+    st.builds(
+        Cadence,
+        every=st.floats(1, 3600, allow_nan=False),
+        mode=st.sampled_from(["rate", "delay"]),
+        grace=st.one_of(st.none(), st.floats(0.5, 60)),
+        jitter=st.floats(0, 10),
+    ),
+    st.builds(Cadence, cron=st.just("*/5 * * * *"), tz=st.sampled_from(["UTC", "Asia/Tokyo"])),
+)
+
+
+@pytest.mark.parametrize("codec", ["json", "msgpack"])
+@given(
+    args=st.lists(_values, max_size=4),
+    kwargs=st.dictionaries(st.text(min_size=1, max_size=5), _values, max_size=3),
+    cadence=_cadences,
+)
+def test_spec_round_trips(
+    codec: str, args: list[Any], kwargs: dict[str, Any], cadence: Cadence
+) -> None:
+    blob = encode_schedule_spec(CODECS[codec], args, kwargs, cadence)
+    assert decode_schedule_spec(blob) == (args, kwargs, cadence)
+
+
+def test_a_typical_spec_is_small() -> None:
+    blob = encode_schedule_spec(CODECS["json"], ["switch", 30000], {}, Cadence(every=5))
+    assert blob == b'[["switch",30000],5]'
+
+
+def test_record_fields() -> None:
+    # As _lib.lua's format_schedule writes it: gen 3, grid, priority 4 paused, runs, failures,
+    # misfires, last start 4998 ms before the grid slot, 12 ms, task code 7.
+    record = parse_record(b"3|1700000005000|14|120|2|1|-4998|12|7|" + b'[[1],"x|y"]')
+    assert (record.generation, record.grid_ms, record.priority, record.paused) == (
+        3, 1700000005000, 4, True
+    )  # fmt: skip
+    assert (record.runs, record.failures, record.misfires, record.last_ms) == (120, 2, 1, 12)
+    assert record.last_start_ms == 1700000000002
+    assert (record.task_code, record.spec) == ("7", b'[[1],"x|y"]')
+    never = parse_record(b"1|1700000005000|0|0|0|0||0|7|[[],5]")
+    assert never.last_start_ms is None and not never.paused
+
+
+def test_a_malformed_record_is_refused() -> None:
+    with pytest.raises(ValueError, match="malformed"):
+        parse_record(b"1|2|3")
