@@ -433,8 +433,9 @@ async def test_a_typical_monitor_is_stored_compactly(app: drumbeat.App, r: redis
         bucket = bucket_of(i)
         record = r.hget(app.keys.schedules(bucket), i)
         assert record is not None and len(record) <= 64, record
-        assert r.object("encoding", app.keys.schedules(bucket)) == b"listpack"
-        assert r.object("encoding", app.keys.wheel(bucket)) == b"listpack"
+        # listpack since Redis 7; ziplist in 6.2
+        assert r.object("encoding", app.keys.schedules(bucket)) in (b"listpack", b"ziplist")
+        assert r.object("encoding", app.keys.wheel(bucket)) in (b"listpack", b"ziplist")
     assert b"monitors.check_listing" not in r.hget(app.keys.schedules(bucket_of(ids[0])), ids[0])
     info = app.get_schedule(ids[0])
     assert info is not None and info.task == "monitors.check_listing"
