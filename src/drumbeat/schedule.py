@@ -27,7 +27,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from .errors import InvalidJob
-from .keys import MAX_NAME_LENGTH, check_name
+from .keys import MAX_NAME_LENGTH, WHEEL_BUCKETS, bucket_of, check_name
 from .serialization import CODECS, Codec
 
 Mode = Literal["rate", "delay"]
@@ -43,8 +43,15 @@ def _stable_hash(*parts: str | int) -> int:
 
 
 def phase_ms(schedule_id: str, interval_ms: int) -> int:
-    """Where in its interval a schedule fires: uniform over ``[0, interval)`` across ids."""
-    return _stable_hash("phase", schedule_id) % interval_ms
+    """Where in its interval a schedule fires: uniform over ``[0, interval)`` across ids.
+
+    The wheel bucket picks the slice of the interval and a second hash the place inside it, so
+    the schedules of one bucket fire together (one promotion takes them all) while buckets,
+    and so schedules, spread evenly over the interval.
+    """
+    slice_ms = interval_ms / WHEEL_BUCKETS
+    offset = _stable_hash("phase", schedule_id) % 1024 / 1024
+    return min(interval_ms - 1, int((bucket_of(schedule_id) + offset) * slice_ms))
 
 
 def jitter_ms(schedule_id: str, grid_ms: int, jitter: int) -> int:

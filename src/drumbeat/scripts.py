@@ -290,12 +290,15 @@ class Scripts:
         keys = [k.ready, k.leases, k.state, k.seq, k.wake, k.jobs, k.tasks, *self._buckets(ids)]
         return Call("run_now", keys, list(ids), int)
 
-    def promote_runs(self, buckets: Sequence[int]) -> Call[int]:
+    def promote_runs(
+        self, buckets: Sequence[int], worker: str, limit: int, lease_ms: int
+    ) -> Call[ClaimResult]:
         k = self.k
-        keys = [k.due, k.ready, k.jobs, k.state, k.seq, k.wake, k.tasks]
+        keys = [k.due, k.ready, k.jobs, k.state, k.seq, k.wake, k.tasks, k.owners, k.leases]
+        keys += [k.fence, k.lateness]
         for bucket in buckets:
             keys += [k.wheel(bucket), k.schedules(bucket)]
-        return Call("promote_runs", keys, list(buckets), int)
+        return Call("promote_runs", keys, [worker, limit, lease_ms, *buckets], _parse_claim)
 
     def finish_runs(
         self, items: Sequence[tuple[str, int, str, int, int, int, int, str]]

@@ -42,11 +42,6 @@ def _worker_id() -> str:
     return f"{host}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
 
 
-# Claim-promote-claim rounds per shard in one pass: runs promoted in the last round wait in
-# `ready` for the next pass (or another worker).
-_PROMOTE_ROUNDS = 4
-
-
 class Worker:
     """Runs the tasks of one `App`. ``await worker.run()`` returns after `stop`.
 
@@ -172,20 +167,20 @@ class Worker:
         for i in range(n):
             shard = (start + i) % n
             scripts = self.shards[shard]
-            for round_ in range(_PROMOTE_ROUNDS):
-                result = await scripts.claim(
-                    self.id, free - claimed, s.lease_ms, s.batch_limit
-                ).arun(self._client)
+            result = await scripts.claim(self.id, free - claimed, s.lease_ms, s.batch_limit).arun(
+                self._client
+            )
+            while True:
                 for job in result.jobs:
                     self._start(shard, job)
                 claimed += len(result.jobs)
                 if not result.buckets:
                     break
-                # Due schedules: their runs go into `ready` (a claim stepped the buckets aside
-                # for a second, so promote them whatever happens next), then claim again.
-                await scripts.promote_runs(result.buckets).arun(self._client)
-                if claimed >= free or round_ == _PROMOTE_ROUNDS - 1:
-                    break
+                # Due schedules: the claim stepped their buckets aside for a second; take
+                # their runs (as many as there are free slots; the rest wait in `ready`).
+                result = await scripts.promote_runs(
+                    result.buckets, self.id, free - claimed, s.lease_ms
+                ).arun(self._client)
             now_ms = result.now_ms
             self._clock_offset_ms = now_ms - int(time.time() * 1000)
             if result.next_due_ms is not None:

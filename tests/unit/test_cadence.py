@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from drumbeat import Cadence, InvalidJob
+from drumbeat.keys import WHEEL_BUCKETS, bucket_of
 from drumbeat.schedule import (
     first_slot,
     is_misfire,
@@ -189,3 +190,13 @@ def test_cron_next_is_strictly_later_and_matches(after: int) -> None:
 def test_bad_cadences_are_refused(cadence: Cadence, message: str) -> None:
     with pytest.raises(InvalidJob, match=message):
         cadence.validate(floor=1.0)
+
+
+def test_schedules_of_one_wheel_bucket_fire_together() -> None:
+    """One promotion of a bucket then takes all its runs, not one run per promotion."""
+    by_bucket: dict[int, list[int]] = {}
+    for i in range(50_000):
+        sid = f"monitor:u{i}:kw"
+        by_bucket.setdefault(bucket_of(sid), []).append(phase_ms(sid, 60_000))
+    slice_ms = 60_000 / WHEEL_BUCKETS
+    assert all(max(p) - min(p) <= slice_ms + 1 for p in by_bucket.values())  # whole ms

@@ -1,26 +1,32 @@
--- Moves the due runs of some schedule buckets into `ready` (a claim reported the buckets; it
--- cannot open them itself, since their keys were not known before it ran). Each run gets its
--- state (due time, grid slot, generation) and a copy of its task name and arguments in `jobs`,
--- so from here on it is claimed, leased, fenced and reaped like a job. A schedule is out of its
--- bucket while its run is queued or in flight, so it cannot run twice at once. Each bucket's
--- marker in `due` is re-scored at its new earliest due time.
+-- Takes the due runs out of some schedule buckets (a claim reported the buckets; it cannot open
+-- them itself, since their keys were not known before it ran) and claims up to `limit` of them
+-- for this worker at once; the rest go to `ready` for any worker. Each run gets its state (due
+-- time, grid slot, generation) and a copy of its task name and arguments in `jobs`, so from
+-- here on it is leased, fenced, reaped and, if handed back, claimed again like a job. A
+-- schedule is out of its bucket while its run is queued or in flight, so it cannot run twice
+-- at once. Each bucket's marker in `due` is re-scored at its new earliest due time.
 --
--- KEYS[1] due (zset)   KEYS[2] ready (zset)  KEYS[3] jobs (hash)  KEYS[4] state (hash)
--- KEYS[5] seq (string) KEYS[6] wake (zset)   KEYS[7] tasks (hash)
--- KEYS[6 + 2i] wheel:<b> (zset), KEYS[7 + 2i] schedules:<b> (hash) of the i-th bucket
--- ARGV    bucket numbers
--- Returns the number of runs promoted.
+-- KEYS[1] due (zset)     KEYS[2] ready (zset)   KEYS[3] jobs (hash)    KEYS[4] state (hash)
+-- KEYS[5] seq (string)   KEYS[6] wake (zset)    KEYS[7] tasks (hash)   KEYS[8] owners (hash)
+-- KEYS[9] leases (zset)  KEYS[10] fence (string) KEYS[11] lateness (hash)
+-- KEYS[10 + 2i] wheel:<b> (zset), KEYS[11 + 2i] schedules:<b> (hash) of the i-th bucket
+-- ARGV[1] worker id  ARGV[2] limit  ARGV[3] lease_ms  ARGV[3 + i] the i-th bucket number
+-- Returns what claim.lua returns (with no buckets): {now_ms, next_due_ms or -1, {}, items...}
 local now = now_ms()
-local promoted = 0
+local worker, limit, lease_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local out = {now, -1, {}}
+local lateness = {}
 local names = {}
+local queued = 0
 
 local function task_name(code)
   if names[code] == nil then names[code] = redis.call('HGET', KEYS[7], '#' .. code) or '?' end
   return names[code]
 end
 
-for i, bucket in ipairs(ARGV) do
-  local wheel_key, schedules_key = KEYS[6 + 2 * i], KEYS[7 + 2 * i]
+for i = 1, #ARGV - 3 do
+  local bucket = ARGV[3 + i]
+  local wheel_key, schedules_key = KEYS[10 + 2 * i], KEYS[11 + 2 * i]
   local due = redis.call('ZRANGEBYSCORE', wheel_key, '-inf', now, 'WITHSCORES')
   if #due > 0 then
     local ids = {}
@@ -30,18 +36,35 @@ for i, bucket in ipairs(ARGV) do
     for j, id in ipairs(ids) do
       local s = parse_schedule(records[j])
       if s and not s.paused then
-        local member = RUN_PREFIX .. id
-        redis.call('HSET', KEYS[4], member, format_state({attempt = 0, stalls = 0,
-          priority = s.priority, seq = seq + j, key = string.format('%d:%d:%d:0',
-          tonumber(due[j * 2]), s.grid, s.gen)}))
-        redis.call('HSET', KEYS[3], member, task_name(s.task) .. '|' .. s.spec)
-        redis.call('ZADD', KEYS[2], ready_score(s.priority, seq + j), member)
-        promoted = promoted + 1
+        local member, run_due = RUN_PREFIX .. id, tonumber(due[j * 2])
+        local spec = task_name(s.task) .. '|' .. s.spec
+        local state = {attempt = 0, stalls = 0, priority = s.priority, seq = seq + j,
+                       key = string.format('%d:%d:%d:0', run_due, s.grid, s.gen)}
+        redis.call('HSET', KEYS[3], member, spec)
+        if limit > 0 then
+          limit = limit - 1
+          local token = redis.call('INCR', KEYS[10])
+          state.attempt = 1
+          redis.call('HSET', KEYS[4], member, format_state(state))
+          redis.call('HSET', KEYS[8], member, string.format('%d|%s|%d', token, worker, now))
+          redis.call('ZADD', KEYS[9], now + lease_ms, member)
+          lateness[#lateness + 1] = math.max(0, now - run_due)
+          for _, v in ipairs({member, spec, 1, 0, token, s.priority, state.key}) do
+            out[#out + 1] = v
+          end
+        else
+          redis.call('HSET', KEYS[4], member, format_state(state))
+          redis.call('ZADD', KEYS[2], ready_score(s.priority, state.seq), member)
+          queued = queued + 1
+        end
       end
     end
     redis.call('ZREM', wheel_key, unpack(ids))
   end
   wheel_settle(KEYS[1], wheel_key, bucket)
 end
-if promoted > 0 then wake(KEYS[6]) end
-return promoted
+record_lateness(KEYS[11], now, lateness)
+if queued > 0 then wake(KEYS[6]) end
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if head[2] then out[2] = tonumber(head[2]) end
+return out
