@@ -38,16 +38,18 @@ local function take(id, spec, s, token)
 end
 
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
-local members = {}
+local members, held = {}, {}
 for _, member in ipairs(due) do
   local bucket = wheel_bucket(member)
   if bucket then
     buckets[#buckets + 1] = bucket
-    redis.call('ZADD', KEYS[2], now + BUCKET_HOLD_MS, member)
+    held[#held + 1] = now + BUCKET_HOLD_MS
+    held[#held + 1] = member
   else
     members[#members + 1] = member
   end
 end
+if #held > 0 then redis.call('ZADD', KEYS[2], unpack(held)) end
 -- When everything due fits in this worker's free slots and nothing else waits, it is claimed
 -- straight from `due`: the same result as promote-then-pop, without the detour through `ready`.
 local direct = #members > 0 and #members <= limit and redis.call('ZCARD', KEYS[1]) == 0

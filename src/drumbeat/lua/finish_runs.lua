@@ -13,6 +13,7 @@
 -- Returns one integer per run: 1 settled, 0 refused (lease lost)
 local out = {}
 local earliest
+local marks = {}
 for i, packed in ipairs(ARGV) do
   local member, token, outcome, ms, gen, grid, due, bucket, err = string.match(packed,
     '^([^|]+)|(%d+)|(%a+)|(%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%d+)|(.*)$')
@@ -41,7 +42,8 @@ for i, packed in ipairs(ARGV) do
       if s.gen == tonumber(gen) then s.grid, next_due = tonumber(grid), tonumber(due) end
       redis.call('HSET', schedules_key, id, format_schedule(s))
       if not s.paused then
-        wheel_add(KEYS[1], wheel_key, bucket, id, next_due)
+        redis.call('ZADD', wheel_key, next_due, id)
+        if not marks[bucket] or next_due < marks[bucket] then marks[bucket] = next_due end
         if not earliest or next_due < earliest then earliest = next_due end
       end
     end
@@ -49,6 +51,10 @@ for i, packed in ipairs(ARGV) do
   else
     out[i] = 0
   end
+end
+-- One marker update per bucket (runs of one bucket fall due, and end, together).
+for bucket, due in pairs(marks) do
+  redis.call('ZADD', KEYS[1], 'LT', due, WHEEL_PREFIX .. bucket)
 end
 -- One check per batch: wake a worker if a bucket now heads `due` at one of these runs' times
 -- (idle workers sleep until the earliest due time they saw).

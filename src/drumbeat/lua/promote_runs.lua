@@ -33,6 +33,9 @@ for i = 1, #ARGV - 3 do
     for j = 1, #due, 2 do ids[#ids + 1] = due[j] end
     local records = redis.call('HMGET', schedules_key, unpack(ids))
     local seq = redis.call('INCRBY', KEYS[5], #ids) - #ids
+    -- Tokens for the runs this worker may take here, in one step (one left unused is harmless).
+    local takes = math.min(limit, #ids)
+    local token = takes > 0 and redis.call('INCRBY', KEYS[10], takes) - takes
     for j, id in ipairs(ids) do
       local s = parse_schedule(records[j])
       if s and not s.paused then
@@ -42,8 +45,7 @@ for i = 1, #ARGV - 3 do
                        key = string.format('%d:%d:%d:0', run_due, s.grid, s.gen)}
         redis.call('HSET', KEYS[3], member, spec)
         if limit > 0 then
-          limit = limit - 1
-          local token = redis.call('INCR', KEYS[10])
+          limit, token = limit - 1, token + 1
           state.attempt = 1
           redis.call('HSET', KEYS[4], member, format_state(state))
           redis.call('HSET', KEYS[8], member, string.format('%d|%s|%d', token, worker, now))
