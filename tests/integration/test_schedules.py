@@ -443,7 +443,7 @@ async def test_a_typical_monitor_is_stored_compactly(app: drumbeat.App, r: redis
     assert info.last_run_ms is not None and abs(info.last_run_ms - _now_ms(r)) < 5000
 
 
-def test_due_runs_are_taken_at_once_only_when_nothing_waits_in_ready(
+def test_due_runs_are_taken_by_priority_with_what_waits_in_ready(
     app: drumbeat.App, r: redis.Redis
 ) -> None:
     @app.task(priority=1)
@@ -456,12 +456,10 @@ def test_due_runs_are_taken_at_once_only_when_nothing_waits_in_ready(
     s = app.scripts
     reported = s.claim("w", 0, 10_000, 100).run(r)  # no free slot: reports the buckets only
     assert reported.jobs == [] and len(reported.buckets) >= 1
-    promoted = s.promote_runs(reported.buckets, "w", 10, 10_000).run(r)
-    assert promoted.jobs == [], "an urgent job waits in ready: the runs queue behind it"
-    assert promoted.next_due_ms == promoted.now_ms, "queued runs: the worker claims again"
-    taken = s.claim("w", 10, 10_000, 100).run(r).jobs
-    assert taken[0].id == urgent[0].id, "priority decides between the job and the runs"
+    taken = s.promote_runs(reported.buckets, "w", 10, 10_000).run(r).jobs
+    assert taken[0].id == urgent[0].id, "an urgent job waits in ready: priority decides"
     assert sorted(j.id for j in taken[1:]) == ["s:low0", "s:low1", "s:low2"]
+    assert [j.attempt for j in taken] == [1, 1, 1, 1]
 
     for run in taken[1:]:  # next time nothing waits in ready: taken straight from the buckets
         s.finish_runs([(run.id, run.token, "ok", 1, 1, 0, 0, "")]).run(r)

@@ -174,3 +174,43 @@ local function record_lateness(key, now, samples)
   local old_max = tonumber(redis.call('HGET', key, 'm' .. slot)) or -1
   if max > old_max then redis.call('HSET', key, 'm' .. slot, max) end
 end
+
+-- Claiming, shared by claim.lua and promote_runs.lua. `k` names the keys: state, owners,
+-- leases, fence, ready, jobs. `c` is the claim: worker, now, lease_ms, and what it gathers: the
+-- reply (`out`) and the lateness of each schedule run started (`lateness`).
+
+-- Gives each of `ids` (parsed states in `states`, specs in `specs`) to the claiming worker: a
+-- fresh fencing token, a lease, the attempt counted; appends each to the reply.
+local function take_all(k, c, ids, specs, states)
+  local n = #ids
+  if n == 0 then return end
+  local token = redis.call('INCRBY', k.fence, n) - n
+  for i, id in ipairs(ids) do
+    local s = states[i]
+    s.attempt = s.attempt + 1
+    redis.call('HSET', k.state, id, format_state(s))
+    redis.call('HSET', k.owners, id, string.format('%d|%s|%d', token + i, c.worker, c.now))
+    redis.call('ZADD', k.leases, c.now + c.lease_ms, id)
+    if s.attempt == 1 and run_schedule_id(id) then
+      local run_due = tonumber(string.match(s.key, '^(%-?%d+):'))
+      if run_due then c.lateness[#c.lateness + 1] = math.max(0, c.now - run_due) end
+    end
+    for _, v in ipairs({id, specs[i], s.attempt, s.stalls, token + i, s.priority, s.key}) do
+      c.out[#c.out + 1] = v
+    end
+  end
+end
+
+-- Pops the best `limit` entries of `ready` (priority, then FIFO) and takes them.
+local function pop_ready(k, c, limit)
+  if limit <= 0 then return end
+  local popped = redis.call('ZPOPMIN', k.ready, limit)
+  local ids = {}
+  for i = 1, #popped / 2 do ids[i] = popped[i * 2 - 1] end
+  if #ids == 0 then return end
+  local specs = redis.call('HMGET', k.jobs, unpack(ids))
+  local raw = redis.call('HMGET', k.state, unpack(ids))
+  local states = {}
+  for i = 1, #ids do states[i] = parse_state(raw[i]) end
+  take_all(k, c, ids, specs, states)
+end
