@@ -176,14 +176,14 @@ class Scripts:
         keys += [k.lateness]
         return Call("claim", keys, [worker, limit, lease_ms, promote], _parse_claim)
 
-    def complete(self, items: Sequence[tuple[str, int, bytes, int]]) -> Call[list[int]]:
-        """Items are (id, token, outcome, ttl_ms)."""
+    def complete(self, items: Sequence[tuple[str, int, bytes, int, str]]) -> Call[list[int]]:
+        """Items are (id, token, outcome, ttl_ms, dedup key as claimed: `Claimed.extra`)."""
         k = self.k
         keys = [k.leases, k.owners, k.jobs, k.state, k.uniq, k.results, k.expires]
         keys += [k.done(i[0]) for i in items]
         args: list[str | bytes] = []
-        for job_id, token, outcome, ttl_ms in items:
-            args += [f"{job_id}|{token}|{ttl_ms}", outcome]
+        for job_id, token, outcome, ttl_ms, dedup_key in items:
+            args += [f"{job_id}|{token}|{ttl_ms}|{dedup_key}", outcome]
         return Call("complete", keys, args, _ints)
 
     def retry(self, items: Sequence[tuple[str, int, int]]) -> Call[list[int]]:

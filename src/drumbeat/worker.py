@@ -282,7 +282,11 @@ class Worker:
             by_shard[shard].append((job, outcome))
         for shard, items in by_shard.items():
             scripts = self.shards[shard]
-            done = [(j.id, j.token, o.outcome, o.ttl_ms) for j, o in items if isinstance(o, Done)]
+            done = [
+                (j.id, j.token, o.outcome, o.ttl_ms, j.extra)
+                for j, o in items
+                if isinstance(o, Done)
+            ]
             again = [(j.id, j.token, o.delay_ms) for j, o in items if isinstance(o, Again)]
             buried = [(j.id, j.token, o.record, o.ttl_ms) for j, o in items if isinstance(o, Bury)]
             runs = [

@@ -4,31 +4,52 @@
 -- KEYS[1] leases (zset)  KEYS[2] owners (hash)  KEYS[3] jobs (hash)   KEYS[4] state (hash)
 -- KEYS[5] uniq (hash)    KEYS[6] results (hash) KEYS[7] expires (zset)
 -- KEYS[7+i] done:<id> (list) of the i-th job
--- ARGV    pairs, one per job: "<id>|<token>|<ttl_ms>" (ttl 0 stores nothing), outcome
+-- ARGV    pairs, one per job: "<id>|<token>|<ttl_ms>|<dedupkey>" (ttl 0 stores nothing; the
+--         dedup key as the claim handed it out, often empty), outcome
 --         (packed: every argument costs the client an encoding step)
 -- Returns one integer per job: 1 acked, 0 refused (lease lost)
+--
+-- Every command that can take many fields runs once per call, not once per job: each
+-- redis.call costs about as much as the work it does on a small hash.
 local now = now_ms()
+local n = #ARGV / 2
 local out = {}
-for i = 0, #ARGV / 2 - 1 do
-  local id, token, ttl = string.match(ARGV[i * 2 + 1], '^([^|]+)|(%d+)|(%d+)$')
-  local outcome, ttl_ms = ARGV[i * 2 + 2], tonumber(ttl)
-  if id and owns(KEYS[2], id, token) then
-    local s = parse_state(redis.call('HGET', KEYS[4], id))
-    release_key(KEYS[5], id, s.key)
-    redis.call('HDEL', KEYS[2], id)
-    redis.call('ZREM', KEYS[1], id)
-    redis.call('HDEL', KEYS[3], id)
-    redis.call('HDEL', KEYS[4], id)
+if n < 1 then return out end
+local ids, tokens, ttls, dedup = {}, {}, {}, {}
+for i = 1, n do
+  local id, token, ttl, key = string.match(ARGV[i * 2 - 1], '^([^|]+)|(%d+)|(%d+)|(.*)$')
+  ids[i], tokens[i], ttls[i], dedup[i] = id or '', token, tonumber(ttl), key
+end
+local owners = redis.call('HMGET', KEYS[2], unpack(ids))
+local acked, results, expiries = {}, {}, {}
+for i = 1, n do
+  local owner = owners[i]
+  if tokens[i] and owner and string.match(owner, '^(%d+)|') == tokens[i] then
+    local id, ttl_ms = ids[i], ttls[i]
+    release_key(KEYS[5], id, dedup[i])
+    acked[#acked + 1] = id
     if ttl_ms > 0 then
-      redis.call('HSET', KEYS[6], id, outcome)
-      redis.call('ZADD', KEYS[7], now + ttl_ms, id)
-      local done = KEYS[8 + i]
+      results[#results + 1] = id
+      results[#results + 1] = ARGV[i * 2]
+      expiries[#expiries + 1] = now + ttl_ms
+      expiries[#expiries + 1] = id
+      local done = KEYS[7 + i]
       redis.call('RPUSH', done, 1)
       redis.call('PEXPIRE', done, ttl_ms)
     end
-    out[#out + 1] = 1
+    out[i] = 1
   else
-    out[#out + 1] = 0
+    out[i] = 0
   end
+end
+if #acked > 0 then
+  redis.call('HDEL', KEYS[2], unpack(acked))
+  redis.call('ZREM', KEYS[1], unpack(acked))
+  redis.call('HDEL', KEYS[3], unpack(acked))
+  redis.call('HDEL', KEYS[4], unpack(acked))
+end
+if #results > 0 then
+  redis.call('HSET', KEYS[6], unpack(results))
+  redis.call('ZADD', KEYS[7], unpack(expiries))
 end
 return out
