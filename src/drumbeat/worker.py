@@ -375,7 +375,10 @@ class Worker:
             )
             for shard in self.shards
         ]
-        while True:
+        # Ends by itself once stopping, not only by cancellation: a cancellation that lands
+        # while the Redis client is between two awaits can be lost (seen under load: the task
+        # stayed "cancelling" in its sleep and the shutdown waited for it forever).
+        while not self._stopping.is_set():
             try:
                 more = False
                 for shard, reap in enumerate(reaps):
@@ -388,7 +391,7 @@ class Worker:
             except _TRANSIENT as exc:
                 log.warning("housekeeping failed (%s)", exc)
             # Jitter keeps many workers from reaping in lockstep.
-            await asyncio.sleep(s.maintenance_interval * (0.75 + random.random() / 2))
+            await self._sleep_unless_stopping(s.maintenance_interval * (0.75 + random.random() / 2))
 
     async def _reap(self, shard: int, reap: Call[Reaped]) -> bool:
         """One housekeeping pass on one shard; True if it should run again at once."""
