@@ -40,6 +40,16 @@ local function format_state(s)
   return string.format('%d|%d|%d|%d|%s', s.attempt, s.stalls, s.priority, s.seq, s.key)
 end
 
+-- Runs `cmd key items...` once per 1,000 items rather than once per item (each redis.call costs
+-- about as much as the work it does on a small hash); chunked because unpack() is limited to a
+-- few thousand values. Even, so field/value and score/member pairs are never split.
+local CALL_MANY_CHUNK = 1000
+local function call_many(cmd, key, items)
+  for i = 1, #items, CALL_MANY_CHUNK do
+    redis.call(cmd, key, unpack(items, i, math.min(i + CALL_MANY_CHUNK - 1, #items)))
+  end
+end
+
 -- True when `token` is the fencing token of the claim that currently owns `id`.
 local function owns(owners_key, id, token)
   local owner = redis.call('HGET', owners_key, id)

@@ -8,9 +8,6 @@
 --         dedup key as the claim handed it out, often empty), outcome
 --         (packed: every argument costs the client an encoding step)
 -- Returns one integer per job: 1 acked, 0 refused (lease lost)
---
--- Every command that can take many fields runs once per call, not once per job: each
--- redis.call costs about as much as the work it does on a small hash.
 local now = now_ms()
 local n = #ARGV / 2
 local out = {}
@@ -42,14 +39,10 @@ for i = 1, n do
     out[i] = 0
   end
 end
-if #acked > 0 then
-  redis.call('HDEL', KEYS[2], unpack(acked))
-  redis.call('ZREM', KEYS[1], unpack(acked))
-  redis.call('HDEL', KEYS[3], unpack(acked))
-  redis.call('HDEL', KEYS[4], unpack(acked))
-end
-if #results > 0 then
-  redis.call('HSET', KEYS[6], unpack(results))
-  redis.call('ZADD', KEYS[7], unpack(expiries))
-end
+call_many('HDEL', KEYS[2], acked)
+call_many('ZREM', KEYS[1], acked)
+call_many('HDEL', KEYS[3], acked)
+call_many('HDEL', KEYS[4], acked)
+call_many('HSET', KEYS[6], results)
+call_many('ZADD', KEYS[7], expiries)
 return out
