@@ -85,7 +85,7 @@ def _str(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs a setattr call per field, per job
 class Claimed:
     """A job as the claim script hands it out."""
 

@@ -19,6 +19,9 @@ class Codec(Protocol):
     def loads(self, data: bytes) -> Any: ...
 
 
+_json_decode = json.JSONDecoder().decode
+
+
 class JsonCodec:
     name = "json"
 
@@ -28,7 +31,8 @@ class JsonCodec:
         ).encode()
 
     def loads(self, data: bytes) -> Any:
-        return json.loads(data)
+        # Records are UTF-8 (dumps writes them so); json.loads(bytes) would sniff the encoding.
+        return _json_decode(data.decode() if isinstance(data, bytes) else data)
 
 
 class MsgpackCodec:
