@@ -69,6 +69,10 @@ class Call(Generic[T]):
             raw = client.eval(SOURCES[self.name], len(self.keys), *self.keys, *self.args)
         return self.parse(raw)
 
+    def command(self) -> tuple[str | bytes | int | float, ...]:
+        """The EVALSHA command of this call, for a connection driven by hand (`Waiter`)."""
+        return ("EVALSHA", SHAS[self.name], len(self.keys), *self.keys, *self.args)
+
     async def arun(self, client: aredis.Redis) -> T:
         try:
             raw = await client.evalsha(SHAS[self.name], len(self.keys), *self.keys, *self.args)

@@ -26,7 +26,8 @@ import redis.asyncio as aredis
 from .app import check_server
 from .keys import Keys
 from .runner import Again, Bury, Done, Outcome, RunDone, Runner
-from .scripts import Call, Claimed, Reaped, Scripts
+from .scripts import Call, Claimed, ClaimResult, Reaped, Scripts
+from .waiter import Waiter
 
 if TYPE_CHECKING:
     from .app import App
@@ -82,6 +83,7 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: aredis.Redis | None = None
         self._block: asyncio.Future[Any] | None = None
+        self._waiter: Waiter | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -113,6 +115,8 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._client = self.app.new_async_client(socket_timeout=self.settings.idle_block + 10)
         await check_server(self._client)
+        if len(self.shards) == 1:  # the pipelined wait claims from one shard
+            self._waiter = Waiter(self._client, [self.shards[0].k.wake], self.settings.idle_block)
         heartbeat = threading.Thread(target=self._heartbeat, name="drumbeat-heartbeat", daemon=True)
         heartbeat.start()
         flusher = asyncio.create_task(self._flusher(), name="drumbeat-flusher")
@@ -127,6 +131,8 @@ class Worker:
             self._heartbeat_stop.set()
             heartbeat.join(timeout=5)
             await self._deregister()
+            if self._waiter is not None:
+                await self._waiter.aclose()
             await self._client.aclose()
             self.executor.shutdown(wait=False, cancel_futures=True)
             log.info(
@@ -149,7 +155,7 @@ class Worker:
             try:
                 claimed, now_ms, next_due_ms = await self._claim(free)
                 if claimed < free:
-                    await self._wait_for_work(now_ms, next_due_ms)
+                    await self._wait_for_work(free - claimed, now_ms, next_due_ms)
                 pause = 0.05
             except _TRANSIENT as exc:
                 log.warning("claiming failed (%s); retrying in %.1f s", exc, pause)
@@ -166,43 +172,55 @@ class Worker:
         self._next_shard = (start + 1) % n
         for i in range(n):
             shard = (start + i) % n
-            scripts = self.shards[shard]
-            result = await scripts.claim(self.id, free - claimed, s.lease_ms, s.batch_limit).arun(
-                self._client
-            )
-            while True:
-                for job in result.jobs:
-                    self._start(shard, job)
-                claimed += len(result.jobs)
-                if not result.buckets:
-                    break
-                # Due schedules: the claim stepped their buckets aside for a second; take
-                # their runs (as many as there are free slots; the rest wait in `ready`).
-                result = await scripts.promote_runs(
-                    result.buckets, self.id, free - claimed, s.lease_ms
-                ).arun(self._client)
+            call = self.shards[shard].claim(self.id, free - claimed, s.lease_ms, s.batch_limit)
+            took, result = await self._took(shard, await call.arun(self._client), free - claimed)
+            claimed += took
             now_ms = result.now_ms
-            self._clock_offset_ms = now_ms - int(time.time() * 1000)
             if result.next_due_ms is not None:
                 next_due = min(next_due or result.next_due_ms, result.next_due_ms)
             if claimed >= free:
                 break
         return claimed, now_ms, next_due
 
-    async def _wait_for_work(self, now_ms: int, next_due_ms: int | None) -> None:
+    async def _took(self, shard: int, result: ClaimResult, free: int) -> tuple[int, ClaimResult]:
+        """Starts what a claim took; takes the runs of the due schedule buckets it reported
+        (as many as there are free slots; the rest wait in `ready`). Returns (started, the
+        last reply)."""
+        assert self._client is not None
+        s, took = self.settings, 0
+        while True:
+            self._clock_offset_ms = result.now_ms - int(time.time() * 1000)
+            for job in result.jobs:
+                self._start(shard, job)
+            took += len(result.jobs)
+            if not result.buckets:
+                return took, result
+            # The claim stepped these buckets aside for a second: promote them now.
+            call = self.shards[shard].promote_runs(result.buckets, self.id, free - took, s.lease_ms)
+            result = await call.arun(self._client)
+
+    async def _wait_for_work(self, free: int, now_ms: int, next_due_ms: int | None) -> None:
         """Waits until a job is enqueued (a marker on `wake`), the next item is due, or
         `idle_block` passes, whichever comes first.
 
         Redis times blocked commands out only on its cron tick (every 100 ms at the default
         `hz`), far too coarse for due times. So one `BZPOPMIN` stays outstanding across waits,
         with the full `idle_block` as its timeout, and a local timer (from a due time Redis
-        gave us, corrected by the measured clock offset) ends the wait at the due time.
+        gave us, corrected by the measured clock offset) ends the wait at the due time. With
+        nothing due within `idle_block`, the wait carries the next claim (`Waiter`).
         """
         assert self._client is not None
         timeout = self.settings.idle_block
         if next_due_ms is not None:
             timeout = min(timeout, (next_due_ms - now_ms) / 1000)
         if timeout <= 0:
+            return
+        if (
+            timeout >= self.settings.idle_block
+            and self._waiter is not None
+            and (self._block is None or self._block.done())
+        ):
+            await self._wait_then_claim(free)
             return
         if self._block is None or self._block.done():
             wake_keys = [shard.k.wake for shard in self.shards]
@@ -214,6 +232,31 @@ class Worker:
         stop.cancel()
         if self._block.done():
             self._block.exception()  # consumed; a failed block just means: look again
+
+    async def _wait_then_claim(self, free: int) -> None:
+        """Waits with a claim of up to ``free`` jobs pipelined behind the pop (slots only free
+        up meanwhile, so it never overfills); stopping ends the wait early, and what the claim
+        took is still started (the shutdown then finishes or hands it back)."""
+        assert self._client is not None and self._waiter is not None
+        s = self.settings
+        call = self.shards[0].claim(self.id, free, s.lease_ms, s.batch_limit)
+        waiting = asyncio.ensure_future(self._waiter.block_then(call))
+        stop = asyncio.ensure_future(self._stopping.wait())
+        # Redis ends the BZPOPMIN itself after idle_block; the local bound is only a backstop.
+        await asyncio.wait({waiting, stop}, timeout=s.idle_block + 5, return_when="FIRST_COMPLETED")
+        stop.cancel()
+        if not waiting.done():
+            await self._waiter.unblock(waiting)
+        if waiting.cancelled():
+            return
+        try:
+            raw = waiting.result()
+        except redis.ResponseError as exc:  # the pop or CLIENT ID refused (an ACL, a proxy)
+            log.warning("waiting with a pipelined claim failed (%s); using plain waits", exc)
+            self._waiter = None
+            return
+        result = call.parse(raw) if raw is not None else await call.arun(self._client)
+        await self._took(0, result, free)
 
     async def _cancel_block(self) -> None:
         """Drops the outstanding `BZPOPMIN` (a busy worker must not swallow wake markers meant

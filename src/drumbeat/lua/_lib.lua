@@ -195,20 +195,27 @@ local function take_all(k, c, ids, specs, states)
   local n = #ids
   if n == 0 then return end
   local token = redis.call('INCRBY', k.fence, n) - n
+  -- What is written goes out in one call per key (see call_many), not three calls per item.
+  local state, owners, leases = {}, {}, {}
+  local out = c.out
   for i, id in ipairs(ids) do
     local s = states[i]
     s.attempt = s.attempt + 1
-    redis.call('HSET', k.state, id, format_state(s))
-    redis.call('HSET', k.owners, id, string.format('%d|%s|%d', token + i, c.worker, c.now))
-    redis.call('ZADD', k.leases, c.now + c.lease_ms, id)
+    state[2 * i - 1], state[2 * i] = id, format_state(s)
+    owners[2 * i - 1] = id
+    owners[2 * i] = string.format('%d|%s|%d', token + i, c.worker, c.now)
+    leases[2 * i - 1], leases[2 * i] = c.now + c.lease_ms, id
     if s.attempt == 1 and run_schedule_id(id) then
       local run_due = tonumber(string.match(s.key, '^(%-?%d+):'))
       if run_due then c.lateness[#c.lateness + 1] = math.max(0, c.now - run_due) end
     end
-    for _, v in ipairs({id, specs[i], s.attempt, s.stalls, token + i, s.priority, s.key}) do
-      c.out[#c.out + 1] = v
-    end
+    local m = #out
+    out[m + 1], out[m + 2], out[m + 3], out[m + 4] = id, specs[i], s.attempt, s.stalls
+    out[m + 5], out[m + 6], out[m + 7] = token + i, s.priority, s.key
   end
+  call_many('HSET', k.state, state)
+  call_many('HSET', k.owners, owners)
+  call_many('ZADD', k.leases, leases)
 end
 
 -- Pops the best `limit` entries of `ready` (priority, then FIFO) and takes them.
