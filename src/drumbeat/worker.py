@@ -24,8 +24,9 @@ import redis
 import redis.asyncio as aredis
 
 from .app import check_server
-from .keys import Keys
+from .keys import Keys, bucket_of
 from .runner import Again, Bury, Done, Outcome, RunDone, Runner
+from .schedule import RUN_PREFIX, parse_record
 from .scripts import Call, Claimed, ClaimResult, Reaped, Scripts
 from .waiter import Waiter
 
@@ -80,6 +81,7 @@ class Worker:
         self._slot_free = asyncio.Event()
         self._flush_wanted = asyncio.Event()
         self._heartbeat_stop = threading.Event()
+        self._beat_once = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: aredis.Redis | None = None
         self._block: asyncio.Future[Any] | None = None
@@ -119,6 +121,8 @@ class Worker:
             self._waiter = Waiter(self._client, [self.shards[0].k.wake], self.settings.idle_block)
         heartbeat = threading.Thread(target=self._heartbeat, name="drumbeat-heartbeat", daemon=True)
         heartbeat.start()
+        # Registered (visible to `drumbeat status` and the reaper) before it claims anything.
+        await asyncio.to_thread(self._beat_once.wait, 5)
         flusher = asyncio.create_task(self._flusher(), name="drumbeat-flusher")
         maintenance = asyncio.create_task(self._maintenance(), name="drumbeat-maintenance")
         tasks = ", ".join(sorted(self.app.tasks)) or "none"
@@ -190,6 +194,8 @@ class Worker:
         s, took = self.settings, 0
         while True:
             self._clock_offset_ms = result.now_ms - int(time.time() * 1000)
+            if any(job.spec is None for job in result.jobs):
+                await self._fill_run_specs(shard, result.jobs)
             for job in result.jobs:
                 self._start(shard, job)
             took += len(result.jobs)
@@ -198,6 +204,27 @@ class Worker:
             # The claim stepped these buckets aside for a second: promote them now.
             call = self.shards[shard].promote_runs(result.buckets, self.id, free - took, s.lease_ms)
             result = await call.arun(self._client)
+
+    async def _fill_run_specs(self, shard: int, jobs: list[Claimed]) -> None:
+        """A schedule's run taken straight from its bucket carries no copy of its spec in
+        `jobs`; if it is claimed again (handed back, or its lease expired), its spec is read
+        from the schedule's record here."""
+        assert self._client is not None
+        runs = [j for j in jobs if j.spec is None and j.id.startswith(RUN_PREFIX)]
+        if not runs:
+            return
+        keys = self.shards[shard].k
+        async with self._client.pipeline(transaction=False) as pipe:
+            for job in runs:
+                schedule_id = job.id[len(RUN_PREFIX) :]
+                pipe.hget(keys.schedules(bucket_of(schedule_id)), schedule_id)
+            pipe.hgetall(keys.tasks)
+            *records, tasks = await pipe.execute()
+        for job, record in zip(runs, records, strict=True):
+            if record is not None:  # else the runner reports the run unreadable
+                parsed = parse_record(record)
+                name = tasks.get(b"#" + parsed.task_code.encode(), b"?")
+                job.spec = name + b"|" + parsed.spec
 
     async def _wait_for_work(self, free: int, now_ms: int, next_due_ms: int | None) -> None:
         """Waits until a job is enqueued (a marker on `wake`), the next item is due, or
@@ -392,6 +419,7 @@ class Worker:
                             self._loop.call_soon_threadsafe(self._lease_lost, lost)
                 except (redis.RedisError, OSError) as exc:
                     log.warning("lease renewal failed (%s); retrying", exc)
+                self._beat_once.set()
                 if self._heartbeat_stop.wait(interval):
                     return
         finally:

@@ -469,3 +469,30 @@ def test_due_runs_are_taken_by_priority_with_what_waits_in_ready(
     assert sorted(j.id for j in direct.jobs) == ["s:low0", "s:low1", "s:low2"]
     assert all(j.attempt == 1 and j.spec and j.spec.endswith(b"|[[],60]") for j in direct.jobs)
     assert r.zcard(app.keys.ready) == 0
+
+
+async def test_a_run_taken_from_its_bucket_runs_again_after_its_worker_died(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    seen: list[tuple[str, int]] = []
+
+    @app.task
+    async def check(keyword: str, price: int) -> None:
+        seen.append((keyword, price))
+
+    app.schedule("m", check, every=60, args=("switch", 30000))
+    _set_due(r, app, "m", _now_ms(r) - 10)
+    s = app.scripts
+    reported = s.claim("dead-worker", 5, 10_000, 100).run(r)
+    taken = s.promote_runs(reported.buckets, "dead-worker", 5, 10_000).run(r).jobs
+    assert [j.id for j in taken] == ["s:m"]
+    assert r.hget(app.keys.jobs, "s:m") is None, "taken straight from the bucket: no copy"
+    r.zadd(app.keys.leases, {"s:m": 1})  # its worker died
+    assert reap_call(app).run(r).requeued == 1
+    async with running_worker(app):
+        deadline = time.monotonic() + 5
+        while not seen and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+    assert seen == [("switch", 30000)], "its spec is read back from the schedule's record"
+    info = app.get_schedule("m")
+    assert info is not None and info.runs == 1 and info.failures == 0

@@ -85,6 +85,9 @@ end
 -- arguments in `jobs`, like a job; its state key is "<due>:<grid>:<gen>:<manual 0/1>".
 local RUN_PREFIX = 's:'
 local WHEEL_PREFIX = 'w:'
+-- A bucket a claim reports steps aside this long, so other workers do not promote it too;
+-- promoting re-scores its marker (and if the worker died, the bucket is due again then).
+local BUCKET_HOLD_MS = 1000
 
 local function run_schedule_id(member)
   if string.sub(member, 1, 2) == RUN_PREFIX then return string.sub(member, 3) end
@@ -104,13 +107,15 @@ local function wheel_add(due_key, wheel_key, bucket, id, due)
 end
 
 -- Scores the bucket's marker at its earliest due time, or drops it when nothing waits there.
+-- Returns the new score, or nil.
 local function wheel_settle(due_key, wheel_key, bucket)
   local head = redis.call('ZRANGE', wheel_key, 0, 0, 'WITHSCORES')
   if head[2] then
     redis.call('ZADD', due_key, head[2], WHEEL_PREFIX .. bucket)
-  else
-    redis.call('ZREM', due_key, WHEEL_PREFIX .. bucket)
+    return tonumber(head[2])
   end
+  redis.call('ZREM', due_key, WHEEL_PREFIX .. bucket)
+  return nil
 end
 
 -- A schedule's record (see schedule.py), kept under 64 bytes for a typical monitor so its
@@ -216,6 +221,19 @@ local function take_all(k, c, ids, specs, states)
   call_many('HSET', k.state, state)
   call_many('HSET', k.owners, owners)
   call_many('ZADD', k.leases, leases)
+end
+
+-- Puts `ids` in `ready` by priority with their states (and specs, if given), one call per key.
+local function queue_all(k, ids, specs, states)
+  local state, ready, jobs = {}, {}, {}
+  for i, id in ipairs(ids) do
+    state[2 * i - 1], state[2 * i] = id, format_state(states[i])
+    ready[2 * i - 1], ready[2 * i] = ready_score(states[i].priority, states[i].seq), id
+    if specs then jobs[2 * i - 1], jobs[2 * i] = id, specs[i] end
+  end
+  call_many('HSET', k.state, state)
+  call_many('ZADD', k.ready, ready)
+  call_many('HSET', k.jobs, jobs)
 end
 
 -- Pops the best `limit` entries of `ready` (priority, then FIFO) and takes them.

@@ -19,10 +19,6 @@ local k = {ready = KEYS[1], jobs = KEYS[3], state = KEYS[4], owners = KEYS[5],
            leases = KEYS[6], fence = KEYS[7]}
 local c = {worker = ARGV[1], now = now, lease_ms = tonumber(ARGV[3]),
            out = {now, -1, buckets}, lateness = {}}
--- A reported bucket's marker steps aside this long, so other workers do not promote the same
--- bucket meanwhile; promoting re-scores it (and if the worker died, it is due again then).
-local BUCKET_HOLD_MS = 1000
-
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
 local members, held = {}, {}
 for _, member in ipairs(due) do
@@ -43,16 +39,16 @@ if #members > 0 then
   local raw = redis.call('HMGET', KEYS[4], unpack(members))
   local seq = redis.call('INCRBY', KEYS[8], #members) - #members
   local states = {}
-  for i, member in ipairs(members) do
+  for i = 1, #members do
     states[i] = parse_state(raw[i])
     states[i].seq = seq + i
-    if not direct then
-      redis.call('HSET', KEYS[4], member, format_state(states[i]))
-      redis.call('ZADD', KEYS[1], ready_score(states[i].priority, states[i].seq), member)
-    end
   end
   redis.call('ZREM', KEYS[2], unpack(members))
-  if direct then take_all(k, c, members, redis.call('HMGET', KEYS[3], unpack(members)), states) end
+  if direct then
+    take_all(k, c, members, redis.call('HMGET', KEYS[3], unpack(members)), states)
+  else
+    queue_all(k, members, nil, states)
+  end
 end
 if not direct then pop_ready(k, c, limit) end
 record_lateness(KEYS[10], now, c.lateness)

@@ -12,50 +12,75 @@
 --          <next grid ms>|<next due ms>|<bucket>|<error text, may hold anything>"
 -- Returns one integer per run: 1 settled, 0 refused (lease lost)
 local out = {}
-local earliest
-local marks = {}
+local runs, members = {}, {}
 for i, packed in ipairs(ARGV) do
   local member, token, outcome, ms, gen, grid, due, bucket, err = string.match(packed,
     '^([^|]+)|(%d+)|(%a+)|(%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%d+)|(.*)$')
-  local owner = member and redis.call('HGET', KEYS[3], member)
-  if owner and string.match(owner, '^(%d+)|') == token then
-    local wheel_key, schedules_key = KEYS[6 + 2 * i], KEYS[7 + 2 * i]
-    redis.call('HDEL', KEYS[3], member)
-    redis.call('ZREM', KEYS[2], member)
-    redis.call('HDEL', KEYS[4], member)
-    redis.call('HDEL', KEYS[7], member)
-    local id = run_schedule_id(member)
-    local s = id and parse_schedule(redis.call('HGET', schedules_key, id))
-    if s then
-      if outcome == 'skip' then
-        s.misfires = s.misfires + 1
-      else
-        s.runs = s.runs + 1
-        s.last_start = tonumber(string.match(owner, '|(%d+)$')) or 0
-        s.last_ms = tonumber(ms)
-        if outcome == 'fail' then
-          s.failures = s.failures + 1
-          redis.call('HSET', KEYS[5], id, err)
-        end
-      end
-      local next_due = s.grid
-      if s.gen == tonumber(gen) then s.grid, next_due = tonumber(grid), tonumber(due) end
-      redis.call('HSET', schedules_key, id, format_schedule(s))
-      if not s.paused then
-        redis.call('ZADD', wheel_key, next_due, id)
-        if not marks[bucket] or next_due < marks[bucket] then marks[bucket] = next_due end
-        if not earliest or next_due < earliest then earliest = next_due end
-      end
-    end
+  runs[i] = {member = member, token = token, outcome = outcome, ms = ms, gen = tonumber(gen),
+             grid = tonumber(grid), due = tonumber(due), bucket = bucket, err = err}
+  members[i] = member or ''
+end
+
+-- Fencing, then the run's bookkeeping dropped: one call per key for the whole batch.
+local owners = redis.call('HMGET', KEYS[3], unpack(members))
+local settled, buckets = {}, {}
+for i, run in ipairs(runs) do
+  local owner = owners[i]
+  if run.member and owner and string.match(owner, '^(%d+)|') == run.token then
     out[i] = 1
+    run.started = tonumber(string.match(owner, '|(%d+)$')) or 0
+    settled[#settled + 1] = run.member
+    local group = buckets[run.bucket]
+    if not group then
+      group = {wheel = KEYS[6 + 2 * i], schedules = KEYS[7 + 2 * i], runs = {}}
+      buckets[run.bucket] = group
+    end
+    group.runs[#group.runs + 1] = run
   else
     out[i] = 0
   end
 end
--- One marker update per bucket (runs of one bucket fall due, and end, together).
-for bucket, due in pairs(marks) do
-  redis.call('ZADD', KEYS[1], 'LT', due, WHEEL_PREFIX .. bucket)
+call_many('HDEL', KEYS[3], settled)
+call_many('ZREM', KEYS[2], settled)
+call_many('HDEL', KEYS[4], settled)
+call_many('HDEL', KEYS[7], settled)
+
+-- Totals and next runs, bucket by bucket (a bucket's runs fall due, and end, together).
+local faults, earliest = {}, nil
+for bucket, group in pairs(buckets) do
+  local ids = {}
+  for j, run in ipairs(group.runs) do ids[j] = run_schedule_id(run.member) end
+  local records = redis.call('HMGET', group.schedules, unpack(ids))
+  local writes, waits, first = {}, {}, nil
+  for j, run in ipairs(group.runs) do
+    local s = parse_schedule(records[j])
+    if s then
+      if run.outcome == 'skip' then
+        s.misfires = s.misfires + 1
+      else
+        s.runs, s.last_start, s.last_ms = s.runs + 1, run.started, tonumber(run.ms)
+        if run.outcome == 'fail' then
+          s.failures = s.failures + 1
+          faults[#faults + 1], faults[#faults + 2] = ids[j], run.err
+        end
+      end
+      local next_due = s.grid
+      if s.gen == run.gen then s.grid, next_due = run.grid, run.due end
+      writes[#writes + 1], writes[#writes + 2] = ids[j], format_schedule(s)
+      if not s.paused then
+        waits[#waits + 1], waits[#waits + 2] = next_due, ids[j]
+        if not first or next_due < first then first = next_due end
+      end
+    end
+  end
+  call_many('HSET', group.schedules, writes)
+  if first then
+    call_many('ZADD', group.wheel, waits)
+    redis.call('ZADD', KEYS[1], 'LT', first, WHEEL_PREFIX .. bucket)
+    if not earliest or first < earliest then earliest = first end
+  end
 end
+call_many('HSET', KEYS[5], faults)
 -- One check per batch: wake a worker if a bucket now heads `due` at one of these runs' times
 -- (idle workers sleep until the earliest due time they saw).
 if earliest then

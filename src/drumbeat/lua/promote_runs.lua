@@ -1,12 +1,11 @@
 -- Takes the due runs out of some schedule buckets (a claim reported the buckets; it cannot open
 -- them itself, since their keys were not known before it ran) and claims up to `limit` runs for
--- this worker: straight from the buckets when nothing waits in `ready` and they all fit (the
--- same result as queue-then-pop, without the detour), else through `ready`, where priority
--- decides; the rest wait there for any worker. Each run gets its state (due time, grid slot,
--- generation) and a copy of its task name and arguments in `jobs`, so from here on it is
--- leased, fenced, reaped and claimed like a job. A schedule is out of its bucket while its run
--- is queued or in flight, so it cannot run twice at once. Each bucket's marker in `due` is
--- re-scored at its new earliest due time.
+-- this worker: straight from the buckets when nothing waits in `ready` (the same result as
+-- queue-then-pop, without the detour), else through `ready`, where priority decides; the rest
+-- wait there for any worker. Each run gets its state (due time, grid slot, generation), so from
+-- here on it is leased, fenced, reaped and claimed like a job. A schedule is out of its bucket
+-- while its run is queued or in flight, so it cannot run twice at once. Each bucket's marker in
+-- `due` is re-scored at its new earliest due time.
 --
 -- KEYS[1] due (zset)     KEYS[2] ready (zset)   KEYS[3] jobs (hash)    KEYS[4] state (hash)
 -- KEYS[5] seq (string)   KEYS[6] wake (zset)    KEYS[7] tasks (hash)   KEYS[8] owners (hash)
@@ -27,8 +26,10 @@ local function task_name(code)
   return names[code]
 end
 
--- Every due run of the given buckets, out of its bucket.
+-- Every due run of the given buckets, out of its bucket. `early`: a marker now comes due
+-- before the hold other workers saw when the claim reported it, so they must look again.
 local ids, specs, states = {}, {}, {}
+local early = false
 for i = 1, #ARGV - 3 do
   local bucket = ARGV[3 + i]
   local wheel_key, schedules_key = KEYS[10 + 2 * i], KEYS[11 + 2 * i]
@@ -48,24 +49,42 @@ for i = 1, #ARGV - 3 do
     end
     redis.call('ZREM', wheel_key, unpack(found))
   end
-  wheel_settle(KEYS[1], wheel_key, bucket)
+  local next_due = wheel_settle(KEYS[1], wheel_key, bucket)
+  if next_due and next_due < now + BUCKET_HOLD_MS then early = true end
 end
 
 if #ids > 0 then
-  local direct = #ids <= limit and redis.call('ZCARD', KEYS[2]) == 0
   local seq = redis.call('INCRBY', KEYS[5], #ids) - #ids
-  for i, id in ipairs(ids) do
-    states[i].seq = seq + i
-    redis.call('HSET', KEYS[3], id, specs[i])
-    if not direct then
-      redis.call('HSET', KEYS[4], id, format_state(states[i]))
-      redis.call('ZADD', KEYS[2], ready_score(states[i].priority, states[i].seq), id)
+  for i = 1, #ids do states[i].seq = seq + i end
+  if redis.call('ZCARD', KEYS[2]) == 0 then
+    -- Nothing else waits: the best `limit` runs (priority, then order) are taken at once, the
+    -- same result as queue-then-pop; only the rest are queued, with a copy of their spec for
+    -- whoever claims them (a run taken here has none: see Worker._fill_run_specs).
+    local order = {}
+    for i = 1, #ids do order[i] = i end
+    table.sort(order, function(a, b)
+      if states[a].priority ~= states[b].priority then
+        return states[a].priority > states[b].priority
+      end
+      return a < b
+    end)
+    local take = {{}, {}, {}}
+    local rest = {{}, {}, {}}
+    for n, i in ipairs(order) do
+      local into = n <= limit and take or rest
+      local m = #into[1] + 1
+      into[1][m], into[2][m], into[3][m] = ids[i], specs[i], states[i]
     end
+    take_all(k, c, take[1], take[2], take[3])
+    queue_all(k, rest[1], rest[2], rest[3])
+  else
+    queue_all(k, ids, specs, states)
+    pop_ready(k, c, limit)
   end
-  if direct then take_all(k, c, ids, specs, states) else pop_ready(k, c, limit) end
   record_lateness(KEYS[11], now, c.lateness)
-  if redis.call('ZCARD', KEYS[2]) > 0 then wake(KEYS[6]) end
+  if redis.call('ZCARD', KEYS[2]) > 0 then early = true end
 end
+if early then wake(KEYS[6]) end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[2] then c.out[2] = tonumber(head[2]) end
 return c.out
