@@ -81,8 +81,10 @@ end
 -- small, so Redis stores them as listpacks, a few bytes per entry where a member of one big
 -- sorted set costs ~120 B. `due` holds one marker "w:<b>" per bucket with waiting schedules,
 -- scored at or before the bucket's earliest due time (early is harmless: promoting settles it).
--- A run in flight is "s:<id>" in `ready`/`leases`/`state`, with a copy of its task name and
--- arguments in `jobs`, like a job; its state key is "<due>:<grid>:<gen>:<manual 0/1>".
+-- A run in flight is "s:<id>" in `ready`/`leases`/`state`, like a job, with a copy of its task
+-- name and arguments in `jobs` while it waits in `ready` (a run taken straight from its bucket
+-- has none: a worker that claims it again reads its record); its state key is
+-- "<due>:<grid>:<gen>:<manual 0/1>".
 local RUN_PREFIX = 's:'
 local WHEEL_PREFIX = 'w:'
 -- A bucket a claim reports steps aside this long, so other workers do not promote it too;
