@@ -109,6 +109,8 @@ class ClaimResult:
     next_due_ms: int | None
     buckets: list[int]
     """Schedule buckets with due runs, for `Scripts.promote_runs`."""
+    upcoming: list[int]
+    """Schedule buckets heading `due`, for the next claim to take their runs itself."""
     jobs: list[Claimed]
 
 
@@ -123,11 +125,12 @@ def _parse_claim(raw: Any) -> ClaimResult:
             priority=int(raw[i + 5]),
             extra=_str(raw[i + 6]),
         )
-        for i in range(3, len(raw), 7)
+        for i in range(4, len(raw), 7)
     ]
     next_due = int(raw[1])
     buckets = [int(b) for b in raw[2]]
-    return ClaimResult(int(raw[0]), None if next_due < 0 else next_due, buckets, jobs)
+    upcoming = [int(b) for b in raw[3]]
+    return ClaimResult(int(raw[0]), None if next_due < 0 else next_due, buckets, upcoming, jobs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,11 +177,17 @@ class Scripts:
         keys = [k.ready, k.due, k.jobs, k.state, k.uniq, k.seq, k.wake]
         return Call("enqueue", keys, groups, _parse_enqueue)
 
-    def claim(self, worker: str, limit: int, lease_ms: int, promote: int) -> Call[ClaimResult]:
+    def claim(
+        self, worker: str, limit: int, lease_ms: int, promote: int, buckets: Sequence[int] = ()
+    ) -> Call[ClaimResult]:
+        """``buckets``: schedule buckets whose due runs this claim takes (`upcoming` of the
+        last reply)."""
         k = self.k
         keys = [k.ready, k.due, k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.wake]
-        keys += [k.lateness]
-        return Call("claim", keys, [worker, limit, lease_ms, promote], _parse_claim)
+        keys += [k.lateness, k.tasks]
+        for bucket in buckets:
+            keys += [k.wheel(bucket), k.schedules(bucket)]
+        return Call("claim", keys, [worker, limit, lease_ms, promote, *buckets], _parse_claim)
 
     def complete(self, items: Sequence[tuple[str, int, bytes, int, str]]) -> Call[list[int]]:
         """Items are (id, token, outcome, ttl_ms, dedup key as claimed: `Claimed.extra`)."""

@@ -86,6 +86,9 @@ class Worker:
         self._client: aredis.Redis | None = None
         self._block: asyncio.Future[Any] | None = None
         self._waiter: Waiter | None = None
+        # Per shard: the schedule buckets heading `due` at the last reply; the next claim takes
+        # their runs itself (see claim.lua).
+        self._upcoming: dict[int, list[int]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -176,7 +179,9 @@ class Worker:
         self._next_shard = (start + 1) % n
         for i in range(n):
             shard = (start + i) % n
-            call = self.shards[shard].claim(self.id, free - claimed, s.lease_ms, s.batch_limit)
+            call = self.shards[shard].claim(
+                self.id, free - claimed, s.lease_ms, s.batch_limit, self._upcoming.get(shard, ())
+            )
             took, result = await self._took(shard, await call.arun(self._client), free - claimed)
             claimed += took
             now_ms = result.now_ms
@@ -194,6 +199,7 @@ class Worker:
         s, took = self.settings, 0
         while True:
             self._clock_offset_ms = result.now_ms - int(time.time() * 1000)
+            self._upcoming[shard] = result.upcoming
             if any(job.spec is None for job in result.jobs):
                 await self._fill_run_specs(shard, result.jobs)
             for job in result.jobs:
@@ -266,7 +272,9 @@ class Worker:
         took is still started (the shutdown then finishes or hands it back)."""
         assert self._client is not None and self._waiter is not None
         s = self.settings
-        call = self.shards[0].claim(self.id, free, s.lease_ms, s.batch_limit)
+        call = self.shards[0].claim(
+            self.id, free, s.lease_ms, s.batch_limit, self._upcoming.get(0, ())
+        )
         waiting = asyncio.ensure_future(self._waiter.block_then(call))
         stop = asyncio.ensure_future(self._stopping.wait())
         # Redis ends the BZPOPMIN itself after idle_block; the local bound is only a backstop.

@@ -496,3 +496,19 @@ async def test_a_run_taken_from_its_bucket_runs_again_after_its_worker_died(
     assert seen == [("switch", 30000)], "its spec is read back from the schedule's record"
     info = app.get_schedule("m")
     assert info is not None and info.runs == 1 and info.failures == 0
+
+
+def test_a_claim_takes_the_runs_of_the_buckets_it_was_told_of(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    @app.task
+    def tick() -> None: ...
+
+    app.schedule("a", tick, every=60)
+    first = app.scripts.claim("w", 5, 10_000, 100).run(r)
+    assert bucket_of("a") in first.upcoming, "the reply names the buckets heading due"
+    _set_due(r, app, "a", _now_ms(r) - 10)
+    told = app.scripts.claim("w", 5, 10_000, 100, first.upcoming).run(r)
+    assert [j.id for j in told.jobs] == ["s:a"], "taken in the same call"
+    assert told.buckets == [], "nothing left to promote"
+    assert _due(r, app, "a") is None

@@ -90,6 +90,8 @@ local WHEEL_PREFIX = 'w:'
 -- A bucket a claim reports steps aside this long, so other workers do not promote it too;
 -- promoting re-scores its marker (and if the worker died, the bucket is due again then).
 local BUCKET_HOLD_MS = 1000
+-- How many buckets heading `due` a reply names for the worker's next claim.
+local UPCOMING = 32
 
 local function run_schedule_id(member)
   if string.sub(member, 1, 2) == RUN_PREFIX then return string.sub(member, 3) end
@@ -250,4 +252,76 @@ local function pop_ready(k, c, limit)
   local states = {}
   for i = 1, #ids do states[i] = parse_state(raw[i]) end
   take_all(k, c, ids, specs, states)
+end
+
+-- Takes the due runs out of schedule buckets ({number, wheel key, schedules key} each) and
+-- claims up to `limit` of them: straight from the buckets when nothing waits in `ready` (the
+-- same result as queue-then-pop, without the detour), else through `ready`, where priority
+-- decides; the rest wait in `ready` for any worker. `k` adds seq, tasks, due to the claim keys.
+-- Re-scores each bucket's marker; returns true when a worker should be woken (runs wait in
+-- `ready`, or a marker now comes due before the hold other workers saw).
+local function promote_buckets(k, c, buckets, limit)
+  local names, ids, specs, states, early = {}, {}, {}, {}, false
+  for _, b in ipairs(buckets) do
+    local due = redis.call('ZRANGEBYSCORE', b[2], '-inf', c.now, 'WITHSCORES')
+    if #due > 0 then
+      local found = {}
+      for j = 1, #due, 2 do found[#found + 1] = due[j] end
+      local records = redis.call('HMGET', b[3], unpack(found))
+      for j, id in ipairs(found) do
+        local s = parse_schedule(records[j])
+        if s and not s.paused then
+          if names[s.task] == nil then
+            names[s.task] = redis.call('HGET', k.tasks, '#' .. s.task) or '?'
+          end
+          ids[#ids + 1] = RUN_PREFIX .. id
+          specs[#ids] = names[s.task] .. '|' .. s.spec
+          states[#ids] = {attempt = 0, stalls = 0, priority = s.priority, seq = 0,
+                          key = string.format('%d:%d:%d:0', tonumber(due[j * 2]), s.grid, s.gen)}
+        end
+      end
+      redis.call('ZREM', b[2], unpack(found))
+    end
+    local next_due = wheel_settle(k.due, b[2], b[1])
+    if next_due and next_due < c.now + BUCKET_HOLD_MS then early = true end
+  end
+  if #ids == 0 then return early end
+  local seq = redis.call('INCRBY', k.seq, #ids) - #ids
+  for i = 1, #ids do states[i].seq = seq + i end
+  if redis.call('ZCARD', k.ready) == 0 then
+    -- The best `limit` (priority, then order) at once; only the rest are queued, with a copy
+    -- of their spec for whoever claims them (a run taken here has none: a worker that claims
+    -- it again reads its record).
+    local order = {}
+    for i = 1, #ids do order[i] = i end
+    table.sort(order, function(a, b)
+      if states[a].priority ~= states[b].priority then
+        return states[a].priority > states[b].priority
+      end
+      return a < b
+    end)
+    local take, rest = {{}, {}, {}}, {{}, {}, {}}
+    for n, i in ipairs(order) do
+      local into = n <= limit and take or rest
+      local m = #into[1] + 1
+      into[1][m], into[2][m], into[3][m] = ids[i], specs[i], states[i]
+    end
+    take_all(k, c, take[1], take[2], take[3])
+    queue_all(k, rest[1], rest[2], rest[3])
+  else
+    queue_all(k, ids, specs, states)
+    pop_ready(k, c, limit)
+  end
+  return early or redis.call('ZCARD', k.ready) > 0
+end
+
+-- The buckets whose markers head `due` (up to `n`): a worker passes them to its next claim,
+-- which then takes their runs itself instead of reporting them (one call per cycle, not two).
+local function upcoming_buckets(due_key, n)
+  local out = {}
+  for _, member in ipairs(redis.call('ZRANGE', due_key, 0, n - 1)) do
+    local bucket = wheel_bucket(member)
+    if bucket then out[#out + 1] = bucket end
+  end
+  return out
 end
