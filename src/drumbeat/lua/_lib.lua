@@ -260,7 +260,9 @@ end
 -- decides; the rest wait in `ready` for any worker. `k` adds seq, tasks, due to the claim keys.
 -- Re-scores each bucket's marker; returns true when a worker should be woken (runs wait in
 -- `ready`, or a marker now comes due before the hold other workers saw).
-local function promote_buckets(k, c, buckets, limit)
+-- `held`: the claim stepped these buckets' markers aside, so each is re-scored even when none
+-- of its runs is due yet (a bucket merely passed along keeps its marker as it is).
+local function promote_buckets(k, c, buckets, limit, held)
   local names, ids, specs, states, early = {}, {}, {}, {}, false
   for _, b in ipairs(buckets) do
     local due = redis.call('ZRANGEBYSCORE', b[2], '-inf', c.now, 'WITHSCORES')
@@ -282,8 +284,10 @@ local function promote_buckets(k, c, buckets, limit)
       end
       redis.call('ZREM', b[2], unpack(found))
     end
-    local next_due = wheel_settle(k.due, b[2], b[1])
-    if next_due and next_due < c.now + BUCKET_HOLD_MS then early = true end
+    if held or #due > 0 then
+      local next_due = wheel_settle(k.due, b[2], b[1])
+      if next_due and next_due < c.now + BUCKET_HOLD_MS then early = true end
+    end
   end
   if #ids == 0 then return early end
   local seq = redis.call('INCRBY', k.seq, #ids) - #ids

@@ -60,7 +60,7 @@ if #members > 0 then
   end
 end
 if not direct then pop_ready(k, c, limit) end
-local early = #passed > 0 and promote_buckets(k, c, passed, limit - (#c.out - 4) / 7)
+local early = #passed > 0 and promote_buckets(k, c, passed, limit - (#c.out - 4) / 7, false)
 record_lateness(KEYS[10], now, c.lateness)
 
 -- One marker woke this worker; pass it on so work left behind does not wait for a timeout.

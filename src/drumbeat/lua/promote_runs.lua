@@ -21,7 +21,7 @@ local c = {worker = ARGV[1], now = now, lease_ms = tonumber(ARGV[3]),
            out = {now, -1, {}, {}}, lateness = {}}
 local buckets = {}
 for i = 1, #ARGV - 3 do buckets[i] = {ARGV[3 + i], KEYS[10 + 2 * i], KEYS[11 + 2 * i]} end
-if promote_buckets(k, c, buckets, tonumber(ARGV[2])) then wake(KEYS[6]) end
+if promote_buckets(k, c, buckets, tonumber(ARGV[2]), true) then wake(KEYS[6]) end
 record_lateness(KEYS[11], now, c.lateness)
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[2] then c.out[2] = tonumber(head[2]) end
