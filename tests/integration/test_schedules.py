@@ -505,8 +505,10 @@ def test_a_claim_takes_the_runs_of_the_buckets_it_was_told_of(
     def tick() -> None: ...
 
     app.schedule("a", tick, every=60)
+    assert bucket_of("a") not in app.scripts.claim("w", 5, 10_000, 100).run(r).upcoming
+    _set_due(r, app, "a", _now_ms(r) + 50)
     first = app.scripts.claim("w", 5, 10_000, 100).run(r)
-    assert bucket_of("a") in first.upcoming, "the reply names the buckets heading due"
+    assert bucket_of("a") in first.upcoming, "the reply names the buckets due soon"
     _set_due(r, app, "a", _now_ms(r) - 10)
     told = app.scripts.claim("w", 5, 10_000, 100, first.upcoming).run(r)
     assert [j.id for j in told.jobs] == ["s:a"], "taken in the same call"

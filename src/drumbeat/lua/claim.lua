@@ -67,5 +67,5 @@ record_lateness(KEYS[10], now, c.lateness)
 if early or redis.call('ZCARD', KEYS[1]) > 0 then wake(KEYS[9]) end
 local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if head[2] then c.out[2] = tonumber(head[2]) end
-c.out[4] = upcoming_buckets(KEYS[2], UPCOMING)
+c.out[4] = upcoming_buckets(KEYS[2], now)
 return c.out

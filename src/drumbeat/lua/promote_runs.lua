@@ -25,5 +25,5 @@ if promote_buckets(k, c, buckets, tonumber(ARGV[2]), true) then wake(KEYS[6]) en
 record_lateness(KEYS[11], now, c.lateness)
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[2] then c.out[2] = tonumber(head[2]) end
-c.out[4] = upcoming_buckets(KEYS[1], UPCOMING)
+c.out[4] = upcoming_buckets(KEYS[1], now)
 return c.out
