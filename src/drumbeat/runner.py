@@ -136,14 +136,12 @@ class Runner:
             return RunDone(outcome, duration, gen, nxt[0], nxt[1], error)
 
         not_run = self._not_run(job, due, start_ms, cadence.grace_ms)
-        task = None
-        if not_run is None:
-            try:
-                task = self.app.get_task(task_name.decode())
-            except UnknownTask as exc:  # keeps its cadence: the task may be deployed later
-                not_run = ("fail", str(exc))
-        if task is None:
-            return next_slot(*(not_run or ("fail", "no task")))
+        if not_run is not None:
+            return next_slot(*not_run)
+        try:
+            task = self.app.get_task(task_name.decode())
+        except UnknownTask as exc:  # keeps its cadence: the task may be deployed later
+            return next_slot("fail", str(exc))
         ctx = Context(job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
                       schedule_id, due)  # fmt: skip
         token = _current.set(ctx)

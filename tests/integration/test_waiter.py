@@ -9,6 +9,7 @@ import pytest
 import redis.asyncio as aredis
 
 import drumbeat
+from drumbeat.scripts import Call, ClaimResult
 from drumbeat.waiter import Waiter
 
 
@@ -19,62 +20,58 @@ async def client(redis_url: str) -> AsyncIterator[aredis.Redis]:
     await c.aclose()
 
 
-async def test_the_claim_runs_as_soon_as_a_job_is_enqueued(
-    app: drumbeat.App, client: aredis.Redis
-) -> None:
+@pytest.fixture
+async def waiter(app: drumbeat.App, client: aredis.Redis) -> AsyncIterator[Waiter]:
+    w = Waiter(client, [app.keys.wake], idle_block=20)  # a pop far longer than any test waits
+    yield w
+    await w.aclose()
+
+
+@pytest.fixture
+def work(app: drumbeat.App) -> drumbeat.Task[[], None]:
     @app.task
     async def work() -> None: ...
 
-    waiter = Waiter(client, [app.keys.wake], idle_block=20)
-    claim = app.scripts.claim("worker-x", 5, 10_000, 100)
+    return work
+
+
+@pytest.fixture
+def claim(app: drumbeat.App) -> Call[ClaimResult]:
+    return app.scripts.claim("worker-x", 5, 10_000, 100)
+
+
+async def test_the_claim_runs_as_soon_as_a_job_is_enqueued(
+    client: aredis.Redis, waiter: Waiter, work: drumbeat.Task[[], None], claim: Call[ClaimResult]
+) -> None:
     await claim.arun(client)  # loads the script (the wait's EVALSHA does not)
-    try:
-        waiting = asyncio.ensure_future(waiter.block_then(claim))
-        await asyncio.sleep(0.2)
-        assert not waiting.done()
-        job = await work.aenqueue()
-        raw = await asyncio.wait_for(waiting, 10)  # long before the pop's 20 s
-        assert [j.id for j in claim.parse(raw).jobs] == [job.id]
-    finally:
-        await waiter.aclose()
+    waiting = asyncio.ensure_future(waiter.block_then(claim))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    job = await work.aenqueue()
+    raw = await asyncio.wait_for(waiting, 10)  # long before the pop's 20 s
+    assert [j.id for j in claim.parse(raw).jobs] == [job.id]
 
 
 async def test_unblocking_still_reads_the_claim_and_keeps_the_connection_in_step(
-    app: drumbeat.App, client: aredis.Redis
+    client: aredis.Redis, waiter: Waiter, work: drumbeat.Task[[], None], claim: Call[ClaimResult]
 ) -> None:
-    @app.task
-    async def work() -> None: ...
-
-    waiter = Waiter(client, [app.keys.wake], idle_block=20)
-    claim = app.scripts.claim("worker-x", 5, 10_000, 100)
     await claim.arun(client)
-    try:
-        waiting = asyncio.ensure_future(waiter.block_then(claim))
-        await asyncio.sleep(0.2)
-        await asyncio.wait_for(waiter.unblock(waiting), 10)
-        assert claim.parse(waiting.result()).jobs == []
-        again = asyncio.ensure_future(waiter.block_then(claim))
-        job = await work.aenqueue()
-        raw = await asyncio.wait_for(again, 10)
-        assert [j.id for j in claim.parse(raw).jobs] == [job.id]
-    finally:
-        await waiter.aclose()
+    waiting = asyncio.ensure_future(waiter.block_then(claim))
+    await asyncio.sleep(0.2)
+    await asyncio.wait_for(waiter.unblock(waiting), 10)
+    assert claim.parse(waiting.result()).jobs == []
+    again = asyncio.ensure_future(waiter.block_then(claim))
+    job = await work.aenqueue()
+    raw = await asyncio.wait_for(again, 10)
+    assert [j.id for j in claim.parse(raw).jobs] == [job.id]
 
 
 async def test_a_flushed_script_is_reported_not_lost(
-    app: drumbeat.App, client: aredis.Redis
+    client: aredis.Redis, waiter: Waiter, work: drumbeat.Task[[], None], claim: Call[ClaimResult]
 ) -> None:
-    @app.task
-    async def work() -> None: ...
-
-    waiter = Waiter(client, [app.keys.wake], idle_block=20)
-    claim = app.scripts.claim("worker-x", 5, 10_000, 100)
-    try:
-        await client.script_flush()
-        waiting = asyncio.ensure_future(waiter.block_then(claim))
-        await asyncio.sleep(0.2)
-        job = await work.aenqueue()
-        assert await asyncio.wait_for(waiting, 10) is None, "NOSCRIPT: the caller claims again"
-        assert [j.id for j in (await claim.arun(client)).jobs] == [job.id]
-    finally:
-        await waiter.aclose()
+    await client.script_flush()
+    waiting = asyncio.ensure_future(waiter.block_then(claim))
+    await asyncio.sleep(0.2)
+    job = await work.aenqueue()
+    assert await asyncio.wait_for(waiting, 10) is None, "NOSCRIPT: the caller claims again"
+    assert [j.id for j in (await claim.arun(client)).jobs] == [job.id]

@@ -50,11 +50,23 @@ local function call_many(cmd, key, items)
   end
 end
 
+-- True when `owner` (an `owners` value, or nil) records the claim with fencing token `token`.
+local function holds(owner, token)
+  return owner ~= nil and owner ~= false and token ~= nil
+    and string.match(owner, '^(%d+)|') == token
+end
+
 -- True when `token` is the fencing token of the claim that currently owns `id`.
 local function owns(owners_key, id, token)
-  local owner = redis.call('HGET', owners_key, id)
-  if not owner then return false end
-  return string.match(owner, '^(%d+)|') == token
+  return holds(redis.call('HGET', owners_key, id), token)
+end
+
+-- Forgets settled claims: their owners, leases, specs and states, one call per key.
+local function drop_claims(owners_key, leases_key, jobs_key, state_key, ids)
+  call_many('HDEL', owners_key, ids)
+  call_many('ZREM', leases_key, ids)
+  call_many('HDEL', jobs_key, ids)
+  call_many('HDEL', state_key, ids)
 end
 
 -- Drops the dedup key a finished job holds, unless another job has taken it since.

@@ -30,12 +30,12 @@ local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumb
 local members, held = {}, {}
 for _, member in ipairs(due) do
   local bucket = wheel_bucket(member)
-  if bucket and is_passed[bucket] then
-    -- taken below
-  elseif bucket then
-    buckets[#buckets + 1] = bucket
-    held[#held + 1] = now + BUCKET_HOLD_MS
-    held[#held + 1] = member
+  if bucket then
+    if not is_passed[bucket] then  -- a passed bucket's runs are taken below
+      buckets[#buckets + 1] = bucket
+      held[#held + 1] = now + BUCKET_HOLD_MS
+      held[#held + 1] = member
+    end
   else
     members[#members + 1] = member
   end

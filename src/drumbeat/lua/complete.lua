@@ -21,7 +21,7 @@ local owners = redis.call('HMGET', KEYS[2], unpack(ids))
 local acked, results, expiries = {}, {}, {}
 for i = 1, n do
   local owner = owners[i]
-  if tokens[i] and owner and string.match(owner, '^(%d+)|') == tokens[i] then
+  if holds(owner, tokens[i]) then
     local id, ttl_ms = ids[i], ttls[i]
     release_key(KEYS[5], id, dedup[i])
     acked[#acked + 1] = id
@@ -39,10 +39,7 @@ for i = 1, n do
     out[i] = 0
   end
 end
-call_many('HDEL', KEYS[2], acked)
-call_many('ZREM', KEYS[1], acked)
-call_many('HDEL', KEYS[3], acked)
-call_many('HDEL', KEYS[4], acked)
+drop_claims(KEYS[2], KEYS[1], KEYS[3], KEYS[4], acked)
 call_many('HSET', KEYS[6], results)
 call_many('ZADD', KEYS[7], expiries)
 return out

@@ -26,7 +26,7 @@ local owners = redis.call('HMGET', KEYS[3], unpack(members))
 local settled, buckets = {}, {}
 for i, run in ipairs(runs) do
   local owner = owners[i]
-  if run.member and owner and string.match(owner, '^(%d+)|') == run.token then
+  if run.member and holds(owner, run.token) then
     out[i] = 1
     run.started = tonumber(string.match(owner, '|(%d+)$')) or 0
     settled[#settled + 1] = run.member
@@ -40,10 +40,7 @@ for i, run in ipairs(runs) do
     out[i] = 0
   end
 end
-call_many('HDEL', KEYS[3], settled)
-call_many('ZREM', KEYS[2], settled)
-call_many('HDEL', KEYS[4], settled)
-call_many('HDEL', KEYS[7], settled)
+drop_claims(KEYS[3], KEYS[2], KEYS[7], KEYS[4], settled)
 
 -- Totals and next runs, bucket by bucket (a bucket's runs fall due, and end, together).
 local faults, earliest = {}, nil
