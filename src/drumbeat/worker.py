@@ -25,6 +25,7 @@ import redis.asyncio as aredis
 
 from .app import check_server
 from .keys import Keys, bucket_of
+from .link import Link
 from .runner import Again, Bury, Done, Outcome, RunDone, Runner
 from .schedule import RUN_PREFIX, parse_record
 from .scripts import Call, Claimed, ClaimResult, Reaped, Scripts
@@ -86,6 +87,10 @@ class Worker:
         self._client: aredis.Redis | None = None
         self._block: asyncio.Future[Any] | None = None
         self._waiter: Waiter | None = None
+        # Hot-path connections: the claim loop's and the flusher's. (Acks sent with the next
+        # claim, in one write, made a drain slower: the claim then waits for them.)
+        self._link: Link | None = None
+        self._settle_link: Link | None = None
         # Per shard: the schedule buckets heading `due` at the last reply; the next claim takes
         # their runs itself (see claim.lua).
         self._upcoming: dict[int, list[int]] = {}
@@ -120,6 +125,7 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._client = self.app.new_async_client(socket_timeout=self.settings.idle_block + 10)
         await check_server(self._client)
+        self._link, self._settle_link = Link(self._client), Link(self._client)
         if len(self.shards) == 1:  # the pipelined wait claims from one shard
             self._waiter = Waiter(self._client, [self.shards[0].k.wake], self.settings.idle_block)
         heartbeat = threading.Thread(target=self._heartbeat, name="drumbeat-heartbeat", daemon=True)
@@ -140,6 +146,8 @@ class Worker:
             await self._deregister()
             if self._waiter is not None:
                 await self._waiter.aclose()
+            await self._link.aclose()
+            await self._settle_link.aclose()
             await self._client.aclose()
             self.executor.shutdown(wait=False, cancel_futures=True)
             log.info(
@@ -172,7 +180,7 @@ class Worker:
     async def _claim(self, free: int) -> tuple[int, int, int | None]:
         """Claims up to ``free`` items, shard after shard (starting at a rotating one, so no
         shard starves); returns (claimed, Redis now, earliest due time seen)."""
-        assert self._client is not None
+        assert self._link is not None
         s, n = self.settings, len(self.shards)
         claimed, now_ms, next_due = 0, 0, None
         start = self._next_shard
@@ -182,7 +190,8 @@ class Worker:
             call = self.shards[shard].claim(
                 self.id, free - claimed, s.lease_ms, s.batch_limit, self._upcoming.get(shard, ())
             )
-            took, result = await self._took(shard, await call.arun(self._client), free - claimed)
+            (result,) = await self._link.run([call])
+            took, result = await self._took(shard, result, free - claimed)
             claimed += took
             now_ms = result.now_ms
             if result.next_due_ms is not None:
@@ -195,7 +204,7 @@ class Worker:
         """Starts what a claim took; takes the runs of the due schedule buckets it reported
         (as many as there are free slots; the rest wait in `ready`). Returns (started, the
         last reply)."""
-        assert self._client is not None
+        assert self._link is not None
         s, took = self.settings, 0
         while True:
             self._clock_offset_ms = result.now_ms - int(time.time() * 1000)
@@ -209,7 +218,7 @@ class Worker:
                 return took, result
             # The claim stepped these buckets aside for a second: promote them now.
             call = self.shards[shard].promote_runs(result.buckets, self.id, free - took, s.lease_ms)
-            result = await call.arun(self._client)
+            (result,) = await self._link.run([call])
 
     async def _fill_run_specs(self, shard: int, jobs: list[Claimed]) -> None:
         """A schedule's run taken straight from its bucket carries no copy of its spec in
@@ -338,11 +347,14 @@ class Worker:
                 return
 
     async def _flush(self) -> None:
+        assert self._settle_link is not None
         pause = 0.05
         while self._pending:
             batch, self._pending = self._pending, []
+            settles = self._settle_calls(batch)
             try:
-                await self._settle(batch)
+                await self._settle_link.send([call for call, _, _ in settles])
+                await self._read_settles(self._settle_link, settles)
                 pause = 0.05
             except _TRANSIENT as exc:
                 log.warning(
@@ -351,13 +363,19 @@ class Worker:
                 self._pending[:0] = batch
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 5.0)
+            else:
+                self._settled(batch)
 
-    async def _settle(self, batch: Sequence[tuple[int, Claimed, Outcome]]) -> None:
-        """One script call per kind of outcome, per shard, per `batch_limit` items."""
-        assert self._client is not None
+    def _settle_calls(
+        self, batch: Sequence[tuple[int, Claimed, Outcome]]
+    ) -> list[tuple[Call[list[int]], Sequence[tuple[Any, ...]], str]]:
+        """One script call per kind of outcome, per shard, per `batch_limit` items: (call,
+        its items, what it does)."""
         by_shard: dict[int, list[tuple[Claimed, Outcome]]] = defaultdict(list)
         for shard, job, outcome in batch:
             by_shard[shard].append((job, outcome))
+        limit = self.settings.batch_limit
+        calls: list[tuple[Call[list[int]], Sequence[tuple[Any, ...]], str]] = []
         for shard, items in by_shard.items():
             scripts = self.shards[shard]
             done = [
@@ -372,30 +390,45 @@ class Worker:
                  o.error)
                 for j, o in items if isinstance(o, RunDone)
             ]  # fmt: skip
-            await self._send(done, scripts.complete, "ack")
-            await self._send(again, scripts.retry, "retry")
-            await self._send(buried, scripts.bury, "dead-letter")
-            await self._send(runs, scripts.finish_runs, "reschedule")
-            self.processed += len(done) + len(runs)
-            self.failed += len(buried) + sum(1 for r in runs if r[2] == "fail")
-        for _, job, _ in batch:
-            self._held.pop(job.id, None)
+            kinds: list[tuple[Sequence[Any], Callable[[Any], Call[list[int]]], str]] = [
+                (done, scripts.complete, "ack"),
+                (again, scripts.retry, "retry"),
+                (buried, scripts.bury, "dead-letter"),
+                (runs, scripts.finish_runs, "reschedule"),
+            ]
+            for kind, make, what in kinds:
+                for i in range(0, len(kind), limit):
+                    chunk = kind[i : i + limit]
+                    calls.append((make(chunk), chunk, what))
+        return calls
 
-    async def _send(
-        self, items: Sequence[Any], make: Callable[[Any], Call[list[int]]], what: str
+    async def _read_settles(
+        self, link: Link, settles: Sequence[tuple[Call[list[int]], Sequence[Any], str]]
     ) -> None:
-        assert self._client is not None
-        limit = self.settings.batch_limit
-        for i in range(0, len(items), limit):
-            chunk = items[i : i + limit]
-            self._report(chunk, await make(chunk).arun(self._client), what)
+        for _, items, what in settles:
+            try:
+                _, accepted = await link.next()
+            except redis.ResponseError as exc:
+                # A script error will not go away by retrying: the jobs' leases lapse (they
+                # are dropped from `_held` below) and they run again elsewhere.
+                log.error("%s of %d jobs failed (%s); they run again when their leases expire",
+                          what, len(items), exc)  # fmt: skip
+                continue
+            for item, ok in zip(items, accepted, strict=True):
+                if not ok:
+                    log.warning("%s of job %s refused: its lease was taken over (fencing "
+                                "token %s)", what, item[0], item[1])  # fmt: skip
 
-    @staticmethod
-    def _report(items: Sequence[tuple[Any, ...]], accepted: list[int], what: str) -> None:
-        for item, ok in zip(items, accepted, strict=True):
-            if not ok:
-                log.warning("%s of job %s refused: its lease was taken over (fencing token %s)",
-                            what, item[0], item[1])  # fmt: skip
+    def _settled(self, batch: Sequence[tuple[int, Claimed, Outcome]]) -> None:
+        for _, job, outcome in batch:
+            self._held.pop(job.id, None)
+            if isinstance(outcome, Done):
+                self.processed += 1
+            elif isinstance(outcome, RunDone):
+                self.processed += 1
+                self.failed += outcome.outcome == "fail"
+            elif isinstance(outcome, Bury):
+                self.failed += 1
 
     # -- leases and housekeeping -----------------------------------------------------------
 

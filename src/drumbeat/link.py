@@ -1,0 +1,105 @@
+"""A worker's own connection for its hot path: script calls sent together in one write, replies
+read one by one, in order.
+
+Through the client, a call pays for the retry wrapper, the connection pool, the observability
+hooks and, above all, an `asyncio.wait_for` around every write (a task and a timer) whenever a
+socket timeout is set. A `Link` keeps redis-py's connection (URL options, TLS, auth, hiredis)
+and drops the rest; in a drain of no-op jobs by one worker that took 19,000 jobs/s to 25,000.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio as aredis
+from redis.exceptions import NoScriptError, ResponseError, TimeoutError
+
+from .scripts import SOURCES, Call
+
+
+class Link:
+    """Use from one coroutine at a time: `send` calls, then `next` once per call."""
+
+    def __init__(self, client: aredis.Redis) -> None:
+        pool = client.connection_pool
+        # With a socket timeout, redis-py wraps every write in `asyncio.wait_for`: a task and a
+        # timer per call, more than the rest of the call. So the connection has none, and reads
+        # get the client's timeout explicitly. (A write waits only when the socket buffer is
+        # full, and requests here are small.)
+        self._timeout: float = pool.connection_kwargs.get("socket_timeout") or 30.0
+        self._conn = pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": None})
+        self._unread: deque[Call[Any]] = deque()
+        # Replies read ahead of their turn (after a NOSCRIPT, see `next`): call, raw reply or
+        # the error it raised.
+        self._early: deque[tuple[Call[Any], Any]] = deque()
+
+    @property
+    def unread(self) -> int:
+        """Replies sent for and not yet returned by `next`."""
+        return len(self._unread) + len(self._early)
+
+    async def send(self, calls: Sequence[Call[Any]]) -> None:
+        assert not self._unread and not self._early, "replies of the last send are unread"
+        conn = self._conn
+        try:
+            await conn.send_packed_command(
+                conn.pack_commands([call.command() for call in calls]), check_health=False
+            )
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+        self._unread.extend(calls)
+
+    async def next(self) -> tuple[Call[Any], Any]:
+        """The next call sent and its parsed reply. An error reply raises, with the connection
+        still in step; a lost connection raises and forgets the rest."""
+        if self._early:
+            call, raw = self._early.popleft()
+        else:
+            call = self._unread.popleft()
+            raw = await self._read()
+        if isinstance(raw, NoScriptError):
+            # Redis lost its scripts (a restart, a failover). EVAL must wait until every reply
+            # sent before it has been read, or its reply would be taken for theirs.
+            while self._unread:
+                self._early.append((self._unread.popleft(), await self._read()))
+            raw = await self._eval(call)
+        if isinstance(raw, Exception):
+            raise raw
+        return call, call.parse(raw)
+
+    async def run(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        """Sends ``calls`` and returns their parsed replies."""
+        await self.send(calls)
+        return [(await self.next())[1] for _ in calls]
+
+    async def _read(self) -> Any:
+        try:
+            reply = await self._conn.read_response(timeout=self._timeout)
+            if reply is None:  # what an explicit timeout returns; no script replies nil
+                raise TimeoutError(f"no reply from Redis in {self._timeout} s")
+            return reply
+        except ResponseError as exc:  # a reply: the stream is in step
+            return exc
+        except BaseException:
+            self._unread.clear()
+            self._early.clear()
+            await self._conn.disconnect(nowait=True)
+            raise
+
+    async def _eval(self, call: Call[Any]) -> Any:
+        _evalsha, _sha, *rest = call.command()
+        conn = self._conn
+        try:
+            await conn.send_packed_command(
+                conn.pack_command("EVAL", SOURCES[call.name], *rest), check_health=False
+            )
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+        return await self._read()
+
+    async def aclose(self) -> None:
+        await self._conn.disconnect()

@@ -1,0 +1,105 @@
+"""`Link`: the worker's hot-path connection (calls sent in one write, replies read in order)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import redis
+import redis.asyncio as aredis
+
+import drumbeat
+from drumbeat.link import Link
+from drumbeat.scripts import Call, ClaimResult
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[aredis.Redis]:
+    c = aredis.Redis.from_url(redis_url, socket_timeout=0.5)
+    yield c
+    await c.aclose()
+
+
+@pytest.fixture
+async def link(client: aredis.Redis) -> AsyncIterator[Link]:
+    one = Link(client)
+    yield one
+    await one.aclose()
+
+
+@pytest.fixture
+def work(app: drumbeat.App) -> drumbeat.Task[[int], None]:
+    @app.task
+    async def work(i: int) -> None: ...
+
+    return work
+
+
+def _claim(app: drumbeat.App, limit: int) -> Call[ClaimResult]:
+    return app.scripts.claim("worker-x", limit, 10_000, 100)
+
+
+async def test_calls_sent_together_get_their_own_replies_in_order(
+    app: drumbeat.App, link: Link, work: drumbeat.Task[[int], None]
+) -> None:
+    jobs = [await work.aenqueue(i) for i in range(3)]
+    claims = [_claim(app, 1) for _ in range(3)]
+    results = await link.run([*claims, app.scripts.job_status(jobs[0].id)])
+    assert [r.jobs[0].id for r in results[:3]] == [j.id for j in jobs]
+    assert results[3].status == "running"
+
+
+async def test_scripts_flushed_by_redis_are_run_again_in_order(
+    app: drumbeat.App, client: aredis.Redis, link: Link, work: drumbeat.Task[[int], None]
+) -> None:
+    jobs = [await work.aenqueue(i) for i in range(2)]
+    await client.script_flush()  # as after a restart or failover
+    first, status, second = await link.run(
+        [_claim(app, 1), app.scripts.job_status(jobs[1].id), _claim(app, 1)]
+    )
+    assert [first.jobs[0].id, second.jobs[0].id] == [j.id for j in jobs]
+    assert status.status == "queued", "run between the claims, as sent"
+    (third,) = await link.run([_claim(app, 1)])  # the scripts are loaded again: EVALSHA works
+    assert third.jobs == []
+
+
+async def test_an_error_reply_raises_and_the_next_reply_is_still_its_own(
+    app: drumbeat.App, link: Link, work: drumbeat.Task[[int], None]
+) -> None:
+    job = await work.aenqueue(1)
+    good = _claim(app, 1)
+    bad = Call("claim", good.keys, ["worker-x", "not a number", 10_000, 100], good.parse)
+    await link.send([bad, good])
+    with pytest.raises(redis.ResponseError):
+        await link.next()
+    call, result = await link.next()
+    assert call is good and [j.id for j in result.jobs] == [job.id]
+    assert link.unread == 0
+
+
+async def test_a_lost_connection_raises_and_the_next_call_reconnects(
+    app: drumbeat.App, link: Link, r: redis.Redis, work: drumbeat.Task[[int], None]
+) -> None:
+    await link.run([_claim(app, 1)])
+    r.client_kill_filter(_type="normal", skipme=True)
+    await link.send([_claim(app, 1)])
+    with pytest.raises(redis.ConnectionError):
+        await link.next()
+    assert link.unread == 0, "replies that will never come are forgotten"
+    job = await work.aenqueue(1)
+    (result,) = await link.run([_claim(app, 1)])
+    assert [j.id for j in result.jobs] == [job.id]
+
+
+async def test_a_reply_that_does_not_come_times_out(
+    app: drumbeat.App, link: Link, r: redis.Redis
+) -> None:
+    await link.run([_claim(app, 1)])
+    r.client_pause(1500, all=True)
+    try:
+        with pytest.raises(redis.TimeoutError):
+            await link.run([_claim(app, 1)])  # the client's socket timeout is 0.5 s
+    finally:
+        r.client_unpause()
+    (result,) = await link.run([_claim(app, 1)])
+    assert result.jobs == []
