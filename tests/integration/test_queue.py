@@ -6,11 +6,13 @@ import asyncio
 import itertools
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import redis
 
 import drumbeat
+from drumbeat.scripts import Call
 from tests.conftest import running_worker
 
 
@@ -347,3 +349,37 @@ async def test_idle_worker_blocks_in_redis_instead_of_polling(
     # Woken by the enqueue itself, not by the end of its 5 s block.
     assert started[0] - sent < 1.0
     await app.aclose()
+
+
+async def test_an_ack_redis_refuses_lets_the_lease_go_and_the_worker_goes_on(
+    app: drumbeat.App,
+    r: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ran: list[int] = []
+
+    @app.task
+    async def work(n: int) -> None:
+        ran.append(n)
+
+    good_complete = app.scripts.complete
+
+    def broken_complete(items: Any) -> Call[list[int]]:
+        # A script error (here: the call names no keys), as a bug in a script would give.
+        call = good_complete(items)
+        return Call(call.name, [], call.args, call.parse)
+
+    monkeypatch.setattr(app.scripts, "complete", broken_complete)
+    first = await work.aenqueue(1)
+    async with running_worker(app) as worker:
+        # Let go (its lease is no longer renewed), and the worker still runs.
+        deadline = time.monotonic() + 10
+        while not ran or first.id in worker._held or "ack of 1 jobs failed" not in caplog.text:
+            assert time.monotonic() < deadline, "the refused ack was not let go"
+            await asyncio.sleep(0.01)
+        assert r.zscore(app.keys.leases, first.id) is not None, "left for the reaper"
+        monkeypatch.setattr(app.scripts, "complete", good_complete)
+        second = await work.aenqueue(2)
+        assert await second.aresult(timeout=5) is None
+    assert ran == [1, 2]
