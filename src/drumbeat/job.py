@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from enum import StrEnum
@@ -19,6 +20,7 @@ R = TypeVar("R")
 # Waiting without a deadline still re-reads the status this often, in case the outcome was not
 # stored (result_ttl=0) and no announcement will ever come.
 _LONGEST_BLOCK = 60.0
+_WATCH_MARGIN_MS = 5_000
 
 
 class JobStatus(StrEnum):
@@ -143,7 +145,7 @@ class Job(Generic[R]):
         deadline = None if timeout is None else time.monotonic() + timeout
         client, done = self.app.redis, self.app.keys.done(self.id)
         while True:
-            found = self.app.scripts.job_status(self.id).run(client)
+            found = self.app.scripts.job_status(self.id, _watch_ms(deadline)).run(client)
             if (value := _settled(self.id, found)) is not _PENDING:
                 return value  # type: ignore[no-any-return]
             wait = _next_wait(deadline, self.id, timeout)
@@ -156,7 +158,7 @@ class Job(Generic[R]):
         deadline = None if timeout is None else time.monotonic() + timeout
         client, done = await self.app.aredis(), self.app.keys.done(self.id)
         while True:
-            found = await self.app.scripts.job_status(self.id).arun(client)
+            found = await self.app.scripts.job_status(self.id, _watch_ms(deadline)).arun(client)
             if (value := _settled(self.id, found)) is not _PENDING:
                 return value  # type: ignore[no-any-return]
             wait = _next_wait(deadline, self.id, timeout)
@@ -188,6 +190,13 @@ def _settled(job_id: str, found: Any) -> Any:
             "(result_ttl=0) or has expired"
         )
     return _PENDING
+
+
+def _watch_ms(deadline: float | None) -> int:
+    """How long the status read marks the job as waited for: this round's wait, plus a margin
+    for the round trips (a job nobody waits for is never announced on `done`)."""
+    left = _LONGEST_BLOCK if deadline is None else deadline - time.monotonic()
+    return math.ceil(max(0.0, min(left, _LONGEST_BLOCK)) * 1000) + _WATCH_MARGIN_MS
 
 
 def _next_wait(deadline: float | None, job_id: str, timeout: float | None) -> float:

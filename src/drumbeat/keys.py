@@ -42,6 +42,7 @@ SHARD_KEYS: dict[str, str] = {
     "tasks": "hash",
     "faults": "hash",
     "lateness": "hash",
+    "waiting": "zset",
 }
 
 #: Keys of one bucket of a shard's schedule wheel, ``<name>:<bucket>``.
@@ -192,3 +193,7 @@ class Keys:
     @property
     def lateness(self) -> str:
         return self.key("lateness")
+
+    @property
+    def waiting(self) -> str:
+        return self.key("waiting")

@@ -71,9 +71,20 @@ class Link:
         return call, call.parse(raw)
 
     async def run(self, calls: Sequence[Call[Any]]) -> list[Any]:
-        """Sends ``calls`` and returns their parsed replies."""
+        """Sends ``calls`` and returns their parsed replies; if any is an error, raises the
+        first one once every reply has been read (so the connection stays usable)."""
         await self.send(calls)
-        return [(await self.next())[1] for _ in calls]
+        results: list[Any] = []
+        error: ResponseError | None = None
+        for _ in calls:
+            try:
+                results.append((await self.next())[1])
+            except ResponseError as exc:
+                error = error or exc
+                results.append(None)
+        if error is not None:
+            raise error
+        return results
 
     async def _read(self) -> Any:
         try:

@@ -192,7 +192,7 @@ class Scripts:
     def complete(self, items: Sequence[tuple[str, int, bytes, int, str]]) -> Call[list[int]]:
         """Items are (id, token, outcome, ttl_ms, dedup key as claimed: `Claimed.extra`)."""
         k = self.k
-        keys = [k.leases, k.owners, k.jobs, k.state, k.uniq, k.results, k.expires]
+        keys = [k.leases, k.owners, k.jobs, k.state, k.uniq, k.results, k.expires, k.waiting]
         keys += [k.done(i[0]) for i in items]
         args: list[str | bytes] = []
         for job_id, token, outcome, ttl_ms, dedup_key in items:
@@ -209,7 +209,7 @@ class Scripts:
         """Items are (id, token, error record, ttl_ms)."""
         k = self.k
         keys = [k.leases, k.owners, k.state, k.uniq, k.dead, k.errors, k.results, k.expires]
-        keys += [k.done(i[0]) for i in items]
+        keys += [k.waiting] + [k.done(i[0]) for i in items]
         return Call("bury", keys, [x for item in items for x in item], _ints)
 
     def extend_leases(
@@ -238,15 +238,17 @@ class Scripts:
         k = self.k
         keys = [
             k.leases, k.owners, k.state, k.ready, k.dead, k.errors, k.uniq,
-            k.results, k.expires, k.jobs, k.wake, k.workers, k.workerinfo,
+            k.results, k.expires, k.jobs, k.wake, k.workers, k.workerinfo, k.waiting,
         ]  # fmt: skip
         args = [max_stalls, limit, dead_ttl_ms, worker_ttl_ms, result_ttl_ms]
         return Call("reap", keys, args, _parse_reap)
 
-    def job_status(self, job_id: str) -> Call[JobState]:
+    def job_status(self, job_id: str, wait_ms: int = 0) -> Call[JobState]:
+        """Where the job is; with ``wait_ms``, its outcome is announced on `Keys.done` if it
+        comes within that time (else nobody pushes there)."""
         k = self.k
-        keys = [k.ready, k.due, k.leases, k.dead, k.results, k.state]
-        return Call("job_status", keys, [job_id], _parse_status)
+        keys = [k.ready, k.due, k.leases, k.dead, k.results, k.state, k.waiting]
+        return Call("job_status", keys, [job_id, wait_ms], _parse_status)
 
     def revive(self, ids: Sequence[str]) -> Call[int]:
         k = self.k

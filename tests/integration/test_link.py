@@ -103,3 +103,17 @@ async def test_a_reply_that_does_not_come_times_out(
         r.client_unpause()
     (result,) = await link.run([_claim(app, 1)])
     assert result.jobs == []
+
+
+async def test_run_reads_every_reply_before_it_raises_an_error(
+    app: drumbeat.App, link: Link, work: drumbeat.Task[[int], None]
+) -> None:
+    job = await work.aenqueue(1)
+    good = _claim(app, 1)
+    bad = Call("claim", good.keys, ["worker-x", "not a number", 10_000, 100], good.parse)
+    with pytest.raises(redis.ResponseError):
+        await link.run([bad, good])
+    assert link.unread == 0
+    assert await job.astatus() is drumbeat.JobStatus.RUNNING, "the good claim ran"
+    (again,) = await link.run([_claim(app, 1)])
+    assert again.jobs == []

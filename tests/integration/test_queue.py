@@ -13,7 +13,7 @@ import redis
 
 import drumbeat
 from drumbeat.scripts import Call
-from tests.conftest import running_worker
+from tests.conftest import reap_call, running_worker
 
 
 async def test_strict_priority_and_fifo_within_a_level(app: drumbeat.App) -> None:
@@ -216,8 +216,6 @@ async def test_results_are_kept_for_their_ttl_then_swept(
         j1, j2, j3 = (await short.aenqueue(), await unkept.aenqueue(), await kept.aenqueue())
         assert await j1.aresult(timeout=5) == "soon gone"
         assert await j3.aresult(timeout=5) == {"a": 1}
-        ttl = r.pttl(app.keys.done(j3.id))
-        assert 0 < ttl <= 3600_000
         while await j2.astatus() is not drumbeat.JobStatus.MISSING or r.hexists(
             app.keys.jobs, j2.id
         ):
@@ -250,6 +248,70 @@ async def test_result_waits_in_redis_without_polling(app: drumbeat.App, r: redis
     assert (_commands(r, "evalsha"), _commands(r, "blmove")) == before
     async with running_worker(app):
         assert await waiter == 7
+
+
+async def test_only_outcomes_someone_waits_for_are_announced(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    gate = asyncio.Event()
+
+    @app.task
+    async def work(n: int) -> int:
+        if n == 2:
+            await gate.wait()
+        return n
+
+    async with running_worker(app):
+        unwatched = await work.aenqueue(1)
+        while await unwatched.astatus() is not drumbeat.JobStatus.COMPLETE:
+            await asyncio.sleep(0.01)
+        assert not r.exists(app.keys.done(unwatched.id)), "nobody waited: nothing to announce"
+        assert await unwatched.aresult(timeout=1) == 1  # read straight from `results`
+
+        watched = await work.aenqueue(2)
+        waiter = asyncio.create_task(watched.aresult(timeout=10))
+        while r.zscore(app.keys.waiting, watched.id) is None:
+            await asyncio.sleep(0.01)
+        gate.set()
+        assert await asyncio.wait_for(waiter, 5) == 2
+    assert 0 < r.pttl(app.keys.done(watched.id)) <= 3600_000, "kept as long as the outcome"
+    assert r.zscore(app.keys.waiting, watched.id) is None, "the mark goes once announced"
+
+
+async def test_a_dead_letter_is_announced_to_its_waiter(app: drumbeat.App, r: redis.Redis) -> None:
+    gate = asyncio.Event()
+
+    @app.task(retries=0)
+    async def doomed() -> None:
+        await gate.wait()
+        raise RuntimeError("no luck")
+
+    async with running_worker(app):
+        job = await doomed.aenqueue()
+        waiter = asyncio.create_task(job.aresult(timeout=10))
+        while r.zscore(app.keys.waiting, job.id) is None:
+            await asyncio.sleep(0.01)
+        gate.set()
+        with pytest.raises(drumbeat.JobFailed, match="no luck"):
+            await asyncio.wait_for(waiter, 5)
+    assert r.lrange(app.keys.done(job.id), 0, -1) == [b"0"]
+    assert r.zscore(app.keys.waiting, job.id) is None
+
+
+def test_marks_of_waiters_that_gave_up_are_swept(app: drumbeat.App, r: redis.Redis) -> None:
+    @app.task
+    def never_run() -> None: ...
+
+    job = never_run.enqueue()
+    with pytest.raises(drumbeat.ResultTimeout):
+        job.result(timeout=0.2)
+    mark = r.zscore(app.keys.waiting, job.id)
+    assert mark is not None
+    reap_call(app).run(r)
+    assert r.zscore(app.keys.waiting, job.id) == mark, "not yet past its time"
+    r.zadd(app.keys.waiting, {job.id: 1})  # as if its time had passed
+    reap_call(app).run(r)
+    assert r.zscore(app.keys.waiting, job.id) is None
 
 
 def _commands(r: redis.Redis, name: str) -> int:

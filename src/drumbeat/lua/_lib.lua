@@ -76,6 +76,13 @@ local function release_key(uniq_key, id, key)
   end
 end
 
+-- Tells `Job.result` waiters that a job finished (1) or failed for good (0): a marker every
+-- waiter sees (they BLMOVE it onto the same list), kept as long as the outcome.
+local function announce(done_key, marker, ttl_ms)
+  redis.call('RPUSH', done_key, marker)
+  redis.call('PEXPIRE', done_key, ttl_ms)
+end
+
 -- Wakes one idle worker; the marker is a single member so markers never pile up.
 local function wake(wake_key)
   redis.call('ZADD', wake_key, 0, 'w')

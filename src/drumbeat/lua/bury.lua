@@ -1,9 +1,10 @@
 -- Moves jobs that failed for good to the dead-letter set, keeping their record for a retry,
--- and stores the failure as their outcome so `Job.result` raises it. Fenced like complete.lua.
+-- and stores the failure as their outcome so `Job.result` raises it (announced on `done` to
+-- those waiting, see job_status.lua). Fenced like complete.lua.
 --
 -- KEYS[1] leases (zset)  KEYS[2] owners (hash)  KEYS[3] state (hash)   KEYS[4] uniq (hash)
 -- KEYS[5] dead (zset)    KEYS[6] errors (hash)  KEYS[7] results (hash) KEYS[8] expires (zset)
--- KEYS[8+i] done:<id> (list) of the i-th job
+-- KEYS[9] waiting (zset) KEYS[9+i] done:<id> (list) of the i-th job
 -- ARGV    groups of 4, one per job: id, token, error record, ttl_ms of the outcome
 -- Returns one integer per job: 1 buried, 0 refused (lease lost)
 local now = now_ms()
@@ -21,9 +22,7 @@ for i = 0, #ARGV / 4 - 1 do
     if ttl_ms > 0 then
       redis.call('HSET', KEYS[7], id, err)
       redis.call('ZADD', KEYS[8], now + ttl_ms, id)
-      local done = KEYS[9 + i]
-      redis.call('RPUSH', done, 0)
-      redis.call('PEXPIRE', done, ttl_ms)
+      if redis.call('ZREM', KEYS[9], id) == 1 then announce(KEYS[10 + i], 0, ttl_ms) end
     end
     out[#out + 1] = 1
   else

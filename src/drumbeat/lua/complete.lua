@@ -1,9 +1,10 @@
 -- Acks finished jobs: drops lease, record and dedup key, and stores each outcome for its TTL.
 -- A job whose fencing token no longer matches (its lease was taken over) is left untouched.
+-- A job someone waits for (`waiting`, see job_status.lua) is announced on its `done` list.
 --
 -- KEYS[1] leases (zset)  KEYS[2] owners (hash)  KEYS[3] jobs (hash)   KEYS[4] state (hash)
--- KEYS[5] uniq (hash)    KEYS[6] results (hash) KEYS[7] expires (zset)
--- KEYS[7+i] done:<id> (list) of the i-th job
+-- KEYS[5] uniq (hash)    KEYS[6] results (hash) KEYS[7] expires (zset) KEYS[8] waiting (zset)
+-- KEYS[8+i] done:<id> (list) of the i-th job
 -- ARGV    pairs, one per job: "<id>|<token>|<ttl_ms>|<dedupkey>" (ttl 0 stores nothing; the
 --         dedup key as the claim handed it out, often empty), outcome
 --         (packed: every argument costs the client an encoding step)
@@ -18,7 +19,8 @@ for i = 1, n do
   ids[i], tokens[i], ttls[i], dedup[i] = id or '', token, tonumber(ttl), key
 end
 local owners = redis.call('HMGET', KEYS[2], unpack(ids))
-local acked, results, expiries = {}, {}, {}
+local waited = redis.call('ZMSCORE', KEYS[8], unpack(ids))
+local acked, results, expiries, announced = {}, {}, {}, {}
 for i = 1, n do
   local owner = owners[i]
   if holds(owner, tokens[i]) then
@@ -30,9 +32,10 @@ for i = 1, n do
       results[#results + 1] = ARGV[i * 2]
       expiries[#expiries + 1] = now + ttl_ms
       expiries[#expiries + 1] = id
-      local done = KEYS[7 + i]
-      redis.call('RPUSH', done, 1)
-      redis.call('PEXPIRE', done, ttl_ms)
+      if waited[i] then
+        announce(KEYS[8 + i], 1, ttl_ms)
+        announced[#announced + 1] = id
+      end
     end
     out[i] = 1
   else
@@ -40,6 +43,7 @@ for i = 1, n do
   end
 end
 drop_claims(KEYS[2], KEYS[1], KEYS[3], KEYS[4], acked)
+call_many('ZREM', KEYS[8], announced)
 call_many('HSET', KEYS[6], results)
 call_many('ZADD', KEYS[7], expiries)
 return out

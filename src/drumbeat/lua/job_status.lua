@@ -1,8 +1,10 @@
--- Reads where one job is, atomically (a job moving between sets is never seen in none).
+-- Reads where one job is, atomically (a job moving between sets is never seen in none). With a
+-- wait, a job not yet finished is marked as waited for until then, so that complete.lua and
+-- bury.lua announce its outcome on `done:<id>` (they skip the list for jobs nobody waits for).
 --
 -- KEYS[1] ready (zset)  KEYS[2] due (zset)  KEYS[3] leases (zset)  KEYS[4] dead (zset)
--- KEYS[5] results (hash) KEYS[6] state (hash)
--- ARGV[1] job id
+-- KEYS[5] results (hash) KEYS[6] state (hash) KEYS[7] waiting (zset)
+-- ARGV[1] job id  ARGV[2] ms the caller will wait for it (0: none)
 -- Returns {status, outcome or false, state or false}; status is one of queued, scheduled,
 --         running, dead, finished, missing
 local id = ARGV[1]
@@ -14,5 +16,9 @@ elseif redis.call('ZSCORE', KEYS[1], id) then status = 'queued'
 elseif redis.call('ZSCORE', KEYS[2], id) then status = 'scheduled'
 elseif redis.call('ZSCORE', KEYS[4], id) then status = 'dead'
 elseif outcome then status = 'finished'
+end
+local wait_ms = tonumber(ARGV[2]) or 0
+if wait_ms > 0 and (status == 'running' or status == 'queued' or status == 'scheduled') then
+  redis.call('ZADD', KEYS[7], 'GT', now_ms() + wait_ms, id)
 end
 return {status, outcome, state}

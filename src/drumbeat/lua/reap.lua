@@ -1,5 +1,6 @@
 -- Housekeeping, bounded per call: requeues jobs whose lease expired (or dead-letters them after
--- too many stalls), and sweeps expired outcomes, old dead letters and silent workers. A schedule
+-- too many stalls), and sweeps expired outcomes, old dead letters, silent workers and the marks
+-- of `Job.result` waiters that gave up. A schedule
 -- run that stalled too often is requeued, not dead-lettered: the worker that claims it counts a
 -- failure without running it (a schedule is never lost, and a run that kills workers cannot
 -- spin).
@@ -7,7 +8,7 @@
 -- KEYS[1] leases (zset)  KEYS[2] owners (hash)   KEYS[3] state (hash)   KEYS[4] ready (zset)
 -- KEYS[5] dead (zset)    KEYS[6] errors (hash)   KEYS[7] uniq (hash)    KEYS[8] results (hash)
 -- KEYS[9] expires (zset) KEYS[10] jobs (hash)    KEYS[11] wake (zset)   KEYS[12] workers (zset)
--- KEYS[13] workerinfo (hash)
+-- KEYS[13] workerinfo (hash) KEYS[14] waiting (zset)
 -- ARGV[1] max stalls  ARGV[2] limit per sweep  ARGV[3] dead ttl ms  ARGV[4] worker ttl ms
 -- ARGV[5] outcome ttl ms for jobs dead-lettered here
 -- Returns {requeued count, 1 if any sweep hit `limit` (call again) else 0, then the ids
@@ -61,6 +62,12 @@ if #old > 0 then
   redis.call('HDEL', KEYS[6], unpack(old))
   redis.call('ZREM', KEYS[5], unpack(old))
   if #old == limit then out[2] = 1 end
+end
+
+local given_up = redis.call('ZRANGEBYSCORE', KEYS[14], '-inf', now, 'LIMIT', 0, limit)
+if #given_up > 0 then
+  redis.call('ZREM', KEYS[14], unpack(given_up))
+  if #given_up == limit then out[2] = 1 end
 end
 
 local gone = redis.call('ZRANGEBYSCORE', KEYS[12], '-inf', now - tonumber(ARGV[4]), 'LIMIT', 0, limit)
