@@ -41,8 +41,13 @@ class Link:
         return len(self._unread) + len(self._early)
 
     async def send(self, calls: Sequence[Call[Any]]) -> None:
-        assert not self._unread and not self._early, "replies of the last send are unread"
         conn = self._conn
+        if self._unread or self._early:
+            # A caller stopped reading (a reply it could not parse): its replies would be taken
+            # for these calls'. A new connection is the only clean state.
+            self._unread.clear()
+            self._early.clear()
+            await conn.disconnect(nowait=True)
         try:
             await conn.send_packed_command(
                 conn.pack_commands([call.command() for call in calls]), check_health=False

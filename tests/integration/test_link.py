@@ -117,3 +117,14 @@ async def test_run_reads_every_reply_before_it_raises_an_error(
     assert await job.astatus() is drumbeat.JobStatus.RUNNING, "the good claim ran"
     (again,) = await link.run([_claim(app, 1)])
     assert again.jobs == []
+
+
+async def test_replies_left_unread_are_not_taken_for_the_next_calls(
+    app: drumbeat.App, link: Link, work: drumbeat.Task[[int], None]
+) -> None:
+    job = await work.aenqueue(1)
+    await link.send([_claim(app, 0), _claim(app, 0)])
+    await link.next()  # the second reply is never read
+    (status,) = await link.run([app.scripts.job_status(job.id)])
+    assert status.status == "queued"
+    assert link.unread == 0
