@@ -353,8 +353,7 @@ class Worker:
             batch, self._pending = self._pending, []
             settles = self._settle_calls(batch)
             try:
-                await self._settle_link.send([call for call, _, _ in settles])
-                await self._read_settles(self._settle_link, settles)
+                await self._settle(self._settle_link, settles)
                 pause = 0.05
             except _TRANSIENT as exc:
                 log.warning(
@@ -402,9 +401,11 @@ class Worker:
                     calls.append((make(chunk), chunk, what))
         return calls
 
-    async def _read_settles(
+    async def _settle(
         self, link: Link, settles: Sequence[tuple[Call[list[int]], Sequence[Any], str]]
     ) -> None:
+        """Sends the calls in one write; a refused item (its lease was lost) is logged."""
+        await link.send([call for call, _, _ in settles])
         for _, items, what in settles:
             try:
                 _, accepted = await link.next()

@@ -39,6 +39,12 @@ def _claim(app: drumbeat.App, limit: int) -> Call[ClaimResult]:
     return app.scripts.claim("worker-x", limit, 10_000, 100)
 
 
+def _broken_claim(app: drumbeat.App) -> Call[ClaimResult]:
+    """A call the script refuses with an error (its limit is not a number)."""
+    good = _claim(app, 1)
+    return Call("claim", good.keys, ["worker-x", "not a number", 10_000, 100], good.parse)
+
+
 async def test_calls_sent_together_get_their_own_replies_in_order(
     app: drumbeat.App, link: Link, work: drumbeat.Task[[int], None]
 ) -> None:
@@ -67,8 +73,7 @@ async def test_an_error_reply_raises_and_the_next_reply_is_still_its_own(
     app: drumbeat.App, link: Link, work: drumbeat.Task[[int], None]
 ) -> None:
     job = await work.aenqueue(1)
-    good = _claim(app, 1)
-    bad = Call("claim", good.keys, ["worker-x", "not a number", 10_000, 100], good.parse)
+    good, bad = _claim(app, 1), _broken_claim(app)
     await link.send([bad, good])
     with pytest.raises(redis.ResponseError):
         await link.next()
@@ -109,8 +114,7 @@ async def test_run_reads_every_reply_before_it_raises_an_error(
     app: drumbeat.App, link: Link, work: drumbeat.Task[[int], None]
 ) -> None:
     job = await work.aenqueue(1)
-    good = _claim(app, 1)
-    bad = Call("claim", good.keys, ["worker-x", "not a number", 10_000, 100], good.parse)
+    good, bad = _claim(app, 1), _broken_claim(app)
     with pytest.raises(redis.ResponseError):
         await link.run([bad, good])
     assert link.unread == 0
