@@ -20,7 +20,7 @@ venv, the other peers in the peers' venv (`bench.peers_env`). ``--quick`` (drumb
 case runs only for systems whose `PeerSpec.max_n` allows it, unless ``--systems`` names them.
 Writes ``periodic-<UTC time>.md``, ``.json`` and (with matplotlib here or in the peers' venv)
 ``.png`` to ``--out``; ``--quick`` runs are named ``periodic-quick-*`` (not kept in git). Exit
-status 1 if a run failed (a process crashed, or no run started in the window).
+status 1 if a run failed (a process crashed, or no run started at all).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ import threading
 import time
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -487,7 +487,13 @@ def analyse(
     m["cpu_procs_s"] = cpu
     m["cpu_total_s"] = cpu + m.get("redis_cpu_s", 0.0)
     if not lateness:
-        out.errors.append(f"no run started in the measured window ({len(runs) // 3} in all)")
+        if not runs:  # nothing ran at all: the adapter or the system is broken
+            out.errors.append("no run started, in the window or before it")
+        else:  # a result: the system fell so far behind that nothing it ran was in the window
+            out.notes.append(
+                f"no run started in the measured window ({len(runs) // 3} before it): "
+                "its lateness counts as beyond the window in the medians"
+            )
         return
     m["commands_per_run"] = m.get("redis_commands", 0) / len(lateness)
     for prefix, values in (
@@ -517,7 +523,12 @@ def _fmt(v: float | None, digits: int = 0, suffix: str = "") -> str:
 
 
 def _median(outcomes: Sequence[Outcome], key: str) -> float | None:
-    values = [o.metrics[key] for o in outcomes if key in o.metrics and not o.errors]
+    """The median over repetitions; a repetition that ran nothing in the window counts as
+    infinitely late, so one lucky repetition cannot stand for two that delivered nothing."""
+    ok = [o for o in outcomes if not o.errors]
+    values = [o.metrics[key] for o in ok if key in o.metrics]
+    if key.startswith("late_") and values:
+        values += [math.inf for o in ok if o.metrics.get("runs") == 0]
     if not values:
         values = [o.metrics[key] for o in outcomes if key in o.metrics]
     return statistics.median(values) if values else None
@@ -597,6 +608,8 @@ def detail_lines(outcomes: Sequence[Outcome]) -> list[str]:
 def _late(seconds: float | None) -> str:
     if seconds is None:
         return "-"
+    if math.isinf(seconds):
+        return "no run"
     return f"{seconds * 1000:,.0f} ms" if abs(seconds) < 10 else f"{seconds:,.1f} s"
 
 
@@ -775,7 +788,9 @@ def summary_rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
         if group[0].skipped:
             row["skipped"] = group[0].skipped
         else:
-            row.update({k: _median(group, k) for k in keys})
+            medians = {k: _median(group, k) for k in keys}
+            # JSON has no infinity: a lateness beyond the window is stored as null
+            row.update({k: None if v == math.inf else v for k, v in medians.items()})
             row["failed"] = sum(1 for o in group if o.errors)
         rows.append(row)
     return rows
@@ -959,6 +974,20 @@ def _md_command(json_path: Path) -> str:
     return "?"
 
 
+def _merge_info(
+    info: dict[str, Any], more: Mapping[str, Any], outcomes: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The machine of the first file, every file's package versions, the load at the first
+    start and the last end, and drumbeat's git state from the file its rows come from."""
+    if not info:
+        return {**more, "versions": dict(more.get("versions", {}))}
+    info["versions"].update(more.get("versions", {}))
+    info["load_end"] = more.get("load_end", info.get("load_end"))
+    if any(o["system"] == "drumbeat" and not o["skipped"] for o in outcomes):
+        info["git"] = more.get("git", info.get("git"))
+    return info
+
+
 def render(paths: Sequence[Path], out: Path) -> int:
     """Rebuilds one report from results files (``--render``): a later file's runs of a system
     at an N replace an earlier file's, e.g. to combine a full run with a rerun of one peer."""
@@ -968,11 +997,12 @@ def render(paths: Sequence[Path], out: Path) -> int:
     commands: list[str] = []
     for path in paths:
         data = json.loads(path.read_text())
-        info = info or dict(data["info"])
+        info = _merge_info(info, data["info"], data["outcomes"])
         c = data["config"]
         cases = tuple(Case(int(x["n"]), float(x["interval"])) for x in c["cases"])
         this = Config(**{**c, "systems": tuple(c["systems"]), "cases": cases})
-        cfg = cfg or this
+        # the header states the most repetitions of any file; the runs column says it per row
+        cfg = replace(cfg, repeat=max(cfg.repeat, this.repeat)) if cfg else this
         commands.append(f"{data['info'].get('command') or _md_command(path)}  ({path.name})")
         fresh: dict[tuple[str, int, float], list[Outcome]] = {}
         for o in data["outcomes"]:
