@@ -635,9 +635,9 @@ def method_lines(specs: Sequence[PeerSpec], cfg: Config) -> list[str]:
         "the moment every process reported it had started (and, for drumbeat, registration "
         "ended). A run counts when it starts in the window, once per schedule and due time.",
         "- Lateness = start - due, for runs that start in the window. The due time is the one "
-        "the system gave the run where it tells it (drumbeat, arq); else the nominal one, first "
-        "due + k * interval: for APScheduler, whose trigger keeps to that grid and skips the "
-        "runs it misfires, the latest slot at or before the start "
+        "the system gave the run where it tells it (drumbeat, arq, SAQ); else the nominal one, "
+        "first due + k * interval: for APScheduler and streaq, whose triggers keep to that grid "
+        "(APScheduler skips the runs it misfires), the latest slot at or before the start "
         f"({TOLERANCE * 1000:g} ms of tolerance for rounding); for systems that re-base each "
         "next run on when the previous one ran or was sent (Celery beat, RedBeat, rq-scheduler, "
         "RQ cron, the naive design), the k-th run of a schedule is matched to its k-th nominal "
@@ -703,8 +703,8 @@ def header_lines(info: Mapping[str, Any], cfg: Config) -> list[str]:
         "cores: see the load column)",
         f"- settings: window {cfg.duration:g} s after one interval of warm-up, {cfg.repeat} "
         f"repetition(s) (median shown), {cfg.workers} worker process(es) per system, "
-        f"concurrency {cfg.concurrency} (drumbeat's worker, arq's max_jobs, APScheduler's threads)"
-        + (", --quick" if cfg.quick else ""),
+        f"concurrency {cfg.concurrency} (drumbeat's worker, arq's max_jobs, SAQ's concurrency, "
+        "APScheduler's threads)" + (", --quick" if cfg.quick else ""),
     ]
     if cfg.note:
         lines.append(f"- note: {cfg.note}")
@@ -847,13 +847,14 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
     p.add_argument("--n", help=f"schedule counts, N or N@INTERVAL (default {DEFAULT_CASES})")
     p.add_argument("--interval", type=float, default=5.0, help="seconds (default 5)")
     p.add_argument("--duration", type=float, help="measured window, s (default 60; quick 20)")
-    p.add_argument("--repeat", type=int, default=1, help="repetitions per system and N")
+    p.add_argument("--repeat", type=int, help="repetitions per system and N (default 3; quick 1)")
     p.add_argument("--workers", type=int, default=1, help="worker processes per system (default 1)")
     p.add_argument(
         "--concurrency",
         type=int,
         default=20,
-        help="drumbeat's concurrency, arq's max_jobs, APScheduler's threads (default 20)",
+        help="drumbeat's concurrency, arq's max_jobs, SAQ's concurrency, APScheduler's threads "
+        "(default 20)",
     )
     p.add_argument("--out", type=Path, default=BENCH_DIR / "results", help="results directory")
     p.add_argument("--note", default="", help="free text recorded with the results")
@@ -871,10 +872,11 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
     if unknown:
         p.error(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(MODULES)}")
     cases = parse_cases(a.n or ("1000" if a.quick else DEFAULT_CASES), a.interval)
-    if a.repeat < 1 or a.workers < 1 or a.concurrency < 1:
+    repeat = a.repeat if a.repeat is not None else (1 if a.quick else 3)
+    if repeat < 1 or a.workers < 1 or a.concurrency < 1:
         p.error("--repeat, --workers and --concurrency must be >= 1")
     duration = a.duration or (20.0 if a.quick else 60.0)
-    cfg = Config(systems, cases, duration, a.repeat, a.workers, a.concurrency, a.quick, a.note)
+    cfg = Config(systems, cases, duration, repeat, a.workers, a.concurrency, a.quick, a.note)
     return a, cfg
 
 

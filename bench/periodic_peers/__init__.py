@@ -17,6 +17,8 @@ MODULES: dict[str, str] = {
     "rq-scheduler": "rq_scheduler",
     "rq-cron": "rq_cron",
     "arq": "arq",
+    "saq": "saq",
+    "streaq": "streaq",
     "apscheduler": "apscheduler",
 }
 """``--systems`` names, in report order, to module names."""

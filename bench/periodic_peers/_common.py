@@ -98,6 +98,14 @@ def first_due(args: Args, i: int, step: float = 0.0) -> float:
     return args.anchor + phase(i, args.n, args.interval, step)
 
 
+def cron_seconds(args: Args, i: int) -> list[int]:
+    """The seconds of each minute at which schedule ``i`` is due, for cron-style systems
+    (intervals that divide a minute, or whole minutes; phases in whole seconds)."""
+    whole = math.floor(first_due(args, i))
+    step = round(args.interval)
+    return [s for s in range(60) if (s - whole) % step == 0] if step < 60 else [whole % 60]
+
+
 # -- command line ----------------------------------------------------------------------------
 
 

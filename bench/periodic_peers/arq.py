@@ -16,7 +16,7 @@ import math
 import time
 from typing import Any
 
-from ._common import Args, PeerSpec, Recorder, emit_started, first_due, parse_args
+from ._common import Args, PeerSpec, Recorder, cron_seconds, emit_started, first_due, parse_args
 
 SPEC = PeerSpec(
     name="arq",
@@ -44,11 +44,8 @@ POOL_CONNECTIONS = 500
 def cron_fields(args: Args, i: int) -> tuple[set[int], int]:
     """arq ``second`` and ``microsecond`` of schedule ``i``'s slots (intervals dividing 60 s)."""
     due = first_due(args, i)
-    whole = math.floor(due)
-    micro = min(999_999, round((due - whole) * 1e6))
-    step = round(args.interval)
-    seconds = {s for s in range(60) if (s - whole) % step == 0} if step < 60 else {whole % 60}
-    return seconds, micro
+    micro = min(999_999, round((due - math.floor(due)) * 1e6))
+    return set(cron_seconds(args, i)), micro
 
 
 def worker(args: Args) -> None:
