@@ -407,9 +407,12 @@ def match_runs(
     ``grid``, the latest slot ``first(i) + k * interval`` at or before the start (systems on a
     fixed grid that may skip slots); ``sequence``, the k-th run of a schedule is for its k-th
     slot (systems that re-base each next run on the previous one: they never skip a run, and
-    their drift behind the grid is lateness). A duplicate is a further run for a due time
-    already run: the same exposed due time, the same grid slot, or (``sequence`` without
-    exposed due times) a run less than half an interval after the previous one.
+    their drift behind the grid is lateness); ``first-run``, as ``sequence`` but counted from
+    the schedule's first run (systems that pick every schedule's phase themselves and do not
+    tell it: the first run is on time by definition, the drift after it is lateness). A
+    duplicate is a further run for a due time already run: the same exposed due time, the same
+    grid slot, or (``sequence``/``first-run`` without exposed due times) a run less than half an
+    interval after the previous one.
     """
     out = Matched()
     by_schedule: dict[int, list[tuple[float, float]]] = {}
@@ -422,7 +425,7 @@ def match_runs(
     tolerance = min(TOLERANCE, 0.05 * interval)
     for sid, found in by_schedule.items():
         found.sort()
-        f = first(sid)
+        f = found[0][0] if mode == "first-run" else first(sid)
         seen: set[int] = set()
         previous = -math.inf
         for start, due in found:
@@ -433,7 +436,9 @@ def match_runs(
             slot = f + math.floor((start - f + tolerance) / interval) * interval
             key = round((due if exposed else slot) * 1000)
             if key in seen or (
-                mode == "sequence" and not exposed and start - previous < interval / 2
+                mode in ("sequence", "first-run")
+                and not exposed
+                and start - previous < interval / 2
             ):
                 out.duplicates += 1
                 continue

@@ -19,6 +19,7 @@ MODULES: dict[str, str] = {
     "arq": "arq",
     "saq": "saq",
     "streaq": "streaq",
+    "taskiq": "taskiq",
     "apscheduler": "apscheduler",
 }
 """``--systems`` names, in report order, to module names."""
