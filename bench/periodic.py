@@ -434,7 +434,10 @@ def match_runs(
                 out.unknown += 1
                 continue
             slot = f + math.floor((start - f + tolerance) / interval) * interval
-            key = round((due if exposed else slot) * 1000)
+            # a schedule's own phase is only known to within a tick (Taskiq sends on whole
+            # seconds, so its first run can start a little after a later run's phase): its
+            # runs are told apart by the half-interval rule alone
+            key = len(seen) if mode == "first-run" else round((due if exposed else slot) * 1000)
             if key in seen or (
                 mode in ("sequence", "first-run")
                 and not exposed
