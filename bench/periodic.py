@@ -407,9 +407,9 @@ def match_runs(
     ``grid``, the latest slot ``first(i) + k * interval`` at or before the start (systems on a
     fixed grid that may skip slots); ``sequence``, the k-th run of a schedule is for its k-th
     slot (systems that re-base each next run on the previous one: they never skip a run, and
-    their drift behind the grid is lateness); ``first-run``, as ``sequence`` but counted from
-    the schedule's first run (systems that pick every schedule's phase themselves and do not
-    tell it: the first run is on time by definition, the drift after it is lateness). A
+    their drift behind the grid is lateness); ``first-run``, as ``sequence`` but from the
+    schedule's own phase, that of its earliest run on a grid counted from its first run
+    (systems that pick every schedule's phase themselves and do not tell it). A
     duplicate is a further run for a due time already run: the same exposed due time, the same
     grid slot, or (``sequence``/``first-run`` without exposed due times) a run less than half an
     interval after the previous one.
@@ -426,6 +426,7 @@ def match_runs(
     for sid, found in by_schedule.items():
         found.sort()
         f = found[0][0] if mode == "first-run" else first(sid)
+        mine = len(out.late)
         seen: set[int] = set()
         previous = -math.inf
         for start, due in found:
@@ -457,6 +458,12 @@ def match_runs(
             out.start.append(start)
             out.late.append(start - nominal)
             out.late_own.append(start - due if exposed else math.nan)
+        if mode == "first-run" and len(out.late) > mine:
+            # the schedule's phase is that of its earliest run relative to the k * interval
+            # grid, so lateness is never negative and the first run's own delay is not the base
+            base = min(out.late[mine:])
+            for k in range(mine, len(out.late)):
+                out.late[k] -= base
     return out
 
 
@@ -650,7 +657,10 @@ def method_lines(specs: Sequence[PeerSpec], cfg: Config) -> list[str]:
         "next run on when the previous one ran or was sent (Celery beat, RedBeat, rq-scheduler, "
         "RQ cron, the naive design), the k-th run of a schedule is matched to its k-th nominal "
         "due time, so their drift behind the grid counts as lateness, as it does against 'every "
-        "5 s'. The naive design's lateness against the score it claimed is in Details.",
+        "5 s'; for Taskiq, whose interval schedules all start on the scheduler's first tick and "
+        "which does not tell due times, the k-th run is matched to the schedule's first run + "
+        "k * interval, and lateness is counted from the schedule's earliest run on that grid. "
+        "The naive design's lateness against the score it claimed is in Details.",
         "- Duplicates: further runs of one schedule for a due time that already ran (the same "
         "due time the system gave, the same grid slot, or, re-based without a known due time, a "
         "run less than half an interval after the previous one), over the whole run; not "
@@ -711,8 +721,9 @@ def header_lines(info: Mapping[str, Any], cfg: Config) -> list[str]:
         "cores: see the load column)",
         f"- settings: window {cfg.duration:g} s after one interval of warm-up, {cfg.repeat} "
         f"repetition(s) (median shown), {cfg.workers} worker process(es) per system, "
-        f"concurrency {cfg.concurrency} (drumbeat's worker, arq's max_jobs, SAQ's concurrency, "
-        "APScheduler's threads)" + (", --quick" if cfg.quick else ""),
+        f"concurrency {cfg.concurrency} (drumbeat's worker, arq's max_jobs, SAQ's and streaq's "
+        "concurrency, Taskiq's max_async_tasks, APScheduler's threads)"
+        + (", --quick" if cfg.quick else ""),
     ]
     if cfg.note:
         lines.append(f"- note: {cfg.note}")
@@ -861,8 +872,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
         "--concurrency",
         type=int,
         default=20,
-        help="drumbeat's concurrency, arq's max_jobs, SAQ's concurrency, APScheduler's threads "
-        "(default 20)",
+        help="drumbeat's concurrency, arq's max_jobs, SAQ's and streaq's concurrency, Taskiq's "
+        "max_async_tasks, APScheduler's threads (default 20)",
     )
     p.add_argument("--out", type=Path, default=BENCH_DIR / "results", help="results directory")
     p.add_argument("--note", default="", help="free text recorded with the results")

@@ -3,8 +3,8 @@
 The schedules are labels of one task (``schedule=[{"interval": S, "args": [i]}, ...]``, read by
 ``LabelScheduleSource``); the scheduler process checks every schedule once a second and sends
 those due. An interval schedule runs first on the scheduler's first tick, so Taskiq picks the
-phases (all the same) and does not tell a run's due time: runs are matched from each schedule's
-first run (``first-run``), and its drift after that is lateness.
+phases (all the same) and does not tell a run's due time: runs are matched on a grid from each
+schedule's first run (``first-run``), and lateness is counted from its earliest run on it.
 
     python -m bench.periodic_peers.taskiq {scheduler,worker} --url URL --n N --interval S ...
 """
@@ -27,7 +27,8 @@ SPEC = PeerSpec(
     schedules_in_redis=False,
     due_match="first-run",
     due="not exposed, and the phases are Taskiq's (every interval schedule starts on the "
-    "scheduler's first tick): the k-th run is matched to the first run + k * interval",
+    "scheduler's first tick): the k-th run is matched to the first run + k * interval, "
+    "lateness counted from the schedule's earliest run on that grid",
     settings="TaskiqScheduler with LabelScheduleSource (one task, a schedule label "
     "{'interval': S, 'args': [i]} per schedule), run_scheduler_task defaults (1 s loop); "
     "worker: RedisStreamBroker receiver, max_async_tasks 20 (default 100)",

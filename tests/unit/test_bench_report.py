@@ -1,6 +1,10 @@
-"""The periodic benchmark's medians: a repetition that delivered nothing must not vanish."""
+"""The periodic benchmark's report: medians that keep empty repetitions, and run matching."""
 
-from bench.periodic import Case, Outcome, _late, _median, table_lines
+from __future__ import annotations
+
+from array import array
+
+from bench.periodic import Case, Outcome, _late, _median, match_runs, table_lines
 
 CASE = Case(100_000, 5.0)
 
@@ -36,3 +40,18 @@ def test_failed_repetitions_are_left_out_of_the_median() -> None:
     broken.errors.append("no run started, in the window or before it")
     group = [broken, _rep(2, runs=100, late_p99=0.3)]
     assert _median(group, "late_p99") == 0.3
+
+
+def _runs(*triples: tuple[int, float, float]) -> array[float]:
+    return array("d", [x for t in triples for x in t])
+
+
+def test_first_run_matching_counts_from_each_schedules_own_first_run() -> None:
+    nan = float("nan")
+    # schedule 0: first run 0.16 s after its tick, the next ones on later ticks (4.84 s on),
+    # then a second run 1 s after the third: the only duplicate
+    runs = _runs((0, nan, 100.16), (0, nan, 105.0), (0, nan, 110.0), (0, nan, 111.0))
+    matched = match_runs(runs, n=1, interval=5.0, first=lambda i: 0.0, mode="first-run")
+    assert matched.duplicates == 1
+    # the phase is the earliest run's: the first run was 0.16 s late
+    assert [round(x, 2) for x in matched.late] == [0.16, 0.0, 0.0]
