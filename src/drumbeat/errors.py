@@ -10,6 +10,7 @@
     │   └── PayloadTooLarge       an encoded payload over `Settings.max_payload_bytes`
     ├── UnknownTask (LookupError) a task name no registered task answers to
     ├── LeaseLost                 this worker's lease on a job was taken over (fencing)
+    ├── WorkerCrashed             a part of a worker kept failing; the worker stopped
     ├── JobFailed                 `Job.result()` of a job that ended in the dead-letter set
     ├── JobNotFound (LookupError) no such job, or its record has expired
     └── ResultTimeout (TimeoutError) `Job.result(timeout=...)` ran out of time
@@ -47,6 +48,11 @@ class UnknownTask(DrumbeatError, LookupError):
 
 class LeaseLost(DrumbeatError):
     """The job's lease was taken over, so this worker may no longer ack, retry or renew it."""
+
+
+class WorkerCrashed(DrumbeatError):
+    """A part of the worker (claim loop, flusher, housekeeping) kept crashing, so the worker
+    stopped rather than run on without it; the process should exit non-zero and be replaced."""
 
 
 class JobFailed(DrumbeatError):

@@ -85,6 +85,10 @@ def _ints(raw: Any) -> list[int]:
     return [int(x) for x in raw]
 
 
+def _parse_pairs(raw: Any) -> list[tuple[str, int]]:
+    return [(_str(raw[i]), int(raw[i + 1])) for i in range(0, len(raw), 2)]
+
+
 def _str(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -214,12 +218,13 @@ class Scripts:
 
     def extend_leases(
         self, worker: str, lease_ms: int, info: bytes, owned: Sequence[tuple[str, int]]
-    ) -> Call[list[str]]:
+    ) -> Call[list[tuple[str, int]]]:
+        """Renews the leases of ``owned`` (id, token) claims; returns the claims lost."""
         k = self.k
         keys = [k.leases, k.owners, k.workers, k.workerinfo]
         args: list[str | bytes | int] = [worker, lease_ms, info]
         args += [x for pair in owned for x in pair]
-        return Call("extend_leases", keys, args, lambda raw: [_str(x) for x in raw])
+        return Call("extend_leases", keys, args, _parse_pairs)
 
     def handback(self, owned: Sequence[tuple[str, int]]) -> Call[int]:
         k = self.k

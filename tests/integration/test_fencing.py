@@ -35,7 +35,7 @@ def test_stale_worker_is_fenced_off(app: drumbeat.App, r: redis.Redis) -> None:
     assert s.complete([(job.id, stale, outcome, 60_000, "")]).run(r) == [0]
     assert s.retry([(job.id, stale, 0)]).run(r) == [0]
     assert s.bury([(job.id, stale, b'{"error":"x"}', 60_000)]).run(r) == [0]
-    assert s.extend_leases("worker-a", 10_000, b"{}", [(job.id, stale)]).run(r) == [job.id]
+    assert s.extend_leases("worker-a", 10_000, b"{}", [(job.id, stale)]).run(r) == [(job.id, stale)]
     assert s.handback([(job.id, stale)]).run(r) == 0
     # None of the refused calls wrote a result or moved the job.
     assert not r.hexists(app.keys.results, job.id)

@@ -9,8 +9,8 @@ import redis
 import redis.asyncio as aredis
 
 import drumbeat
-from drumbeat.link import Link
 from drumbeat.scripts import Call, ClaimResult
+from drumbeat.worker.link import Link
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import redis.asyncio as aredis
 
 import drumbeat
 from drumbeat.scripts import Call, ClaimResult
-from drumbeat.waiter import Waiter
+from drumbeat.worker.waiter import Waiter
 
 
 @pytest.fixture

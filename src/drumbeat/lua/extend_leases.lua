@@ -2,7 +2,8 @@
 --
 -- KEYS[1] leases (zset)  KEYS[2] owners (hash)  KEYS[3] workers (zset)  KEYS[4] workerinfo (hash)
 -- ARGV[1] worker id  ARGV[2] lease_ms  ARGV[3] worker info (opaque)  ARGV[4..] id, token pairs
--- Returns the ids whose lease this worker no longer owns (taken over or finished elsewhere).
+-- Returns id, token of each claim this worker no longer owns (taken over or finished
+-- elsewhere), flat: the token tells two claims of one job apart.
 local now = now_ms()
 redis.call('ZADD', KEYS[3], now, ARGV[1])
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
@@ -14,6 +15,7 @@ for i = 4, #ARGV, 2 do
     redis.call('ZADD', KEYS[1], deadline, id)
   else
     lost[#lost + 1] = id
+    lost[#lost + 1] = token
   end
 end
 return lost

@@ -16,7 +16,7 @@ from typing import Any
 import redis.asyncio as aredis
 from redis.exceptions import NoScriptError, ResponseError, TimeoutError
 
-from .scripts import SOURCES, Call
+from drumbeat.scripts import SOURCES, Call
 
 
 class Link:

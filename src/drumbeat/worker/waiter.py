@@ -15,7 +15,7 @@ from typing import Any
 import redis.asyncio as aredis
 from redis.exceptions import NoScriptError, ResponseError
 
-from .scripts import Call
+from drumbeat.scripts import Call
 
 
 class Waiter:

@@ -1,0 +1,17 @@
+"""One worker process, one concern per module:
+
+- `process`: the `Worker` itself: starts, supervises and stops the parts below, runs each job.
+- `claiming`: the claim loop (shards, the idle wait, schedule buckets, spec refill).
+- `claims`: the claims held, keyed by (job id, fencing token), and the running ones.
+- `settling`: outcomes to Redis in batches, one table from outcome type to script.
+- `leases`: the heartbeat thread that renews leases and registers the worker.
+- `housekeeping`: reaping expired leases, results, dead letters and gone workers.
+- `hooks`: the seams for code that runs at process and job start and end.
+- `retrying`: which Redis errors are ridden out, and the backoff between tries.
+- `link`, `waiter`: the hand-driven connections of the hot path.
+"""
+
+from .hooks import Hooks, JobEnd
+from .process import Worker, run_worker
+
+__all__ = ["Hooks", "JobEnd", "Worker", "run_worker"]

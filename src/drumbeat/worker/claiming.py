@@ -1,0 +1,234 @@
+"""Claiming: the loop that takes jobs and schedule runs for the worker's free slots.
+
+It claims shard after shard (starting at a rotating one, so none starves), at most as many
+items as slots are free (a busy worker never prefetches), takes the runs of the schedule
+buckets a claim reported, and blocks in Redis when there is nothing to do. It owns the claim
+connection (`Link`), the pipelined idle wait (`Waiter`) and the clock offset to Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+import redis.asyncio as aredis
+
+from drumbeat.config import Settings
+from drumbeat.keys import bucket_of
+from drumbeat.schedule import RUN_PREFIX, parse_record
+from drumbeat.scripts import Claimed, ClaimResult, Scripts
+
+from .claims import ClaimTable
+from .link import Link
+from .retrying import Backoff, is_transient
+from .waiter import Waiter
+
+log = logging.getLogger("drumbeat.worker")
+
+
+class Claimer:
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        shards: list[Scripts],
+        settings: Settings,
+        table: ClaimTable,
+        start: Callable[[int, Claimed], None],
+        stopping: asyncio.Event,
+    ) -> None:
+        self.worker_id = worker_id
+        self.shards = shards
+        self.settings = settings
+        self.table = table
+        self._start = start
+        self.stopping = stopping
+        self._next_shard = 0
+        self._clock_offset_ms = 0
+        self._client: aredis.Redis | None = None
+        self._link: Link | None = None
+        self._waiter: Waiter | None = None
+        self._block: asyncio.Future[Any] | None = None
+        # Per shard: the schedule buckets heading `due` at the last reply; the next claim takes
+        # their runs itself (see claim.lua).
+        self._upcoming: dict[int, list[int]] = {}
+
+    def now_ms(self) -> int:
+        """Redis server time in ms, as last seen by a claim (worker clocks drift)."""
+        return int(time.time() * 1000) + self._clock_offset_ms
+
+    async def open(self, client: aredis.Redis) -> None:
+        self._client = client
+        self._link = Link(client)
+        if len(self.shards) == 1:  # the pipelined wait claims from one shard
+            self._waiter = Waiter(client, [self.shards[0].k.wake], self.settings.idle_block)
+
+    async def close(self) -> None:
+        await self.cancel_block()
+        if self._waiter is not None:
+            await self._waiter.aclose()
+        if self._link is not None:
+            await self._link.aclose()
+
+    async def run(self) -> None:
+        """Claims and starts jobs until the worker stops."""
+        backoff = Backoff()
+        while not self.stopping.is_set():
+            free = self.table.free
+            if free <= 0:
+                # Clear before any await: a job finishing during the cancel sets it again.
+                self.table.slot_free.clear()
+                await self.cancel_block()
+                await self.table.slot_free.wait()
+                continue
+            try:
+                claimed, now_ms, next_due_ms = await self._claim(free)
+                if claimed < free:
+                    await self._wait_for_work(free - claimed, now_ms, next_due_ms)
+                backoff.reset()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                await backoff.wait(self.stopping, backoff.failed(log, "claiming", exc))
+
+    async def _claim(self, free: int) -> tuple[int, int, int | None]:
+        """Claims up to ``free`` items; returns (claimed, Redis now, earliest due time seen)."""
+        assert self._link is not None
+        s, n = self.settings, len(self.shards)
+        claimed, now_ms, next_due = 0, 0, None
+        start = self._next_shard
+        self._next_shard = (start + 1) % n
+        for i in range(n):
+            shard = (start + i) % n
+            call = self.shards[shard].claim(
+                self.worker_id, free - claimed, s.lease_ms, s.batch_limit,
+                self._upcoming.get(shard, ()),
+            )  # fmt: skip
+            (result,) = await self._link.run([call])
+            took, result = await self._took(shard, result, free - claimed)
+            claimed += took
+            now_ms = result.now_ms
+            if result.next_due_ms is not None:
+                next_due = min(next_due or result.next_due_ms, result.next_due_ms)
+            if claimed >= free:
+                break
+        return claimed, now_ms, next_due
+
+    async def _took(self, shard: int, result: ClaimResult, free: int) -> tuple[int, ClaimResult]:
+        """Starts what a claim took; takes the runs of the due schedule buckets it reported
+        (as many as there are free slots; the rest wait in `ready`). Returns (started, the
+        last reply)."""
+        assert self._link is not None
+        s, took = self.settings, 0
+        while True:
+            self._clock_offset_ms = result.now_ms - int(time.time() * 1000)
+            self._upcoming[shard] = result.upcoming
+            if any(job.spec is None for job in result.jobs):
+                await self._fill_run_specs(shard, result.jobs)
+            for job in result.jobs:
+                self._start(shard, job)
+            took += len(result.jobs)
+            if not result.buckets:
+                return took, result
+            # The claim stepped these buckets aside for a second: promote them now.
+            call = self.shards[shard].promote_runs(
+                result.buckets, self.worker_id, free - took, s.lease_ms
+            )
+            (result,) = await self._link.run([call])
+
+    async def _fill_run_specs(self, shard: int, jobs: list[Claimed]) -> None:
+        """A schedule's run taken straight from its bucket carries no copy of its spec in
+        `jobs`; if it is claimed again (handed back, or its lease expired), its spec is read
+        from the schedule's record here."""
+        assert self._client is not None
+        runs = [j for j in jobs if j.spec is None and j.id.startswith(RUN_PREFIX)]
+        if not runs:
+            return
+        keys = self.shards[shard].k
+        async with self._client.pipeline(transaction=False) as pipe:
+            for job in runs:
+                schedule_id = job.id[len(RUN_PREFIX) :]
+                pipe.hget(keys.schedules(bucket_of(schedule_id)), schedule_id)
+            pipe.hgetall(keys.tasks)
+            *records, tasks = await pipe.execute()
+        for job, record in zip(runs, records, strict=True):
+            if record is not None:  # else the runner reports the run unreadable
+                parsed = parse_record(record)
+                name = tasks.get(b"#" + parsed.task_code.encode(), b"?")
+                job.spec = name + b"|" + parsed.spec
+
+    async def _wait_for_work(self, free: int, now_ms: int, next_due_ms: int | None) -> None:
+        """Waits until a job is enqueued (a marker on `wake`), the next item is due, or
+        `idle_block` passes, whichever comes first.
+
+        Redis times blocked commands out only on its cron tick (every 100 ms at the default
+        `hz`), far too coarse for due times. So one `BZPOPMIN` stays outstanding across waits,
+        with the full `idle_block` as its timeout, and a local timer (from a due time Redis
+        gave us, corrected by the measured clock offset) ends the wait at the due time. With
+        nothing due within `idle_block`, the wait carries the next claim (`Waiter`).
+        """
+        assert self._client is not None
+        timeout = self.settings.idle_block
+        if next_due_ms is not None:
+            timeout = min(timeout, (next_due_ms - now_ms) / 1000)
+        if timeout <= 0:
+            return
+        if (
+            timeout >= self.settings.idle_block
+            and self._waiter is not None
+            and (self._block is None or self._block.done())
+        ):
+            await self._wait_then_claim(free)
+            return
+        if self._block is None or self._block.done():
+            wake_keys = [shard.k.wake for shard in self.shards]
+            self._block = asyncio.ensure_future(
+                self._client.bzpopmin(wake_keys, self.settings.idle_block)
+            )
+        stop = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait({self._block, stop}, timeout=timeout, return_when="FIRST_COMPLETED")
+        stop.cancel()
+        if self._block.done():
+            self._block.exception()  # consumed; a failed block just means: look again
+
+    async def _wait_then_claim(self, free: int) -> None:
+        """Waits with a claim of up to ``free`` jobs pipelined behind the pop (slots only free
+        up meanwhile, so it never overfills); stopping ends the wait early, and what the claim
+        took is still started (the shutdown then finishes or hands it back)."""
+        assert self._client is not None and self._waiter is not None
+        s = self.settings
+        call = self.shards[0].claim(
+            self.worker_id, free, s.lease_ms, s.batch_limit, self._upcoming.get(0, ())
+        )
+        waiting = asyncio.ensure_future(self._waiter.block_then(call))
+        stop = asyncio.ensure_future(self.stopping.wait())
+        # Redis ends the BZPOPMIN itself after idle_block; the local bound is only a backstop.
+        await asyncio.wait({waiting, stop}, timeout=s.idle_block + 5, return_when="FIRST_COMPLETED")
+        stop.cancel()
+        if not waiting.done():
+            await self._waiter.unblock(waiting)
+        if waiting.cancelled():
+            return
+        try:
+            raw = waiting.result()
+        except redis.ResponseError as exc:
+            if is_transient(exc):
+                raise
+            # The pop or CLIENT ID refused (an ACL, a proxy): plain waits work everywhere.
+            log.warning("waiting with a pipelined claim failed (%s); using plain waits", exc)
+            self._waiter = None
+            return
+        result = call.parse(raw) if raw is not None else await call.arun(self._client)
+        await self._took(0, result, free)
+
+    async def cancel_block(self) -> None:
+        """Drops the outstanding `BZPOPMIN` (a busy worker must not swallow wake markers meant
+        for idle ones; cancelling costs its connection, a reconnect on the next wait)."""
+        if self._block is not None and not self._block.done():
+            self._block.cancel()
+            await asyncio.gather(self._block, return_exceptions=True)
+        self._block = None

@@ -1,0 +1,85 @@
+"""Housekeeping every worker shares: reaping expired leases, results, dead letters and gone
+workers (`reap.lua`), and announcing the jobs it dead-lettered to their `Job.result` waiters.
+
+There is no leader: every worker reaps about once a `maintenance_interval`, jittered so many
+workers do not reap in lockstep; each pass is atomic, so two reaping at once is harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+import redis
+import redis.asyncio as aredis
+
+from drumbeat.config import Settings
+from drumbeat.keys import Keys
+from drumbeat.scripts import Call, Reaped, Scripts
+
+from .retrying import Backoff
+
+log = logging.getLogger("drumbeat.worker")
+
+
+class Housekeeper:
+    def __init__(self, shards: list[Scripts], settings: Settings, stopping: asyncio.Event) -> None:
+        self.shards = shards
+        self.settings = settings
+        self.stopping = stopping
+        s = settings
+        self._reaps = [
+            shard.reap(
+                max_stalls=s.max_stalls,
+                limit=s.batch_limit,
+                dead_ttl_ms=round(s.dead_ttl * 1000),
+                worker_ttl_ms=s.lease_ms * 3,
+                result_ttl_ms=round(s.result_ttl * 1000),
+            )
+            for shard in shards
+        ]
+
+    async def run(self, client: aredis.Redis) -> None:
+        """Reaps until the worker stops.
+
+        Ends by itself once stopping, not only by cancellation: a cancellation that lands while
+        the Redis client is between two awaits can be lost (seen under load: the task stayed
+        "cancelling" in its sleep and the shutdown waited for it forever).
+        """
+        backoff = Backoff(first=self.settings.maintenance_interval, most=30.0)
+        while not self.stopping.is_set():
+            try:
+                more = False
+                for shard, reap in enumerate(self._reaps):
+                    more = await self._reap(client, shard, reap) or more
+                backoff.reset()
+                if more:
+                    # A busy queue can expire thousands of outcomes a second; sweeping one
+                    # batch per interval would let them pile up.
+                    await asyncio.sleep(0)
+                    continue
+                pause = self.settings.maintenance_interval * (0.75 + random.random() / 2)
+            except (redis.RedisError, OSError) as exc:
+                # Even a refused reap is retried (slowly): it changes nothing until it runs.
+                pause = backoff.failed(log, "housekeeping", exc)
+            await backoff.wait(self.stopping, pause)
+
+    async def _reap(self, client: aredis.Redis, shard: int, reap: Call[Reaped]) -> bool:
+        """One pass on one shard; True if it should run again at once."""
+        reaped = await reap.arun(client)
+        if reaped.requeued or reaped.buried:
+            log.warning("shard %d: expired leases: %d requeued, %d dead-lettered",
+                        shard, reaped.requeued, len(reaped.buried))  # fmt: skip
+        if reaped.buried:
+            await self._announce(client, self.shards[shard].k, reaped.buried)
+        return reaped.more
+
+    async def _announce(self, client: aredis.Redis, keys: Keys, ids: list[str]) -> None:
+        """Wakes `Job.result` waiters of jobs that reap dead-lettered (Lua cannot name the keys)."""
+        ttl_ms = max(1, round(self.settings.result_ttl * 1000))
+        async with client.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.rpush(keys.done(job_id), 0)
+                pipe.pexpire(keys.done(job_id), ttl_ms)
+            await pipe.execute()

@@ -1,0 +1,343 @@
+"""The Worker: one process's event loop with N slots. It starts the parts that do the work
+(claiming, settling, housekeeping, the heartbeat thread), runs each claimed job, supervises the
+parts, and stops them in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from drumbeat.app import check_server
+from drumbeat.errors import WorkerCrashed
+from drumbeat.runner import Again, Bury, Done, Outcome, RunDone, Runner
+from drumbeat.scripts import Claimed, Scripts
+
+from .claiming import Claimer
+from .claims import Claim, ClaimKey, ClaimTable
+from .hooks import Hooks, JobEnd
+from .housekeeping import Housekeeper
+from .leases import Heartbeat
+from .link import Link
+from .retrying import is_transient
+from .settling import Settler
+
+if TYPE_CHECKING:
+    from drumbeat.app import App
+
+log = logging.getLogger("drumbeat.worker")
+
+#: A part of the worker that crashes this often within `_CRASH_WINDOW` seconds stops the worker
+#: (exit non-zero, so whatever runs it starts a fresh process) instead of restarting again.
+_CRASH_LIMIT = 5
+_CRASH_WINDOW = 60.0
+
+
+def _worker_id() -> str:
+    host = re.sub(r"[^A-Za-z0-9_.:@/+=-]", "-", socket.gethostname()) or "host"
+    return f"{host}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
+
+
+_END_NAMES: dict[type[Outcome], str] = {Done: "done", Again: "retry", Bury: "dead"}
+
+
+def _end_name(outcome: Outcome) -> str:
+    return outcome.outcome if isinstance(outcome, RunDone) else _END_NAMES[type(outcome)]
+
+
+class Worker:
+    """Runs the tasks of one `App`. ``await worker.run()`` returns after `stop`.
+
+    Args:
+        app: the app whose tasks this worker runs.
+        concurrency: slots; defaults to `Settings.concurrency`.
+        hooks: code to run at the process's and each job's start and end.
+    """
+
+    def __init__(
+        self, app: App, *, concurrency: int | None = None, hooks: Hooks | None = None
+    ) -> None:
+        self.app = app
+        self.settings = app.settings
+        self.concurrency = concurrency or self.settings.concurrency
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        self.id = _worker_id()
+        self.hooks = hooks or Hooks()
+        self.started_ms = int(time.time() * 1000)
+        # Every shard this worker serves: jobs' shard first, then schedule shards if apart.
+        self.shards: list[Scripts] = [app.scripts]
+        if app.settings.schedule_shards > 1:
+            self.shards += app.scheduler.scripts
+        self.executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="drumbeat-task")
+        self.table = ClaimTable(self.concurrency)
+        self._stopping = asyncio.Event()
+        self._hard = False
+        self._crashed: str | None = None
+        self.claimer = Claimer(
+            worker_id=self.id, shards=self.shards, settings=self.settings, table=self.table,
+            start=self._start, stopping=self._stopping,
+        )  # fmt: skip
+        self.runner = Runner(app, self.id, self.executor)
+        self.settler = Settler(self.shards, self.table, self.settings)
+        self.housekeeper = Housekeeper(self.shards, self.settings, self._stopping)
+        self.heartbeat = Heartbeat(
+            worker_id=self.id, shards=self.shards, table=self.table,
+            client=lambda: redis.Redis.from_url(app.url, socket_connect_timeout=5,
+                                                socket_timeout=5),
+            lease_ms=self.settings.lease_ms, info=self._info, on_lost=self._lost_threadsafe,
+        )  # fmt: skip
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def processed(self) -> int:
+        return self.settler.processed
+
+    @property
+    def failed(self) -> int:
+        return self.settler.failed
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def stop(self, hard: bool = False) -> None:
+        """Stop claiming; running jobs get `Settings.shutdown_grace` (none if ``hard``)."""
+        self._hard = self._hard or hard
+        self._stopping.set()
+        self.table.slot_free.set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT: the first stops gracefully, a second stops at once."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self._stopping.is_set():
+            log.warning(
+                "%s again: stopping now; unfinished jobs return when leases expire", sig.name
+            )
+            self.stop(hard=True)
+        else:
+            log.info("%s: finishing running jobs (up to %.0f s), then stopping",
+                     sig.name, self.settings.shutdown_grace)  # fmt: skip
+            self.stop()
+
+    async def run(self) -> None:
+        """Claim and run jobs until `stop`; then shut down as `stop` asked.
+
+        Raises:
+            WorkerCrashed: a part of the worker kept failing; it stopped (as gracefully as it
+                could) so that whatever runs it can start a fresh process.
+        """
+        self._loop = asyncio.get_running_loop()
+        await self.hooks.started()
+        client = self.app.new_async_client(socket_timeout=self.settings.idle_block + 10)
+        settle_link = Link(client)
+        parts: list[asyncio.Task[None]] = []
+        try:
+            await check_server(client)
+            await self.claimer.open(client)
+            self.heartbeat.start()
+            # Registered (visible to `drumbeat status` and the reaper) before it claims.
+            await asyncio.to_thread(self.heartbeat.beat_once.wait, 5)
+            parts = [
+                self._supervised("flusher", lambda: self.settler.run(settle_link)),
+                self._supervised("housekeeping", lambda: self.housekeeper.run(client)),
+            ]
+            tasks = ", ".join(sorted(self.app.tasks)) or "none"
+            log.info("worker %s started: %d slots, tasks: %s", self.id, self.concurrency, tasks)
+            await self._supervised("claim loop", self.claimer.run)
+        finally:
+            await self._shutdown(client, parts)
+            await settle_link.aclose()
+            await client.aclose()
+            await self.hooks.stopped()
+            log.info(
+                "worker %s stopped: %d processed, %d failed", self.id, self.processed, self.failed
+            )
+        if self._crashed is not None:
+            raise WorkerCrashed(self._crashed)
+
+    def _supervised(
+        self, name: str, part: Callable[[], Coroutine[Any, Any, None]]
+    ) -> asyncio.Task[None]:
+        """Runs ``part``, restarting it with backoff when it crashes; past `_CRASH_LIMIT`
+        crashes in `_CRASH_WINDOW` seconds the worker stops instead: a worker that silently
+        stopped claiming, settling or reaping would be worse than none."""
+
+        async def supervise() -> None:
+            crashes: deque[float] = deque()
+            pause = 0.1
+            while True:
+                try:
+                    await part()
+                    return
+                except Exception:
+                    now = time.monotonic()
+                    crashes.append(now)
+                    while crashes[0] < now - _CRASH_WINDOW:
+                        crashes.popleft()
+                    if len(crashes) >= _CRASH_LIMIT or self._stopping.is_set():
+                        log.critical("worker %s: %s crashed %d times; stopping the worker",
+                                     self.id, name, len(crashes), exc_info=True)  # fmt: skip
+                        self._crashed = self._crashed or f"{name} crashed {len(crashes)} times"
+                        self.stop()
+                        return
+                    log.exception("%s crashed; restarting it in %.1f s", name, pause)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 10.0)
+
+        return asyncio.create_task(supervise(), name=f"drumbeat-{name}")
+
+    # -- running jobs ----------------------------------------------------------------------
+
+    def _start(self, shard: int, job: Claimed) -> None:
+        claim = self.table.hold(shard, job)
+        task = asyncio.create_task(self._execute(claim), name=f"drumbeat-job-{job.id}")
+        self.table.started(claim, task)
+
+    async def _execute(self, claim: Claim) -> None:
+        """Runs one claim to an outcome for the settler. Whatever happens, the claim ends
+        settled, handed back at shutdown, or released to its lease: never held forever."""
+        job, hooks, started = claim.job, self.hooks, time.monotonic()
+        end = "crashed"
+        try:
+            if hooks.per_job:
+                await hooks.before(job)
+            outcome = await self.runner.run(job, self.claimer.now_ms)
+            end = _end_name(outcome)
+            if isinstance(outcome, Bury):
+                log.error("job %s dead-lettered: %s", job.id, outcome.reason)
+            if not claim.lost:
+                self.settler.add(claim, outcome)
+        except asyncio.CancelledError:
+            end = "cancelled"  # a stop (the claim is handed back) or a lost lease
+            raise
+        except Exception:
+            # A bug in running or deciding the outcome: the lease lapses, and the job runs
+            # again (and is dead-lettered after `max_stalls`), rather than being held forever.
+            log.exception("running job %s failed inside the worker; it runs again when its "
+                          "lease expires", job.id)  # fmt: skip
+            self.table.release(claim)
+        finally:
+            self.table.ended(claim)
+            if hooks.per_job:
+                await hooks.after(JobEnd(job, end, time.monotonic() - started))
+
+    def _lost_threadsafe(self, lost: list[ClaimKey]) -> None:
+        """From the heartbeat thread: leases taken over (fencing)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._lost, lost)
+
+    def _lost(self, lost: list[ClaimKey]) -> None:
+        for key in lost:
+            claim = self.table.lose(key)
+            if claim is not None and claim.task is not None and not claim.task.done():
+                log.warning("lease on job %s (token %s) was taken over; cancelling this run",
+                            *key)  # fmt: skip
+                claim.task.cancel("lease lost")
+
+    def _info(self) -> bytes:
+        return json.dumps({
+            "host": socket.gethostname(), "pid": os.getpid(),
+            "concurrency": self.concurrency, "running": self.table.running,
+            "started_ms": self.started_ms, "processed": self.processed,
+        }).encode()  # fmt: skip
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    async def _shutdown(self, client: Any, parts: list[asyncio.Task[None]]) -> None:
+        """Stops in order; each step runs even if an earlier one failed, so a worker whose
+        hand-back failed still stops its heartbeat and deregisters."""
+        self._stopping.set()
+        steps: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [
+            ("closing the claim loop", self.claimer.close),
+            ("finishing running jobs", self._finish_running),
+            ("stopping housekeeping", lambda: self._stop_parts(parts[1:])),
+            ("settling outcomes in hand", lambda: self._drain(parts[:1])),
+            ("handing back unfinished jobs", lambda: self._hand_back(client)),
+            ("stopping the heartbeat", lambda: asyncio.to_thread(self.heartbeat.stop)),
+            ("deregistering", lambda: self._deregister(client)),
+        ]
+        for what, step in steps:
+            try:
+                await step()
+            except Exception as exc:
+                level = logging.WARNING if is_transient(exc) else logging.ERROR
+                log.log(level, "shutdown: %s failed (%s: %s); unfinished jobs return when "
+                        "their leases expire", what, type(exc).__name__, exc)  # fmt: skip
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _finish_running(self) -> None:
+        """Waits up to the grace period for running jobs (a hard stop cuts it short), then
+        cancels the rest."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.shutdown_grace
+        if self.table.running and not self._hard:
+            log.info("waiting up to %.0f s for %d running jobs",
+                     self.settings.shutdown_grace, self.table.running)  # fmt: skip
+        while True:
+            self.table.slot_free.clear()  # set by every finishing job and by stop(hard=True)
+            remaining = deadline - loop.time()
+            if not self.table.running or self._hard or remaining <= 0:
+                break
+            try:
+                await asyncio.wait_for(self.table.slot_free.wait(), remaining)
+            except TimeoutError:
+                break
+        runs = self.table.runs()
+        for task in runs:
+            task.cancel()
+        await asyncio.gather(*runs, return_exceptions=True)
+
+    async def _stop_parts(self, parts: list[asyncio.Task[None]]) -> None:
+        for part in parts:
+            part.cancel()
+        await asyncio.gather(*parts, return_exceptions=True)
+
+    async def _drain(self, flusher: list[asyncio.Task[None]]) -> None:
+        """Lets the flusher send every outcome in hand. A hard stop still sends them (else
+        those jobs run twice), but gives Redis only a moment."""
+        self.settler.close()
+        if flusher:
+            await asyncio.wait_for(flusher[0], 1.0 if self._hard else 10.0)
+
+    async def _hand_back(self, client: Any) -> None:
+        owned = self.table.owned()
+        if not owned or self._hard:
+            return
+        n = 0
+        for shard, keys in owned.items():
+            n += await self.shards[shard].handback(keys).arun(client)
+        log.info("handed %d unfinished jobs back to the queue", n)
+
+    async def _deregister(self, client: Any) -> None:
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.zrem(self.app.keys.workers, self.id)
+            pipe.hdel(self.app.keys.workerinfo, self.id)
+            await pipe.execute()
+
+
+def run_worker(app: App, *, concurrency: int | None = None) -> Worker:
+    """Run a worker in this process until SIGTERM/SIGINT; returns it (for its counters)."""
+    worker = Worker(app, concurrency=concurrency)
+
+    async def main() -> None:
+        worker.install_signal_handlers()
+        await worker.run()
+
+    asyncio.run(main())
+    return worker

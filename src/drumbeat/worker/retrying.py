@@ -1,0 +1,57 @@
+"""Which Redis errors a worker rides out, and the backoff it waits between tries.
+
+A worker outlives its Redis: a restart (connection refused, then ``LOADING`` while it reads its
+AOF), a failover (``READONLY`` from the old primary until clients reconnect), a full server
+(``OOM`` under ``noeviction``) or a long script (``BUSY``) all end by themselves. The worker
+waits with a doubling pause and tries again, logging one line per failure; any other error is a
+bug or a refusal that retrying will not change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import redis
+
+# Error replies, by their first word, that mean "not now" rather than "never".
+_TRANSIENT_REPLIES = ("OOM", "READONLY", "BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors that go away by themselves: lost connections, timeouts, and the error
+    replies of a server that is restarting, failing over, full or busy."""
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | OSError):
+        return True
+    if isinstance(exc, redis.ResponseError):
+        # The prefix is stripped by redis-py's parser for the codes it maps to a class (e.g.
+        # ReadOnlyError), so the class is checked too.
+        if isinstance(exc, redis.exceptions.ReadOnlyError | redis.exceptions.OutOfMemoryError):
+            return True
+        return str(exc).split(" ", 1)[0] in _TRANSIENT_REPLIES
+    return False
+
+
+class Backoff:
+    """A doubling pause between tries, reset by a success."""
+
+    def __init__(self, first: float = 0.05, most: float = 5.0) -> None:
+        self.first = first
+        self.most = most
+        self.pause = first
+
+    def reset(self) -> None:
+        self.pause = self.first
+
+    def failed(self, log: logging.Logger, what: str, exc: BaseException) -> float:
+        """Logs the failure and returns how long to wait before the next try."""
+        pause = self.pause
+        log.warning("%s failed (%s: %s); retrying in %.2f s", what, type(exc).__name__, exc, pause)
+        self.pause = min(self.pause * 2, self.most)
+        return pause
+
+    async def wait(self, stopping: asyncio.Event, pause: float) -> None:
+        """Sleeps ``pause`` seconds, or less if ``stopping`` is set meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopping.wait(), pause)

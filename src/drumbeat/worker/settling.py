@@ -1,0 +1,170 @@
+"""Settling: outcomes go to Redis in batches, one script call per kind of outcome and shard.
+
+Runs end one by one; their outcomes wait in `pending` until the flusher sends every outcome
+that finished while the last batch was in flight, in one write on its own connection. Which
+script settles which outcome, and what it counts, is one table (`KINDS`). Every settled,
+refused or unsendable claim is released, so no lease is renewed past its job's end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from drumbeat.config import Settings
+from drumbeat.runner import Again, Bury, Done, Outcome, RunDone
+from drumbeat.scripts import Call, Claimed, Scripts
+
+from .claims import Claim, ClaimTable
+from .link import Link
+from .retrying import Backoff, is_transient
+
+log = logging.getLogger("drumbeat.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """How one type of outcome is settled and counted."""
+
+    what: str
+    """What settling does, for logs."""
+    script: Callable[[Scripts], Callable[[Sequence[Any]], Call[list[int]]]]
+    item: Callable[[Claimed, Any], tuple[Any, ...]]
+    """The script's item for one claim and its outcome; its first two fields are id, token."""
+    counts: Callable[[Any], tuple[int, int]]
+    """(processed, failed) this outcome adds to the worker's counters."""
+
+
+KINDS: dict[type[Outcome], Kind] = {
+    Done: Kind(
+        "ack", lambda s: s.complete,
+        lambda j, o: (j.id, j.token, o.outcome, o.ttl_ms, j.extra),
+        lambda o: (1, 0),
+    ),
+    Again: Kind(
+        "retry", lambda s: s.retry,
+        lambda j, o: (j.id, j.token, o.delay_ms),
+        lambda o: (0, 0),
+    ),
+    Bury: Kind(
+        "dead-letter", lambda s: s.bury,
+        lambda j, o: (j.id, j.token, o.record, o.ttl_ms),
+        lambda o: (0, 1),
+    ),
+    RunDone: Kind(
+        "reschedule", lambda s: s.finish_runs,
+        lambda j, o: (j.id, j.token, o.outcome, o.duration_ms, o.generation, o.grid_ms,
+                      o.due_ms, o.error),
+        lambda o: (1, int(o.outcome == "fail")),
+    ),
+}  # fmt: skip
+
+# One script call: what it does, and the outcomes it settles, in the order of its items.
+_Batch = tuple[Call[list[int]], Kind, list[tuple[Claim, Outcome]]]
+
+
+class Settler:
+    """Owns the outcomes not yet in Redis; `run` is the flusher."""
+
+    def __init__(self, shards: list[Scripts], table: ClaimTable, settings: Settings) -> None:
+        self.shards = shards
+        self.table = table
+        self.limit = settings.batch_limit
+        self.pending: list[tuple[Claim, Outcome]] = []
+        self.processed = 0
+        self.failed = 0
+        self._wanted = asyncio.Event()
+        self._closing = False
+
+    def add(self, claim: Claim, outcome: Outcome) -> None:
+        self.pending.append((claim, outcome))
+        self._wanted.set()
+
+    async def run(self, link: Link) -> None:
+        """Sends outcomes until `close`; never cancelled mid-batch (a cancelled ack would be
+        neither sent nor kept): shutdown calls `close` and waits for it to drain."""
+        while True:
+            await self._wanted.wait()
+            self._wanted.clear()
+            await self.flush(link)
+            if self._closing:
+                return
+
+    def close(self) -> None:
+        """Asks `run` to send what is pending and return."""
+        self._closing = True
+        self._wanted.set()
+
+    async def flush(self, link: Link) -> None:
+        backoff = Backoff()
+        while self.pending:
+            batch, self.pending = self.pending, []
+            try:
+                retry = await self._send(link, self._calls(batch))
+                backoff.reset()
+            except Exception as exc:
+                if not is_transient(exc):
+                    # Outcomes that cannot be sent (a bug, a value the connection cannot
+                    # encode) must not stop the flusher, nor keep their leases alive: the
+                    # leases lapse and the jobs run again.
+                    log.exception("settling %d jobs failed; they run again when their leases "
+                                  "expire", len(batch))  # fmt: skip
+                    for claim, _ in batch:
+                        self.table.release(claim)
+                    continue
+                retry = batch
+                await asyncio.sleep(backoff.failed(log, f"settling {len(batch)} jobs", exc))
+            self.pending[:0] = retry
+
+    def _calls(self, batch: Sequence[tuple[Claim, Outcome]]) -> list[_Batch]:
+        """One script call per kind of outcome, per shard, per `batch_limit` items."""
+        groups: dict[tuple[int, type[Outcome]], list[tuple[Claim, Outcome]]] = defaultdict(list)
+        for claim, outcome in batch:
+            groups[claim.shard, type(outcome)].append((claim, outcome))
+        calls: list[_Batch] = []
+        for (shard, kind_of), items in groups.items():
+            kind = KINDS[kind_of]
+            make = kind.script(self.shards[shard])
+            for i in range(0, len(items), self.limit):
+                chunk = items[i : i + self.limit]
+                calls.append((make([kind.item(c.job, o) for c, o in chunk]), kind, chunk))
+        return calls
+
+    async def _send(self, link: Link, calls: list[_Batch]) -> list[tuple[Claim, Outcome]]:
+        """Sends the calls in one write; returns the outcomes to send again (a call Redis
+        refused for now: full, read-only, busy). A refused item (its lease was lost) is logged."""
+        await link.send([call for call, _, _ in calls])
+        again: list[tuple[Claim, Outcome]] = []
+        for _, kind, items in calls:
+            try:
+                _, accepted = await link.next()
+            except redis.ResponseError as exc:
+                if is_transient(exc):
+                    log.warning("%s of %d jobs refused for now (%s); retrying",
+                                kind.what, len(items), exc)  # fmt: skip
+                    again += items
+                    continue
+                # A script error will not go away by retrying: the jobs' leases lapse and
+                # they run again elsewhere.
+                log.error("%s of %d jobs failed (%s); they run again when their leases expire",
+                          kind.what, len(items), exc)  # fmt: skip
+                accepted = [0] * len(items)
+            else:
+                for (claim, _), ok in zip(items, accepted, strict=True):
+                    if not ok:
+                        log.warning("%s of job %s refused: its lease was taken over "
+                                    "(fencing token %s)",
+                                    kind.what, claim.job.id, claim.job.token)  # fmt: skip
+            for (claim, outcome), ok in zip(items, accepted, strict=True):
+                self.table.release(claim)
+                if ok:
+                    processed, failed = kind.counts(outcome)
+                    self.processed += processed
+                    self.failed += failed
+        return again
