@@ -14,7 +14,6 @@ import signal
 import socket
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -32,18 +31,13 @@ from .hooks import Hooks, JobEnd
 from .housekeeping import Housekeeper
 from .leases import Heartbeat
 from .link import Link
-from .retrying import is_transient
+from .retrying import is_transient, supervise
 from .settling import Settler
 
 if TYPE_CHECKING:
     from drumbeat.app import App
 
 log = logging.getLogger("drumbeat.worker")
-
-#: A part of the worker that crashes this often within `_CRASH_WINDOW` seconds stops the worker
-#: (exit non-zero, so whatever runs it starts a fresh process) instead of restarting again.
-_CRASH_LIMIT = 5
-_CRASH_WINDOW = 60.0
 
 
 def _worker_id() -> str:
@@ -174,33 +168,12 @@ class Worker:
     def _supervised(
         self, name: str, part: Callable[[], Coroutine[Any, Any, None]]
     ) -> asyncio.Task[None]:
-        """Runs ``part``, restarting it with backoff when it crashes; past `_CRASH_LIMIT`
-        crashes in `_CRASH_WINDOW` seconds the worker stops instead: a worker that silently
-        stopped claiming, settling or reaping would be worse than none."""
+        return asyncio.create_task(supervise(name, part, self._give_up), name=f"drumbeat-{name}")
 
-        async def supervise() -> None:
-            crashes: deque[float] = deque()
-            pause = 0.1
-            while True:
-                try:
-                    await part()
-                    return
-                except Exception:
-                    now = time.monotonic()
-                    crashes.append(now)
-                    while crashes[0] < now - _CRASH_WINDOW:
-                        crashes.popleft()
-                    if len(crashes) >= _CRASH_LIMIT or self._stopping.is_set():
-                        log.critical("worker %s: %s crashed %d times; stopping the worker",
-                                     self.id, name, len(crashes), exc_info=True)  # fmt: skip
-                        self._crashed = self._crashed or f"{name} crashed {len(crashes)} times"
-                        self.stop()
-                        return
-                    log.exception("%s crashed; restarting it in %.1f s", name, pause)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 10.0)
-
-        return asyncio.create_task(supervise(), name=f"drumbeat-{name}")
+    def _give_up(self, reason: str) -> None:
+        """A part crashed too often: the worker stops, and `run` raises `WorkerCrashed`."""
+        self._crashed = self._crashed or reason
+        self.stop()
 
     # -- running jobs ----------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Which Redis errors a worker rides out, and the backoff it waits between tries.
+"""How a worker rides out failure: which Redis errors it waits out, the backoff between tries,
+and the supervision that restarts a crashed part of the worker.
 
 A worker outlives its Redis: a restart (connection refused, then ``LOADING`` while it reads its
 AOF), a failover (``READONLY`` from the old primary until clients reconnect), a full server
@@ -12,6 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import redis
 
@@ -55,3 +60,38 @@ class Backoff:
         """Sleeps ``pause`` seconds, or less if ``stopping`` is set meanwhile."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stopping.wait(), pause)
+
+
+#: A part of the worker that crashes this often within `CRASH_WINDOW` seconds stops the worker
+#: (exit non-zero, so whatever runs it starts a fresh process) instead of restarting again.
+CRASH_LIMIT = 5
+CRASH_WINDOW = 60.0
+
+_log = logging.getLogger("drumbeat.worker")
+
+
+async def supervise(
+    name: str, part: Callable[[], Coroutine[Any, Any, None]], give_up: Callable[[str], None]
+) -> None:
+    """Runs ``part``, restarting it with backoff when it crashes; past `CRASH_LIMIT` crashes in
+    `CRASH_WINDOW` seconds it calls ``give_up`` instead: a worker that silently stopped
+    claiming, settling or reaping would be worse than none."""
+    crashes: deque[float] = deque()
+    pause = 0.1
+    while True:
+        try:
+            await part()
+            return
+        except Exception:
+            now = time.monotonic()
+            crashes.append(now)
+            while crashes[0] < now - CRASH_WINDOW:
+                crashes.popleft()
+            if len(crashes) >= CRASH_LIMIT:
+                _log.critical("%s crashed %d times in %.0f s; stopping the worker",
+                              name, len(crashes), CRASH_WINDOW, exc_info=True)  # fmt: skip
+                give_up(f"{name} crashed {len(crashes)} times in {CRASH_WINDOW:.0f} s")
+                return
+            _log.exception("%s crashed; restarting it in %.1f s", name, pause)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 10.0)
