@@ -15,6 +15,7 @@ from .errors import (
     Retry,
     SerializationError,
     UnknownTask,
+    WorkerCrashed,
 )
 from .job import Job, JobStatus
 from .schedule import Cadence
@@ -50,6 +51,7 @@ __all__ = [
     "Task",
     "UnknownTask",
     "Worker",
+    "WorkerCrashed",
     "current_job",
     "run_worker",
 ]

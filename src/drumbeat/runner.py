@@ -61,6 +61,13 @@ Outcome = Done | Again | Bury | RunDone
 _UNREADABLE_RETRY_MS = 60_000
 
 
+def printable(text: str) -> str:
+    """``text`` as valid UTF-8: an error message may hold lone surrogates (from bytes decoded
+    with ``surrogateescape``, say), which neither the JSON codec nor a Redis argument can carry;
+    they are kept visible as escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def backoff_delay(task: Task[Any, Any], failures: int, rand: Callable[[], float]) -> float:
     """Exponential backoff with equal jitter: half the step fixed, half random, capped."""
     step = min(task.config.backoff_max, task.config.backoff * 2 ** (failures - 1))
@@ -133,7 +140,7 @@ class Runner:
             else:
                 nxt = cadence.after_run(schedule_id, grid, end)
             duration = round((time.monotonic() - started) * 1000)
-            return RunDone(outcome, duration, gen, nxt[0], nxt[1], error)
+            return RunDone(outcome, duration, gen, nxt[0], nxt[1], printable(error))
 
         not_run = self._not_run(job, due, start_ms, cadence.grace_ms)
         if not_run is not None:
@@ -204,5 +211,6 @@ class Runner:
     def _bury(
         self, job: Claimed, error: str, tb: str | None, now_ms: int, ttl_ms: int | None = None
     ) -> Bury:
+        error, tb = printable(error), tb and printable(tb)
         record = encode_failure(self.app.codec, error, tb, job.attempt, now_ms)
         return Bury(record, self.default_ttl_ms if ttl_ms is None else ttl_ms, error)

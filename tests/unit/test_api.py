@@ -19,7 +19,7 @@ def test_public_names_are_pinned() -> None:
         "EvictionPolicyWarning", "InvalidJob", "Job", "JobFailed", "JobNotFound", "JobStatus",
         "LeaseLost", "Options", "PayloadTooLarge", "Prepared", "ResultTimeout", "Retry",
         "Schedule", "ScheduleInfo", "SerializationError", "Settings", "Task", "UnknownTask",
-        "Worker", "current_job", "run_worker",
+        "Worker", "WorkerCrashed", "current_job", "run_worker",
     ]  # fmt: skip
     for name in drumbeat.__all__:
         assert hasattr(drumbeat, name)

@@ -1,0 +1,215 @@
+"""The worker's own faults: claims of one job told apart by token, bugs in running or settling
+that must not leave a lease renewed forever, parts that crash, and the hook seam."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+import redis
+
+import drumbeat
+from drumbeat.worker import Hooks, JobEnd
+from tests.conftest import reap_call, running_worker
+
+
+async def wait_until(
+    check: Callable[[], Awaitable[bool]] | Callable[[], bool], timeout: float, message: str
+) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if isinstance(result, Awaitable):
+            result = await result
+        if result:
+            return
+        assert time.monotonic() < deadline, message
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def quick(redis_url: str, namespace: str) -> AsyncIterator[drumbeat.App]:
+    """An app whose leases lapse and get reaped within a second or two."""
+    app = drumbeat.App(
+        redis_url, namespace=namespace, lease=1.0, max_stalls=1, maintenance_interval=0.1,
+        idle_block=0.5, shutdown_grace=1.0,
+    )  # fmt: skip
+    yield app
+    await app.aclose()
+
+
+async def test_a_job_claimed_again_while_its_first_claim_runs_keeps_its_lease(
+    quick: drumbeat.App, r: redis.Redis
+) -> None:
+    """The first claim's lease is taken over (expired and reaped) while it still runs here, and
+    this same worker claims the job again. Keyed by id alone, the first run's end freed the
+    second's slot and its refused ack forgot the second claim, whose lease then lapsed (the
+    job was dead-lettered while it ran); a late "lease lost" for the old token cancelled the
+    new run."""
+    starts: list[int] = []
+
+    @quick.task
+    async def long() -> str:
+        attempt = drumbeat.current_job().attempt
+        starts.append(attempt)
+        await asyncio.sleep(1.0 if attempt == 1 else 3.0)  # the second outlives two leases
+        return f"attempt {attempt}"
+
+    job = await long.aenqueue()
+    async with running_worker(quick, concurrency=2):
+        await wait_until(lambda: starts == [1], 10, "the first attempt did not start")
+        # The first claim's lease runs out and is reaped: the job is back in `ready`.
+        r.zadd(quick.keys.leases, {job.id: 0})
+        assert reap_call(quick, max_stalls=1).run(r).requeued == 1
+        assert await job.aresult(timeout=15) == "attempt 2"
+    assert starts == [1, 2]
+
+
+async def test_a_retry_with_an_unusable_delay_does_not_hold_its_lease_forever(
+    quick: drumbeat.App,
+) -> None:
+    """An exception out of the runner (here `round(inf)`) used to leave the claim held and its
+    lease renewed for ever: the job stayed 'running' with nothing running it."""
+    ran: list[int] = []
+
+    @quick.task(retries=1)
+    async def broken() -> None:
+        ran.append(1)
+        raise drumbeat.Retry(delay=float("inf"))
+
+    @quick.task
+    async def fine() -> str:
+        return "ok"
+
+    job = await broken.aenqueue()
+    async with running_worker(quick):
+
+        async def ended() -> bool:
+            return await job.astatus() is drumbeat.JobStatus.DEAD
+
+        await wait_until(ended, 15, "never dead-lettered: its lease was renewed for ever")
+        assert await (await fine.aenqueue()).aresult(timeout=10) == "ok", "the worker stopped"
+    assert len(ran) >= 1
+
+
+async def test_an_error_text_the_codec_cannot_encode_is_dead_lettered_readably(
+    app: drumbeat.App,
+) -> None:
+    """A lone surrogate in an error message cannot be encoded as UTF-8 JSON; the failure record
+    used to raise out of the runner and the job's lease was renewed for ever."""
+
+    @app.task
+    async def odd() -> None:
+        raise ValueError("bad \ud800 text")
+
+    job = await odd.aenqueue()
+    async with running_worker(app):
+        with pytest.raises(drumbeat.JobFailed) as failed:
+            await job.aresult(timeout=10)
+    assert "bad \\ud800 text" in failed.value.error
+
+
+async def test_a_bug_in_settling_lets_the_leases_go_and_the_flusher_goes_on(
+    app: drumbeat.App, r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.task
+    async def work(n: int) -> int:
+        return n
+
+    async with running_worker(app) as worker:
+        real = worker.settler._calls
+        broken = [True]
+
+        def calls(batch: Any) -> Any:
+            if broken:
+                broken.clear()
+                raise RuntimeError("a bug in settling")
+            return real(batch)
+
+        worker.settler._calls = calls  # type: ignore[method-assign]
+        first = await work.aenqueue(1)
+        await wait_until(lambda: not broken and not worker.table.owned(), 10,
+                         "the claim of the unsettled job was still held")  # fmt: skip
+        assert "settling 1 jobs failed" in caplog.text
+        assert r.zscore(app.keys.leases, first.id) is not None, "left to lapse for the reaper"
+        assert await (await work.aenqueue(2)).aresult(timeout=10) == 2, "the flusher died"
+
+
+async def test_a_part_that_keeps_crashing_stops_the_worker(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    worker = drumbeat.Worker(app)
+    crashes: list[float] = []
+
+    async def crash(client: Any) -> None:
+        crashes.append(time.monotonic())
+        raise RuntimeError("a bug in housekeeping")
+
+    worker.housekeeper.run = crash  # type: ignore[method-assign]
+    with pytest.raises(drumbeat.WorkerCrashed, match="housekeeping crashed 5 times"):
+        await asyncio.wait_for(worker.run(), 30)
+    assert len(crashes) == 5, "restarted with backoff, then gave up"
+    assert crashes[-1] - crashes[0] >= 0.1 + 0.2 + 0.4 + 0.8 - 0.05, "restarts had no backoff"
+    assert r.zscore(app.keys.workers, worker.id) is None, "a crashed worker deregisters"
+    assert not worker.heartbeat.alive
+
+
+async def test_hooks_see_the_process_and_every_job(app: drumbeat.App) -> None:
+    seen: list[Any] = []
+
+    @app.task
+    async def ok() -> None:
+        await asyncio.sleep(0.05)
+
+    @app.task
+    async def bad() -> None:
+        raise ValueError("no")
+
+    async def after(end: JobEnd) -> None:
+        seen.append((end.outcome, end.duration >= 0.05 if end.outcome == "done" else None))
+
+    def broken_hook(job: Any) -> None:
+        raise RuntimeError("a hook bug must not break the job")
+
+    hooks = Hooks(
+        on_start=[lambda: seen.append("start")],
+        on_stop=[lambda: seen.append("stop")],
+        before_job=[broken_hook, lambda job: seen.append(("before", job.id))],
+        after_job=[after],
+    )
+    a, b = await ok.aenqueue(), await bad.aenqueue()
+    worker = drumbeat.Worker(app, hooks=hooks)
+    task = asyncio.create_task(worker.run())
+    assert await a.aresult(timeout=10) is None
+    with pytest.raises(drumbeat.JobFailed):
+        await b.aresult(timeout=10)
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+    assert seen[0] == "start" and seen[-1] == "stop"
+    assert {s for s in seen if isinstance(s, tuple) and s[0] == "before"} == {
+        ("before", a.id),
+        ("before", b.id),
+    }
+    assert ("done", True) in seen and ("dead", None) in seen
+
+
+async def test_a_failing_start_hook_stops_the_worker_before_it_claims(
+    app: drumbeat.App, r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.task
+    async def ok() -> None:
+        pass
+
+    def no_database() -> None:
+        raise ConnectionRefusedError("database is down")
+
+    job = await ok.aenqueue()
+    worker = drumbeat.Worker(app, hooks=Hooks(on_start=[no_database]))
+    with caplog.at_level(logging.INFO), pytest.raises(ConnectionRefusedError):
+        await asyncio.wait_for(worker.run(), 10)
+    assert await job.astatus() is drumbeat.JobStatus.QUEUED, "it claimed without its resources"
+    assert r.zscore(app.keys.workers, worker.id) is None
