@@ -197,6 +197,10 @@ class App:
         """Enqueue a task by name (for producers that do not import the task's code)."""
         return self.enqueue_many([Prepared(task, args, kwargs)])[0]
 
+    async def aenqueue(self, task: str, *args: Any, **kwargs: Any) -> Job[Any]:
+        """`enqueue` for async callers."""
+        return (await self.aenqueue_many([Prepared(task, args, kwargs)]))[0]
+
     # -- schedules -----------------------------------------------------------------------------
 
     def schedule(
@@ -254,15 +258,16 @@ class App:
     def schedule_many(self, schedules: Iterable[Schedule]) -> list[int]:
         """Upsert many schedules, one script call per 500 per shard, pipelined.
 
-        Returns one code per schedule in shard order: 1 created, 2 updated, 0 unchanged.
+        Returns one code per schedule, in the order given: 1 created, 2 updated, 0 unchanged.
         """
-        items = list(schedules)
-        return _flat(self._run(self.scheduler.upserts(items, self._now_ms())))
+        upserts = self.scheduler.upserts(list(schedules), self._now_ms())
+        return upserts.in_order(self._run(upserts.calls))
 
     async def aschedule_many(self, schedules: Iterable[Schedule]) -> list[int]:
+        """`schedule_many` for async callers."""
         items = list(schedules)
-        now = await self._anow_ms()
-        return _flat(await self._arun(self.scheduler.upserts(items, now)))
+        upserts = self.scheduler.upserts(items, await self._anow_ms())
+        return upserts.in_order(await self._arun(upserts.calls))
 
     def unschedule(self, *ids: str) -> int:
         """Remove schedules; a run in flight finishes and is not followed by another."""
@@ -300,12 +305,16 @@ class App:
         return self.scheduler.iterate(self.redis, prefix)
 
     async def aschedules(self, prefix: str = "") -> list[ScheduleInfo]:
-        """`schedules` for async callers (runs the scan in a thread; returns a list)."""
-        return await asyncio.to_thread(lambda: list(self.schedules(prefix)))
+        """`schedules` for async callers (returns a list)."""
+        return await self.scheduler.alist(await self.aredis(), prefix)
 
     def get_schedule(self, schedule_id: str) -> ScheduleInfo | None:
         """One schedule with its state, or None if there is no schedule with this id."""
         return self.scheduler.info(self.redis, schedule_id)
+
+    async def aget_schedule(self, schedule_id: str) -> ScheduleInfo | None:
+        """`get_schedule` for async callers."""
+        return await self.scheduler.ainfo(await self.aredis(), schedule_id)
 
     def _now_ms(self) -> int:
         sec, usec = self.redis.time()
@@ -359,10 +368,6 @@ class _Decorator(Protocol):
     def __call__(self, fn: Callable[P, Awaitable[R]], /) -> Task[P, R]: ...
     @overload
     def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
-
-
-def _flat(results: Sequence[list[int]]) -> list[int]:
-    return [x for r in results for x in r]
 
 
 def _check_task_name(name: str) -> None:

@@ -16,7 +16,8 @@
     └── ResultTimeout (TimeoutError) `Job.result(timeout=...)` ran out of time
 
 Control flow stays apart from errors: `Retry` asks for another attempt and is not a failure
-report, so it derives from `Exception` but not from `DrumbeatError`.
+report, so it derives from `Exception` but not from `DrumbeatError`. It is honoured even with
+the default ``retries=0``, up to its own bound (see `Retry`).
 """
 
 from __future__ import annotations
@@ -74,8 +75,35 @@ class ResultTimeout(DrumbeatError, TimeoutError):
 
 
 class Retry(Exception):  # a request for another attempt, not an error report
-    """Raise from a task to run it again after ``delay`` seconds (counts as an attempt)."""
+    """Raise from a task to run it again after ``delay`` seconds (default: the task's backoff).
 
-    def __init__(self, delay: float | None = None) -> None:
+    An explicit request is honoured even on a task with the default ``retries=0`` (a task that
+    raises `Retry` means to run again), bounded so that it cannot loop forever: the job is
+    retried at most ``max_retries`` times in all, counting the retries that ordinary exceptions
+    used (those still follow the task's ``retries``). ``max_retries`` defaults to the task's
+    ``retries``, but at least `DEFAULT_MAX_RETRIES` (3, as Celery's ``self.retry()``). A request
+    past the bound sends the job to the dead-letter set with the error "retry requested but the
+    task's retries (N) are used up", never silently. In a schedule's run, `Retry` counts as a
+    failed run; the schedule goes on at its next slot.
+
+    Args:
+        delay: seconds before the next attempt; None takes the task's backoff.
+        max_retries: this request's own bound on the job's retries (0: dead-letter now).
+    """
+
+    DEFAULT_MAX_RETRIES = 3
+
+    def __init__(self, delay: float | None = None, *, max_retries: int | None = None) -> None:
+        if max_retries is not None and (
+            isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
+        ):
+            raise ValueError(f"Retry: max_retries must be an int >= 0 or None, got {max_retries!r}")
         super().__init__(f"retry requested (delay={delay})")
         self.delay = delay
+        self.max_retries = max_retries
+
+    def limit(self, task_retries: int) -> int:
+        """How many retries this request allows the job in all, for a task with ``retries``."""
+        if self.max_retries is not None:
+            return self.max_retries
+        return max(task_retries, self.DEFAULT_MAX_RETRIES)

@@ -104,8 +104,14 @@ class Runner:
             else:
                 value = await self._timed(task, spec.args, spec.kwargs)
             return Done(encode_success(self.app.codec, value, self.limit), ttl_ms)
-        except Retry as exc:
-            return self._failed(job, task, f"retry requested: {exc}", exc.delay, now_ms())
+        except Retry as exc:  # honoured even with retries=0, up to its own bound
+            limit = exc.limit(task.config.retries)
+            error = (
+                f"retry requested but the task's retries ({limit}) are used up after "
+                f"{job.attempt} attempts; to retry more, raise Retry(max_retries=...) or set "
+                "the task's retries="
+            )
+            return self._failed(job, task, error, exc.delay, now_ms(), retries=limit)
         except TimeoutError:
             return self._failed(
                 job, task, f"timed out after {task.config.timeout} s", None, now_ms()
@@ -199,10 +205,12 @@ class Runner:
         now_ms: int,
         *,
         tb: str | None = None,
+        retries: int | None = None,
     ) -> Outcome:
+        """Again after a backoff while ``retries`` (default: the task's) allow, else Bury."""
         # Runs lost to crashed workers (stalls) are not the task's failures.
         failures = job.attempt - job.stalls
-        if failures <= task.config.retries:
+        if failures <= (task.config.retries if retries is None else retries):
             if delay is None:
                 delay = backoff_delay(task, failures, self.rand)
             return Again(max(0, round(delay * 1000)))

@@ -4,11 +4,12 @@ listing with state. Builds script calls; `App` runs them on its sync or async cl
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
+import redis.asyncio as redis_async
 
 from .errors import InvalidJob, UnknownTask
 from .keys import WHEEL_BUCKETS, Keys, bucket_of
@@ -27,6 +28,8 @@ from .task import Options, Task
 
 if TYPE_CHECKING:
     from .app import App
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,24 @@ class ScheduleInfo:
     generation: int
 
 
+@dataclass(frozen=True, slots=True)
+class Upserts:
+    """The script calls of one `App.schedule_many`, grouped by shard, and the way back to the
+    caller's order."""
+
+    calls: list[Call[list[int]]]
+    order: list[int]
+    """The input position of each schedule, in the order the calls hold them."""
+
+    def in_order(self, results: Sequence[list[int]]) -> list[int]:
+        """The calls' codes, one per schedule, in input order."""
+        codes = [0] * len(self.order)
+        flat = (code for result in results for code in result)
+        for position, code in zip(self.order, flat, strict=True):
+            codes[position] = code
+        return codes
+
+
 class Scheduler:
     """The schedule store of one app: shard routing and the script calls for each operation."""
 
@@ -98,11 +119,12 @@ class Scheduler:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def upserts(self, schedules: Iterable[Schedule], now_ms: int) -> list[Call[list[int]]]:
+    def upserts(self, schedules: Iterable[Schedule], now_ms: int) -> Upserts:
         """Validate and encode every schedule first (nothing is written if one is bad)."""
         groups: dict[int, list[tuple[str, int, int, int, str, bytes]]] = defaultdict(list)
+        positions: dict[int, list[int]] = defaultdict(list)
         settings, codec = self.app.settings, self.app.codec
-        for s in schedules:
+        for position, s in enumerate(schedules):
             if not isinstance(s, Schedule):
                 raise InvalidJob(f"schedule_many takes drumbeat.Schedule items, got {s!r}")
             check_schedule_id(s.id)
@@ -114,12 +136,15 @@ class Scheduler:
             encode_call(codec, s.args, s.kwargs, settings.max_payload_bytes)  # names a bad one
             spec = encode_schedule_spec(codec, list(s.args), dict(s.kwargs), cadence)
             grid, due = cadence.first_due(s.id, now_ms)
-            groups[self.shard_of(s.id)].append((s.id, priority, grid, due, task.name, spec))
-        return [
+            shard = self.shard_of(s.id)
+            groups[shard].append((s.id, priority, grid, due, task.name, spec))
+            positions[shard].append(position)
+        calls = [
             self.scripts[shard].upsert_schedules(chunk)
             for shard, items in groups.items()
             for chunk in self._chunks(items)
         ]
+        return Upserts(calls, [p for shard in groups for p in positions[shard]])
 
     def _task(self, task: Task[Any, Any] | str) -> Task[Any, Any]:
         if isinstance(task, Task):
@@ -161,70 +186,80 @@ class Scheduler:
         ]
 
     # -- reads -------------------------------------------------------------------------------
+    #
+    # Each read is a plan: a generator that yields `Reads` (one pipelined round trip; the
+    # driver sends back the replies) and the items it has found. `drive` and `adrive` execute
+    # a plan on the sync or the async client, so both APIs share every command and parser.
+
+    def records(self, ids: Sequence[str]) -> Plan[tuple[str, bytes]]:
+        """The stored records of ``ids`` that exist, as (id, record)."""
+        ids = list(ids)
+        values = yield Reads([("HGET", self._bucket_key(i), i) for i in ids])
+        yield from ((i, v) for i, v in zip(ids, values, strict=True) if v is not None)
 
     def read(self, client: redis.Redis, ids: Sequence[str]) -> dict[str, bytes]:
         """The stored records of ``ids`` that exist."""
-        ids = list(ids)
-        with client.pipeline(transaction=False) as pipe:
-            for schedule_id in ids:
-                pipe.hget(self._bucket_key(schedule_id), schedule_id)
-            values = pipe.execute()
-        return {i: v for i, v in zip(ids, values, strict=True) if v is not None}
+        return dict(drive(client, self.records(ids)))
 
-    async def aread(self, client: Any, ids: Sequence[str]) -> dict[str, bytes]:
-        ids = list(ids)
-        async with client.pipeline(transaction=False) as pipe:
-            for schedule_id in ids:
-                pipe.hget(self._bucket_key(schedule_id), schedule_id)
-            values = await pipe.execute()
-        return {i: v for i, v in zip(ids, values, strict=True) if v is not None}
+    async def aread(self, client: redis_async.Redis, ids: Sequence[str]) -> dict[str, bytes]:
+        return dict(await adrive(client, self.records(ids)))
 
     def _bucket_key(self, schedule_id: str) -> str:
         return self.shards[self.shard_of(check_schedule_id(schedule_id))].schedules(
             bucket_of(schedule_id)
         )
 
-    def iterate(self, client: redis.Redis, prefix: str = "") -> Iterator[ScheduleInfo]:
+    def listing(self, prefix: str = "") -> Plan[ScheduleInfo]:
         """Every schedule whose id starts with ``prefix``, with its state: each shard's buckets
         read in pipelined batches (a bucket is small, so one HGETALL reads it whole)."""
         for keys in self.shards:
-            names = self._task_names(client, keys)
+            names = _task_names((yield Reads([("HGETALL", keys.tasks)]))[0])
             for first in range(0, WHEEL_BUCKETS, _READ_BATCH):
                 buckets = range(first, min(first + _READ_BATCH, WHEEL_BUCKETS))
-                with client.pipeline(transaction=False) as pipe:
-                    for bucket in buckets:
-                        pipe.hgetall(keys.schedules(bucket))
-                    found = pipe.execute()
-                listed = [
-                    (bucket, fields)
+                found = yield Reads([("HGETALL", keys.schedules(b)) for b in buckets])
+                batch = [
+                    (bucket, field.decode(), value)
                     for bucket, fields in zip(buckets, found, strict=True)
-                    if fields
+                    for field, value in fields.items()
+                    if field.decode().startswith(prefix)
                 ]
-                yield from self._infos(client, keys, names, listed, prefix)
+                if not batch:
+                    continue
+                reads: list[Command] = [("ZSCORE", keys.wheel(b), i) for b, i, _ in batch]
+                *dues, faults = yield Reads(
+                    [*reads, ("HMGET", keys.faults, *[i for _, i, _ in batch])]
+                )
+                for (_, schedule_id, value), due, fault in zip(batch, dues, faults, strict=True):
+                    yield self.decode(schedule_id, value, names, due, fault)
 
-    def _infos(
-        self,
-        client: redis.Redis,
-        keys: Keys,
-        names: Mapping[str, str],
-        listed: list[tuple[int, dict[bytes, bytes]]],
-        prefix: str,
-    ) -> Iterator[ScheduleInfo]:
-        batch = [
-            (bucket, field.decode(), value)
-            for bucket, fields in listed
-            for field, value in fields.items()
-            if field.decode().startswith(prefix)
-        ]
-        if not batch:
-            return
-        with client.pipeline(transaction=False) as pipe:
-            for bucket, schedule_id, _ in batch:
-                pipe.zscore(keys.wheel(bucket), schedule_id)
-            pipe.hmget(keys.faults, [schedule_id for _, schedule_id, _ in batch])
-            *dues, faults = pipe.execute()
-        for (_, schedule_id, value), due, fault in zip(batch, dues, faults, strict=True):
-            yield self.decode(schedule_id, value, names, due, fault)
+    def iterate(self, client: redis.Redis, prefix: str = "") -> Iterator[ScheduleInfo]:
+        return drive(client, self.listing(prefix))
+
+    async def alist(self, client: redis_async.Redis, prefix: str = "") -> list[ScheduleInfo]:
+        return await adrive(client, self.listing(prefix))
+
+    def lookup(self, schedule_id: str) -> Plan[ScheduleInfo]:
+        """One schedule with its state, if it exists."""
+        keys = self.shards[self.shard_of(check_schedule_id(schedule_id))]
+        bucket = bucket_of(schedule_id)
+        value, due, fault, names = yield Reads(
+            [
+                ("HGET", keys.schedules(bucket), schedule_id),
+                ("ZSCORE", keys.wheel(bucket), schedule_id),
+                ("HGET", keys.faults, schedule_id),
+                ("HGETALL", keys.tasks),
+            ]
+        )
+        if value is not None:
+            yield self.decode(schedule_id, value, _task_names(names), due, fault)
+
+    def info(self, client: redis.Redis, schedule_id: str) -> ScheduleInfo | None:
+        """One schedule with its state, or None."""
+        return next(drive(client, self.lookup(schedule_id)), None)
+
+    async def ainfo(self, client: redis_async.Redis, schedule_id: str) -> ScheduleInfo | None:
+        found = await adrive(client, self.lookup(schedule_id))
+        return found[0] if found else None
 
     def count(self, client: redis.Redis) -> int:
         """How many schedules there are (HLEN of every bucket, pipelined)."""
@@ -236,23 +271,6 @@ class Scheduler:
                         pipe.hlen(keys.schedules(bucket))
                     total += sum(pipe.execute())
         return total
-
-    def _task_names(self, client: redis.Redis, keys: Keys) -> dict[str, str]:
-        """Task code -> name, from the shard's `tasks` table (see _lib.lua's task_code)."""
-        raw: dict[bytes, bytes] = client.hgetall(keys.tasks)  # type: ignore[assignment]
-        return {k[1:].decode(): v.decode() for k, v in raw.items() if k.startswith(b"#") and k[1:]}
-
-    def info(self, client: redis.Redis, schedule_id: str) -> ScheduleInfo | None:
-        """One schedule with its state, or None."""
-        value = self.read(client, [schedule_id]).get(schedule_id)
-        if value is None:
-            return None
-        keys = self.shards[self.shard_of(schedule_id)]
-        with client.pipeline(transaction=False) as pipe:
-            pipe.zscore(keys.wheel(bucket_of(schedule_id)), schedule_id)
-            pipe.hget(keys.faults, schedule_id)
-            due, fault = pipe.execute()
-        return self.decode(schedule_id, value, self._task_names(client, keys), due, fault)
 
     def decode(
         self,
@@ -285,3 +303,65 @@ class Scheduler:
 
 # Buckets read per round trip when listing (most are empty or a few dozen entries).
 _READ_BATCH = 1024
+
+Command = tuple[str | int | bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Reads:
+    """The commands of one pipelined round trip, yielded by a plan; their replies come back."""
+
+    commands: list[Command]
+
+
+Plan = Generator[Reads | T, list[Any], None]
+"""A read as a generator: it yields `Reads` and gets their replies, and yields what it found."""
+
+
+def drive(client: redis.Redis, plan: Plan[T]) -> Iterator[T]:
+    """Runs a plan on the sync client, handing out what it finds as it goes."""
+    step = next(plan, None)
+    while step is not None:
+        if isinstance(step, Reads):
+            with client.pipeline(transaction=False) as pipe:
+                _queue(pipe, step.commands)
+                replies = pipe.execute()
+        else:
+            yield step
+            replies = []
+        step = _send(plan, replies)
+
+
+async def adrive(client: redis_async.Redis, plan: Plan[T]) -> list[T]:
+    """Runs a plan on the asyncio client; returns all it found."""
+    found: list[T] = []
+    step = next(plan, None)
+    while step is not None:
+        if isinstance(step, Reads):
+            async with client.pipeline(transaction=False) as pipe:
+                _queue(pipe, step.commands)
+                replies = await pipe.execute()
+        else:
+            found.append(step)
+            replies = []
+        step = _send(plan, replies)
+    return found
+
+
+def _queue(pipe: Any, commands: list[Command]) -> None:
+    # `Any`: redis-py types `execute_command` on one pipeline class and not the other, and which
+    # one changes between versions.
+    for command in commands:
+        pipe.execute_command(*command)
+
+
+def _send(plan: Plan[T], replies: list[Any]) -> Reads | T | None:
+    try:
+        return plan.send(replies)
+    except StopIteration:
+        return None
+
+
+def _task_names(raw: Mapping[bytes, bytes]) -> dict[str, str]:
+    """Task code -> name, from a shard's `tasks` table (see _lib.lua's task_code)."""
+    return {k[1:].decode(): v.decode() for k, v in raw.items() if k.startswith(b"#") and k[1:]}
