@@ -162,6 +162,8 @@ def periodic_chart(json_path: Path, png_path: Path) -> Path:
     the lateness point is a hollow marker in a band at the top, not a figure."""
     data = json.loads(json_path.read_text())
     rows = [r for r in data["table"] if r.get("pct_ideal") is not None]
+    if not rows:
+        sys.exit(f"{json_path}: no system has a result to chart (every row skipped or failed)")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5.2))
     handles = {}
     shown: list[float] = []
@@ -173,7 +175,9 @@ def periodic_chart(json_path: Path, png_path: Path) -> Path:
         late = [math.nan if undelivered(r) else max(r["late_p99"], FLOOR) for r in mine]
         _line(ax2, system, ns, late)
         shown += [y for y in late if not math.isnan(y)]
-    _not_delivered(ax2, [r for r in rows if undelivered(r)], shown)
+    missed = [r for r in rows if undelivered(r)]
+    if missed:
+        _not_delivered(ax2, missed, shown)
     ax1.axhline(HALF, color="black", linewidth=0.6, linestyle=":")
     intervals = sorted({(r["n"], r["interval"]) for r in rows})
     common = max({i for _, i in intervals}, key=lambda i: sum(1 for _, j in intervals if j == i))
@@ -189,8 +193,8 @@ def periodic_chart(json_path: Path, png_path: Path) -> Path:
         [], [], marker="o", markerfacecolor="white", markeredgecolor="black", linestyle="none",
         label=f"hollow, at the top:\n< {HALF:g} % delivered",
     )  # fmt: skip
-    fig.legend(handles=[*handles.values(), hollow], loc="center right", fontsize=8,
-               bbox_to_anchor=(0.995, 0.5))  # fmt: skip
+    fig.legend(handles=[*handles.values(), *([hollow] if missed else [])], fontsize=8,
+               loc="center right", bbox_to_anchor=(0.995, 0.5))  # fmt: skip
     fig.suptitle(data["title"], fontsize=10)
     fig.tight_layout(rect=(0, 0, 0.875, 1))
     fig.savefig(png_path, dpi=110)

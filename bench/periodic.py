@@ -3,6 +3,7 @@
     python -m bench.periodic [--quick] [--systems a,b] [--n 1000,10000,100000,1000000@60]
                              [--interval 5] [--duration 60] [--repeat N] [--workers 1]
                              [--concurrency 20] [--out bench/results] [--note TEXT]
+    python -m bench.periodic --render A.json B.json ...   # one report from results files
 
 For each system and N (``N@S`` sets that case's interval), on a fresh private redis-server:
 register N schedules (phases spread evenly over one interval), start the system's processes,
@@ -18,8 +19,8 @@ Each system is a module of `bench.periodic_peers`; drumbeat and the naive design
 venv, the other peers in the peers' venv (`bench.peers_env`). ``--quick`` (drumbeat and naive,
 1,000 schedules, a 20 s window) needs nothing else and takes about a minute. The 1,000,000
 case runs only for systems whose `PeerSpec.max_n` allows it, unless ``--systems`` names them.
-Writes ``periodic-<UTC time>.md``, ``.json`` and (with matplotlib here or in the peers' venv)
-``.png`` to ``--out``; ``--quick`` runs are named ``periodic-quick-*`` (not kept in git). Exit
+Writes ``periodic-<UTC time>.md``, ``.json`` and (`bench.charts`, with matplotlib here or in
+the peers' venv) ``.png`` to ``--out``; ``--quick`` runs are named ``periodic-quick-*``. Exit
 status 1 if a run failed (a process crashed, or no run started at all).
 """
 
