@@ -3,6 +3,7 @@
     python -m bench.periodic [--quick] [--systems a,b] [--n 1000,10000,100000,1000000@60]
                              [--interval 5] [--duration 60] [--repeat N] [--workers 1]
                              [--concurrency 20] [--out bench/results] [--note TEXT]
+    python -m bench.periodic --render A.json B.json ...   # one report from results files
 
 For each system and N (``N@S`` sets that case's interval), on a fresh private redis-server:
 register N schedules (phases spread evenly over one interval), start the system's processes,
@@ -18,8 +19,8 @@ Each system is a module of `bench.periodic_peers`; drumbeat and the naive design
 venv, the other peers in the peers' venv (`bench.peers_env`). ``--quick`` (drumbeat and naive,
 1,000 schedules, a 20 s window) needs nothing else and takes about a minute. The 1,000,000
 case runs only for systems whose `PeerSpec.max_n` allows it, unless ``--systems`` names them.
-Writes ``periodic-<UTC time>.md``, ``.json`` and (with matplotlib here or in the peers' venv)
-``.png`` to ``--out``; ``--quick`` runs are named ``periodic-quick-*`` (not kept in git). Exit
+Writes ``periodic-<UTC time>.md``, ``.json`` and (`bench.charts`, with matplotlib here or in
+the peers' venv) ``.png`` to ``--out``; ``--quick`` runs are named ``periodic-quick-*``. Exit
 status 1 if a run failed (a process crashed, or no run started at all).
 """
 
@@ -727,6 +728,10 @@ def header_lines(info: Mapping[str, Any], cfg: Config) -> list[str]:
     ]
     if cfg.note:
         lines.append(f"- note: {cfg.note}")
+    if info.get("sources"):
+        lines.append("- rendered from these runs (a later file's runs of a system at an N replace "
+                     "an earlier file's):")  # fmt: skip
+        lines += [f"  - {source}" for source in info["sources"]]
     return lines
 
 
@@ -746,8 +751,9 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def chart(json_path: Path, png_path: Path) -> str | None:
-    """Draws the PNG with matplotlib, in this venv if it has it, else in the peers' venv."""
+def chart(json_path: Path) -> str | None:
+    """Draws the PNG beside the JSON (`bench.charts`), with matplotlib from this venv if it has
+    it, else from the peers' venv; None, or why there is no chart."""
     pythons = [sys.executable]
     with contextlib.suppress(ImportError):
         from .peers_env import existing_python
@@ -758,43 +764,13 @@ def chart(json_path: Path, png_path: Path) -> str | None:
     last = ""
     for python in pythons:
         done = subprocess.run(
-            [python, "-m", "bench.periodic", "--plot", str(json_path), str(png_path)],
+            [python, "-m", "bench.charts", str(json_path)],
             cwd=REPO, env=_env(), capture_output=True, text=True, check=False, timeout=120,
         )  # fmt: skip
         if done.returncode == 0:
             return None
         last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
     return last
-
-
-def plot(json_path: Path, png_path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    data = json.loads(json_path.read_text())
-    rows = [r for r in data["table"] if r.get("pct_ideal") is not None and r.get("late_p99")]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
-    for system in dict.fromkeys(r["system"] for r in rows):
-        mine = sorted((r for r in rows if r["system"] == system), key=lambda r: r["n"])
-        ns = [r["n"] for r in mine]
-        ax1.plot(ns, [r["pct_ideal"] for r in mine], marker="o", label=system)
-        ax2.plot(ns, [max(r["late_p99"], 1e-4) for r in mine], marker="o", label=system)
-    intervals = sorted({(r["n"], r["interval"]) for r in rows})
-    common = max({i for _, i in intervals}, key=lambda i: sum(1 for _, j in intervals if j == i))
-    odd = [f"{n:,}: {i:g} s" for n, i in intervals if i != common]
-    xlabel = f"schedules (every {common:g} s" + "".join(f"; {x}" for x in odd) + ")"
-    ax1.set(xscale="log", xlabel=xlabel, ylabel="runs achieved, % of N / interval",
-            title="Runs achieved", ylim=(0, 105))  # fmt: skip
-    ax2.set(xscale="log", yscale="log", xlabel=xlabel, ylabel="seconds",
-            title="Lateness p99 (start - due)")  # fmt: skip
-    for ax in (ax1, ax2):
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(data["title"], fontsize=10)
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=110)
 
 
 def summary_rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
@@ -837,7 +813,7 @@ def write_outputs(
     }  # fmt: skip
     json_path, md_path, png_path = (base.with_suffix(x) for x in (".json", ".md", ".png"))
     json_path.write_text(json.dumps(data, indent=1) + "\n")
-    problem = chart(json_path, png_path)
+    problem = chart(json_path)
     if problem is None:
         md += f"\n![runs achieved and lateness]({png_path.name})\n"
     else:
@@ -880,9 +856,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
     p.add_argument("--render", nargs="+", type=Path, metavar="JSON",
                    help="rebuild the report from results files instead of running (a later "
                    "file's runs of a system at an N replace an earlier file's)")  # fmt: skip
-    p.add_argument("--plot", nargs=2, type=Path, metavar=("JSON", "PNG"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    if a.plot or a.render:
+    if a.render:
         return a, Config((), ())
     systems = tuple(a.systems.split(",")) if a.systems else (
         QUICK_SYSTEMS if a.quick else tuple(MODULES)
@@ -921,9 +896,6 @@ def _skip_reason(s: PeerSpec, case: Case, explicit: bool) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args, cfg = parse_args(argv)
-    if args.plot:
-        plot(*args.plot)
-        return 0
     if args.render:
         return render(args.render, args.out)
     command = command_line()
@@ -1015,7 +987,7 @@ def render(paths: Sequence[Path], out: Path) -> int:
     runs: dict[tuple[str, int, float], list[Outcome]] = {}
     info: dict[str, Any] = {}
     cfg: Config | None = None
-    commands: list[str] = []
+    sources: list[str] = []
     for path in paths:
         data = json.loads(path.read_text())
         info = _merge_info(info, data["info"], data["outcomes"])
@@ -1024,7 +996,7 @@ def render(paths: Sequence[Path], out: Path) -> int:
         this = Config(**{**c, "systems": tuple(c["systems"]), "cases": cases})
         # the header states the most repetitions of any file; the runs column says it per row
         cfg = replace(cfg, repeat=max(cfg.repeat, this.repeat)) if cfg else this
-        commands.append(f"{data['info'].get('command') or _md_command(path)}  ({path.name})")
+        sources.append(f"`{data['info'].get('command') or _md_command(path)}` ({path.name})")
         fresh: dict[tuple[str, int, float], list[Outcome]] = {}
         for o in data["outcomes"]:
             case = Case(int(o["n"]), float(o["interval"]))
@@ -1037,7 +1009,8 @@ def render(paths: Sequence[Path], out: Path) -> int:
     outcomes = [
         o for key in sorted(runs, key=lambda k: (order.get(k[0], 99), k[1])) for o in runs[key]
     ]
-    info["command"] = "; ".join(commands)
+    # the command that rebuilds this report; each run's own command is kept beside its file name
+    info["command"], info["sources"] = command_line(), sources
     return report(out, cfg, info, outcomes)
 
 
