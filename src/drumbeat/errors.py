@@ -74,6 +74,9 @@ class ResultTimeout(DrumbeatError, TimeoutError):
     """The job did not finish within the time `Job.result` was given."""
 
 
+_MAX_DELAY = 10 * 365 * 24 * 3600.0
+
+
 class Retry(Exception):  # a request for another attempt, not an error report
     """Raise from a task to run it again after ``delay`` seconds (default: the task's backoff).
 
@@ -98,6 +101,11 @@ class Retry(Exception):  # a request for another attempt, not an error report
             isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
         ):
             raise ValueError(f"Retry: max_retries must be an int >= 0 or None, got {max_retries!r}")
+        if delay is not None and not (isinstance(delay, int | float) and 0 <= delay < _MAX_DELAY):
+            raise ValueError(
+                f"Retry: delay must be a number of seconds >= 0 and < {_MAX_DELAY:.0f} "
+                f"(ten years), or None for the task's backoff; got {delay!r}"
+            )
         super().__init__(f"retry requested (delay={delay})")
         self.delay = delay
         self.max_retries = max_retries

@@ -69,31 +69,47 @@ async def test_a_job_claimed_again_while_its_first_claim_runs_keeps_its_lease(
     assert starts == [1, 2]
 
 
-async def test_a_retry_with_an_unusable_delay_does_not_hold_its_lease_forever(
-    quick: drumbeat.App,
-) -> None:
-    """An exception out of the runner (here `round(inf)`) used to leave the claim held and its
-    lease renewed for ever: the job stayed 'running' with nothing running it."""
-    ran: list[int] = []
+async def test_a_retry_with_an_unusable_delay_is_a_clear_error(app: drumbeat.App) -> None:
+    """`Retry(delay=inf)` used to raise out of the runner (``round(inf)``), leaving the lease
+    renewed for ever; now the request itself is refused, and the task fails with why."""
 
-    @quick.task(retries=1)
+    @app.task
     async def broken() -> None:
-        ran.append(1)
         raise drumbeat.Retry(delay=float("inf"))
+
+    async with running_worker(app):
+        with pytest.raises(drumbeat.JobFailed, match="delay must be a number of seconds"):
+            await (await broken.aenqueue()).aresult(timeout=10)
+
+
+async def test_an_exception_out_of_the_runner_lets_the_lease_lapse(
+    quick: drumbeat.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever goes wrong inside the worker while running a job (here: a fault injected into
+    the runner), the claim is released: its lease lapses, the reaper requeues the job and, past
+    `max_stalls`, dead-letters it. It is never left 'running' with nothing running it."""
 
     @quick.task
     async def fine() -> str:
         return "ok"
 
-    job = await broken.aenqueue()
-    async with running_worker(quick):
+    job = await fine.aenqueue()
+    async with running_worker(quick) as worker:
+        real = worker.runner.run
+
+        async def broken_run(claimed: Any, now_ms: Any) -> Any:
+            if claimed.id == job.id:
+                raise RuntimeError("a bug in the runner")
+            return await real(claimed, now_ms)
+
+        worker.runner.run = broken_run  # type: ignore[method-assign]
 
         async def ended() -> bool:
             return await job.astatus() is drumbeat.JobStatus.DEAD
 
         await wait_until(ended, 15, "never dead-lettered: its lease was renewed for ever")
+        assert f"running job {job.id} failed inside the worker" in caplog.text
         assert await (await fine.aenqueue()).aresult(timeout=10) == "ok", "the worker stopped"
-    assert len(ran) >= 1
 
 
 async def test_an_error_text_the_codec_cannot_encode_is_dead_lettered_readably(
