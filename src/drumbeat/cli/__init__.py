@@ -29,6 +29,7 @@ from rich.table import Table
 from drumbeat import admin, embedded
 from drumbeat.app import App
 from drumbeat.cli.tables import fmt_count, schedule_table, status_tables
+from drumbeat.cli.tasks import UnknownTaskName, resolve_task
 from drumbeat.errors import DrumbeatError, InvalidJob
 from drumbeat.task import MAX_PRIORITY, MIN_PRIORITY, Options, Prepared
 from drumbeat.worker import run_worker
@@ -101,6 +102,8 @@ def _errors() -> Iterator[None]:
         yield
     except CliError as exc:
         raise _fail(exc.message, exc.code) from None
+    except UnknownTaskName as exc:
+        raise _fail(str(exc), USAGE_ERROR) from None
     except InvalidJob as exc:  # a bad argument to enqueue: a usage error
         raise _fail(str(exc), USAGE_ERROR) from None
     except DrumbeatError as exc:
@@ -278,7 +281,13 @@ def _call_arguments(
 def enqueue(
     app_spec: AppArg,
     task: Annotated[
-        str, typer.Argument(metavar="TASK", help="The task's name.", show_default=False)
+        str,
+        typer.Argument(
+            metavar="TASK",
+            help="The task's registered name, or its short name (build for tasks.build) when "
+            "no other task has it.",
+            show_default=False,
+        ),
     ],
     args_json: Annotated[
         str | None,
@@ -315,23 +324,31 @@ def enqueue(
         str | None,
         typer.Option("--key", "-k", help="Dedup key: no second job while one with it is live."),
     ] = None,
+    unregistered: Annotated[
+        bool,
+        typer.Option(
+            "--unregistered",
+            help="TASK is not registered in this app: enqueue it under that exact name, for "
+            "workers whose app registers it.",
+        ),
+    ] = False,
 ) -> None:
     """Enqueue a job and print its id.
 
-    The task need not be importable here: a name the app does not know is enqueued as is, for
-    a worker that has the code.
+    A TASK the app does not register is refused (exit 2) with the names it may have meant,
+    since no worker of this app could run it; --unregistered enqueues it all the same.
     """
     with _errors():
         args, kwargs = _call_arguments(args_json, kwargs_json)
     with _opened(app_spec) as app:
-        registered = app.tasks.get(task)
-        if registered is not None:
+        if unregistered and task not in app.tasks:
+            options = Options(priority=priority or 0, delay=delay, key=key)
+            job = app.enqueue_many([Prepared(task, args, kwargs, options)])[0]
+        else:
+            registered = resolve_task(app, task)
             job = registered.options(priority=priority, delay=delay, key=key).enqueue(
                 *args, **kwargs
             )
-        else:
-            options = Options(priority=priority or 0, delay=delay, key=key)
-            job = app.enqueue_many([Prepared(task, args, kwargs, options)])[0]
     typer.echo(job.id)
     if not job.created:
         _err().print(
