@@ -260,7 +260,7 @@ async def test_status_lists_running_jobs_and_live_workers(cli_env: None, app: dr
             if await client.zscore(app.keys.workers, worker.id) is not None:
                 break
             await asyncio.sleep(0.02)
-        out = (await asyncio.to_thread(ok, "status", APP)).stdout
+        out = (await asyncio.to_thread(ok, "status", APP, "--wide")).stdout
         release.set()
 
     assert row(out, "running")[1] == "1"
@@ -298,7 +298,7 @@ async def _make_dead(app: drumbeat.App) -> tuple[str, str]:
 async def test_dead_ls_retry_purge_round_trip(cli_env: None, app: drumbeat.App) -> None:
     unknown, failing = await _make_dead(app)
 
-    out = ok("dead", "ls", APP).stdout
+    out = ok("dead", "ls", APP, "--wide").stdout
     unknown_row, failing_row = row(out, unknown), row(out, failing)
     assert unknown_row[2] == "no.such.task"
     assert "no task named 'no.such.task'" in unknown_row[4]
