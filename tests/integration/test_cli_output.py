@@ -8,10 +8,16 @@ newlines, long cadences. COLUMNS is unset, as when output goes to a pipe or a fi
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
+import pty
 import re
 import socket
+import struct
+import subprocess
+import sys
+import termios
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -23,7 +29,7 @@ from typer.testing import Result
 import drumbeat
 from drumbeat import admin
 from tests.conftest import running_worker
-from tests.integration.test_cli import APP, _forget_app_module, ok, row
+from tests.integration.test_cli import APP, ROOT, _forget_app_module, ok, row
 
 WIDTH = 80
 AGO = r"(\d+\.\d|\d+|\d+m\d\d)s ago"  # fmt_duration's forms under an hour
@@ -225,6 +231,32 @@ async def test_schedules_ls_wide_and_json(cli_env: None, app: drumbeat.App) -> N
     assert as_json("schedules", "show", APP, SCHEDULE_IDS[0]) == one
     prefixed = as_json("schedules", "ls", APP, "--prefix", "nothing.")
     assert (prefixed["total"], prefixed["schedules"]) == (0, [])
+
+
+@pytest.mark.process
+async def test_piped_output_is_80_wide_even_from_a_wide_terminal(
+    app: drumbeat.App, redis_url: str, namespace: str
+) -> None:
+    """``drumbeat schedules ls APP | less`` in a 200-column terminal: stdin is that terminal,
+    stdout a pipe. Rich alone would take the terminal's width from stdin."""
+    _make_schedules(app)
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env |= {"DRUMBEAT_REDIS_URL": redis_url, "DRUMBEAT_TEST_NAMESPACE": namespace}
+    terminal, tty = pty.openpty()
+    try:
+        fcntl.ioctl(tty, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+        proc = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "drumbeat", "schedules", "ls", APP],
+            cwd=ROOT, env=env, stdin=tty, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        os.close(tty)
+        os.close(terminal)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(map(len, lines)) <= WIDTH, proc.stdout
+    assert [r[0] for r in table_rows(lines)] == SCHEDULE_IDS, proc.stdout
 
 
 # -- status ------------------------------------------------------------------------------------
