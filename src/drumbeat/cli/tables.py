@@ -3,7 +3,8 @@
 
 Listings fit the console (80 columns when stdout is not a terminal): each row is one line;
 the columns that can give way (names, errors, cadences) are cut with an ellipsis, widest first,
-while ids and states keep their width. ``--wide`` prints every column, each cell in full.
+while ids and states keep their width. ``--wide`` prints every column, each cell on one line in
+full (errors up to `ERROR_WIDTH`), however wide that makes the table.
 """
 
 from __future__ import annotations
