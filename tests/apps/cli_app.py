@@ -39,3 +39,20 @@ def nap(seconds: float) -> float:
     """A sync task that ignores shutdown: its thread outlives the worker's grace period."""
     time.sleep(seconds)
     return seconds
+
+
+# Dotted names, for the short-name lookup of `drumbeat enqueue`: ``render`` stands for
+# tasks.reports.render alone, ``build`` for two tasks (so it is ambiguous).
+@app.task(name="tasks.reports.render", priority=2)
+def render(page: int) -> int:
+    return page
+
+
+@app.task(name="tasks.build")
+def build(n: int) -> int:
+    return n
+
+
+@app.task(name="legacy.build")
+def legacy_build(n: int) -> int:
+    return n

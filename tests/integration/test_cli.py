@@ -112,7 +112,9 @@ async def test_enqueue_then_status_shows_depth_per_priority(
 ) -> None:
     by_flag = ok("enqueue", APP, "add", "[1, 2]", "--priority", "3").stdout.strip()
     by_default = ok("enqueue", APP, "urgent", "--kwargs", '{"note": "x"}').stdout.strip()
-    by_name = ok("enqueue", APP, "remote.only", '{"x": 1}', "--priority", "9").stdout.strip()
+    by_name = ok(
+        "enqueue", APP, "remote.only", '{"x": 1}', "--priority", "9", "--unregistered"
+    ).stdout.strip()
     delayed = ok("enqueue", APP, "add", "[5]", "--delay", "60").stdout.strip()
     for job_id in (by_flag, by_default, by_name, delayed):
         assert re.fullmatch(r"[0-9a-f]{32}", job_id)
@@ -161,7 +163,8 @@ async def test_enqueue_bad_input_exits_2_with_a_message(cli_env: None, app: drum
         run("enqueue", APP, "add", "--kwargs", "[1]"), 2, "--kwargs must be a JSON object"
     )
     assert_clean_error(run("enqueue", APP, "add", "[1]", "--key", "has space"), 2, "dedup key")
-    assert_clean_error(run("enqueue", APP, "bad name!", "[1]"), 2, "task name")
+    assert_clean_error(run("enqueue", APP, "bad name!", "[1]"), 2, "no task named 'bad name!'")
+    assert_clean_error(run("enqueue", APP, "bad name!", "[1]", "--unregistered"), 2, "task name")
 
     result = run("enqueue", APP, "add", "[1]", "--priority", "12")
     assert result.exit_code == 2
@@ -171,6 +174,55 @@ async def test_enqueue_bad_input_exits_2_with_a_message(cli_env: None, app: drum
     assert run("enqueue", APP, "add", "--delay", "-1").exit_code == 2
 
     assert admin.queue_stats(app).ready == 0
+
+
+async def test_enqueue_takes_short_task_names_and_refuses_unknown_ones(
+    cli_env: None, app: drumbeat.App
+) -> None:
+    # A short name (or dotted tail) that one task has stands for it, with that task's defaults.
+    short = ok("enqueue", APP, "render", "[5]").stdout.strip()
+    tail = ok("enqueue", APP, "reports.render", "[6]", "--priority", "8").stdout.strip()
+    full = ok("enqueue", APP, "tasks.build", "[7]").stdout.strip()
+    specs = {
+        job_id: decode_spec(raw)
+        for job_id, raw in zip(
+            (short, tail, full), app.redis.hmget(app.keys.jobs, [short, tail, full]), strict=True
+        )
+        if isinstance(raw, bytes)
+    }
+    assert [(specs[i].task, specs[i].args) for i in (short, tail, full)] == [
+        ("tasks.reports.render", [5]),
+        ("tasks.reports.render", [6]),
+        ("tasks.build", [7]),
+    ]
+    assert admin.queue_stats(app).ready_by_priority[2] == 1  # render's own priority
+    assert admin.queue_stats(app).ready_by_priority[8] == 1
+
+    # A name no task has is refused (no worker of this app could run it), with a suggestion.
+    assert_clean_error(
+        run("enqueue", APP, "tasks.biuld", "[5]"),
+        2,
+        "no task named 'tasks.biuld'",
+        "did you mean tasks.build",
+    )
+    assert_clean_error(run("enqueue", APP, "rendr", "[5]"), 2, "did you mean tasks.reports.render?")
+    assert_clean_error(
+        run("enqueue", APP, "zzz", "[5]"), 2, "expected one of: add, boom, legacy.build"
+    )
+    # A short name two tasks have names neither.
+    assert_clean_error(
+        run("enqueue", APP, "build", "[5]"),
+        2,
+        "'build' is ambiguous",
+        "legacy.build and tasks.build",
+        "give the full name",
+    )
+    assert admin.queue_stats(app).ready == 3
+
+    # --unregistered: the exact name, for workers whose app has the task.
+    remote = ok("enqueue", APP, "remote.build", "[1]", "--unregistered").stdout.strip()
+    raw = app.redis.hget(app.keys.jobs, remote)
+    assert isinstance(raw, bytes) and decode_spec(raw).task == "remote.build"
 
 
 def test_bad_app_spec_is_a_clear_error(cli_env: None) -> None:
@@ -208,7 +260,7 @@ async def test_status_lists_running_jobs_and_live_workers(cli_env: None, app: dr
             if await client.zscore(app.keys.workers, worker.id) is not None:
                 break
             await asyncio.sleep(0.02)
-        out = (await asyncio.to_thread(ok, "status", APP)).stdout
+        out = (await asyncio.to_thread(ok, "status", APP, "--wide")).stdout
         release.set()
 
     assert row(out, "running")[1] == "1"
@@ -246,7 +298,7 @@ async def _make_dead(app: drumbeat.App) -> tuple[str, str]:
 async def test_dead_ls_retry_purge_round_trip(cli_env: None, app: drumbeat.App) -> None:
     unknown, failing = await _make_dead(app)
 
-    out = ok("dead", "ls", APP).stdout
+    out = ok("dead", "ls", APP, "--wide").stdout
     unknown_row, failing_row = row(out, unknown), row(out, failing)
     assert unknown_row[2] == "no.such.task"
     assert "no task named 'no.such.task'" in unknown_row[4]

@@ -114,7 +114,7 @@ def test_schedules_without_arguments_lists_its_commands() -> None:
 
 async def test_ls_shows_cadence_state_and_times(cli_env: None, app: drumbeat.App) -> None:
     _make_schedules(app)
-    out = ok("schedules", "ls", APP).stdout
+    out = ok("schedules", "ls", APP, "--wide").stdout
     header = row(out, "id")
     assert header == [
         "id", "task", "cadence", "priority", "state", "next due", "last run", "last duration",
@@ -138,11 +138,11 @@ async def test_ls_shows_cadence_state_and_times(cli_env: None, app: drumbeat.App
 
 async def test_ls_filters_by_prefix_and_limits(cli_env: None, app: drumbeat.App) -> None:
     _make_schedules(app)
-    pings = ok("schedules", "ls", APP, "--prefix", "ping.").stdout
+    pings = ok("schedules", "ls", APP, "--prefix", "ping.", "--wide").stdout
     assert row(pings, "ping.a") and row(pings, "ping.b")
     assert "report.daily" not in pings
 
-    first = ok("schedules", "ls", APP, "--limit", "1").stdout
+    first = ok("schedules", "ls", APP, "--limit", "1", "--wide").stdout
     assert row(first, "ping.a")  # listed by id
     assert "ping.b" not in first and "report.daily" not in first
     assert "first 1 of 3" in first
@@ -166,7 +166,7 @@ async def test_next_due_is_relative_to_the_redis_clock(
     _make_schedules(app)
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() + 7200)  # this machine's clock is 2h fast
-    out = ok("schedules", "ls", APP).stdout
+    out = ok("schedules", "ls", APP, "--wide").stdout
     due = row(out, "ping.a")[5]
     assert due.startswith("in ") and _seconds(due) <= 5
 
@@ -214,7 +214,7 @@ async def test_pause_resume_run_now_rm(cli_env: None, app: drumbeat.App) -> None
     paused = ok("schedules", "pause", APP, "ping.a", "ping.b", "ghost")
     assert "paused 2 schedules" in paused.stdout
     assert "no schedule with id 'ghost'" in paused.stderr
-    out = ok("schedules", "ls", APP).stdout
+    out = ok("schedules", "ls", APP, "--wide").stdout
     assert row(out, "ping.a")[4:6] == ["paused", "-"]
     assert row(out, "ping.b")[4] == "paused"
     assert row(out, "report.daily")[4] == "scheduled"
@@ -227,7 +227,7 @@ async def test_pause_resume_run_now_rm(cli_env: None, app: drumbeat.App) -> None
     resumed = ok("schedules", "resume", APP, "ping.a", "report.daily")
     assert "resumed 1 schedule" in resumed.stdout
     assert "1 not paused" in resumed.stderr
-    a = row(ok("schedules", "ls", APP).stdout, "ping.a")
+    a = row(ok("schedules", "ls", APP, "--wide").stdout, "ping.a")
     assert a[4] == "scheduled" and a[5].startswith("in ")
     assert _in_zset(app, "due", "ping.a")
 
@@ -235,7 +235,7 @@ async def test_pause_resume_run_now_rm(cli_env: None, app: drumbeat.App) -> None
     assert "queued a run of 1 schedule" in queued.stdout
     assert _in_zset(app, "ready", "ping.a")
     assert not _in_zset(app, "due", "ping.a")
-    assert row(ok("schedules", "ls", APP).stdout, "ping.a")[4:6] == ["running", "-"]
+    assert row(ok("schedules", "ls", APP, "--wide").stdout, "ping.a")[4:6] == ["running", "-"]
     twice = ok("schedules", "run-now", APP, "ping.a", "nobody")
     assert "queued a run of 0 schedules" in twice.stdout
     assert "1 already queued or running" in twice.stderr
@@ -251,7 +251,7 @@ async def test_pause_resume_run_now_rm(cli_env: None, app: drumbeat.App) -> None
     assert "no schedule with id 'ghost'" in removed.stderr
     assert app.get_schedule("ping.a") is None
     assert not _in_zset(app, "ready", "ping.a")  # the queued run is withdrawn
-    out = ok("schedules", "ls", APP).stdout
+    out = ok("schedules", "ls", APP, "--wide").stdout
     assert "ping." not in out
     assert row(out, "report.daily")
     assert_clean_error(run("schedules", "show", APP, "ping.a"), 1, "no schedule")
@@ -294,7 +294,7 @@ async def test_status_and_ls_after_a_worker_ran_schedules(cli_env: None, app: dr
     assert re.fullmatch(r"≤\S+ / ≤\S+ / \S+", lateness), lateness
     assert row(out, "ready")[1] == "0"  # queue rows are still there
 
-    listing = ok("schedules", "ls", APP).stdout
+    listing = ok("schedules", "ls", APP, "--wide").stdout
     tick = row(listing, "tick")
     assert tick[1:5] == ["add", "every 1s", "0", "scheduled"]
     assert tick[6].endswith(" ago")

@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -28,7 +28,9 @@ from rich.table import Table
 
 from drumbeat import admin, embedded
 from drumbeat.app import App
-from drumbeat.cli.tables import fmt_count, schedule_table, status_tables
+from drumbeat.cli import shapes
+from drumbeat.cli.tables import console, fmt_count, print_table, schedule_table, status_tables
+from drumbeat.cli.tasks import UnknownTaskName, resolve_task
 from drumbeat.errors import DrumbeatError, InvalidJob
 from drumbeat.task import MAX_PRIORITY, MIN_PRIORITY, Options, Prepared
 from drumbeat.worker import run_worker
@@ -44,12 +46,6 @@ cli = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
-dead_cli = typer.Typer(
-    help="Inspect, retry and purge dead-lettered jobs.",
-    no_args_is_help=True,
-)
-cli.add_typer(dead_cli, name="dead")
-
 USAGE_ERROR = 2  # what click uses for bad arguments
 
 AppArg = Annotated[
@@ -61,6 +57,25 @@ AppArg = Annotated[
         show_default=False,
     ),
 ]
+
+WideOpt = Annotated[
+    bool,
+    typer.Option(
+        "--wide",
+        "-w",
+        help="Every column, each cell in full on one line (wider than 80 columns, maybe than "
+        "the terminal: pipe into less -S).",
+    ),
+]
+
+
+def json_option(shape: str) -> Any:
+    """A ``--json`` flag whose help gives the shape printed (docs/cli.md has every field)."""
+    return typer.Option(
+        "--json",
+        help=f"Print JSON for scripts instead of tables: {shape}. Times are given as epoch ms "
+        "(*_ms) and as ISO 8601 UTC (*_at); see docs/cli.md.",
+    )
 
 
 def main() -> None:
@@ -81,8 +96,7 @@ class CliError(Exception):
 
 
 def _out() -> Console:
-    # Made per use: the test runner swaps sys.stdout between invocations.
-    return Console(highlight=False)
+    return console()
 
 
 def _err() -> Console:
@@ -101,6 +115,8 @@ def _errors() -> Iterator[None]:
         yield
     except CliError as exc:
         raise _fail(exc.message, exc.code) from None
+    except UnknownTaskName as exc:
+        raise _fail(str(exc), USAGE_ERROR) from None
     except InvalidJob as exc:  # a bad argument to enqueue: a usage error
         raise _fail(str(exc), USAGE_ERROR) from None
     except DrumbeatError as exc:
@@ -122,6 +138,12 @@ def _opened(spec: str) -> Iterator[App]:
             yield app
         finally:
             app.close()
+
+
+def redis_now_ms(app: App) -> int:
+    """The Redis server's clock, which every stored time is relative to, in epoch ms."""
+    sec, usec = app.redis.time()
+    return int(sec) * 1000 + int(usec) // 1000
 
 
 # -- loading the app ---------------------------------------------------------------------------
@@ -278,7 +300,13 @@ def _call_arguments(
 def enqueue(
     app_spec: AppArg,
     task: Annotated[
-        str, typer.Argument(metavar="TASK", help="The task's name.", show_default=False)
+        str,
+        typer.Argument(
+            metavar="TASK",
+            help="The task's registered name, or its short name (build for tasks.build) when "
+            "no other task has it.",
+            show_default=False,
+        ),
     ],
     args_json: Annotated[
         str | None,
@@ -315,23 +343,31 @@ def enqueue(
         str | None,
         typer.Option("--key", "-k", help="Dedup key: no second job while one with it is live."),
     ] = None,
+    unregistered: Annotated[
+        bool,
+        typer.Option(
+            "--unregistered",
+            help="TASK is not registered in this app: enqueue it under that exact name, for "
+            "workers whose app registers it.",
+        ),
+    ] = False,
 ) -> None:
     """Enqueue a job and print its id.
 
-    The task need not be importable here: a name the app does not know is enqueued as is, for
-    a worker that has the code.
+    A TASK the app does not register is refused (exit 2) with the names it may have meant,
+    since no worker of this app could run it; --unregistered enqueues it all the same.
     """
     with _errors():
         args, kwargs = _call_arguments(args_json, kwargs_json)
     with _opened(app_spec) as app:
-        registered = app.tasks.get(task)
-        if registered is not None:
+        if unregistered and task not in app.tasks:
+            options = Options(priority=priority or 0, delay=delay, key=key)
+            job = app.enqueue_many([Prepared(task, args, kwargs, options)])[0]
+        else:
+            registered = resolve_task(app, task)
             job = registered.options(priority=priority, delay=delay, key=key).enqueue(
                 *args, **kwargs
             )
-        else:
-            options = Options(priority=priority or 0, delay=delay, key=key)
-            job = app.enqueue_many([Prepared(task, args, kwargs, options)])[0]
     typer.echo(job.id)
     if not job.created:
         _err().print(
@@ -350,6 +386,19 @@ def status(
     limit: Annotated[
         int, typer.Option("--limit", "-n", min=0, help="Most running jobs to list.")
     ] = 50,
+    wide: WideOpt = False,
+    as_json: Annotated[
+        bool,
+        json_option(
+            '{"namespace", "now_ms", "now_at", "queue": {"ready", "ready_by_priority": [10 '
+            'counts, index = priority], "delayed", "running", "dead"}, "running": [{"id", '
+            '"worker", "claimed_ms", "claimed_at", "lease_deadline_ms", "lease_deadline_at"}], '
+            '"workers": [{"id", "host", "pid", "concurrency", "running", "processed", '
+            '"started_ms", "started_at", "heartbeat_ms", "heartbeat_at"}], "silent_workers", '
+            '"schedules": {"total", "shards", "runs_last_minute", "lateness_p50_ms", '
+            '"lateness_p99_ms", "lateness_max_ms"}}'
+        ),
+    ] = False,
 ) -> None:
     """Show queue depth per priority, delayed, running and dead jobs, live workers, and the
     schedules with how late their runs started over the last minute."""
@@ -357,113 +406,12 @@ def status(
         stats = admin.queue_stats(app, running_limit=limit)
         schedules = admin.schedule_stats(app)
         namespace = app.settings.namespace
-    out = _out()
-    out.print(f"namespace [bold]{escape(namespace)}[/]")
-    for table in status_tables(stats):
-        out.print(table)
-    out.print(schedule_table(schedules))
-
-
-# -- dead letters ------------------------------------------------------------------------------
-
-IdsArg = Annotated[
-    list[str] | None,
-    typer.Argument(metavar="IDS", help="Job ids.", show_default=False),
-]
-AllOpt = Annotated[bool, typer.Option("--all", help="Every dead letter.")]
-
-
-def _targets(ids: Sequence[str] | None, all_: bool, verb: str) -> list[str] | None:
-    if ids and all_:
-        raise CliError("give job ids or --all, not both", USAGE_ERROR)
-    if not ids and not all_:
-        raise CliError(
-            f"nothing to {verb}: give the ids of the dead letters, or --all for every one",
-            USAGE_ERROR,
-        )
-    return None if all_ else list(ids or [])
-
-
-@dead_cli.command("ls")
-def dead_ls(
-    app_spec: AppArg,
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Most entries to list.")] = 50,
-    tracebacks: Annotated[
-        bool, typer.Option("--traceback", "-t", help="Also print each failure's traceback.")
-    ] = False,
-) -> None:
-    """List dead letters, newest first: when they died, their task and their error."""
-    with _opened(app_spec) as app:
-        letters = admin.dead_letters(app, limit)
-        total = admin.dead_count(app)
-    out = _out()
-    title = "Dead letters" + (
-        f" (newest {len(letters)} of {total})" if total > len(letters) else ""
-    )
-    table = Table(title=title, title_justify="left")
-    table.add_column("job", no_wrap=True, min_width=32)
-    table.add_column("died (UTC)", no_wrap=True)
-    table.add_column("task", overflow="fold")
-    table.add_column("attempt", justify="right")
-    table.add_column("error", overflow="fold")
-    for letter in letters:
-        table.add_row(
-            letter.id,
-            letter.died_at.strftime("%Y-%m-%d %H:%M:%S"),
-            escape(letter.task),
-            fmt_count(letter.attempt),
-            escape(letter.error),
-        )
-    out.print(table if letters else "no dead letters")
-    if tracebacks:
-        for letter in letters:
-            if letter.traceback:
-                out.rule(f"{letter.id} ({escape(letter.task)})")
-                out.print(escape(letter.traceback.rstrip()), soft_wrap=True)
-
-
-@dead_cli.command("retry")
-def dead_retry(app_spec: AppArg, ids: IdsArg = None, all_: AllOpt = False) -> None:
-    """Requeue dead letters with a fresh set of attempts."""
-    with _errors():
-        targets = _targets(ids, all_, "retry")
-    with _opened(app_spec) as app:
-        n = admin.retry_dead(app, targets)
-    _out().print(f"requeued {n} job{'s' if n != 1 else ''}")
-    if targets is not None and n < len(set(targets)):
-        _skipped(len(set(targets)) - n, "requeued")
-
-
-@dead_cli.command("purge")
-def dead_purge(
-    app_spec: AppArg,
-    ids: IdsArg = None,
-    all_: AllOpt = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
-) -> None:
-    """Delete dead letters for good (asks first unless --yes)."""
-    with _errors():
-        targets = _targets(ids, all_, "purge")
-    with _opened(app_spec) as app:
-        count = admin.dead_count(app) if targets is None else len(set(targets))
-        if count == 0:
-            _out().print("no dead letters")
-            return
-        if not yes:
-            what = f"all {count} dead letters" if targets is None else f"{count} dead letter(s)"
-            typer.confirm(f"Delete {what} for good?", abort=True)
-        n = admin.purge_dead(app, targets)
-    _out().print(f"purged {n} job{'s' if n != 1 else ''}")
-    if targets is not None and n < len(set(targets)):
-        _skipped(len(set(targets)) - n, "purged")
-
-
-def _skipped(n: int, verb: str) -> None:
-    _err().print(
-        f"[yellow]note:[/] {n} id(s) were not {verb}: not in the dead-letter set"
-        + (" (or without a job record)" if verb == "requeued" else ""),
-        soft_wrap=True,
-    )
+    if as_json:
+        shapes.emit(shapes.status_json(namespace, stats, schedules))
+        return
+    _out().print(f"namespace [bold]{escape(namespace)}[/]")
+    for table in [*status_tables(stats, wide=wide), schedule_table(schedules)]:
+        print_table(table, wide=wide)
 
 
 # -- embedded Redis ----------------------------------------------------------------------------
@@ -515,7 +463,9 @@ def redis_command(
 
 # -- schedules ---------------------------------------------------------------------------------
 
-# Imported last: the sub-app's module uses the helpers above.
+# Imported last: the sub-apps' modules use the helpers above.
+from drumbeat.cli.dead import dead_cli  # noqa: E402
 from drumbeat.cli.schedules import schedules_cli  # noqa: E402
 
+cli.add_typer(dead_cli, name="dead")
 cli.add_typer(schedules_cli, name="schedules")

@@ -13,12 +13,32 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
+from rich.console import RenderableType
 from rich.markup import escape
 from rich.table import Table
 
 from drumbeat.app import App
-from drumbeat.cli import AppArg, CliError, _err, _opened, _out
-from drumbeat.cli.tables import fmt_duration, fmt_ms
+from drumbeat.cli import (
+    AppArg,
+    CliError,
+    WideOpt,
+    _err,
+    _opened,
+    _out,
+    json_option,
+    redis_now_ms,
+    shapes,
+)
+from drumbeat.cli.tables import (
+    ERROR_WIDTH,
+    fixed,
+    flexible,
+    fmt_duration,
+    fmt_ms,
+    listing,
+    one_line,
+    print_table,
+)
 from drumbeat.schedule import Cadence
 from drumbeat.scheduler import ScheduleInfo
 
@@ -28,9 +48,6 @@ schedules_cli = typer.Typer(
     help="List, inspect, pause, resume, remove and run periodic schedules.",
     no_args_is_help=True,
 )
-
-#: How much of the last error a listing shows; ``show`` prints all of it.
-ERROR_WIDTH = 60
 
 ScheduleIdsArg = Annotated[
     list[str],
@@ -91,24 +108,12 @@ def _took(ms: int | None) -> str:
     return "-" if ms is None else fmt_ms(ms)
 
 
-def _short_error(error: str | None) -> str:
-    if not error:
-        return "-"
-    text = " ".join(error.split())
-    return escape(text if len(text) <= ERROR_WIDTH else text[: ERROR_WIDTH - 1] + "…")
-
-
 def _utc(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=repr)
-
-
-def _redis_now_ms(app: App) -> int:
-    sec, usec = app.redis.time()
-    return int(sec) * 1000 + int(usec) // 1000
 
 
 def _unique(infos: Iterator[ScheduleInfo], seen: set[str]) -> Iterator[ScheduleInfo]:
@@ -122,6 +127,13 @@ def _unique(infos: Iterator[ScheduleInfo], seen: set[str]) -> Iterator[ScheduleI
 # -- ls / show ---------------------------------------------------------------------------------
 
 
+SCHEDULE_SHAPE = (
+    '{"id", "task", "args", "kwargs", "cadence": {"every", "cron", "tz", "mode", "grace", '
+    '"jitter"}, "priority", "state", "next_due_ms", "next_due_at", "last_run_ms", "last_run_at", '
+    '"last_duration_ms", "runs", "failures", "misfires", "last_error", "generation"}'
+)
+
+
 @schedules_cli.command("ls")
 def schedules_ls(
     app_spec: AppArg,
@@ -131,56 +143,77 @@ def schedules_ls(
     limit: Annotated[
         int, typer.Option("--limit", "-n", min=1, help="Most schedules to list (by id).")
     ] = 100,
+    wide: WideOpt = False,
+    as_json: Annotated[
+        bool,
+        json_option(
+            '{"now_ms", "now_at", "total": schedules matched, "schedules": [schedule, ...]}, '
+            f"by id, where a schedule is {SCHEDULE_SHAPE}"
+        ),
+    ] = False,
 ) -> None:
-    """List schedules by id: cadence, state, next due, last run and their run counts.
+    """List schedules by id: cadence, state and next due; --wide adds the task, the priority,
+    the last run, its duration, the run, failure and misfire counts and the last error.
 
     State is paused, running (a run is queued or in flight) or scheduled. Times are relative to
     the Redis server's clock.
     """
     seen: set[str] = set()
     with _opened(app_spec) as app:
-        now_ms = _redis_now_ms(app)
+        now_ms = redis_now_ms(app)
         shown = heapq.nsmallest(limit, _unique(app.schedules(prefix), seen), key=lambda i: i.id)
+    total = len(seen)
+    if as_json:
+        listed = [shapes.schedule_json(info, schedule_state(info)) for info in shown]
+        shapes.emit({**shapes.timestamp("now", now_ms), "total": total, "schedules": listed})
+        return
     out = _out()
     if not shown:
         out.print("no schedules" + (f" with ids starting {escape(repr(prefix))}" if prefix else ""))
         return
-    total = len(seen)
     title = "Schedules" + (f" (first {len(shown)} of {total} by id)" if total > len(shown) else "")
-    table = Table(title=title, title_justify="left")
-    table.add_column("id", overflow="fold")
-    table.add_column("task", overflow="fold")
-    table.add_column("cadence", overflow="fold")
-    table.add_column("priority", justify="right")
-    table.add_column("state", no_wrap=True)
-    table.add_column("next due", justify="right", no_wrap=True)
-    table.add_column("last run", justify="right", no_wrap=True)
-    table.add_column("last duration", justify="right", no_wrap=True)
-    table.add_column("runs", justify="right")
-    table.add_column("failures", justify="right")
-    table.add_column("misfires", justify="right")
-    table.add_column("last error", overflow="fold")
+    table = _ls_table(title, wide)
     for info in shown:
-        table.add_row(
-            escape(info.id),
-            escape(info.task),
-            escape(cadence_text(info.cadence)),
-            str(info.priority),
-            _styled_state(info),
-            _next_due(info, now_ms),
-            _ago(info.last_run_ms, now_ms),
-            _took(info.last_duration_ms),
-            str(info.runs),
-            str(info.failures),
-            str(info.misfires),
-            _short_error(info.last_error),
-        )
-    out.print(table)
+        cells: list[RenderableType] = [escape(info.id)]
+        if wide:
+            cells.append(one_line(info.task))
+        cells.append(one_line(cadence_text(info.cadence)))
+        if wide:
+            cells.append(str(info.priority))
+        cells += [_styled_state(info), _next_due(info, now_ms)]
+        if wide:
+            cells += [
+                _ago(info.last_run_ms, now_ms),
+                _took(info.last_duration_ms),
+                str(info.runs),
+                str(info.failures),
+                str(info.misfires),
+                one_line(info.last_error or "-"),
+            ]
+        table.add_row(*cells)
+    print_table(table, wide=wide)
     if total > len(shown):
         more = total - len(shown)
         out.print(
             f"{more} more schedule{'s' if more != 1 else ''} matched; raise --limit to see them"
         )
+
+
+def _ls_table(title: str, wide: bool) -> Table:
+    table = listing(title)
+    fixed(table, "id")
+    if wide:
+        flexible(table, "task")
+    flexible(table, "cadence")
+    if wide:
+        fixed(table, "priority", justify="right")
+    fixed(table, "state")
+    fixed(table, "next due", justify="right")
+    if wide:
+        for header in ("last run", "last duration", "runs", "failures", "misfires"):
+            fixed(table, header, justify="right")
+        flexible(table, "last error", max_width=ERROR_WIDTH)
+    return table
 
 
 @schedules_cli.command("show")
@@ -189,15 +222,19 @@ def schedules_show(
     schedule_id: Annotated[
         str, typer.Argument(metavar="ID", help="The schedule's id.", show_default=False)
     ],
+    as_json: Annotated[bool, json_option(SCHEDULE_SHAPE)] = False,
 ) -> None:
     """Show every field of one schedule, with its arguments as JSON and its full last error."""
     with _opened(app_spec) as app:
         info = app.get_schedule(schedule_id)
         if info is None:
             raise CliError(f"no schedule with id {schedule_id!r}")
-        now_ms = _redis_now_ms(app)
+        now_ms = redis_now_ms(app)
         shard = app.scheduler.shard_of(schedule_id)
         shards = len(app.scheduler.shards)
+    if as_json:
+        shapes.emit(shapes.schedule_json(info, schedule_state(info)))
+        return
     c = info.cadence
     table = Table(title=f"Schedule {escape(info.id)}", title_justify="left", show_header=False)
     table.add_column("field", no_wrap=True)

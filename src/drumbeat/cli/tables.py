@@ -1,14 +1,89 @@
 """Rich tables for ``drumbeat status``, one function per table: `status_tables` for the queue,
-`schedule_table` for the schedules, and the short formats the other commands share."""
+`schedule_table` for the schedules; the consoles, cells and formats every listing shares.
+
+Listings fit the console (80 columns when stdout is not a terminal): each row is one line;
+the columns that can give way (names, errors, cadences) are cut with an ellipsis, widest first,
+while ids and states keep their width. ``--wide`` prints every column, each cell on one line in
+full (errors up to `ERROR_WIDTH`), however wide that makes the table.
+"""
 
 from __future__ import annotations
 
-from rich.console import RenderableType
+import os
+import sys
+
+from rich.console import Console, JustifyMethod, RenderableType
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from drumbeat import admin
 from drumbeat.task import MAX_PRIORITY, MIN_PRIORITY
+
+#: Output width when stdout is not a terminal and ``COLUMNS`` is not set. Rich would otherwise
+#: take the width of whatever terminal stdin or stderr is attached to, so ``| less`` or
+#: ``> file`` would depend on the window the command happened to run in.
+PIPE_WIDTH = 80
+
+#: The widest a ``--wide`` table may grow; its error columns stop at `ERROR_WIDTH` anyway.
+WIDE_LIMIT = 1000
+
+#: How much of an error a table shows, even with ``--wide``; the full text is in ``--json``.
+ERROR_WIDTH = 60
+
+
+def console(width: int | None = None) -> Console:
+    """A console on stdout, made per use (the test runner swaps ``sys.stdout`` per command)."""
+    if width is None and not sys.stdout.isatty() and not os.environ.get("COLUMNS", "").isdigit():
+        width = PIPE_WIDTH
+    return Console(highlight=False, width=width)
+
+
+def print_table(table: Table, *, wide: bool = False) -> None:
+    """Print ``table`` fitted to the console, or (``wide``) as wide as its cells need, which
+    may be wider than the terminal."""
+    out = console()
+    if wide:
+        natural = Measurement.get(out, out.options.update_width(WIDE_LIMIT), table).maximum
+        out = console(max(out.width, natural))
+    else:
+        # Rich's last resort for a row that is still too wide once the flexible columns gave
+        # way narrows every column alike, states and counts too; a very long id (a schedule's,
+        # a worker's host name) gives way itself first.
+        for column in table.columns:
+            if column.no_wrap and column.max_width is None:
+                column.max_width = out.width // 2
+    out.print(table)
+
+
+def listing(title: str) -> Table:
+    """An empty listing table; add columns with `fixed` and `flexible`."""
+    return Table(title=title, title_justify="left")
+
+
+def fixed(table: Table, header: str, *, justify: JustifyMethod = "left") -> None:
+    """A column that keeps its width: ids, states, counts, short times."""
+    table.add_column(header, justify=justify, no_wrap=True)
+
+
+def flexible(
+    table: Table, header: str, *, max_width: int | None = None, justify: JustifyMethod = "left"
+) -> None:
+    """A column that gives way when the row is too wide: its cells (made by `one_line`) are cut
+    with an ellipsis. Rich narrows only columns that may wrap, so the column may; the cells
+    themselves never do."""
+    table.add_column(_one_line(header), justify=justify, max_width=max_width)
+
+
+def one_line(text: str) -> Text:
+    """A cell of a `flexible` column: its whitespace collapsed (an error's newlines too), cut
+    with an ellipsis rather than wrapped."""
+    return _one_line(" ".join(text.split()))
+
+
+def _one_line(text: str) -> Text:
+    return Text(text, no_wrap=True, overflow="ellipsis")
 
 
 def fmt_duration(seconds: float) -> str:
@@ -78,35 +153,35 @@ def running_table(stats: admin.QueueStats) -> Table:
     title = "Running"
     if stats.running_total > len(stats.running):
         title += f" (showing {len(stats.running)} of {stats.running_total})"
-    table = Table(title=title, title_justify="left")
-    table.add_column("job", no_wrap=True, min_width=32)
-    table.add_column("worker", overflow="fold")
-    table.add_column("lease age", justify="right")
-    table.add_column("lease left", justify="right")
+    table = listing(title)
+    fixed(table, "job")
+    flexible(table, "worker")
+    fixed(table, "lease age", justify="right")
+    fixed(table, "lease left", justify="right")
     for job in stats.running:
         left = fmt_duration(job.lease_left)
         if job.lease_left < 0:
             left = f"[red]{left} (expired)[/]"
-        table.add_row(job.id, escape(job.worker), fmt_duration(job.lease_age), left)
+        table.add_row(job.id, one_line(job.worker), fmt_duration(job.lease_age), left)
     return table
 
 
-def workers_table(stats: admin.QueueStats) -> Table:
-    """Live workers, from their heartbeats."""
-    table = Table(title="Workers", title_justify="left")
-    table.add_column("worker", overflow="fold")
-    table.add_column("host", overflow="fold")
-    table.add_column("pid", justify="right")
-    table.add_column("busy", justify="right")
-    table.add_column("processed", justify="right")
-    table.add_column("up", justify="right")
-    table.add_column("heartbeat", justify="right")
+def workers_table(stats: admin.QueueStats, *, wide: bool = False) -> Table:
+    """Live workers, from their heartbeats; ``wide`` adds their host and pid (also part of
+    their id)."""
+    table = listing("Workers")
+    fixed(table, "worker")
+    if wide:
+        flexible(table, "host")
+        fixed(table, "pid", justify="right")
+    for header in ("busy", "processed", "up", "heartbeat"):
+        fixed(table, header, justify="right")
     for w in stats.workers:
         up = "?" if w.started_ms is None else fmt_duration((stats.now_ms - w.started_ms) / 1000)
+        where: list[RenderableType] = [one_line(w.host or "?"), fmt_count(w.pid)] if wide else []
         table.add_row(
             escape(w.id),
-            escape(w.host or "?"),
-            fmt_count(w.pid),
+            *where,
             f"{fmt_count(w.running)}/{fmt_count(w.concurrency)}",
             fmt_count(w.processed),
             up,
@@ -115,13 +190,13 @@ def workers_table(stats: admin.QueueStats) -> Table:
     return table
 
 
-def status_tables(stats: admin.QueueStats) -> list[RenderableType]:
+def status_tables(stats: admin.QueueStats, *, wide: bool = False) -> list[Table]:
     """Everything ``drumbeat status`` shows, in order; listings that are empty are left out."""
-    tables: list[RenderableType] = [summary_table(stats), priority_table(stats)]
+    tables = [summary_table(stats), priority_table(stats)]
     if stats.running:
         tables.append(running_table(stats))
     if stats.workers:
-        tables.append(workers_table(stats))
+        tables.append(workers_table(stats, wide=wide))
     return tables
 
 

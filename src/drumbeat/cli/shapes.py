@@ -1,0 +1,127 @@
+"""The JSON that ``--json`` prints, one function per shape (documented in ``docs/cli.md``).
+
+Plain objects with snake_case keys; a key is never left out (``null`` when unknown). A point
+in time is given twice: ``<name>_ms``, epoch milliseconds by the Redis server's clock, and
+``<name>_at``, the same instant as an ISO 8601 UTC string (``2026-12-01T08:30:00.123Z``).
+Durations are milliseconds in keys ending ``_ms`` that have no ``_at`` twin.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+
+from drumbeat import admin
+from drumbeat.scheduler import ScheduleInfo
+
+__all__ = ["dead_letters_json", "emit", "schedule_json", "status_json", "timestamp"]
+
+
+def emit(value: dict[str, Any]) -> None:
+    """Print ``value`` as indented JSON on stdout; values JSON cannot hold print as repr."""
+    typer.echo(json.dumps(value, indent=2, ensure_ascii=False, default=repr))
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def timestamp(name: str, ms: int | None) -> dict[str, Any]:
+    """``{name_ms: ms, name_at: iso}``, both ``None`` when ``ms`` is."""
+    return {f"{name}_ms": ms, f"{name}_at": None if ms is None else iso(ms)}
+
+
+def dead_letters_json(letters: list[admin.DeadLetter], total: int) -> dict[str, Any]:
+    return {
+        "total": total,
+        "dead_letters": [
+            {
+                "id": d.id,
+                "task": d.task,
+                **timestamp("died", d.died_ms),
+                "attempt": d.attempt,
+                "error": d.error,
+                "traceback": d.traceback,
+            }
+            for d in letters
+        ],
+    }
+
+
+def schedule_json(info: ScheduleInfo, state: str) -> dict[str, Any]:
+    c = info.cadence
+    return {
+        "id": info.id,
+        "task": info.task,
+        "args": info.args,
+        "kwargs": info.kwargs,
+        "cadence": {
+            "every": c.every,
+            "cron": c.cron,
+            "tz": c.tz,
+            "mode": c.mode,
+            "grace": c.grace,
+            "jitter": c.jitter,
+        },
+        "priority": info.priority,
+        "state": state,
+        **timestamp("next_due", info.next_due_ms),
+        **timestamp("last_run", info.last_run_ms),
+        "last_duration_ms": info.last_duration_ms,
+        "runs": info.runs,
+        "failures": info.failures,
+        "misfires": info.misfires,
+        "last_error": info.last_error,
+        "generation": info.generation,
+    }
+
+
+def status_json(
+    namespace: str, stats: admin.QueueStats, schedules: admin.ScheduleStats
+) -> dict[str, Any]:
+    late = schedules.lateness
+    return {
+        "namespace": namespace,
+        **timestamp("now", stats.now_ms),
+        "queue": {
+            "ready": stats.ready,
+            "ready_by_priority": list(stats.ready_by_priority),
+            "delayed": stats.delayed,
+            "running": stats.running_total,
+            "dead": stats.dead,
+        },
+        "running": [
+            {
+                "id": job.id,
+                "worker": job.worker,
+                **timestamp("claimed", job.claimed_ms),
+                **timestamp("lease_deadline", job.deadline_ms),
+            }
+            for job in stats.running
+        ],
+        "workers": [
+            {
+                "id": w.id,
+                "host": w.host,
+                "pid": w.pid,
+                "concurrency": w.concurrency,
+                "running": w.running,
+                "processed": w.processed,
+                **timestamp("started", w.started_ms),
+                **timestamp("heartbeat", w.heartbeat_ms),
+            }
+            for w in stats.workers
+        ],
+        "silent_workers": stats.stale_workers,
+        "schedules": {
+            "total": schedules.total,
+            "shards": schedules.shards,
+            "runs_last_minute": late.runs,
+            "lateness_p50_ms": late.p50_ms,
+            "lateness_p99_ms": late.p99_ms,
+            "lateness_max_ms": late.max_ms,
+        },
+    }
