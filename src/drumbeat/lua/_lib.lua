@@ -280,9 +280,14 @@ end
 -- decides; the rest wait in `ready` for any worker. `k` adds seq, tasks, due to the claim keys.
 -- Re-scores each bucket's marker; returns true when a worker should be woken (runs wait in
 -- `ready`, or a marker now comes due before the hold other workers saw).
--- `held`: the claim stepped these buckets' markers aside, so each is re-scored even when none
--- of its runs is due yet (a bucket merely passed along keeps its marker as it is).
-local function promote_buckets(k, c, buckets, limit, held)
+-- `settle`: which markers are re-scored even when none of their buckets' runs is due yet: true
+-- for all (the claim stepped them aside), else a set of bucket numbers. claim.lua names the
+-- passed buckets whose markers are due: a marker left early (unschedule, pause, run_now, an
+-- upsert that moves a schedule later) would otherwise stay due with nothing due behind it, and
+-- every claim would pass it along and report its past time as the next due time, so an idle
+-- worker would claim without pause. A passed bucket whose marker is not yet due keeps it as it
+-- is (no re-scoring on every claim).
+local function promote_buckets(k, c, buckets, limit, settle)
   local names, ids, specs, states, early = {}, {}, {}, {}, false
   for _, b in ipairs(buckets) do
     local due = redis.call('ZRANGEBYSCORE', b[2], '-inf', c.now, 'WITHSCORES')
@@ -304,7 +309,7 @@ local function promote_buckets(k, c, buckets, limit, held)
       end
       redis.call('ZREM', b[2], unpack(found))
     end
-    if held or #due > 0 then
+    if #due > 0 or settle == true or settle[b[1]] then
       local next_due = wheel_settle(k.due, b[2], b[1])
       if next_due and next_due < c.now + BUCKET_HOLD_MS then early = true end
     end
