@@ -2,7 +2,8 @@
 -- retries), takes the best of `ready` by priority, and gives each a lease and a fresh fencing
 -- token. Takes the due runs of the schedule buckets the worker passed (those that headed `due`
 -- at its last call, see upcoming_buckets) and re-scores their markers that are due; reports
--- other due buckets, whose keys it cannot name, for promote_runs.lua. Records the lateness of every schedule run it starts.
+-- other due buckets, whose keys it cannot name, for promote_runs.lua. Records the lateness of
+-- every schedule run it starts.
 --
 -- KEYS[1] ready (zset)  KEYS[2] due (zset)    KEYS[3] jobs (hash)   KEYS[4] state (hash)
 -- KEYS[5] owners (hash) KEYS[6] leases (zset) KEYS[7] fence (string) KEYS[8] seq (string)
