@@ -17,8 +17,17 @@ from typing import TYPE_CHECKING, Any
 from .errors import SerializationError
 from .job import decode_outcome, decode_spec
 from .keys import WHEEL_BUCKETS, Keys
+from .protocol import (
+    LATENESS_WINDOW_MS,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    PRIORITY_SPAN,
+    bin_upper_ms,
+    parse_owner,
+    ready_score,
+    wheel_marker,
+)
 from .scripts import Call
-from .task import MAX_PRIORITY, MIN_PRIORITY
 
 if TYPE_CHECKING:
     import redis
@@ -36,10 +45,6 @@ __all__ = [
     "queue_stats",
     "retry_dead",
 ]
-
-#: Width of one priority level's score range in `ready`; the same constant as in ``_lib.lua``
-#: (score = (MAX_PRIORITY - priority) * PRIORITY_SPAN + seq).
-PRIORITY_SPAN = 2**42
 
 #: A worker whose heartbeat is older than this many leases is reaped as gone (as `Worker` does).
 WORKER_TTL_LEASES = 3
@@ -143,7 +148,7 @@ def _time_ms(raw: Any) -> int:
 
 def level_range(priority: int) -> tuple[int, str]:
     """The ``ZCOUNT`` bounds of one priority level in `ready`: ``[base, base + span)``."""
-    base = (MAX_PRIORITY - priority) * PRIORITY_SPAN
+    base = ready_score(priority, 0)
     return base, f"({base + PRIORITY_SPAN}"
 
 
@@ -214,7 +219,7 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
     )
 
 
-_MARKERS = [f"w:{bucket}" for bucket in range(WHEEL_BUCKETS)]
+_MARKERS = [wheel_marker(bucket) for bucket in range(WHEEL_BUCKETS)]
 
 
 def _claimed_shards(app: App) -> list[Keys]:
@@ -244,7 +249,8 @@ def _running(
         owner = owner_of.get((k.owners, job_id))
         if owner is None:  # finished between the two round trips
             continue
-        worker, claimed_ms = _parse_owner(_str(owner))
+        parsed = parse_owner(_str(owner))
+        worker, claimed_ms = ("?", 0) if parsed is None else (parsed.worker, parsed.claimed_ms)
         deadline = int(score)
         running.append(
             RunningJob(
@@ -257,17 +263,6 @@ def _running(
             )
         )
     return running
-
-
-def _parse_owner(owner: str) -> tuple[str, int]:
-    """``token|worker|claimed_ms`` (see ``_lib.lua``); the worker id never holds ``|``."""
-    parts = owner.split("|")
-    if len(parts) != 3:
-        return "?", 0
-    try:
-        return parts[1], int(parts[2])
-    except ValueError:
-        return parts[1], 0
 
 
 def _worker_stats(worker_id: str, beat_ms: int, now_ms: int, raw: bytes | None) -> WorkerStats:
@@ -378,9 +373,8 @@ def _apply(app: App, ids: Sequence[str] | None, make: Callable[[Sequence[str]], 
 
 # -- schedules ---------------------------------------------------------------------------------
 
-# The lateness histogram's layout, as `record_lateness` in lua/_lib.lua writes it.
-LATENESS_WINDOW_MS = 10_000
-LATENESS_WINDOWS_PER_MINUTE = 6
+# The lateness histogram's ring (protocol.py) holds a few more windows than the minute read.
+LATENESS_WINDOWS_PER_MINUTE = 60_000 // LATENESS_WINDOW_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,11 +393,6 @@ class ScheduleStats:
     """Schedules registered, over every shard."""
     shards: int
     lateness: Lateness
-
-
-def bin_upper_ms(b: int) -> float:
-    """Upper bound of lateness bin ``b``: bins are a quarter of a power of two wide."""
-    return float(2 ** ((b + 1) / 4) - 1)
 
 
 def lateness_summary(fields: Mapping[Any, Any], now_ms: int) -> Lateness:

@@ -28,12 +28,11 @@ from croniter import croniter
 
 from .errors import InvalidJob
 from .keys import MAX_NAME_LENGTH, WHEEL_BUCKETS, bucket_of, check_name
+from .protocol import FIELD_SEP, PAUSED_FLAG, SCHEDULE_FIELDS
+from .protocol import RUN_PREFIX as RUN_PREFIX  # noqa: PLC0414 (worker, runner import it here)
 from .serialization import CODECS, Codec
 
 Mode = Literal["rate", "delay"]
-
-#: Prefix that marks a schedule's run among job ids in `due`, `ready`, `leases` and `state`.
-RUN_PREFIX = "s:"
 
 
 def _stable_hash(*parts: str | int) -> int:
@@ -217,12 +216,13 @@ def check_schedule_id(schedule_id: str) -> str:
 
 # -- stored form -------------------------------------------------------------------------------
 #
-# A schedule's record in `schedules:<bucket>` (written by Lua, see _lib.lua):
+# A schedule's record in `schedules:<bucket>` (written by Lua, see _lib.lua), its fields in the
+# order of `protocol.SCHEDULE_FIELDS`:
 #   "gen|grid|flags|runs|failures|misfires|last_start - grid|last_ms|task code|<spec>"
-# with flags = priority + 10 if paused. The spec is the arguments and the cadence, positional
-# and without defaults, so a typical monitor's record stays under the 64 bytes that keep its
-# bucket a listpack: JSON ``[args, cadence]`` or ``[args, cadence, kwargs]``, where the cadence
-# is just the interval when nothing else differs from the defaults (msgpack alike).
+# with flags = priority + PAUSED_FLAG if paused. The spec is the arguments and the cadence,
+# positional and without defaults, so a typical monitor's record stays under the 64 bytes that
+# keep its bucket a listpack: JSON ``[args, cadence]`` or ``[args, cadence, kwargs]``, where the
+# cadence is just the interval when nothing else differs from the defaults (msgpack alike).
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,20 +262,25 @@ def decode_schedule_spec(blob: bytes) -> tuple[list[Any], dict[str, Any], Cadenc
 
 
 def parse_record(value: bytes) -> Record:
-    parts = value.split(b"|", 9)
-    if len(parts) != 10:
-        raise ValueError(f"malformed schedule record: {value[:80]!r}")
-    gen, grid, flags, runs, failures, misfires = (int(p) for p in parts[:6])
+    # The spec is last and may hold the separator: split off the fields before it only.
+    parts = value.split(FIELD_SEP.encode(), len(SCHEDULE_FIELDS) - 1)
+    if len(parts) != len(SCHEDULE_FIELDS):
+        raise ValueError(
+            f"malformed schedule record: {value[:80]!r}; expected {len(SCHEDULE_FIELDS)} fields "
+            f"{FIELD_SEP.join(SCHEDULE_FIELDS)}"
+        )
+    f = dict(zip(SCHEDULE_FIELDS, parts, strict=True))
+    grid, flags = int(f["grid"]), int(f["flags"])
     return Record(
-        generation=gen,
+        generation=int(f["gen"]),
         grid_ms=grid,
-        priority=flags % 10,
-        paused=flags >= 10,
-        runs=runs,
-        failures=failures,
-        misfires=misfires,
-        last_start_ms=grid + int(parts[6]) if parts[6] else None,
-        last_ms=int(parts[7]),
-        task_code=parts[8].decode(),
-        spec=parts[9],
+        priority=flags % PAUSED_FLAG,
+        paused=flags >= PAUSED_FLAG,
+        runs=int(f["runs"]),
+        failures=int(f["failures"]),
+        misfires=int(f["misfires"]),
+        last_start_ms=grid + int(f["last_start"]) if f["last_start"] else None,
+        last_ms=int(f["last_ms"]),
+        task_code=f["task"].decode(),
+        spec=f["spec"],
     )

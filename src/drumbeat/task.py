@@ -12,15 +12,14 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 from .errors import InvalidJob
 from .job import Job
 from .keys import check_name
+from .protocol import MAX_PRIORITY as MAX_PRIORITY  # noqa: PLC0414 (the CLI imports it here)
+from .protocol import MIN_PRIORITY as MIN_PRIORITY  # noqa: PLC0414 (the CLI imports it here)
 
 if TYPE_CHECKING:
     from .app import App
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-MIN_PRIORITY = 0
-MAX_PRIORITY = 9  # the Lua side (_lib.lua) fixes the same bound
 
 
 @dataclass(frozen=True, slots=True)

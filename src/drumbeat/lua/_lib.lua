@@ -1,12 +1,16 @@
 -- Shared helpers, prepended to every script by scripts.py (Redis scripts cannot include files).
+-- The constants and record layouts Python reads too mirror src/drumbeat/protocol.py (same
+-- names); tests/unit/test_protocol.py checks that they agree.
 --
--- Per-job state lives in the `state` hash as "attempt|stalls|priority|seq|dedupkey":
+-- Per-job state lives in the `state` hash:
+-- Layout (JOB_STATE_FIELDS): attempt|stalls|priority|seq|dedupkey
 --   attempt   claims so far (the running attempt's number while it runs)
 --   stalls    leases that expired under it (worker crashed or hung)
 --   priority  0..9, higher runs first
 --   seq       its place in line inside its priority level (FIFO)
 --   dedupkey  the dedup key it holds in `uniq`, or empty
--- Owners live in the `owners` hash as "token|worker|claimed_ms".
+-- Owners live in the `owners` hash:
+-- Layout (OWNER_FIELDS): token|worker|claimed_ms
 
 -- 2^42: room for 4.4e12 sequence numbers per level while the score stays an exact double.
 local PRIORITY_SPAN = 4398046511104
@@ -99,11 +103,13 @@ end
 -- `wheel:<b>` (zset: schedule id -> next due ms) and `schedules:<b>` (hash: id -> record) stay
 -- small, so Redis stores them as listpacks, a few bytes per entry where a member of one big
 -- sorted set costs ~120 B. `due` holds one marker "w:<b>" per bucket with waiting schedules,
--- scored at or before the bucket's earliest due time (early is harmless: promoting settles it).
+-- scored at or before the bucket's earliest due time (early is harmless: promoting the bucket,
+-- or a claim passing its due marker, settles it).
 -- A run in flight is "s:<id>" in `ready`/`leases`/`state`, like a job, with a copy of its task
 -- name and arguments in `jobs` while it waits in `ready` (a run taken straight from its bucket
--- has none: a worker that claims it again reads its record); its state key is
--- "<due>:<grid>:<gen>:<manual 0/1>".
+-- has none: a worker that claims it again reads its record); the dedupkey field of its state
+-- holds its due time, grid slot, generation, and 1 if run_now queued it (else 0):
+-- Layout (RUN_STATE_FIELDS): due:grid:gen:manual
 local RUN_PREFIX = 's:'
 local WHEEL_PREFIX = 'w:'
 -- A bucket a claim reports steps aside this long, so other workers do not promote it too;
@@ -111,7 +117,8 @@ local WHEEL_PREFIX = 'w:'
 local BUCKET_HOLD_MS = 1000
 -- A reply names the buckets due within this horizon (at most UPCOMING) for the worker's next
 -- claim: enough for a few claim cycles at 20,000 runs/s, few at low rates.
-local UPCOMING, UPCOMING_MS = 128, 100
+local UPCOMING = 128
+local UPCOMING_MS = 100
 
 local function run_schedule_id(member)
   if string.sub(member, 1, 2) == RUN_PREFIX then return string.sub(member, 3) end
@@ -143,16 +150,19 @@ local function wheel_settle(due_key, wheel_key, bucket)
 end
 
 -- A schedule's record (see schedule.py), kept under 64 bytes for a typical monitor so its
--- bucket stays a listpack: "gen|grid|flags|runs|failures|misfires|last_start - grid|last_ms|
--- task code|<spec>"; flags = priority + 10 if paused; the last start is stored relative to the
--- grid slot (a few digits, not thirteen) and empty before the first run.
+-- bucket stays a listpack:
+-- Layout (SCHEDULE_FIELDS): gen|grid|flags|runs|failures|misfires|last_start|last_ms|task|spec
+-- flags = priority + PAUSED_FLAG if paused; last_start is stored relative to the grid slot (a
+-- few digits, not thirteen) and empty before the first run; task is the task name's code.
+local PAUSED_FLAG = 10
 local function parse_schedule(v)
   if not v then return nil end
   local g, grid, flags, runs, fails, misf, rel, lm, task, spec = string.match(v,
     '^(%d+)|(%-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%-?%d*)|(%d+)|(%d+)|(.*)$')
   if not g then return nil end
   grid, flags = tonumber(grid), tonumber(flags)
-  return {gen = tonumber(g), grid = grid, paused = flags >= 10, priority = flags % 10,
+  return {gen = tonumber(g), grid = grid, paused = flags >= PAUSED_FLAG,
+          priority = flags % PAUSED_FLAG,
           runs = tonumber(runs), failures = tonumber(fails), misfires = tonumber(misf),
           last_start = rel == '' and 0 or grid + tonumber(rel), last_ms = tonumber(lm),
           task = task, spec = spec}
@@ -161,7 +171,7 @@ end
 local function format_schedule(s)
   local rel = s.last_start > 0 and string.format('%d', s.last_start - s.grid) or ''
   return string.format('%d|%d|%d|%d|%d|%d|%s|%d|%s|', s.gen, s.grid,
-    s.priority + (s.paused and 10 or 0), s.runs, s.failures, s.misfires, rel, s.last_ms,
+    s.priority + (s.paused and PAUSED_FLAG or 0), s.runs, s.failures, s.misfires, rel, s.last_ms,
     s.task) .. s.spec
 end
 
@@ -183,10 +193,11 @@ end
 
 -- Lateness histogram: a ring of LATENESS_WINDOWS windows of LATENESS_WINDOW_MS each, in one
 -- hash: "w<slot>" the window number held, "b<slot>:<bin>" counts, "m<slot>" the max in ms.
--- Bin b holds lateness below 2^((b+1)/4) - 1 ms (about 19 % wide). A slot is cleared when a new
--- window reuses it, so the hash never grows.
+-- Bin b holds lateness below 2^((b+1)/LATENESS_BINS_PER_DOUBLING) - 1 ms (about 19 % wide). A
+-- slot is cleared when a new window reuses it, so the hash never grows.
 local LATENESS_WINDOW_MS = 10000
 local LATENESS_WINDOWS = 7
+local LATENESS_BINS_PER_DOUBLING = 4
 
 local function record_lateness(key, now, samples)
   if #samples == 0 then return end
@@ -205,7 +216,7 @@ local function record_lateness(key, now, samples)
   end
   local counts, max = {}, 0
   for _, ms in ipairs(samples) do
-    local bin = math.floor(4 * math.log(ms + 1) / math.log(2))
+    local bin = math.floor(LATENESS_BINS_PER_DOUBLING * math.log(ms + 1) / math.log(2))
     counts[bin] = (counts[bin] or 0) + 1
     if ms > max then max = ms end
   end
@@ -280,9 +291,14 @@ end
 -- decides; the rest wait in `ready` for any worker. `k` adds seq, tasks, due to the claim keys.
 -- Re-scores each bucket's marker; returns true when a worker should be woken (runs wait in
 -- `ready`, or a marker now comes due before the hold other workers saw).
--- `held`: the claim stepped these buckets' markers aside, so each is re-scored even when none
--- of its runs is due yet (a bucket merely passed along keeps its marker as it is).
-local function promote_buckets(k, c, buckets, limit, held)
+-- `settle`: which markers are re-scored even when none of their buckets' runs is due yet: true
+-- for all (the claim stepped them aside), else a set of bucket numbers. claim.lua names the
+-- passed buckets whose markers are due: a marker left early (unschedule, pause, run_now, an
+-- upsert that moves a schedule later) would otherwise stay due with nothing due behind it, and
+-- every claim would pass it along and report its past time as the next due time, so an idle
+-- worker would claim without pause. A passed bucket whose marker is not yet due keeps it as it
+-- is (no re-scoring on every claim).
+local function promote_buckets(k, c, buckets, limit, settle)
   local names, ids, specs, states, early = {}, {}, {}, {}, false
   for _, b in ipairs(buckets) do
     local due = redis.call('ZRANGEBYSCORE', b[2], '-inf', c.now, 'WITHSCORES')
@@ -304,7 +320,7 @@ local function promote_buckets(k, c, buckets, limit, held)
       end
       redis.call('ZREM', b[2], unpack(found))
     end
-    if held or #due > 0 then
+    if #due > 0 or settle == true or settle[b[1]] then
       local next_due = wheel_settle(k.due, b[2], b[1])
       if next_due and next_due < c.now + BUCKET_HOLD_MS then early = true end
     end

@@ -1,8 +1,9 @@
 -- Claims up to `limit` runnable items for one worker: promotes what is due (delayed jobs and
 -- retries), takes the best of `ready` by priority, and gives each a lease and a fresh fencing
 -- token. Takes the due runs of the schedule buckets the worker passed (those that headed `due`
--- at its last call, see upcoming_buckets); reports other due buckets, whose keys it cannot
--- name, for promote_runs.lua. Records the lateness of every schedule run it starts.
+-- at its last call, see upcoming_buckets) and re-scores their markers that are due; reports
+-- other due buckets, whose keys it cannot name, for promote_runs.lua. Records the lateness of
+-- every schedule run it starts.
 --
 -- KEYS[1] ready (zset)  KEYS[2] due (zset)    KEYS[3] jobs (hash)   KEYS[4] state (hash)
 -- KEYS[5] owners (hash) KEYS[6] leases (zset) KEYS[7] fence (string) KEYS[8] seq (string)
@@ -27,11 +28,13 @@ for i = 1, #ARGV - 4 do
   is_passed[ARGV[4 + i]] = true
 end
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
-local members, held = {}, {}
+local members, held, passed_due = {}, {}, {}
 for _, member in ipairs(due) do
   local bucket = wheel_bucket(member)
   if bucket then
-    if not is_passed[bucket] then  -- a passed bucket's runs are taken below
+    if is_passed[bucket] then  -- its runs are taken below, and its marker re-scored
+      passed_due[bucket] = true
+    else
       buckets[#buckets + 1] = bucket
       held[#held + 1] = now + BUCKET_HOLD_MS
       held[#held + 1] = member
@@ -60,7 +63,8 @@ if #members > 0 then
   end
 end
 if not direct then pop_ready(k, c, limit) end
-local early = #passed > 0 and promote_buckets(k, c, passed, limit - (#c.out - 4) / 7, false)
+local early = #passed > 0
+  and promote_buckets(k, c, passed, limit - (#c.out - 4) / 7, passed_due)
 record_lateness(KEYS[10], now, c.lateness)
 
 -- One marker woke this worker; pass it on so work left behind does not wait for a timeout.

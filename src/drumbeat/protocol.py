@@ -1,0 +1,111 @@
+"""What Python and the Lua scripts must agree on: shared constants and the layout of the records
+both sides read.
+
+Redis scripts cannot import, so ``lua/_lib.lua`` mirrors this module: each constant as
+``local NAME = value`` under the same name, each record layout in a ``-- Layout (NAME): ...``
+comment beside the Lua code that formats and parses it. Change both together:
+``tests/unit/test_protocol.py`` reads ``_lib.lua`` and fails when they disagree, and
+``tests/integration/test_protocol.py`` sends records formatted here through the real scripts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# -- priorities and the `ready` score ----------------------------------------------------------
+
+MIN_PRIORITY = 0
+MAX_PRIORITY = 9
+#: Width of one priority level's score range in `ready`: room for 4.4e12 sequence numbers per
+#: level while the score stays an exact double.
+PRIORITY_SPAN = 2**42
+
+
+def ready_score(priority: int, seq: int) -> int:
+    """A job's score in `ready`: lower pops first, so the highest priority gets the smallest
+    base; ``seq`` keeps FIFO order inside a level."""
+    return (MAX_PRIORITY - priority) * PRIORITY_SPAN + seq
+
+
+# -- member prefixes ---------------------------------------------------------------------------
+
+#: Marks a schedule's run among job ids in `ready`, `leases`, `state`, `owners` and `jobs`.
+RUN_PREFIX = "s:"
+#: Marks a schedule bucket's marker among the job ids in `due`: ``w:<bucket>``.
+WHEEL_PREFIX = "w:"
+
+
+def wheel_marker(bucket: int) -> str:
+    return f"{WHEEL_PREFIX}{bucket}"
+
+
+# -- claiming schedule buckets -----------------------------------------------------------------
+
+#: A bucket a claim reports steps aside this long, so other workers do not promote it too.
+BUCKET_HOLD_MS = 1000
+#: A claim's reply names at most UPCOMING buckets whose markers come due within UPCOMING_MS.
+UPCOMING = 128
+UPCOMING_MS = 100
+
+# -- the lateness histogram (`lateness` hash) --------------------------------------------------
+
+#: A ring of LATENESS_WINDOWS windows of LATENESS_WINDOW_MS each; one more than a minute holds,
+#: so the last full minute is there beside the window being filled.
+LATENESS_WINDOW_MS = 10_000
+LATENESS_WINDOWS = 7
+#: Bin ``b`` holds lateness below ``2 ** ((b + 1) / LATENESS_BINS_PER_DOUBLING) - 1`` ms
+#: (about 19 % wide).
+LATENESS_BINS_PER_DOUBLING = 4
+
+
+def lateness_bin(ms: int) -> int:
+    """The bin of a lateness of ``ms``, computed as ``record_lateness`` in Lua computes it (the
+    same operations, so the same doubles: log2 could round differently at powers of two)."""
+    return math.floor(LATENESS_BINS_PER_DOUBLING * math.log(ms + 1) / math.log(2))
+
+
+def bin_upper_ms(b: int) -> float:
+    """Upper bound of lateness bin ``b``."""
+    return float(2 ** ((b + 1) / LATENESS_BINS_PER_DOUBLING) - 1)
+
+
+# -- record layouts: fields joined by FIELD_SEP, in this order ---------------------------------
+
+FIELD_SEP = "|"
+#: A job's (or a run's) entry in `state`. For a run, ``dedupkey`` holds RUN_STATE_FIELDS.
+JOB_STATE_FIELDS = ("attempt", "stalls", "priority", "seq", "dedupkey")
+#: A run's place in its schedule, joined by RUN_STATE_SEP in the ``dedupkey`` field of its state
+#: (and in `Claimed.extra`); ``manual`` is 1 for a run queued by ``run_now``.
+RUN_STATE_FIELDS = ("due", "grid", "gen", "manual")
+RUN_STATE_SEP = ":"
+#: The current claim of a job in `owners`; the worker id never holds FIELD_SEP.
+OWNER_FIELDS = ("token", "worker", "claimed_ms")
+#: A schedule in `schedules:<bucket>` (parsed by `schedule.parse_record`). ``flags`` is the
+#: priority, plus PAUSED_FLAG while paused; ``last_start`` is relative to ``grid`` and empty
+#: before the first run; ``task`` is the task name's code in `tasks`; ``spec`` may hold FIELD_SEP.
+SCHEDULE_FIELDS = (
+    "gen", "grid", "flags", "runs", "failures", "misfires", "last_start", "last_ms", "task", "spec",
+)  # fmt: skip
+PAUSED_FLAG = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """A job's current claim, as `owners` holds it."""
+
+    token: int
+    worker: str
+    claimed_ms: int
+
+
+def parse_owner(raw: str) -> Owner | None:
+    """An `owners` value, or None when it is not one (a foreign or damaged entry)."""
+    parts = raw.split(FIELD_SEP)
+    if len(parts) != len(OWNER_FIELDS):
+        return None
+    fields = dict(zip(OWNER_FIELDS, parts, strict=True))
+    try:
+        return Owner(int(fields["token"]), fields["worker"], int(fields["claimed_ms"]))
+    except ValueError:
+        return None

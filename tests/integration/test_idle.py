@@ -1,0 +1,171 @@
+"""An idle worker stays idle: after schedules are removed, paused, run by hand or moved later,
+it settles into one claim per `idle_block` instead of claiming again and again (issue 10, 2.1).
+
+Each test runs on a Redis of its own, so the command counter sees this worker and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+import redis
+
+import drumbeat
+from drumbeat.keys import bucket_of
+from tests.conftest import RedisServer, running_worker, server_binary
+
+SCHEDULES = 600
+IDLE_BLOCK = 0.5
+WINDOW = 2 * IDLE_BLOCK
+# Commands an idle worker may cost in one WINDOW, counting every command Redis executes (a
+# script's own calls count too, see _commands). Measured per idle_block today (INFO commandstats):
+# CLIENT ID + BZPOPMIN, and two claims (the one pipelined behind the pop, then the claim loop's),
+# each an EVALSHA making 6 calls on an empty queue (TIME, ZRANGEBYSCORE x2, ZPOPMIN, ZCARD,
+# ZRANGE): 16 per idle_block. A window of two idle_blocks overlaps at most three: 48. Housekeeping
+# and the heartbeat are set far apart (below), so at most one of each falls in a window: a reap
+# script (at most ~25 calls) and a lease renewal (~4), plus the INFO that closes the window: 78,
+# rounded to 100. A worker that spins on a stale marker costs tens of thousands per window.
+MAX_COMMANDS = 100
+
+
+@pytest.fixture
+async def own_app() -> AsyncIterator[tuple[drumbeat.App, redis.Redis]]:
+    server = RedisServer(server_binary())
+    server.start()
+    app = drumbeat.App(
+        server.url,
+        namespace="t" + uuid.uuid4().hex[:12],
+        idle_block=IDLE_BLOCK,
+        min_interval=1.0,
+        maintenance_interval=30.0,
+        lease=60.0,
+    )
+    client = redis.Redis.from_url(server.url)
+    try:
+        yield app, client
+    finally:
+        client.close()
+        await app.aclose()
+        server.stop()
+
+
+def _commands(client: redis.Redis) -> int:
+    """Commands the server has executed so far (a script's own calls included)."""
+    return int(client.info("stats")["total_commands_processed"])
+
+
+def _now_ms(client: redis.Redis) -> int:
+    sec, usec = client.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+async def _poll(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting until {what}"
+        await asyncio.sleep(0.05)
+
+
+async def _settled_quiet(client: redis.Redis, timeout: float = 30.0) -> None:
+    """Waits until two windows in a row cost at most MAX_COMMANDS each (the worker has finished
+    what was in flight by then); a worker that never settles fails with the counts it made."""
+    deadline = time.monotonic() + timeout
+    counts: list[int] = []
+    while True:
+        before = _commands(client)
+        await asyncio.sleep(WINDOW)
+        counts.append(_commands(client) - before)
+        if len(counts) >= 2 and max(counts[-2:]) <= MAX_COMMANDS:
+            return
+        assert time.monotonic() < deadline, (
+            f"an idle worker should make at most {MAX_COMMANDS} Redis commands per {WINDOW} s "
+            f"({IDLE_BLOCK} s idle_block); it made {counts[-8:]} in the last windows"
+        )
+
+
+def _remove(app: drumbeat.App, ids: list[str]) -> Awaitable[int]:
+    return app.aunschedule(*ids)
+
+
+def _pause(app: drumbeat.App, ids: list[str]) -> Awaitable[int]:
+    return app.apause(*ids)
+
+
+async def _run_now_then_remove(app: drumbeat.App, ids: list[str]) -> int:
+    await app.arun_now(*ids)
+    return await app.aunschedule(*ids)
+
+
+async def _move_later(app: drumbeat.App, ids: list[str]) -> int:
+    # Once a day, twelve hours from now (UTC): nothing comes due while the test watches, and
+    # every bucket's marker is left at the earlier time it had.
+    (task,) = app.tasks.values()
+    hour = (time.gmtime().tm_hour + 12) % 24
+    later = [drumbeat.Schedule(i, task, cron=f"0 {hour} * * *") for i in ids]
+    return len(await app.aschedule_many(later))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "change",
+    [_remove, _pause, _run_now_then_remove, _move_later],
+    ids=["unschedule", "pause", "run_now-unschedule", "upsert-later"],
+)
+async def test_idle_worker_stays_quiet_after_schedules_change(
+    own_app: tuple[drumbeat.App, redis.Redis],
+    change: Callable[[drumbeat.App, list[str]], Awaitable[int]],
+) -> None:
+    app, client = own_app
+    ran: set[str] = set()
+
+    @app.task
+    async def tick(i: int) -> None:
+        ran.add(f"s{i}")
+
+    ids = [f"s{i}" for i in range(SCHEDULES)]
+    await app.aschedule_many(
+        [drumbeat.Schedule(f"s{i}", tick, every=1, args=(i,)) for i in range(SCHEDULES)]
+    )
+    async with running_worker(app, concurrency=50):
+        await _poll(lambda: len(ran) == SCHEDULES, f"all {SCHEDULES} schedules ran once")
+        await change(app, ids)
+        await _settled_quiet(client)
+        now = _now_ms(client)
+        due = app.keys.due
+        past = client.zrangebyscore(due, "-inf", now, withscores=True)
+        assert past == [], f"`due` should hold no marker in the past once idle, holds {past[:5]}"
+
+
+def test_a_claim_rescores_the_due_markers_it_passes(app: drumbeat.App, r: redis.Redis) -> None:
+    """The mechanism under the test above, one claim at a time: a bucket the worker passes
+    along (the `upcoming` of its last reply) whose marker is due but holds nothing due gets its
+    marker re-scored at its real earliest due time, or dropped when empty; a passed marker not
+    yet due is left as it is (no re-scoring on every claim)."""
+
+    @app.task
+    def check() -> None: ...
+
+    app.schedule_many([drumbeat.Schedule(i, check, every=86400) for i in ("early", "ahead")])
+    early, ahead = bucket_of("early"), bucket_of("ahead")
+    empty = next(b for b in range(100) if b not in (early, ahead))
+    k = app.keys
+    now = _now_ms(r)
+    real_due = r.zscore(k.wheel(early), "early")
+    assert real_due is not None and real_due > now + 10_000
+    # As unschedule, pause, run_now or an upsert moving a schedule later leave them: early.
+    r.zadd(k.due, {f"w:{early}": now - 1000, f"w:{empty}": now - 1000, f"w:{ahead}": now + 60_000})
+
+    result = app.scripts.claim("w1", 10, 60_000, 100, [early, empty, ahead]).run(r)
+
+    assert result.jobs == []
+    assert r.zscore(k.due, f"w:{early}") == real_due, "a passed due marker is re-scored"
+    assert r.zscore(k.due, f"w:{empty}") is None, "a passed marker of an empty bucket is dropped"
+    assert r.zscore(k.due, f"w:{ahead}") == now + 60_000, "a marker not yet due is left alone"
+    assert result.next_due_ms is not None and result.next_due_ms > result.now_ms, (
+        f"the reply's next due time {result.next_due_ms} should be after now {result.now_ms}"
+    )
+    assert set(result.upcoming).isdisjoint({early, empty})

@@ -1,0 +1,119 @@
+"""protocol.py and lua/_lib.lua agree: every shared constant, every record layout.
+
+The round trips through real Redis (a record formatted here, parsed and written back by the
+scripts) are in tests/integration/test_protocol.py.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from drumbeat import protocol
+from drumbeat.protocol import (
+    FIELD_SEP,
+    JOB_STATE_FIELDS,
+    OWNER_FIELDS,
+    RUN_STATE_FIELDS,
+    RUN_STATE_SEP,
+    SCHEDULE_FIELDS,
+)
+
+LIB = (Path(protocol.__file__).parent / "lua" / "_lib.lua").read_text()
+
+#: Constants both sides use: _lib.lua declares each as `local NAME = value`.
+SHARED = [
+    "MAX_PRIORITY",
+    "PRIORITY_SPAN",
+    "RUN_PREFIX",
+    "WHEEL_PREFIX",
+    "BUCKET_HOLD_MS",
+    "UPCOMING",
+    "UPCOMING_MS",
+    "LATENESS_WINDOW_MS",
+    "LATENESS_WINDOWS",
+    "LATENESS_BINS_PER_DOUBLING",
+    "PAUSED_FLAG",
+]
+#: Constants only Lua needs (a new one must be placed in one of the two lists).
+LUA_ONLY = {"CALL_MANY_CHUNK"}
+
+LAYOUTS = {
+    "JOB_STATE_FIELDS": FIELD_SEP.join(JOB_STATE_FIELDS),
+    "OWNER_FIELDS": FIELD_SEP.join(OWNER_FIELDS),
+    "RUN_STATE_FIELDS": RUN_STATE_SEP.join(RUN_STATE_FIELDS),
+    "SCHEDULE_FIELDS": FIELD_SEP.join(SCHEDULE_FIELDS),
+}
+
+
+def _lua_constants() -> dict[str, int | str]:
+    """Top-level ``local NAME = <integer or 'string'>`` lines of _lib.lua."""
+    found: dict[str, int | str] = {}
+    for name, value in re.findall(r"^local ([A-Z][A-Z0-9_]*) = (.+?)\s*$", LIB, re.MULTILINE):
+        string = re.fullmatch(r"'([^']*)'", value)
+        if string:
+            found[name] = string.group(1)
+        else:
+            assert re.fullmatch(r"\d+", value), f"{name} = {value}: expected an integer or a string"
+            found[name] = int(value)
+    return found
+
+
+def _function(name: str) -> str:
+    """The body of a top-level ``local function name(...)`` of _lib.lua."""
+    m = re.search(rf"^local function {name}\(.*?^end$", LIB, re.MULTILINE | re.DOTALL)
+    assert m, f"_lib.lua should define local function {name}"
+    return m.group(0)
+
+
+def test_every_lua_constant_is_shared_or_declared_lua_only() -> None:
+    assert set(_lua_constants()) == set(SHARED) | LUA_ONLY
+
+
+@pytest.mark.parametrize("name", SHARED)
+def test_shared_constant_agrees(name: str) -> None:
+    lua = _lua_constants()
+    assert name in lua, f"_lib.lua should declare `local {name} = ...` (protocol.py has it)"
+    assert lua[name] == getattr(protocol, name), (
+        f"{name} is {lua[name]!r} in _lib.lua but {getattr(protocol, name)!r} in protocol.py"
+    )
+
+
+def test_layouts_documented_in_lua_match_the_field_order() -> None:
+    documented = dict(re.findall(r"^-- Layout \((\w+)\): (\S+)$", LIB, re.MULTILINE))
+    assert documented == LAYOUTS
+
+
+def _captures(pattern: str) -> int:
+    return pattern.count("(") - pattern.count("%(")
+
+
+def test_lua_parsers_and_formatters_have_one_slot_per_field() -> None:
+    # The patterns and format strings, not just the comments, have one slot per field.
+    state = re.search(r"string\.match\(s, '(.*?)'\)", _function("parse_state"))
+    assert state and _captures(state.group(1)) == len(JOB_STATE_FIELDS)
+    fmt = re.search(r"string\.format\('(.*?)'", _function("format_state"))
+    assert fmt and fmt.group(1).split(FIELD_SEP) == ["%d"] * (len(JOB_STATE_FIELDS) - 1) + ["%s"]
+    schedule = re.search(r"string\.match\(v,\s*'(.*?)'\)", _function("parse_schedule"), re.DOTALL)
+    assert schedule and _captures(schedule.group(1)) == len(SCHEDULE_FIELDS)
+    owner = re.search(r"string\.format\('(.*?)', token \+ i", _function("take_all"))
+    assert owner and len(owner.group(1).split(FIELD_SEP)) == len(OWNER_FIELDS)
+    run = re.search(r"string\.format\('(.*?)', tonumber\(due", _function("promote_buckets"))
+    assert run and len(run.group(1).split(RUN_STATE_SEP)) == len(RUN_STATE_FIELDS)
+
+
+def test_lateness_bins_cover_their_values() -> None:
+    for ms in [*range(2000), 2**20 - 1, 2**20, 10**7, 2**31]:
+        b = protocol.lateness_bin(ms)
+        assert protocol.bin_upper_ms(b - 1) <= ms < protocol.bin_upper_ms(b), (ms, b)
+
+
+def test_ready_score_orders_priority_then_fifo() -> None:
+    span = protocol.PRIORITY_SPAN
+    assert protocol.ready_score(protocol.MAX_PRIORITY, 0) == 0
+    assert protocol.ready_score(protocol.MIN_PRIORITY, span - 1) == 10 * span - 1
+    assert protocol.ready_score(5, span - 1) < protocol.ready_score(4, 0)
+    assert float(protocol.ready_score(protocol.MIN_PRIORITY, span - 1)).is_integer()
+    assert protocol.ready_score(0, span - 1) < 2**53, "scores must stay exact doubles"
