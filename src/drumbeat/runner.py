@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from .context import Context, _current
 from .errors import Retry, SerializationError, UnknownTask
 from .job import decode_spec, encode_failure, encode_success
-from .schedule import RUN_PREFIX, decode_schedule_spec, is_misfire, jitter_ms
+from .protocol import FIELD_SEP, RUN_PREFIX, RUN_STATE_SEP
+from .schedule import decode_schedule_spec, is_misfire, jitter_ms
 from .scripts import Claimed
 
 if TYPE_CHECKING:
@@ -128,11 +129,13 @@ class Runner:
         schedule_id = job.id[len(RUN_PREFIX) :]
         gen = -1
         try:
-            due_s, grid_s, gen_s, manual = job.extra.split(":")
+            due_s, grid_s, gen_s, manual = job.extra.split(RUN_STATE_SEP)
             due, grid, gen = int(due_s), int(grid_s), int(gen_s)
             if job.spec is None:
                 raise SerializationError("no schedule record")
-            task_name, spec_blob = job.spec.split(b"|", 1)  # copied by promote_runs / run_now
+            task_name, spec_blob = job.spec.split(
+                FIELD_SEP.encode(), 1
+            )  # copied by promote_runs / run_now
             args, kwargs, cadence = decode_schedule_spec(spec_blob)
         except Exception as exc:  # a damaged record: report it, come back later
             error = f"unreadable schedule record: {type(exc).__name__}: {exc}"

@@ -19,7 +19,8 @@ import redis.asyncio as aredis
 
 from drumbeat.config import Settings
 from drumbeat.keys import bucket_of
-from drumbeat.schedule import RUN_PREFIX, parse_record
+from drumbeat.protocol import FIELD_SEP, RUN_PREFIX
+from drumbeat.schedule import parse_record
 from drumbeat.scripts import Claimed, ClaimResult, Scripts
 
 from .claims import ClaimTable
@@ -159,7 +160,7 @@ class Claimer:
             if record is not None:  # else the runner reports the run unreadable
                 parsed = parse_record(record)
                 name = tasks.get(b"#" + parsed.task_code.encode(), b"?")
-                job.spec = name + b"|" + parsed.spec
+                job.spec = name + FIELD_SEP.encode() + parsed.spec
 
     async def _wait_for_work(self, free: int, now_ms: int, next_due_ms: int | None) -> None:
         """Waits until a job is enqueued (a marker on `wake`), the next item is due, or
