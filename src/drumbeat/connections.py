@@ -46,21 +46,15 @@ HEARTBEAT_TIMEOUT = 5.0
 """Connect and read timeout of the lease heartbeat: it renews every lease/3 and must notice a
 dead connection before the leases it renews run out."""
 
-HEALTH_CHECK_INTERVAL = 30
-"""A pooled connection idle for longer is PINGed before reuse, so one that the server (its
-``timeout`` setting) or a NAT dropped is replaced instead of failing the next command."""
-
 
 class EvictionPolicyWarning(UserWarning):
     """Redis may evict keys under memory pressure, which silently loses jobs."""
 
 
 def _options(socket_timeout: float, connect_timeout: float = CONNECT_TIMEOUT) -> dict[str, Any]:
-    return {
-        "socket_connect_timeout": connect_timeout,
-        "socket_timeout": socket_timeout,
-        "health_check_interval": HEALTH_CHECK_INTERVAL,
-    }
+    # No health_check_interval: a PING before reuse would wait out the same read timeout on a
+    # half-open connection, and on one the server closed the command fails before reaching it.
+    return {"socket_connect_timeout": connect_timeout, "socket_timeout": socket_timeout}
 
 
 def sync_client(url: str, *, socket_timeout: float = COMMAND_TIMEOUT) -> Redis:
