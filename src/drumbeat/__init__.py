@@ -1,7 +1,8 @@
 """drumbeat: a Redis-backed priority job queue and scheduler that keeps a lot of work on time."""
 
-from .app import App, EvictionPolicyWarning
+from .app import App
 from .config import Settings
+from .connections import EvictionPolicyWarning
 from .context import Context, current_job
 from .errors import (
     ConfigurationError,

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 import uuid
-import warnings
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 import redis
 import redis.asyncio as redis_async
 
-from . import embedded
+from . import connections
 from .config import Settings
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .job import Job, encode_spec
@@ -28,11 +25,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 
-log = logging.getLogger("drumbeat")
-
-
-class EvictionPolicyWarning(UserWarning):
-    """Redis may evict keys under memory pressure, which silently loses jobs."""
+# worker.py still imports check_server from here; the lead switches it to connections.
+check_server = connections.acheck_server
 
 
 class App:
@@ -66,54 +60,33 @@ class App:
         self.codec: Codec = CODECS[self.settings.codec]
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.scheduler = Scheduler(self)
-        self._url: str | None = self.settings.url
-        self._redis: redis.Redis | None = None
-        self._aredis: tuple[asyncio.AbstractEventLoop, redis_async.Redis] | None = None
+        self.connections = connections.Connections(self.settings.url)
 
-    # -- connections ---------------------------------------------------------------------------
+    # -- connections (clients and their timeouts: connections.py) ------------------------------
 
     @property
     def url(self) -> str:
         """The Redis URL in use; resolving it starts the embedded Redis if none was given."""
-        if self._url is None:
-            self._url = embedded.ensure_running()
-        return self._url
+        return self.connections.url
 
     @property
     def redis(self) -> redis.Redis:
         """The synchronous client (created on first use)."""
-        if self._redis is None:
-            client = redis.Redis.from_url(self.url, socket_connect_timeout=5)
-            # Managed Redis services often disable CONFIG; then there is nothing to check.
-            with contextlib.suppress(redis.ResponseError):
-                _warn_if_evicting(client.config_get("maxmemory-policy"))
-            self._redis = client
-        return self._redis
+        return self.connections.redis
 
     async def aredis(self) -> redis_async.Redis:
         """The asyncio client of the running event loop (created on first use in each loop)."""
-        loop = asyncio.get_running_loop()
-        if self._aredis is None or self._aredis[0] is not loop:
-            url = self.url if self._url else await asyncio.to_thread(lambda: self.url)
-            client = redis_async.Redis.from_url(url, socket_connect_timeout=5)
-            await check_server(client)
-            self._aredis = (loop, client)
-        return self._aredis[1]
+        return await self.connections.aredis()
 
     def new_async_client(self, **options: Any) -> redis_async.Redis:
         """A separate asyncio client, for a worker's blocking reads and its own pool."""
-        return redis_async.Redis.from_url(self.url, socket_connect_timeout=5, **options)
+        return connections.async_client(self.url, **options)
 
     def close(self) -> None:
-        if self._redis is not None:
-            self._redis.close()
-            self._redis = None
+        self.connections.close()
 
     async def aclose(self) -> None:
-        if self._aredis is not None:
-            await self._aredis[1].aclose()
-            self._aredis = None
-        self.close()
+        await self.connections.aclose()
 
     # -- tasks ---------------------------------------------------------------------------------
 
@@ -375,24 +348,3 @@ def _check_task_name(name: str) -> None:
         check_name(name, "task name")
     except ValueError as exc:
         raise InvalidJob(str(exc)) from None
-
-
-async def check_server(client: redis_async.Redis) -> None:
-    """Warns when the server's configuration could silently lose jobs."""
-    # Managed Redis services often disable CONFIG; then there is nothing to check.
-    with contextlib.suppress(redis.ResponseError):
-        _warn_if_evicting(await client.config_get("maxmemory-policy"))
-
-
-def _warn_if_evicting(config: dict[Any, Any]) -> None:
-    policy = config.get("maxmemory-policy") or config.get(b"maxmemory-policy")
-    if isinstance(policy, bytes):
-        policy = policy.decode()
-    if policy and policy != "noeviction":
-        log.warning("Redis maxmemory-policy is %r: jobs can be evicted; use noeviction", policy)
-        warnings.warn(
-            f"Redis maxmemory-policy is {policy!r}: under memory pressure Redis will evict keys "
-            "and silently lose jobs. Set `maxmemory-policy noeviction` for drumbeat's Redis.",
-            EvictionPolicyWarning,
-            stacklevel=3,
-        )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from .connections import MAX_BLOCK
 from .errors import JobFailed, JobNotFound, ResultTimeout, SerializationError
 from .serialization import CODECS, Codec, encode_value
 
@@ -18,8 +19,9 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 
 # Waiting without a deadline still re-reads the status this often, in case the outcome was not
-# stored (result_ttl=0) and no announcement will ever come.
-_LONGEST_BLOCK = 60.0
+# stored (result_ttl=0) and no announcement will ever come. The blocking clients' read timeout
+# is made for waits of up to this long.
+_LONGEST_BLOCK = MAX_BLOCK
 _WATCH_MARGIN_MS = 5_000
 
 
@@ -144,6 +146,8 @@ class Job(Generic[R]):
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         client, done = self.app.redis, self.app.keys.done(self.id)
+        # Its own client: a wait outlasts the read timeout that ordinary commands get.
+        blocking = self.app.connections.blocking
         while True:
             found = self.app.scripts.job_status(self.id, _watch_ms(deadline)).run(client)
             if (value := _settled(self.id, found)) is not _PENDING:
@@ -151,18 +155,19 @@ class Job(Generic[R]):
             wait = _next_wait(deadline, self.id, timeout)
             # BLMOVE onto the same list: the marker stays for every other waiter.
             # (Redis 6+ takes fractional seconds; redis-py's annotation says int.)
-            client.blmove(done, done, wait, "RIGHT", "LEFT")  # type: ignore[arg-type]
+            blocking.blmove(done, done, wait, "RIGHT", "LEFT")  # type: ignore[arg-type]
 
     async def aresult(self, timeout: float | None = None) -> R:
         """`result` for async callers."""
         deadline = None if timeout is None else time.monotonic() + timeout
         client, done = await self.app.aredis(), self.app.keys.done(self.id)
+        blocking = await self.app.connections.ablocking()
         while True:
             found = await self.app.scripts.job_status(self.id, _watch_ms(deadline)).arun(client)
             if (value := _settled(self.id, found)) is not _PENDING:
                 return value  # type: ignore[no-any-return]
             wait = _next_wait(deadline, self.id, timeout)
-            await client.blmove(done, done, wait, "RIGHT", "LEFT")  # type: ignore[arg-type]
+            await blocking.blmove(done, done, wait, "RIGHT", "LEFT")  # type: ignore[arg-type]
 
 
 _PENDING = object()

@@ -1,0 +1,122 @@
+"""Clients and their timeouts: waits longer than a client's read timeout, on every redis-py."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import redis
+import redis.asyncio as redis_async
+
+import drumbeat
+from drumbeat import connections
+from tests.conftest import running_worker
+
+# redis-py 8 gives up on a reply after 5 s unless told otherwise; these waits outlast that.
+LONGER_THAN_DEFAULT = 7.0
+
+
+@pytest.mark.slow
+async def test_result_waits_past_redis_py_default_read_timeout(app: drumbeat.App) -> None:
+    @app.task
+    async def late() -> str:
+        await asyncio.sleep(LONGER_THAN_DEFAULT)
+        return "late but here"
+
+    @app.task
+    def never_run() -> None: ...
+
+    finishes = await late.aenqueue()
+    never = await never_run.options(delay=3600).aenqueue()
+    started = time.monotonic()
+    async with running_worker(app):
+        # All four waits at once: the sync ones in threads, the async ones on this loop.
+        outcomes = await asyncio.gather(
+            asyncio.to_thread(finishes.result, timeout=30),
+            finishes.aresult(timeout=30),
+            asyncio.to_thread(never.result, timeout=LONGER_THAN_DEFAULT),
+            never.aresult(timeout=LONGER_THAN_DEFAULT),
+            return_exceptions=True,
+        )
+    assert time.monotonic() - started >= LONGER_THAN_DEFAULT, "the job ran early: proves nothing"
+    assert outcomes[:2] == ["late but here", "late but here"], (
+        f"result() and aresult() of a job finishing after {LONGER_THAN_DEFAULT} s gave "
+        f"{outcomes[:2]!r}, expected its value twice"
+    )
+    for waited, outcome in zip(("result", "aresult"), outcomes[2:], strict=True):
+        assert isinstance(outcome, drumbeat.ResultTimeout), (
+            f"{waited}(timeout={LONGER_THAN_DEFAULT}) of a job that never finishes raised "
+            f"{outcome!r}, expected drumbeat.ResultTimeout"
+        )
+
+
+@pytest.fixture
+async def short_read_app(redis_url: str, namespace: str) -> AsyncIterator[drumbeat.App]:
+    """An App whose URL asks for a 1 s read timeout, shorter than the waits below."""
+    app = drumbeat.App(f"{redis_url}?socket_timeout=1", namespace=namespace)
+    yield app
+    await app.aclose()
+
+
+async def test_blocking_waits_outlast_a_read_timeout_given_in_the_url(
+    short_read_app: drumbeat.App,
+) -> None:
+    app = short_read_app
+
+    @app.task
+    def never_run() -> None: ...
+
+    job = await never_run.aenqueue()  # and no worker
+    wait = 2.5
+    outcomes = await asyncio.gather(
+        asyncio.to_thread(job.result, timeout=wait),
+        job.aresult(timeout=wait),
+        return_exceptions=True,
+    )
+    for waited, outcome in zip(("result", "aresult"), outcomes, strict=True):
+        assert isinstance(outcome, drumbeat.ResultTimeout), (
+            f"{waited}(timeout={wait}) with ?socket_timeout=1 in the URL raised {outcome!r}, "
+            "expected drumbeat.ResultTimeout: the wait must not run on a 1 s read timeout"
+        )
+    # Ordinary commands keep the URL's read timeout.
+    assert app.redis.connection_pool.connection_kwargs["socket_timeout"] == 1.0
+
+
+async def test_every_client_sets_its_timeouts_and_blocking_ones_outlast_their_block(
+    short_read_app: drumbeat.App,
+) -> None:
+    app = short_read_app
+    idle_block = app.settings.idle_block
+    worker = connections.worker_client(app.url, idle_block)
+    heartbeat = connections.heartbeat_client(app.url)
+    legacy = app.new_async_client(socket_timeout=idle_block + 10)  # what worker.py asks for today
+    plain = drumbeat.App(app.url.partition("?")[0], namespace=app.keys.namespace)
+    clients: dict[str, redis.Redis | redis_async.Redis] = {
+        "App.redis": plain.redis,
+        "App.aredis()": await plain.aredis(),
+        "Connections.blocking": app.connections.blocking,
+        "Connections.ablocking()": await app.connections.ablocking(),
+        "worker_client": worker,
+        "heartbeat_client": heartbeat,
+        "App.new_async_client": legacy,
+    }
+    try:
+        timeouts = {}
+        for name, client in clients.items():
+            options = client.connection_pool.connection_kwargs
+            for option in ("socket_connect_timeout", "socket_timeout"):
+                assert options.get(option) is not None, (
+                    f"{name} leaves {option} to redis-py's default, expected an explicit value"
+                )
+            timeouts[name] = options["socket_timeout"]
+        for name in ("Connections.blocking", "Connections.ablocking()"):
+            assert timeouts[name] > connections.MAX_BLOCK, f"{name}'s reads end before its block"
+        assert timeouts["worker_client"] > idle_block, "the worker's idle wait would time out"
+        assert timeouts["App.redis"] == timeouts["App.aredis()"] == connections.COMMAND_TIMEOUT
+    finally:
+        await worker.aclose()
+        await legacy.aclose()
+        heartbeat.close()
+        await plain.aclose()
