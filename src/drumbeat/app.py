@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
@@ -24,9 +23,6 @@ from .task import Prepared, Task, TaskConfig
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
-
-# worker.py still imports check_server from here; the lead switches it to connections.
-check_server = connections.acheck_server
 
 
 class App:
@@ -77,10 +73,6 @@ class App:
     async def aredis(self) -> redis_async.Redis:
         """The asyncio client of the running event loop (created on first use in each loop)."""
         return await self.connections.aredis()
-
-    def new_async_client(self, **options: Any) -> redis_async.Redis:
-        """A separate asyncio client, for a worker's blocking reads and its own pool."""
-        return connections.async_client(self.url, **options)
 
     def close(self) -> None:
         self.connections.close()

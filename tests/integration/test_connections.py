@@ -91,7 +91,6 @@ async def test_every_client_sets_its_timeouts_and_blocking_ones_outlast_their_bl
     idle_block = app.settings.idle_block
     worker = connections.worker_client(app.url, idle_block)
     heartbeat = connections.heartbeat_client(app.url)
-    legacy = app.new_async_client(socket_timeout=idle_block + 10)  # what worker.py asks for today
     plain = drumbeat.App(app.url.partition("?")[0], namespace=app.keys.namespace)
     clients: dict[str, redis.Redis | redis_async.Redis] = {
         "App.redis": plain.redis,
@@ -100,7 +99,6 @@ async def test_every_client_sets_its_timeouts_and_blocking_ones_outlast_their_bl
         "Connections.ablocking()": await app.connections.ablocking(),
         "worker_client": worker,
         "heartbeat_client": heartbeat,
-        "App.new_async_client": legacy,
     }
     try:
         timeouts = {}
@@ -117,6 +115,5 @@ async def test_every_client_sets_its_timeouts_and_blocking_ones_outlast_their_bl
         assert timeouts["App.redis"] == timeouts["App.aredis()"] == connections.COMMAND_TIMEOUT
     finally:
         await worker.aclose()
-        await legacy.aclose()
         heartbeat.close()
         await plain.aclose()

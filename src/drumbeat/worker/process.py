@@ -18,9 +18,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-import redis
-
-from drumbeat.app import check_server
+from drumbeat import connections
 from drumbeat.errors import WorkerCrashed
 from drumbeat.runner import Again, Bury, Done, Outcome, RunDone, Runner
 from drumbeat.scripts import Claimed, Scripts
@@ -90,8 +88,7 @@ class Worker:
         self.housekeeper = Housekeeper(self.shards, self.settings, self._stopping)
         self.heartbeat = Heartbeat(
             worker_id=self.id, shards=self.shards, table=self.table,
-            client=lambda: redis.Redis.from_url(app.url, socket_connect_timeout=5,
-                                                socket_timeout=5),
+            client=lambda: connections.heartbeat_client(app.url),
             lease_ms=self.settings.lease_ms, info=self._info, on_lost=self._lost_threadsafe,
         )  # fmt: skip
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -138,11 +135,11 @@ class Worker:
         """
         self._loop = asyncio.get_running_loop()
         await self.hooks.started()
-        client = self.app.new_async_client(socket_timeout=self.settings.idle_block + 10)
+        client = connections.worker_client(self.app.url, self.settings.idle_block)
         settle_link = Link(client)
         parts: list[asyncio.Task[None]] = []
         try:
-            await check_server(client)
+            await connections.acheck_server(client)
             await self.claimer.open(client)
             self.heartbeat.start()
             # Registered (visible to `drumbeat status` and the reaper) before it claims.
