@@ -20,8 +20,11 @@ from typing import Any
 
 import redis
 
-# Error replies, by their first word, that mean "not now" rather than "never".
-_TRANSIENT_REPLIES = ("OOM", "READONLY", "BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
+# Error replies, by their first word, that mean "not now" rather than "never". UNBLOCKED is
+# what a blocked command (the idle wait) gets from a server that turns into a replica.
+_TRANSIENT_REPLIES = (
+    "OOM", "READONLY", "BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "UNBLOCKED",
+)  # fmt: skip
 
 
 def is_transient(exc: BaseException) -> bool:
