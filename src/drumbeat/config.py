@@ -11,13 +11,15 @@ from .errors import ConfigurationError
 
 Codec = Literal["json", "msgpack"]
 
-# Lua's unpack() returns at most 7,999 values (LUAI_MAXCSTACK = 8000, less its own argument), and
-# the scripts unpack lists that grow with these settings, so past them a script fails mid-call:
+#: The most values Lua's unpack() returns (LUAI_MAXCSTACK = 8000, less its own argument). The
+#: scripts unpack lists that grow with `concurrency` and `batch_limit`; past these bounds a script
+#: would fail mid-call ("too many results to unpack").
+LUA_UNPACK_MAX = 7999
 #: A claim takes up to `concurrency` jobs, read in one ``HMGET`` of their ids (_lib.lua pop_ready).
-MAX_CONCURRENCY = 7999
+MAX_CONCURRENCY = LUA_UNPACK_MAX
 #: A claim steps aside up to `batch_limit` due schedule buckets in one ``ZADD`` of (score, marker)
 #: pairs, two values each (claim.lua); acks, reaps and runs unpack one id per item.
-MAX_BATCH_LIMIT = 3999
+MAX_BATCH_LIMIT = LUA_UNPACK_MAX // 2
 
 
 def check_concurrency(concurrency: int) -> None:
@@ -25,7 +27,7 @@ def check_concurrency(concurrency: int) -> None:
     if not 1 <= concurrency <= MAX_CONCURRENCY:
         raise ConfigurationError(
             f"concurrency must be between 1 and {MAX_CONCURRENCY} (a claim takes that many jobs "
-            f"in one Lua call, whose unpack() handles at most {MAX_CONCURRENCY} values), "
+            f"in one Lua call, whose unpack() handles at most {LUA_UNPACK_MAX} values), "
             f"got {concurrency!r}"
         )
 
@@ -99,7 +101,7 @@ class Settings:
         if not 1 <= self.batch_limit <= MAX_BATCH_LIMIT:
             raise ConfigurationError(
                 f"batch_limit must be between 1 and {MAX_BATCH_LIMIT} (a claim unpacks two Lua "
-                f"values per item, and Lua's unpack() handles at most {MAX_CONCURRENCY}), "
+                f"values per item, and Lua's unpack() handles at most {LUA_UNPACK_MAX}), "
                 f"got {self.batch_limit!r}"
             )
         if self.result_ttl < 0 or self.dead_ttl <= 0 or self.max_stalls < 0:
