@@ -40,11 +40,21 @@ class RedisServer:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        self.spawn()
+        self.wait_ready()
+
+    def spawn(self, *more: str) -> None:
+        """Starts the process (on the same port and data dir each time), without waiting."""
         self.proc = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-             "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction", *self.extra],
+             "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction", *self.extra,
+             *more],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
+
+    def wait_ready(self) -> None:
+        """Waits until the server answers PING (a loading server answers LOADING)."""
+        assert self.proc is not None
         client = redis.Redis.from_url(self.url)
         deadline = time.monotonic() + 10
         try:
@@ -60,10 +70,15 @@ class RedisServer:
             client.close()
 
     def stop(self) -> None:
+        self.halt()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def halt(self) -> None:
+        """Stops the process (SIGTERM: it flushes its AOF, if any) and keeps its data dir."""
         if self.proc is not None:
             self.proc.terminate()
             self.proc.wait(10)
-        shutil.rmtree(self.dir, ignore_errors=True)
+            self.proc = None
 
     def version(self) -> str:
         with redis.Redis.from_url(self.url) as client:

@@ -11,6 +11,26 @@ from .errors import ConfigurationError
 
 Codec = Literal["json", "msgpack"]
 
+#: The most values Lua's unpack() returns (LUAI_MAXCSTACK = 8000, less its own argument). The
+#: scripts unpack lists that grow with `concurrency` and `batch_limit`; past these bounds a script
+#: would fail mid-call ("too many results to unpack").
+LUA_UNPACK_MAX = 7999
+#: A claim takes up to `concurrency` jobs, read in one ``HMGET`` of their ids (_lib.lua pop_ready).
+MAX_CONCURRENCY = LUA_UNPACK_MAX
+#: A claim steps aside up to `batch_limit` due schedule buckets in one ``ZADD`` of (score, marker)
+#: pairs, two values each (claim.lua); acks, reaps and runs unpack one id per item.
+MAX_BATCH_LIMIT = LUA_UNPACK_MAX // 2
+
+
+def check_concurrency(concurrency: int) -> None:
+    """Raises `ConfigurationError` unless a worker can hold this many claims."""
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise ConfigurationError(
+            f"concurrency must be between 1 and {MAX_CONCURRENCY} (a claim takes that many jobs "
+            f"in one Lua call, whose unpack() handles at most {LUA_UNPACK_MAX} values), "
+            f"got {concurrency!r}"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -41,7 +61,7 @@ class Settings:
     """Time a dead-lettered job is kept for inspection and retry."""
 
     concurrency: int = 10
-    """Jobs one worker process runs at once (its slots)."""
+    """Jobs one worker process runs at once (its slots); at most `MAX_CONCURRENCY`."""
 
     shutdown_grace: float = 10.0
     """On the first SIGTERM/SIGINT, time running jobs get to finish before being handed back."""
@@ -53,7 +73,8 @@ class Settings:
     """How often each worker reaps expired leases, results and dead letters."""
 
     batch_limit: int = 500
-    """Upper bound on the items one Lua call handles (claims, acks, reaps)."""
+    """Upper bound on the items one Lua call handles (claims, acks, reaps); at most
+    `MAX_BATCH_LIMIT`."""
 
     schedule_shards: int = 1
     """Shards schedules are spread over, each under its own hash tag (for Redis Cluster);
@@ -73,9 +94,16 @@ class Settings:
                 raise ConfigurationError(f"{name} must be > 0, got {getattr(self, name)!r}")
         if self.min_interval <= 0:
             raise ConfigurationError(f"min_interval must be > 0, got {self.min_interval!r}")
-        for name in ("concurrency", "batch_limit", "max_payload_bytes", "schedule_shards"):
+        for name in ("max_payload_bytes", "schedule_shards"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        check_concurrency(self.concurrency)
+        if not 1 <= self.batch_limit <= MAX_BATCH_LIMIT:
+            raise ConfigurationError(
+                f"batch_limit must be between 1 and {MAX_BATCH_LIMIT} (a claim unpacks two Lua "
+                f"values per item, and Lua's unpack() handles at most {LUA_UNPACK_MAX}), "
+                f"got {self.batch_limit!r}"
+            )
         if self.result_ttl < 0 or self.dead_ttl <= 0 or self.max_stalls < 0:
             raise ConfigurationError("result_ttl >= 0, dead_ttl > 0 and max_stalls >= 0 expected")
 

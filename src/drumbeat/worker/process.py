@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from drumbeat import connections
+from drumbeat.config import check_concurrency
 from drumbeat.errors import WorkerCrashed
 from drumbeat.runner import Again, Bury, Done, Outcome, RunDone, Runner
 from drumbeat.scripts import Claimed, Scripts
@@ -65,8 +66,7 @@ class Worker:
         self.app = app
         self.settings = app.settings
         self.concurrency = concurrency or self.settings.concurrency
-        if self.concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        check_concurrency(self.concurrency)
         self.id = _worker_id()
         self.hooks = hooks or Hooks()
         self.started_ms = int(time.time() * 1000)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -20,8 +21,11 @@ from typing import Any
 
 import redis
 
-# Error replies, by their first word, that mean "not now" rather than "never".
-_TRANSIENT_REPLIES = ("OOM", "READONLY", "BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
+# Error replies, by their first word, that mean "not now" rather than "never". UNBLOCKED is
+# what a blocked command (the idle wait) gets from a server that turns into a replica.
+_TRANSIENT_REPLIES = (
+    "OOM", "READONLY", "BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "UNBLOCKED",
+)  # fmt: skip
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -34,8 +38,18 @@ def is_transient(exc: BaseException) -> bool:
         # ReadOnlyError), so the class is checked too.
         if isinstance(exc, redis.exceptions.ReadOnlyError | redis.exceptions.OutOfMemoryError):
             return True
-        return str(exc).split(" ", 1)[0] in _TRANSIENT_REPLIES
+        return _reply_code(str(exc)) in _TRANSIENT_REPLIES
     return False
+
+
+# Redis before 7.0 wraps an error a command raised inside a script: "Error running script (call
+# to f_<sha>): @user_script:<line>: @user_script: <line>: -OOM command not allowed ...".
+_SCRIPT_ERROR = re.compile(r"Error running script .*?: -(\S+)")
+
+
+def _reply_code(message: str) -> str:
+    wrapped = _SCRIPT_ERROR.match(message)
+    return wrapped.group(1) if wrapped else message.split(" ", 1)[0]
 
 
 class Backoff:

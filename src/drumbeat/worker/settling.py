@@ -106,8 +106,11 @@ class Settler:
         while self.pending:
             batch, self.pending = self.pending, []
             try:
-                retry = await self._send(link, self._calls(batch))
-                backoff.reset()
+                retry, refused = await self._send(link, self._calls(batch))
+                if refused is None:
+                    backoff.reset()
+                else:  # Redis refused some for now: sending them again at once would spin
+                    await asyncio.sleep(backoff.failed(log, f"settling {len(retry)} jobs", refused))
             except Exception as exc:
                 if not is_transient(exc):
                     # Outcomes that cannot be sent (a bug, a value the connection cannot
@@ -136,19 +139,22 @@ class Settler:
                 calls.append((make([kind.item(c.job, o) for c, o in chunk]), kind, chunk))
         return calls
 
-    async def _send(self, link: Link, calls: list[_Batch]) -> list[tuple[Claim, Outcome]]:
+    async def _send(
+        self, link: Link, calls: list[_Batch]
+    ) -> tuple[list[tuple[Claim, Outcome]], redis.ResponseError | None]:
         """Sends the calls in one write; returns the outcomes to send again (a call Redis
-        refused for now: full, read-only, busy). A refused item (its lease was lost) is logged."""
+        refused for now: full, read-only, busy) and the first such refusal. A refused item (its
+        lease was lost) is logged."""
         await link.send([call for call, _, _ in calls])
         again: list[tuple[Claim, Outcome]] = []
+        refused: redis.ResponseError | None = None
         for _, kind, items in calls:
             try:
                 _, accepted = await link.next()
             except redis.ResponseError as exc:
                 if is_transient(exc):
-                    log.warning("%s of %d jobs refused for now (%s); retrying",
-                                kind.what, len(items), exc)  # fmt: skip
                     again += items
+                    refused = refused or exc
                     continue
                 # A script error will not go away by retrying: the jobs' leases lapse and
                 # they run again elsewhere.
@@ -167,4 +173,4 @@ class Settler:
                     processed, failed = kind.counts(outcome)
                     self.processed += processed
                     self.failed += failed
-        return again
+        return again, refused

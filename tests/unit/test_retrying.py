@@ -1,0 +1,50 @@
+"""Which Redis errors the worker waits out (`is_transient`), as the servers phrase them."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from drumbeat.worker.retrying import is_transient
+
+# Error replies as redis-py raises them: Redis 7 keeps a script's error code in front, Redis 6.2
+# wraps it ("Error running script ... -OOM ..."), and a server turned replica unblocks waits.
+_SCRIPT_62 = "Error running script (call to f_822b073c94e0724d4f243511284805431329fe95): "
+_TRANSIENT = [
+    redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."),
+    redis.exceptions.ReadOnlyError("You can't write against a read only replica."),
+    redis.exceptions.BusyLoadingError("Redis is loading the dataset in memory"),
+    redis.ResponseError("BUSY Redis is busy running a script. You can only call SCRIPT KILL"),
+    redis.ResponseError(
+        "UNBLOCKED force unblock from blocking operation, instance state changed "
+        "(master -> replica?)"
+    ),
+    redis.ResponseError(
+        _SCRIPT_62 + "@user_script:361: @user_script: 361: -OOM command not allowed when used "
+        "memory > 'maxmemory'."
+    ),
+    redis.ResponseError(
+        _SCRIPT_62 + "@user_script:365: @user_script: 365: -READONLY You can't write against a "
+        "read only replica."
+    ),
+    redis.ConnectionError("Connection closed by server."),
+    redis.TimeoutError("Timeout reading from socket"),
+]
+_PERMANENT = [
+    redis.ResponseError("ERR wrong number of arguments for 'evalsha' command"),
+    redis.ResponseError(
+        _SCRIPT_62 + "@user_script:49: user_script:49: attempt to compare nil with number"
+    ),
+    redis.ResponseError("ERR user_script:1: too many results to unpack script: 611ecd10"),
+    redis.exceptions.NoPermissionError("this user has no permissions to run the 'bzpopmin'"),
+]
+
+
+@pytest.mark.parametrize("exc", _TRANSIENT, ids=lambda e: str(e)[:40])
+def test_transient(exc: Exception) -> None:
+    assert is_transient(exc)
+
+
+@pytest.mark.parametrize("exc", _PERMANENT, ids=lambda e: str(e)[:40])
+def test_not_transient(exc: Exception) -> None:
+    assert not is_transient(exc)
