@@ -8,6 +8,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 import redis
 import redis.asyncio as redis_async
+from redis.exceptions import NoScriptError
 
 from . import connections
 from .config import Settings
@@ -132,15 +133,18 @@ class App:
         calls = self._enqueue_calls(jobs)
         if not calls:
             return []
-        # The first call alone loads the script if Redis lacks it; a pipeline cannot recover
-        # from NOSCRIPT without risking a second copy of jobs it already added.
+        # The first call alone loads the script if Redis lacks it; the rest go in a pipeline.
         results = [calls[0].run(self.redis)]
         if len(calls) > 1:
             with self.redis.pipeline(transaction=False) as pipe:
                 for call in calls[1:]:
                     pipe.evalsha(SHAS[call.name], len(call.keys), *call.keys, *call.args)
-                raw = pipe.execute()
-            results += [c.parse(r) for c, r in zip(calls[1:], raw, strict=True)]
+                raw = pipe.execute(raise_on_error=False)
+            for call, reply in zip(calls[1:], raw, strict=True):
+                # Scripts flushed meanwhile (a restart, SCRIPT FLUSH): a call refused with
+                # NOSCRIPT did nothing, so running it again cannot add a job twice.
+                again = isinstance(reply, NoScriptError)
+                results.append(call.run(self.redis) if again else _parsed(call, reply))
         return self._jobs_of(results)
 
     async def aenqueue_many(self, jobs: Iterable[Prepared]) -> list[Job[Any]]:
@@ -154,8 +158,10 @@ class App:
             async with client.pipeline(transaction=False) as pipe:
                 for call in calls[1:]:
                     pipe.evalsha(SHAS[call.name], len(call.keys), *call.keys, *call.args)
-                raw = await pipe.execute()
-            results += [c.parse(r) for c, r in zip(calls[1:], raw, strict=True)]
+                raw = await pipe.execute(raise_on_error=False)
+            for call, reply in zip(calls[1:], raw, strict=True):
+                again = isinstance(reply, NoScriptError)  # as in enqueue_many
+                results.append(await call.arun(client) if again else _parsed(call, reply))
         return self._jobs_of(results)
 
     def enqueue(self, task: str, *args: Any, **kwargs: Any) -> Job[Any]:
@@ -333,6 +339,13 @@ class _Decorator(Protocol):
     def __call__(self, fn: Callable[P, Awaitable[R]], /) -> Task[P, R]: ...
     @overload
     def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+
+def _parsed(call: Call[T], reply: Any) -> T:
+    """A pipelined reply: the call's result, or the error Redis answered with, raised."""
+    if isinstance(reply, Exception):
+        raise reply
+    return call.parse(reply)
 
 
 def _check_task_name(name: str) -> None:

@@ -20,6 +20,7 @@ import pytest
 import redis
 
 import drumbeat
+from drumbeat.scripts import Call
 from drumbeat.task import Task
 from tests.conftest import RedisServer, running_worker
 
@@ -276,6 +277,36 @@ async def test_every_job_runs_while_scripts_are_flushed(
         await _all_done(jobs, list(range(300)))
     assert flushes > 0
     assert not warnings_about(worker_log, ""), worker_log.text
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_enqueue_many_survives_scripts_flushed_inside_its_pipeline(
+    own_server: RedisServer, admin: redis.Redis, monkeypatch: pytest.MonkeyPatch, use_async: bool
+) -> None:
+    """The first call loads the script; if Redis forgets it before the pipelined rest runs, each
+    of those is refused with NOSCRIPT (and did nothing): they run again, and every job is added
+    exactly once. Before, the pipeline raised NoScriptError after adding the first batch."""
+    async with open_app(own_server, batch_limit=20) as app:
+        work, _ = _work_task(app)
+        run, arun = Call.run, Call.arun
+
+        def run_then_flush(call: Call[Any], client: Any) -> Any:
+            result = run(call, client)
+            admin.script_flush()
+            return result
+
+        async def arun_then_flush(call: Call[Any], client: Any) -> Any:
+            result = await arun(call, client)
+            admin.script_flush()
+            return result
+
+        monkeypatch.setattr(Call, "run", run_then_flush)
+        monkeypatch.setattr(Call, "arun", arun_then_flush)
+        items = [work.prepare(i, 0.0) for i in range(100)]
+        jobs = await app.aenqueue_many(items) if use_async else app.enqueue_many(items)
+        monkeypatch.undo()
+        assert len({job.id for job in jobs}) == 100
+        assert admin.zcard(app.keys.ready) == 100, "a batch was lost or added twice"
 
 
 # -- killed connections ------------------------------------------------------------------------
