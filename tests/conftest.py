@@ -84,6 +84,16 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 @pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A redis-server for this test alone: for tests that read server-wide figures (`INFO
+    commandstats`, blocked clients), which the session server's other traffic would change."""
+    server = RedisServer(server_binary())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
 def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
 
