@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 
 import pytest
@@ -10,6 +9,7 @@ import redis
 
 import drumbeat
 from tests.conftest import running_worker
+from tests.helpers import wait_for_async
 
 
 def test_enqueue_rejects_bad_options_and_writes_nothing(app: drumbeat.App, r: redis.Redis) -> None:
@@ -94,8 +94,11 @@ async def test_unknown_task_and_malformed_messages_are_dead_lettered(
     async with running_worker(app):
         with pytest.raises(drumbeat.JobFailed, match=r"no task named 'no\.such\.task'"):
             await unknown[0].aresult(timeout=5)
-        while len(done) < 5 or r.zcard(app.keys.dead) < 4:
-            await asyncio.sleep(0.01)
+        await wait_for_async(
+            lambda: (len(done), r.zcard(app.keys.dead)),
+            lambda seen: seen[0] >= 5 and seen[1] >= 4,
+            message="5 good jobs should run and 4 bad ones be dead-lettered (done, dead)",
+        )
     assert sorted(done) == list(range(5)), "bad messages must not cost good jobs"
     dead = {m.decode() for m in r.zrange(app.keys.dead, 0, -1)}
     assert dead == {unknown[0].id, "junk1", "foreign", "junk2"}
@@ -149,7 +152,12 @@ async def test_worker_warns_at_start_when_redis_may_evict(
     r.config_set("maxmemory-policy", "volatile-lru")
     try:
         with pytest.warns(drumbeat.EvictionPolicyWarning, match="volatile-lru"):
-            async with running_worker(app):
-                await asyncio.sleep(0.1)
+            async with running_worker(app) as worker:
+                # The check runs before the worker registers, so once registered it has warned.
+                await wait_for_async(
+                    lambda: r.zscore(app.keys.workers, worker.id),
+                    lambda score: score is not None,
+                    message="the worker should start and register",
+                )
     finally:
         r.config_set("maxmemory-policy", "noeviction")

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 import redis
 
 import drumbeat
+from tests.helpers import redis_now_ms, wait_for
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -46,13 +46,20 @@ def test_2000_schedules_on_cadence_across_a_kill_9(
     )
     workers = [_worker(redis_url, namespace) for _ in range(3)]
     try:
-        sec, _ = r.time()
-        t0 = (int(sec) + 2) * 1000  # a whole second, after the workers have started
-        time.sleep(max(0.0, t0 / 1000 - time.time()) + WINDOW_S / 2)
+        # The window opens once all three claim (however long their start took).
+        wait_for(
+            lambda: r.zcard(app.keys.workers),
+            lambda n: n == 3,
+            message="three worker processes should register",
+            timeout=30,
+        )
+        t0 = (redis_now_ms(r) // 1000 + 1) * 1000  # a whole second
+        _until(r, t0 + WINDOW_S * 500)  # mid-window: kill -9 one worker
         victim = workers[0]
         victim.send_signal(signal.SIGKILL)
         victim.wait(10)
-        time.sleep(WINDOW_S / 2 + 2.5)  # the rest of the window, and the stragglers
+        # Every schedule past the window: all its runs in the window are done (or coalesced).
+        _wait_past(r, namespace, t0 + WINDOW_S * 1000)
         for w in workers[1:]:
             w.send_signal(signal.SIGTERM)
         for w in workers[1:]:
@@ -83,6 +90,44 @@ def test_2000_schedules_on_cadence_across_a_kill_9(
     for due, start in retried:
         assert start - due >= 900
     app.close()
+
+
+def _until(r: redis.Redis, at_ms: int) -> None:
+    """Returns once Redis time reaches ``at_ms`` (a point in the scenario, not a wait for a
+    result: nothing is asserted from the time spent)."""
+    wait_for(
+        lambda: redis_now_ms(r),
+        lambda now: now >= at_ms,
+        message=f"Redis time should reach {at_ms}",
+        timeout=WINDOW_S + 10,
+        interval=0.05,
+    )
+
+
+def _wait_past(r: redis.Redis, namespace: str, end_ms: int) -> None:
+    """Waits until every schedule logged a run due at or after ``end_ms``, reading the run
+    log incrementally (it grows by ~2,000 entries a second)."""
+    key = f"test:{{{namespace}}}:runs"
+    read = 0
+    past: set[str] = set()
+
+    def lagging() -> int:
+        nonlocal read
+        entries = r.lrange(key, read, -1)
+        read += len(entries)
+        for entry in entries:
+            sid, due, _ = entry.decode().split("|", 2)
+            if int(due) >= end_ms:
+                past.add(sid)
+        return N - len(past)
+
+    wait_for(
+        lagging,
+        lambda n: n == 0,
+        message="every schedule should run past the window (schedules still behind)",
+        timeout=30,
+        interval=0.2,
+    )
 
 
 def _check_no_overlap_and_no_double(
