@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import threading
 import time
 from collections import Counter, defaultdict
@@ -49,8 +48,9 @@ def _check_runs_on_grid(
 ) -> None:
     """Upper bounds from each schedule's grid rather than from a count in a time window: every
     run is on a slot of the grid, between the first slot and the stop, and no slot ran twice
-    (so no schedule ran more often than its cadence allows, however slow the machine)."""
-    gaps: Counter[int] = Counter()
+    (so no schedule ran more often than its cadence allows, however slow the machine). Slots
+    may be missing: a run that ends after the next slot passed coalesces it, as it should, and
+    on a loaded machine that is common (seen: most gaps 2 s at 8 % of a core)."""
     for sid, ds in dues.items():
         first = first_due[sid]
         assert first is not None, f"{sid} had no first due time"
@@ -59,10 +59,6 @@ def _check_runs_on_grid(
         assert not off, f"{sid} ran off its {every_ms} ms grid at {off}"
         assert first <= min(ds) and max(ds) <= stopped_ms, (sid, first, sorted(ds), stopped_ms)
         assert len(ds) <= (stopped_ms - first) // every_ms + 1, f"{sid} ran {len(ds)} times"
-        gaps.update(b - a for a, b in itertools.pairwise(sorted(ds)))
-    # Slots are skipped only when a run ends after the next one passed (coalescing): rare, so
-    # most runs follow the previous one by exactly one interval.
-    assert gaps.most_common(1)[0][0] == every_ms, f"not on a {every_ms} ms cadence: {gaps}"
 
 
 def test_schedule_api_round_trip(app: drumbeat.App, r: redis.Redis) -> None:
@@ -561,9 +557,7 @@ async def test_a_run_taken_from_its_bucket_runs_again_after_its_worker_died(
     r.zadd(app.keys.leases, {"s:m": 1})  # its worker died
     assert reap_call(app).run(r).requeued == 1
     async with running_worker(app):
-        deadline = time.monotonic() + 5
-        while not seen and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        await wait_for_async(lambda: seen, message="the requeued run should run again")
     assert seen == [("switch", 30000)], "its spec is read back from the schedule's record"
     info = app.get_schedule("m")
     assert info is not None and info.runs == 1 and info.failures == 0
