@@ -308,15 +308,21 @@ async def test_only_outcomes_someone_waits_for_are_announced(
 
     async with running_worker(app):
         unwatched = await work.aenqueue(1)
-        while await unwatched.astatus() is not drumbeat.JobStatus.COMPLETE:
-            await asyncio.sleep(0.01)
+        await wait_for_async(
+            unwatched.astatus,
+            lambda status: status is drumbeat.JobStatus.COMPLETE,
+            message="the unwatched job should complete",
+        )
         assert not r.exists(app.keys.done(unwatched.id)), "nobody waited: nothing to announce"
         assert await unwatched.aresult(timeout=1) == 1  # read straight from `results`
 
         watched = await work.aenqueue(2)
         waiter = asyncio.create_task(watched.aresult(timeout=10))
-        while r.zscore(app.keys.waiting, watched.id) is None:
-            await asyncio.sleep(0.01)
+        await wait_for_async(
+            lambda: r.zscore(app.keys.waiting, watched.id),
+            lambda mark: mark is not None,
+            message="the waiter should mark the job as waited for",
+        )
         gate.set()
         assert await asyncio.wait_for(waiter, 5) == 2
     assert 0 < r.pttl(app.keys.done(watched.id)) <= 3600_000, "kept as long as the outcome"
@@ -334,8 +340,11 @@ async def test_a_dead_letter_is_announced_to_its_waiter(app: drumbeat.App, r: re
     async with running_worker(app):
         job = await doomed.aenqueue()
         waiter = asyncio.create_task(job.aresult(timeout=10))
-        while r.zscore(app.keys.waiting, job.id) is None:
-            await asyncio.sleep(0.01)
+        await wait_for_async(
+            lambda: r.zscore(app.keys.waiting, job.id),
+            lambda mark: mark is not None,
+            message="the waiter should mark the job as waited for",
+        )
         gate.set()
         with pytest.raises(drumbeat.JobFailed, match="no luck"):
             await asyncio.wait_for(waiter, 5)
