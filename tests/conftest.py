@@ -94,6 +94,20 @@ def own_redis() -> Iterator[RedisServer]:
 
 
 @pytest.fixture
+def own_r(own_redis: RedisServer) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(own_redis.url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+async def own_app(own_redis: RedisServer, namespace: str) -> AsyncIterator[drumbeat.App]:
+    a = drumbeat.App(own_redis.url, namespace=namespace)
+    yield a
+    await a.aclose()
+
+
+@pytest.fixture
 def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
 

@@ -8,7 +8,7 @@ import pytest
 import redis
 
 import drumbeat
-from tests.conftest import running_worker
+from tests.conftest import RedisServer, running_worker
 from tests.helpers import wait_for_async
 
 
@@ -125,7 +125,9 @@ async def test_unencodable_result_fails_the_job_not_the_worker(app: drumbeat.App
         assert await (await fine.aenqueue()).aresult(timeout=5) == 1
 
 
-def test_evicting_maxmemory_policy_warns(redis_url: str, r: redis.Redis) -> None:
+def test_evicting_maxmemory_policy_warns(own_redis: RedisServer, own_r: redis.Redis) -> None:
+    # Its own server: a server-wide setting that makes every other client warn meanwhile.
+    redis_url, r = own_redis.url, own_r
     r.config_set("maxmemory-policy", "allkeys-lru")
     try:
         app = drumbeat.App(redis_url, namespace="warn")
@@ -147,8 +149,9 @@ def test_settings_are_validated() -> None:
 
 
 async def test_worker_warns_at_start_when_redis_may_evict(
-    app: drumbeat.App, r: redis.Redis
+    own_app: drumbeat.App, own_r: redis.Redis
 ) -> None:
+    app, r = own_app, own_r  # its own server, as above
     r.config_set("maxmemory-policy", "volatile-lru")
     try:
         with pytest.warns(drumbeat.EvictionPolicyWarning, match="volatile-lru"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,21 +15,6 @@ import drumbeat
 from drumbeat.scripts import Call
 from tests.conftest import RedisServer, reap_call, running_worker
 from tests.helpers import blocked_in, commands, wait_for_async
-
-
-@pytest.fixture
-def own_r(own_redis: RedisServer) -> Iterator[redis.Redis]:
-    """A client of the test's own server, for tests that read server-wide figures."""
-    client = redis.Redis.from_url(own_redis.url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-async def own_app(own_redis: RedisServer, namespace: str) -> AsyncIterator[drumbeat.App]:
-    a = drumbeat.App(own_redis.url, namespace=namespace)
-    yield a
-    await a.aclose()
 
 
 async def _idle_in(r: redis.Redis, command: str, seconds: int, what: str) -> None:
