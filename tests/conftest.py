@@ -99,6 +99,30 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 @pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A redis-server for this test alone: for tests that read server-wide figures (`INFO
+    commandstats`, blocked clients), which the session server's other traffic would change."""
+    server = RedisServer(server_binary())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_r(own_redis: RedisServer) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(own_redis.url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+async def own_app(own_redis: RedisServer, namespace: str) -> AsyncIterator[drumbeat.App]:
+    a = drumbeat.App(own_redis.url, namespace=namespace)
+    yield a
+    await a.aclose()
+
+
+@pytest.fixture
 def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 
 import pytest
 import redis
 
 import drumbeat
-from tests.conftest import running_worker
+from tests.conftest import RedisServer, running_worker
+from tests.helpers import wait_for_async
 
 
 def test_enqueue_rejects_bad_options_and_writes_nothing(app: drumbeat.App, r: redis.Redis) -> None:
@@ -94,8 +94,11 @@ async def test_unknown_task_and_malformed_messages_are_dead_lettered(
     async with running_worker(app):
         with pytest.raises(drumbeat.JobFailed, match=r"no task named 'no\.such\.task'"):
             await unknown[0].aresult(timeout=5)
-        while len(done) < 5 or r.zcard(app.keys.dead) < 4:
-            await asyncio.sleep(0.01)
+        await wait_for_async(
+            lambda: (len(done), r.zcard(app.keys.dead)),
+            lambda seen: seen[0] >= 5 and seen[1] >= 4,
+            message="5 good jobs should run and 4 bad ones be dead-lettered (done, dead)",
+        )
     assert sorted(done) == list(range(5)), "bad messages must not cost good jobs"
     dead = {m.decode() for m in r.zrange(app.keys.dead, 0, -1)}
     assert dead == {unknown[0].id, "junk1", "foreign", "junk2"}
@@ -122,7 +125,9 @@ async def test_unencodable_result_fails_the_job_not_the_worker(app: drumbeat.App
         assert await (await fine.aenqueue()).aresult(timeout=5) == 1
 
 
-def test_evicting_maxmemory_policy_warns(redis_url: str, r: redis.Redis) -> None:
+def test_evicting_maxmemory_policy_warns(own_redis: RedisServer, own_r: redis.Redis) -> None:
+    # Its own server: a server-wide setting that makes every other client warn meanwhile.
+    redis_url, r = own_redis.url, own_r
     r.config_set("maxmemory-policy", "allkeys-lru")
     try:
         app = drumbeat.App(redis_url, namespace="warn")
@@ -144,12 +149,18 @@ def test_settings_are_validated() -> None:
 
 
 async def test_worker_warns_at_start_when_redis_may_evict(
-    app: drumbeat.App, r: redis.Redis
+    own_app: drumbeat.App, own_r: redis.Redis
 ) -> None:
+    app, r = own_app, own_r  # its own server, as above
     r.config_set("maxmemory-policy", "volatile-lru")
     try:
         with pytest.warns(drumbeat.EvictionPolicyWarning, match="volatile-lru"):
-            async with running_worker(app):
-                await asyncio.sleep(0.1)
+            async with running_worker(app) as worker:
+                # The check runs before the worker registers, so once registered it has warned.
+                await wait_for_async(
+                    lambda: r.zscore(app.keys.workers, worker.id),
+                    lambda score: score is not None,
+                    message="the worker should start and register",
+                )
     finally:
         r.config_set("maxmemory-policy", "noeviction")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 import redis
 
 import drumbeat
 from drumbeat.job import encode_success
 from tests.conftest import reap_call
+from tests.helpers import redis_now_ms, wait_for
 
 
 def _expire_and_reap(app: drumbeat.App, r: redis.Redis, job_id: str) -> None:
@@ -92,7 +91,8 @@ def test_worker_heartbeat_is_recorded(app: drumbeat.App, r: redis.Redis) -> None
     score = r.zscore(app.keys.workers, "w1")
     assert score is not None and abs(score / 1000 - sec) < 5
     assert r.hget(app.keys.workerinfo, "w1") == b'{"pid": 1}'
-    time.sleep(0.01)
+    # Swept once it is older than the 1 ms TTL by Redis time (what the reaper compares).
+    wait_for(lambda: redis_now_ms(r), lambda now: now > score + 1, message="Redis time moves")
     reap_call(app, worker_ttl_ms=1).run(r)
     assert r.zscore(app.keys.workers, "w1") is None, "silent workers are swept"
 

@@ -13,7 +13,20 @@ import redis
 
 import drumbeat
 from drumbeat.scripts import Call
-from tests.conftest import reap_call, running_worker
+from tests.conftest import RedisServer, reap_call, running_worker
+from tests.helpers import blocked_in, commands, wait_for_async
+
+
+async def _idle_in(r: redis.Redis, command: str, seconds: int, what: str) -> None:
+    """Waits until a client has sat in one blocking ``command`` for at least ``seconds``: that
+    client sent nothing meanwhile (a poller would have), and the server-wide counters read
+    before and after bracket that stretch. (Redis counts ``idle`` in whole seconds of its
+    clock, so ``idle > seconds`` is what proves ``seconds`` passed.)"""
+    await wait_for_async(
+        lambda: [int(c["idle"]) for c in blocked_in(r, command)],
+        lambda idle: bool(idle) and max(idle) > seconds,
+        message=f"{what} should stay blocked in {command} for {seconds} s (idle seconds)",
+    )
 
 
 async def test_strict_priority_and_fifo_within_a_level(app: drumbeat.App) -> None:
@@ -28,8 +41,9 @@ async def test_strict_priority_and_fifo_within_a_level(app: drumbeat.App) -> Non
         [record.options(priority=p).prepare(p, i) for i, (p, _) in enumerate(plan)]
     )
     async with running_worker(app, concurrency=1):
-        while len(order) < len(plan):
-            await asyncio.sleep(0.01)
+        await wait_for_async(
+            lambda: len(order), lambda n: n >= len(plan), message="every job should run"
+        )
     prios = [p for p, _ in order]
     assert prios == sorted(prios, reverse=True)
     for level in {p for p, _ in plan}:
@@ -54,25 +68,26 @@ async def test_worker_holds_no_more_claims_than_free_slots(
 
     await app.aenqueue_many([slow.prepare(f"low{i}") for i in range(6)])
     async with running_worker(app, concurrency=2):
-        while len(started) < 2:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.2)
+        await wait_for_async(lambda: started, lambda s: len(s) >= 2, message="two slots fill")
+        # No settle time needed: the worker claims, starts what it took and parks on its full
+        # slots in one step of the loop, before either job runs a line. A claim made later
+        # would start its jobs at once, ahead of `urgent`: the index check below sees it.
         assert r.zcard(app.keys.leases) == 2, "a busy worker prefetched past its free slots"
         assert r.zcard(app.keys.ready) == 4
         urgent = await quick.options(priority=9).aenqueue("urgent")
         release.set()
         assert await urgent.aresult(timeout=5) is None
-        while len(started) < 7:
-            await asyncio.sleep(0.01)
+        await wait_for_async(lambda: started, lambda s: len(s) >= 7, message="all seven run")
     # The urgent job was enqueued after six low ones, yet starts with the first freed slot.
     assert started.index("urgent") == 2
 
 
 async def test_delayed_and_at_jobs_run_on_time_by_redis_clock(
-    redis_url: str, namespace: str, r: redis.Redis
+    own_redis: RedisServer, namespace: str, own_r: redis.Redis
 ) -> None:
+    r = own_r  # its own server: the only client blocked there is this test's worker
     # A long idle block: a worker that missed the wake-up for a delayed job would be ~5 s late.
-    app = drumbeat.App(redis_url, namespace=namespace, idle_block=5.0)
+    app = drumbeat.App(own_redis.url, namespace=namespace, idle_block=5.0)
     starts: dict[str, float] = {}
 
     @app.task
@@ -80,15 +95,16 @@ async def test_delayed_and_at_jobs_run_on_time_by_redis_clock(
         starts[name] = _redis_now(r)
 
     async with running_worker(app, concurrency=4):
-        await asyncio.sleep(0.2)  # the worker is idle and blocked
+        await wait_for_async(
+            lambda: blocked_in(r, "bzpopmin"), message="the worker should be idle and blocked"
+        )
         t0 = _redis_now(r)
         await mark.options(delay=0.4).aenqueue("delay")
         at = datetime.fromtimestamp(t0, UTC) + timedelta(seconds=0.6)
         job = await mark.options(at=at).aenqueue("at")
         assert await job.astatus() is drumbeat.JobStatus.SCHEDULED
         await job.aresult(timeout=5)
-        while "delay" not in starts:
-            await asyncio.sleep(0.01)
+        await wait_for_async(lambda: "delay" in starts, message="the delayed job should run")
     assert starts["delay"] >= t0 + 0.4
     assert starts["at"] >= t0 + 0.6
     # Far under the 5 s idle block: the enqueue woke the blocked worker to re-arm its timer.
@@ -183,8 +199,11 @@ async def test_dedup_key_while_pending_or_running(app: drumbeat.App, r: redis.Re
     batch = await app.aenqueue_many([build.options(key="k2").prepare(i) for i in range(3)])
     assert len({j.id for j in batch}) == 1 and [j.created for j in batch] == [True, False, False]
     async with running_worker(app):
-        while await first.astatus() is not drumbeat.JobStatus.RUNNING:
-            await asyncio.sleep(0.01)
+        await wait_for_async(
+            first.astatus,
+            lambda status: status is drumbeat.JobStatus.RUNNING,
+            message="the first build should be running",
+        )
         running_dup = await build.options(key="build-42").aenqueue(3)
         assert running_dup.id == first.id, "a running job still holds its key"
         gate.set()
@@ -216,11 +235,17 @@ async def test_results_are_kept_for_their_ttl_then_swept(
         j1, j2, j3 = (await short.aenqueue(), await unkept.aenqueue(), await kept.aenqueue())
         assert await j1.aresult(timeout=5) == "soon gone"
         assert await j3.aresult(timeout=5) == {"a": 1}
-        while await j2.astatus() is not drumbeat.JobStatus.MISSING or r.hexists(
-            app.keys.jobs, j2.id
-        ):
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.8)
+        await wait_for_async(
+            lambda: (r.hexists(app.keys.results, j1.id), r.zscore(app.keys.expires, j1.id)),
+            lambda kept: kept == (False, None),
+            message="j1's outcome should be swept once its 0.5 s passed (in results, expiry)",
+        )
+        await wait_for_async(
+            lambda: r.hexists(app.keys.jobs, j2.id),
+            lambda kept: not kept,
+            message="the unkept job's record should be gone",
+        )
+    assert await j2.astatus() is drumbeat.JobStatus.MISSING
     assert not r.hexists(app.keys.results, j1.id), "expired outcome was not swept"
     assert r.zscore(app.keys.expires, j1.id) is None
     assert not r.exists(app.keys.done(j1.id))
@@ -234,18 +259,22 @@ async def test_results_are_kept_for_their_ttl_then_swept(
     await app.aclose()
 
 
-async def test_result_waits_in_redis_without_polling(app: drumbeat.App, r: redis.Redis) -> None:
+async def test_result_waits_in_redis_without_polling(
+    own_app: drumbeat.App, own_r: redis.Redis
+) -> None:
+    app, r = own_app, own_r  # its own server: nothing else moves the command counts
+
     @app.task
     async def later() -> int:
         return 7
 
     job = await later.aenqueue()
     waiter = asyncio.create_task(job.aresult(timeout=30))
-    await asyncio.sleep(0.2)
-    before = _commands(r, "evalsha"), _commands(r, "blmove")
-    await asyncio.sleep(1.0)
+    await wait_for_async(lambda: blocked_in(r, "blmove"), message="the waiter should block")
+    before = commands(r, "evalsha"), commands(r, "blmove")
+    await _idle_in(r, "blmove", 1, "the waiter")
     # No worker runs: a polling waiter would have read the status again meanwhile.
-    assert (_commands(r, "evalsha"), _commands(r, "blmove")) == before
+    assert (commands(r, "evalsha"), commands(r, "blmove")) == before
     async with running_worker(app):
         assert await waiter == 7
 
@@ -263,15 +292,21 @@ async def test_only_outcomes_someone_waits_for_are_announced(
 
     async with running_worker(app):
         unwatched = await work.aenqueue(1)
-        while await unwatched.astatus() is not drumbeat.JobStatus.COMPLETE:
-            await asyncio.sleep(0.01)
+        await wait_for_async(
+            unwatched.astatus,
+            lambda status: status is drumbeat.JobStatus.COMPLETE,
+            message="the unwatched job should complete",
+        )
         assert not r.exists(app.keys.done(unwatched.id)), "nobody waited: nothing to announce"
         assert await unwatched.aresult(timeout=1) == 1  # read straight from `results`
 
         watched = await work.aenqueue(2)
         waiter = asyncio.create_task(watched.aresult(timeout=10))
-        while r.zscore(app.keys.waiting, watched.id) is None:
-            await asyncio.sleep(0.01)
+        await wait_for_async(
+            lambda: r.zscore(app.keys.waiting, watched.id),
+            lambda mark: mark is not None,
+            message="the waiter should mark the job as waited for",
+        )
         gate.set()
         assert await asyncio.wait_for(waiter, 5) == 2
     assert 0 < r.pttl(app.keys.done(watched.id)) <= 3600_000, "kept as long as the outcome"
@@ -289,8 +324,11 @@ async def test_a_dead_letter_is_announced_to_its_waiter(app: drumbeat.App, r: re
     async with running_worker(app):
         job = await doomed.aenqueue()
         waiter = asyncio.create_task(job.aresult(timeout=10))
-        while r.zscore(app.keys.waiting, job.id) is None:
-            await asyncio.sleep(0.01)
+        await wait_for_async(
+            lambda: r.zscore(app.keys.waiting, job.id),
+            lambda mark: mark is not None,
+            message="the waiter should mark the job as waited for",
+        )
         gate.set()
         with pytest.raises(drumbeat.JobFailed, match="no luck"):
             await asyncio.wait_for(waiter, 5)
@@ -312,11 +350,6 @@ def test_marks_of_waiters_that_gave_up_are_swept(app: drumbeat.App, r: redis.Red
     r.zadd(app.keys.waiting, {job.id: 1})  # as if its time had passed
     reap_call(app).run(r)
     assert r.zscore(app.keys.waiting, job.id) is None
-
-
-def _commands(r: redis.Redis, name: str) -> int:
-    stats = r.info("commandstats")
-    return int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
 
 
 def test_sync_api(app: drumbeat.App) -> None:
@@ -341,8 +374,9 @@ def test_sync_api(app: drumbeat.App) -> None:
 
 
 async def test_revived_dead_job_runs_again_and_its_waiter_blocks(
-    app: drumbeat.App, r: redis.Redis
+    own_app: drumbeat.App, own_r: redis.Redis
 ) -> None:
+    app, r = own_app, own_r  # its own server: nothing else moves the command counts
     fail = [True]
 
     @app.task
@@ -358,10 +392,11 @@ async def test_revived_dead_job_runs_again_and_its_waiter_blocks(
     assert app.scripts.revive([job.id]).run(r) == 1
     assert await job.astatus() is drumbeat.JobStatus.QUEUED
     waiter = asyncio.create_task(job.aresult(timeout=30))
-    await asyncio.sleep(0.2)
-    before = _commands(r, "blmove")
-    await asyncio.sleep(0.5)
-    assert _commands(r, "blmove") == before, "the old failure announcement woke the waiter"
+    await wait_for_async(lambda: blocked_in(r, "blmove"), message="the waiter should block")
+    before = commands(r, "blmove")
+    await _idle_in(r, "blmove", 1, "the waiter of the revived job")
+    assert commands(r, "blmove") == before, "the old failure announcement woke the waiter"
+    assert not waiter.done(), "the old failure announcement ended the wait"
     fail[0] = False
     async with running_worker(app):
         assert await waiter == "ok"
@@ -380,17 +415,21 @@ async def test_expired_outcomes_are_swept_faster_than_one_batch_per_interval(
     async with running_worker(app, concurrency=50):
         jobs = await app.aenqueue_many([noop.prepare(i) for i in range(200)])
         await jobs[-1].aresult(timeout=10)
-        deadline = time.monotonic() + 6
-        while r.hlen(app.keys.results) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await wait_for_async(
+            lambda: r.hlen(app.keys.results),
+            lambda left: left == 0,
+            message="the 200 expired outcomes should be swept (outcomes left)",
+            timeout=6,
+        )
     assert r.hlen(app.keys.results) == 0 and r.zcard(app.keys.expires) == 0
     await app.aclose()
 
 
 async def test_idle_worker_blocks_in_redis_instead_of_polling(
-    redis_url: str, namespace: str, r: redis.Redis
+    own_redis: RedisServer, namespace: str, own_r: redis.Redis
 ) -> None:
-    app = drumbeat.App(redis_url, namespace=namespace, idle_block=5.0, maintenance_interval=30)
+    r = own_r  # its own server: nothing else moves the command counts
+    app = drumbeat.App(own_redis.url, namespace=namespace, idle_block=5.0, maintenance_interval=30)
     started: list[float] = []
 
     @app.task
@@ -398,15 +437,16 @@ async def test_idle_worker_blocks_in_redis_instead_of_polling(
         started.append(time.monotonic())
 
     async with running_worker(app):
-        await asyncio.sleep(0.3)  # startup: first claim, heartbeat, first housekeeping pass
-        before = _commands(r, "evalsha") + _commands(r, "bzpopmin")
-        await asyncio.sleep(1.5)
-        idle_calls = _commands(r, "evalsha") + _commands(r, "bzpopmin") - before
+        # Startup (first claim, heartbeat, first housekeeping pass) ends in the wait.
+        await wait_for_async(lambda: blocked_in(r, "bzpopmin"), message="the worker should block")
+        before = commands(r, "evalsha") + commands(r, "bzpopmin")
+        # Over 2 s in one blocking call: under the 5 s idle block and heartbeat interval.
+        await _idle_in(r, "bzpopmin", 2, "the idle worker")
+        idle_calls = commands(r, "evalsha") + commands(r, "bzpopmin") - before
         sent = time.monotonic()
         await ping.aenqueue()
-        while not started:
-            await asyncio.sleep(0.001)
-    # A poll every 100 ms would have made ~15 calls; a blocked worker makes none.
+        await wait_for_async(lambda: started, message="the enqueued job should start")
+    # A poll every 100 ms would have made ~20 calls; a blocked worker makes none.
     assert idle_calls <= 1
     # Woken by the enqueue itself, not by the end of its 5 s block.
     assert started[0] - sent < 1.0

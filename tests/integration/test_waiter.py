@@ -6,11 +6,24 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+import redis
 import redis.asyncio as aredis
 
 import drumbeat
 from drumbeat.scripts import Call, ClaimResult
 from drumbeat.worker.waiter import Waiter
+from tests.conftest import RedisServer
+from tests.helpers import blocked_in, wait_for_async
+
+
+@pytest.fixture
+def redis_url(own_redis: RedisServer) -> str:
+    """A server of this test's own: the only client blocked there is the waiter under test."""
+    return own_redis.url
+
+
+async def _blocked(r: redis.Redis) -> None:
+    await wait_for_async(lambda: blocked_in(r, "bzpopmin"), message="the waiter should block")
 
 
 @pytest.fixture
@@ -41,11 +54,15 @@ def claim(app: drumbeat.App) -> Call[ClaimResult]:
 
 
 async def test_the_claim_runs_as_soon_as_a_job_is_enqueued(
-    client: aredis.Redis, waiter: Waiter, work: drumbeat.Task[[], None], claim: Call[ClaimResult]
+    client: aredis.Redis,
+    waiter: Waiter,
+    work: drumbeat.Task[[], None],
+    claim: Call[ClaimResult],
+    r: redis.Redis,
 ) -> None:
     await claim.arun(client)  # loads the script (the wait's EVALSHA does not)
     waiting = asyncio.ensure_future(waiter.block_then(claim))
-    await asyncio.sleep(0.2)
+    await _blocked(r)
     assert not waiting.done()
     job = await work.aenqueue()
     raw = await asyncio.wait_for(waiting, 10)  # long before the pop's 20 s
@@ -53,11 +70,15 @@ async def test_the_claim_runs_as_soon_as_a_job_is_enqueued(
 
 
 async def test_unblocking_still_reads_the_claim_and_keeps_the_connection_in_step(
-    client: aredis.Redis, waiter: Waiter, work: drumbeat.Task[[], None], claim: Call[ClaimResult]
+    client: aredis.Redis,
+    waiter: Waiter,
+    work: drumbeat.Task[[], None],
+    claim: Call[ClaimResult],
+    r: redis.Redis,
 ) -> None:
     await claim.arun(client)
     waiting = asyncio.ensure_future(waiter.block_then(claim))
-    await asyncio.sleep(0.2)
+    await _blocked(r)
     await asyncio.wait_for(waiter.unblock(waiting), 10)
     assert claim.parse(waiting.result()).jobs == []
     again = asyncio.ensure_future(waiter.block_then(claim))
@@ -67,11 +88,15 @@ async def test_unblocking_still_reads_the_claim_and_keeps_the_connection_in_step
 
 
 async def test_a_flushed_script_is_reported_not_lost(
-    client: aredis.Redis, waiter: Waiter, work: drumbeat.Task[[], None], claim: Call[ClaimResult]
+    client: aredis.Redis,
+    waiter: Waiter,
+    work: drumbeat.Task[[], None],
+    claim: Call[ClaimResult],
+    r: redis.Redis,
 ) -> None:
     await client.script_flush()
     waiting = asyncio.ensure_future(waiter.block_then(claim))
-    await asyncio.sleep(0.2)
+    await _blocked(r)
     job = await work.aenqueue()
     assert await asyncio.wait_for(waiting, 10) is None, "NOSCRIPT: the caller claims again"
     assert [j.id for j in (await claim.arun(client)).jobs] == [job.id]

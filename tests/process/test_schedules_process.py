@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -15,6 +14,8 @@ import pytest
 import redis
 
 import drumbeat
+from drumbeat.schedule import phase_ms
+from tests.helpers import redis_now_ms, wait_for
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -46,13 +47,22 @@ def test_2000_schedules_on_cadence_across_a_kill_9(
     )
     workers = [_worker(redis_url, namespace) for _ in range(3)]
     try:
-        sec, _ = r.time()
-        t0 = (int(sec) + 2) * 1000  # a whole second, after the workers have started
-        time.sleep(max(0.0, t0 / 1000 - time.time()) + WINDOW_S / 2)
+        # The window opens once all three run and the runs due while they started are done
+        # (however long that took): from there every schedule is on its grid.
+        wait_for(
+            lambda: r.zcard(app.keys.workers),
+            lambda n: n == 3,
+            message="three worker processes should register",
+            timeout=30,
+        )
+        _wait_past(r, namespace, redis_now_ms(r))
+        t0 = (redis_now_ms(r) // 1000 + 1) * 1000  # a whole second
+        _until(r, t0 + WINDOW_S * 500)  # mid-window: kill -9 one worker
         victim = workers[0]
         victim.send_signal(signal.SIGKILL)
         victim.wait(10)
-        time.sleep(WINDOW_S / 2 + 2.5)  # the rest of the window, and the stragglers
+        # Every schedule past the window: all its runs in the window are done (or coalesced).
+        _wait_past(r, namespace, t0 + WINDOW_S * 1000)
         for w in workers[1:]:
             w.send_signal(signal.SIGTERM)
         for w in workers[1:]:
@@ -71,8 +81,19 @@ def test_2000_schedules_on_cadence_across_a_kill_9(
     window = range(t0, t0 + WINDOW_S * 1000)
     per_schedule = {sid: sum(1 for due, *_ in rs if due in window) for sid, rs in runs.items()}
     assert len(per_schedule) == N
-    off = {sid: n for sid, n in per_schedule.items() if abs(n - WINDOW_S) > 1}
-    assert not off, f"{len(off)} schedules off cadence, e.g. {list(off.items())[:5]}"
+    too_many = {sid: n for sid, n in per_schedule.items() if n > WINDOW_S + 1}
+    assert not too_many, f"{len(too_many)} schedules ran too often: {list(too_many.items())[:5]}"
+    # Fewer runs than slots is right when runs end late (slots passed meanwhile coalesce): on a
+    # loaded machine whole buckets do. What must not happen is a slot skipped with no cause.
+    off = {}
+    for sid, rs in runs.items():
+        skipped = _skipped_without_cause(sid, rs, t0)
+        if len(skipped) > 1:
+            off[sid] = [slot - t0 for slot in skipped]
+    assert not off, (
+        f"{len(off)} schedules skipped slots though no run of theirs ended late, e.g. (ms "
+        f"into the window; kill -9 at {WINDOW_S * 500}): {list(off.items())[:5]}"
+    )
 
     for sid, rs in runs.items():
         _check_no_overlap_and_no_double(sid, rs, victim.pid)
@@ -83,6 +104,63 @@ def test_2000_schedules_on_cadence_across_a_kill_9(
     for due, start in retried:
         assert start - due >= 900
     app.close()
+
+
+def _skipped_without_cause(
+    sid: str, rs: list[tuple[int, float, float, int, int]], t0: int
+) -> list[int]:
+    """The window's slots of ``sid`` that did not run although the run before them ended
+    before them. A slot passes unrun only by coalescing: a run that ends two slots or more
+    after its own takes the latest passed slot next and skips those between; so the run
+    before a skipped slot logs its end after that slot (its log line precedes the worker's
+    settle, which is then at least a second later still)."""
+    ends: dict[int, float] = {}
+    for due, _start, end, *_ in rs:
+        ends[due] = max(ends.get(due, 0.0), end)
+    skipped = []
+    for slot in range(t0 + phase_ms(sid, 1000), t0 + WINDOW_S * 1000, 1000):
+        before = [due for due in ends if due < slot]
+        if slot not in ends and (not before or ends[max(before)] < slot):
+            skipped.append(slot)
+    return skipped
+
+
+def _until(r: redis.Redis, at_ms: int) -> None:
+    """Returns once Redis time reaches ``at_ms`` (a point in the scenario, not a wait for a
+    result: nothing is asserted from the time spent)."""
+    wait_for(
+        lambda: redis_now_ms(r),
+        lambda now: now >= at_ms,
+        message=f"Redis time should reach {at_ms}",
+        timeout=WINDOW_S + 10,
+        interval=0.05,
+    )
+
+
+def _wait_past(r: redis.Redis, namespace: str, end_ms: int) -> None:
+    """Waits until every schedule logged a run due at or after ``end_ms``, reading the run
+    log incrementally (it grows by ~2,000 entries a second)."""
+    key = f"test:{{{namespace}}}:runs"
+    read = 0
+    past: set[str] = set()
+
+    def lagging() -> int:
+        nonlocal read
+        entries = r.lrange(key, read, -1)
+        read += len(entries)
+        for entry in entries:
+            sid, due, _ = entry.decode().split("|", 2)
+            if int(due) >= end_ms:
+                past.add(sid)
+        return N - len(past)
+
+    wait_for(
+        lagging,
+        lambda n: n == 0,
+        message="every schedule should run past the window (schedules still behind)",
+        timeout=30,
+        interval=0.2,
+    )
 
 
 def _check_no_overlap_and_no_double(

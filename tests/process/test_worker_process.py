@@ -15,6 +15,7 @@ import redis
 
 import drumbeat
 from tests.conftest import reap_call
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.process
 
@@ -57,12 +58,12 @@ def _log(r: redis.Redis, namespace: str) -> list[list[str]]:
     return [e.decode().split("|") for e in r.lrange(f"test:{{{namespace}}}:log", 0, -1)]
 
 
-def _wait_for(predicate: object, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
+def _wait_for_starts(r: redis.Redis, namespace: str, n: int) -> None:
+    wait_for(
+        lambda: _log(r, namespace),
+        lambda log: len(log) == n,
+        message=f"the worker process should start {n} job(s) (its log)",
+    )
 
 
 def test_kill_9_mid_job_runs_again_elsewhere_after_the_lease(
@@ -72,7 +73,7 @@ def test_kill_9_mid_job_runs_again_elsewhere_after_the_lease(
     job = app.enqueue("tests.apps.proc_app.nap", 1.0)
     victim = Proc(redis_url, namespace, lease=1.0)
     procs.append(victim)
-    _wait_for(lambda: len(_log(r, namespace)) == 1)
+    _wait_for_starts(r, namespace, 1)
     victim.popen.send_signal(signal.SIGKILL)
     victim.wait(10)
     killed_at = time.monotonic()
@@ -95,7 +96,7 @@ def test_sigterm_lets_running_jobs_finish(
     job = app.enqueue("tests.apps.proc_app.nap", 0.5)
     p = Proc(redis_url, namespace, shutdown_grace=10)
     procs.append(p)
-    _wait_for(lambda: len(_log(r, namespace)) == 1)
+    _wait_for_starts(r, namespace, 1)
     p.signal(signal.SIGTERM)
     assert p.wait(15) == 0
     assert job.status() is drumbeat.JobStatus.COMPLETE
@@ -111,7 +112,7 @@ def test_sigterm_hands_unfinished_jobs_back_at_once(
     jobs = [app.enqueue("tests.apps.proc_app.nap", 30) for _ in range(2)]
     p = Proc(redis_url, namespace, lease=60, shutdown_grace=0.3)
     procs.append(p)
-    _wait_for(lambda: len(_log(r, namespace)) == 2)
+    _wait_for_starts(r, namespace, 2)
     p.signal(signal.SIGTERM)
     assert p.wait(15) == 0
     for job in jobs:
@@ -130,15 +131,26 @@ def test_second_signal_stops_at_once_and_jobs_return_by_lease(
     job = app.enqueue("tests.apps.proc_app.nap", 30)
     p = Proc(redis_url, namespace, lease=1.0, shutdown_grace=60)
     procs.append(p)
-    _wait_for(lambda: len(_log(r, namespace)) == 1)
+    _wait_for_starts(r, namespace, 1)
     p.signal(signal.SIGTERM)
-    time.sleep(0.3)
-    p.signal(signal.SIGTERM)
-    p.wait(10)  # far sooner than the 60 s grace
+
+    def stopped() -> bool:
+        # Signals of one kind sent before the process handles the first merge into one (on a
+        # loaded machine it may not run in between): send more until it stops. The first one
+        # handled starts the 60 s grace, so only a later one can stop it this soon.
+        if p.popen.poll() is not None:
+            return True
+        p.signal(signal.SIGTERM)
+        return False
+
+    wait_for(stopped, message="a second SIGTERM should stop the worker at once", interval=0.2)
+    p.wait(10)
     assert job.status() is drumbeat.JobStatus.RUNNING, "a hard stop hands nothing back"
-    _wait_for(
-        lambda: reap_call(app, limit=10).run(r).requeued == 1,
-        10,
+    wait_for(
+        lambda: reap_call(app, limit=10).run(r).requeued,
+        lambda requeued: requeued == 1,
+        message="the job should be requeued once its 1 s lease lapsed",
+        timeout=10,
     )
     assert job.status() is drumbeat.JobStatus.QUEUED
     app.close()
