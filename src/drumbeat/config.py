@@ -80,6 +80,10 @@ class Settings:
     """Shards schedules are spread over, each under its own hash tag (for Redis Cluster);
     1 keeps them beside the jobs."""
 
+    progress_interval: float = 1.0
+    """Least time between two saves of a job's progress at its checkpoints; progress is also
+    saved before a checkpoint lends the slot and before a shutdown hands the job back."""
+
     min_interval: float = 1.0
     """Shortest ``every=`` a schedule may have, in seconds."""
 
@@ -92,6 +96,10 @@ class Settings:
         for name in ("lease", "shutdown_grace", "idle_block", "maintenance_interval"):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.progress_interval < 0:
+            raise ConfigurationError(
+                f"progress_interval must be >= 0, got {self.progress_interval!r}"
+            )
         if self.min_interval <= 0:
             raise ConfigurationError(f"min_interval must be > 0, got {self.min_interval!r}")
         for name in ("max_payload_bytes", "schedule_shards"):

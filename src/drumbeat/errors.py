@@ -12,6 +12,7 @@
     ├── LeaseLost                 this worker's lease on a job was taken over (fencing)
     ├── WorkerCrashed             a part of a worker kept failing; the worker stopped
     ├── JobFailed                 `Job.result()` of a job that ended in the dead-letter set
+    ├── JobCancelled              `Job.result()` of a job stopped by `Job.cancel()`
     ├── JobNotFound (LookupError) no such job, or its record has expired
     └── ResultTimeout (TimeoutError) `Job.result(timeout=...)` ran out of time
 
@@ -66,6 +67,10 @@ class JobFailed(DrumbeatError):
         self.traceback = traceback
 
 
+class JobCancelled(DrumbeatError):
+    """The job was cancelled (`Job.cancel`) before it ran or at a checkpoint while it ran."""
+
+
 class JobNotFound(DrumbeatError, LookupError):
     """No job with this id exists (or its record expired)."""
 
@@ -115,3 +120,13 @@ class Retry(Exception):  # a request for another attempt, not an error report
         if self.max_retries is not None:
             return self.max_retries
         return max(task_retries, self.DEFAULT_MAX_RETRIES)
+
+
+class Interrupted(BaseException):  # control flow: a task's `except Exception` must not stop it
+    """Raised inside a task at a checkpoint to stop it: the job was cancelled (``reason``
+    "cancelled"; it is never retried) or the worker is shutting down ("handback"; the job goes
+    back to the queue with its progress). Let it propagate; ``finally`` blocks still run."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"job interrupted at a checkpoint: {reason}")
+        self.reason = reason

@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .connections import MAX_BLOCK
-from .errors import JobFailed, JobNotFound, ResultTimeout, SerializationError
+from .errors import JobCancelled, JobFailed, JobNotFound, ResultTimeout, SerializationError
 from .serialization import CODECS, Codec, encode_value
 
 if TYPE_CHECKING:
@@ -34,6 +34,8 @@ class JobStatus(StrEnum):
     COMPLETE = "complete"
     DEAD = "dead"
     """Failed for good; in the dead-letter set (or its outcome says so)."""
+    CANCELLED = "cancelled"
+    """Stopped by `Job.cancel` before it ran, or at a checkpoint while it ran."""
     MISSING = "missing"
     """Unknown id, or its outcome expired."""
 
@@ -107,6 +109,28 @@ def encode_failure(
     return codec.dumps(record)
 
 
+def encode_cancelled(codec: Codec, attempt: int, now_ms: int) -> bytes:
+    record = {"ok": False, "cancelled": True, "error": "cancelled", "attempt": attempt}
+    record["at_ms"] = now_ms
+    return codec.dumps(record)
+
+
+def encode_progress(codec: Codec, value: Any, limit: int) -> bytes:
+    """A task's progress, encoded and size-checked like a payload."""
+    return encode_value(codec, value, limit, "the job's progress")
+
+
+def decode_progress(data: bytes | None) -> Any:
+    """A stored progress value; None when there is none (or it cannot be read: the task then
+    starts over, which repeats work but loses none)."""
+    if not data:
+        return None
+    try:
+        return codec_of(data).loads(data)
+    except Exception:
+        return None
+
+
 def decode_outcome(data: bytes) -> dict[str, Any]:
     raw = codec_of(data).loads(data)
     if not isinstance(raw, dict):
@@ -175,8 +199,10 @@ _PENDING = object()
 
 def _status(found: Any) -> JobStatus:
     if found.status == "finished":
-        ok = found.outcome is not None and decode_outcome(found.outcome)["ok"]
-        return JobStatus.COMPLETE if ok else JobStatus.DEAD
+        outcome = decode_outcome(found.outcome) if found.outcome is not None else {"ok": False}
+        if outcome.get("cancelled"):
+            return JobStatus.CANCELLED
+        return JobStatus.COMPLETE if outcome["ok"] else JobStatus.DEAD
     return JobStatus(found.status)
 
 
@@ -189,6 +215,8 @@ def _settled(job_id: str, found: Any) -> Any:
         raise JobFailed(
             job_id, str(outcome.get("error", "dead-lettered")), outcome.get("traceback")
         )
+    if status is JobStatus.CANCELLED:
+        raise JobCancelled(f"job {job_id} was cancelled")
     if status is JobStatus.MISSING:
         raise JobNotFound(
             f"job {job_id} does not exist, or it finished and its outcome was not kept "

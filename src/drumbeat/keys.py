@@ -43,6 +43,9 @@ SHARD_KEYS: dict[str, str] = {
     "faults": "hash",
     "lateness": "hash",
     "waiting": "zset",
+    "progress": "hash",
+    "cancels": "hash",
+    "signals": "channel",
 }
 
 #: Keys of one bucket of a shard's schedule wheel, ``<name>:<bucket>``.
@@ -197,3 +200,16 @@ class Keys:
     @property
     def waiting(self) -> str:
         return self.key("waiting")
+
+    @property
+    def progress(self) -> str:
+        return self.key("progress")
+
+    @property
+    def cancels(self) -> str:
+        return self.key("cancels")
+
+    @property
+    def signals(self) -> str:
+        """The shard's pub/sub channel (named like a key, so it hashes to the shard's slot)."""
+        return self.key("signals")

@@ -14,9 +14,9 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .context import Context, _current
-from .errors import Retry, SerializationError, UnknownTask
-from .job import decode_spec, encode_failure, encode_success
+from .context import Checkpoints, Context, _current
+from .errors import Interrupted, Retry, SerializationError, UnknownTask
+from .job import decode_progress, decode_spec, encode_cancelled, encode_failure, encode_success
 from .protocol import FIELD_SEP, RUN_PREFIX, RUN_STATE_SEP
 from .schedule import decode_schedule_spec, is_misfire, jitter_ms
 from .scripts import Claimed
@@ -45,6 +45,20 @@ class Bury:
 
 
 @dataclass(frozen=True, slots=True)
+class Cancelled:
+    """Stopped by `Job.cancel`: the outcome record says so, and it is never retried."""
+
+    record: bytes
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class HandBack:
+    """Stopped at a checkpoint because the worker is shutting down: back to the queue now,
+    without spending an attempt (its progress is saved)."""
+
+
+@dataclass(frozen=True, slots=True)
 class RunDone:
     """A schedule's run ended (or was skipped); where the schedule goes next."""
 
@@ -56,7 +70,7 @@ class RunDone:
     error: str = ""
 
 
-Outcome = Done | Again | Bury | RunDone
+Outcome = Done | Again | Bury | RunDone | Cancelled | HandBack
 
 # A schedule record that cannot be read still comes back this much later, so it cannot spin.
 _UNREADABLE_RETRY_MS = 60_000
@@ -86,9 +100,11 @@ class Runner:
         self.default_ttl_ms = round(app.settings.result_ttl * 1000)
         self.rand = random.random
 
-    async def run(self, job: Claimed, now_ms: Callable[[], int]) -> Outcome:
+    async def run(
+        self, job: Claimed, now_ms: Callable[[], int], checkpoints: Checkpoints | None = None
+    ) -> Outcome:
         if job.id.startswith(RUN_PREFIX):
-            return await self._run_schedule(job, now_ms)
+            return await self._run_schedule(job, now_ms, checkpoints)
         try:
             if job.spec is None:
                 raise SerializationError("no job record: a foreign or corrupt entry in the queue")
@@ -97,33 +113,48 @@ class Runner:
         except (SerializationError, UnknownTask) as exc:
             return self._bury(job, str(exc), None, now_ms())
         ttl_ms = self._ttl_ms(task)
-        ctx = Context(job.id, task.name, job.attempt, job.token, job.priority, self.worker_id)
+        if checkpoints is not None:
+            checkpoints.is_async = task.is_async
+        ctx = Context(job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
+                      progress=decode_progress(job.progress), checkpoints=checkpoints)  # fmt: skip
         token = _current.set(ctx)
         try:
             if task.is_async and task.config.timeout is None:  # the common case, inlined
                 value = await task.fn(*spec.args, **spec.kwargs)
             else:
-                value = await self._timed(task, spec.args, spec.kwargs)
+                value = await self._timed(task, spec.args, spec.kwargs, checkpoints)
             return Done(encode_success(self.app.codec, value, self.limit), ttl_ms)
-        except Retry as exc:  # honoured even with retries=0, up to its own bound
+        except Interrupted as stop:
+            return self.cancelled(job, now_ms()) if stop.reason == "cancelled" else HandBack()
+        except Exception as exc:
+            return self._failure(job, task, exc, now_ms())
+        finally:
+            _current.reset(token)
+
+    def _failure(self, job: Claimed, task: Task[Any, Any], exc: Exception, now_ms: int) -> Outcome:
+        """What follows an exception out of the task: a retry while its retries allow (an
+        explicit `Retry` up to its own bound), else the dead-letter set."""
+        if isinstance(exc, Retry):  # honoured even with retries=0, up to its own bound
             limit = exc.limit(task.config.retries)
             error = (
                 f"retry requested but the task's retries ({limit}) are used up after "
                 f"{job.attempt} attempts; to retry more, raise Retry(max_retries=...) or set "
                 "the task's retries="
             )
-            return self._failed(job, task, error, exc.delay, now_ms(), retries=limit)
-        except TimeoutError:
-            return self._failed(
-                job, task, f"timed out after {task.config.timeout} s", None, now_ms()
-            )
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            return self._failed(job, task, error, None, now_ms(), tb=traceback.format_exc())
-        finally:
-            _current.reset(token)
+            return self._failed(job, task, error, exc.delay, now_ms, retries=limit)
+        if isinstance(exc, TimeoutError):
+            return self._failed(job, task, f"timed out after {task.config.timeout} s", None, now_ms)
+        error = f"{type(exc).__name__}: {exc}"
+        tb = "".join(traceback.format_exception(exc))
+        return self._failed(job, task, error, None, now_ms, tb=tb)
 
-    async def _run_schedule(self, job: Claimed, now_ms: Callable[[], int]) -> RunDone:
+    def cancelled(self, job: Claimed, now_ms: int) -> Cancelled:
+        """The outcome of a job stopped by `Job.cancel`."""
+        return Cancelled(encode_cancelled(self.app.codec, job.attempt, now_ms), self.default_ttl_ms)
+
+    async def _run_schedule(
+        self, job: Claimed, now_ms: Callable[[], int], checkpoints: Checkpoints | None
+    ) -> RunDone:
         """Runs one due run of a schedule; never raises, so a failure never stops the schedule."""
         start_ms, started = now_ms(), time.monotonic()
         schedule_id = job.id[len(RUN_PREFIX) :]
@@ -158,15 +189,19 @@ class Runner:
             task = self.app.get_task(task_name.decode())
         except UnknownTask as exc:  # keeps its cadence: the task may be deployed later
             return next_slot("fail", str(exc))
+        if checkpoints is not None:
+            checkpoints.is_async = task.is_async
         ctx = Context(job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
-                      schedule_id, due)  # fmt: skip
+                      schedule_id, due, checkpoints=checkpoints)  # fmt: skip
         token = _current.set(ctx)
         try:
-            await self._timed(task, args, kwargs)
+            await self._timed(task, args, kwargs, checkpoints)
             return next_slot("ok")
-        except TimeoutError:
-            return next_slot("fail", f"timed out after {task.config.timeout} s")
+        except Interrupted as stop:  # a run is not resumed: it ends, the schedule goes on
+            return next_slot("skip" if stop.reason == "handback" else "fail", stop.reason)
         except Exception as exc:
+            if isinstance(exc, TimeoutError):
+                return next_slot("fail", f"timed out after {task.config.timeout} s")
             return next_slot("fail", f"{type(exc).__name__}: {exc}"[:2000])
         finally:
             _current.reset(token)
@@ -181,10 +216,34 @@ class Runner:
             return "skip", ""
         return None
 
-    async def _timed(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
-        if task.config.timeout is None:  # wait_for costs a timer handle per job; skip it
+    async def _timed(
+        self,
+        task: Task[Any, Any],
+        args: list[Any],
+        kwargs: dict[str, Any],
+        checkpoints: Checkpoints | None,
+    ) -> Any:
+        timeout = task.config.timeout
+        if timeout is None:  # wait_for costs a timer handle per job; skip it
             return await self._call(task, args, kwargs)
-        return await asyncio.wait_for(self._call(task, args, kwargs), task.config.timeout)
+        if checkpoints is None:
+            return await asyncio.wait_for(self._call(task, args, kwargs), timeout)
+        # Time spent paused at checkpoints (lending the slot) does not count: the deadline moves
+        # by it. A sync task's thread is not stopped on timeout; its result is dropped.
+        run = asyncio.ensure_future(self._call(task, args, kwargs))
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            while True:
+                left = started + timeout + checkpoints.paused - loop.time()
+                if left <= 0:
+                    raise TimeoutError
+                done, _ = await asyncio.wait({run}, timeout=left)
+                if done:
+                    return run.result()
+        finally:
+            if not run.done():
+                run.cancel()
 
     async def _call(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
         if task.is_async:

@@ -40,6 +40,9 @@ SCRIPT_NAMES = (
     "run_now",
     "promote_runs",
     "finish_runs",
+    "save_progress",
+    "claim_urgent",
+    "cancel",
 )
 
 
@@ -93,6 +96,10 @@ def _str(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+#: Fields per claimed item in a claim reply (see `take_all` in _lib.lua).
+CLAIMED_FIELDS = 8
+
+
 @dataclass(slots=True)  # not frozen: a frozen init costs a setattr call per field, per job
 class Claimed:
     """A job as the claim script hands it out."""
@@ -105,6 +112,8 @@ class Claimed:
     priority: int
     extra: str
     """The dedup key of a job; "<due>:<grid>:<generation>:<manual>" of a schedule run."""
+    progress: bytes | None = None
+    """The progress the job last saved at a checkpoint (encoded), if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,11 +124,32 @@ class ClaimResult:
     """Schedule buckets with due runs, for `Scripts.promote_runs`."""
     upcoming: list[int]
     """Schedule buckets heading `due`, for the next claim to take their runs itself."""
+    best: int
+    """Priority of the best job left in `ready` after the claim; -1 when it is empty."""
     jobs: list[Claimed]
 
 
 def _parse_claim(raw: Any) -> ClaimResult:
-    jobs = [
+    next_due = int(raw[1])
+    buckets = [int(b) for b in raw[2]]
+    upcoming = [int(b) for b in raw[3]]
+    jobs = _claimed(raw, 5)
+    return ClaimResult(
+        int(raw[0]), None if next_due < 0 else next_due, buckets, upcoming, int(raw[4]), jobs
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Lent:
+    """What `Scripts.claim_urgent` took (at most one job) and what is left."""
+
+    best: int
+    """Priority of the best job left in `ready`; -1 when it is empty."""
+    jobs: list[Claimed]
+
+
+def _claimed(raw: Any, start: int) -> list[Claimed]:
+    return [
         Claimed(
             id=_str(raw[i]),
             spec=raw[i + 1] or None,
@@ -128,13 +158,14 @@ def _parse_claim(raw: Any) -> ClaimResult:
             token=int(raw[i + 4]),
             priority=int(raw[i + 5]),
             extra=_str(raw[i + 6]),
+            progress=raw[i + 7] or None,
         )
-        for i in range(4, len(raw), 7)
+        for i in range(start, len(raw), CLAIMED_FIELDS)
     ]
-    next_due = int(raw[1])
-    buckets = [int(b) for b in raw[2]]
-    upcoming = [int(b) for b in raw[3]]
-    return ClaimResult(int(raw[0]), None if next_due < 0 else next_due, buckets, upcoming, jobs)
+
+
+def _parse_lent(raw: Any) -> Lent:
+    return Lent(int(raw[1]), _claimed(raw, 2))
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +209,7 @@ class Scripts:
 
     def enqueue(self, groups: Sequence[str | bytes | int]) -> Call[list[Enqueued]]:
         k = self.k
-        keys = [k.ready, k.due, k.jobs, k.state, k.uniq, k.seq, k.wake]
+        keys = [k.ready, k.due, k.jobs, k.state, k.uniq, k.seq, k.wake, k.signals]
         return Call("enqueue", keys, groups, _parse_enqueue)
 
     def claim(
@@ -188,7 +219,7 @@ class Scripts:
         last reply)."""
         k = self.k
         keys = [k.ready, k.due, k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.wake]
-        keys += [k.lateness, k.tasks]
+        keys += [k.lateness, k.tasks, k.progress]
         for bucket in buckets:
             keys += [k.wheel(bucket), k.schedules(bucket)]
         return Call("claim", keys, [worker, limit, lease_ms, promote, *buckets], _parse_claim)
@@ -197,7 +228,7 @@ class Scripts:
         """Items are (id, token, outcome, ttl_ms, dedup key as claimed: `Claimed.extra`)."""
         k = self.k
         keys = [k.leases, k.owners, k.jobs, k.state, k.uniq, k.results, k.expires, k.waiting]
-        keys += [k.done(i[0]) for i in items]
+        keys += [k.progress, k.cancels] + [k.done(i[0]) for i in items]
         args: list[str | bytes] = []
         for job_id, token, outcome, ttl_ms, dedup_key in items:
             args += [f"{job_id}|{token}|{ttl_ms}|{dedup_key}", outcome]
@@ -213,7 +244,7 @@ class Scripts:
         """Items are (id, token, error record, ttl_ms)."""
         k = self.k
         keys = [k.leases, k.owners, k.state, k.uniq, k.dead, k.errors, k.results, k.expires]
-        keys += [k.waiting] + [k.done(i[0]) for i in items]
+        keys += [k.waiting, k.cancels] + [k.done(i[0]) for i in items]
         return Call("bury", keys, [x for item in items for x in item], _ints)
 
     def extend_leases(
@@ -226,10 +257,11 @@ class Scripts:
         args += [x for pair in owned for x in pair]
         return Call("extend_leases", keys, args, _parse_pairs)
 
-    def handback(self, owned: Sequence[tuple[str, int]]) -> Call[int]:
+    def handback(self, owned: Sequence[tuple[str, int]]) -> Call[list[int]]:
+        """Items are (id, token); one 1 (handed back) or 0 (lease lost) per item."""
         k = self.k
-        keys = [k.leases, k.owners, k.state, k.ready, k.wake]
-        return Call("handback", keys, [x for pair in owned for x in pair], int)
+        keys = [k.leases, k.owners, k.state, k.ready, k.wake, k.signals]
+        return Call("handback", keys, [x for pair in owned for x in pair], _ints)
 
     def reap(
         self,
@@ -244,6 +276,7 @@ class Scripts:
         keys = [
             k.leases, k.owners, k.state, k.ready, k.dead, k.errors, k.uniq,
             k.results, k.expires, k.jobs, k.wake, k.workers, k.workerinfo, k.waiting,
+            k.cancels, k.progress, k.signals,
         ]  # fmt: skip
         args = [max_stalls, limit, dead_ttl_ms, worker_ttl_ms, result_ttl_ms]
         return Call("reap", keys, args, _parse_reap)
@@ -263,7 +296,7 @@ class Scripts:
 
     def purge(self, ids: Sequence[str]) -> Call[int]:
         k = self.k
-        return Call("purge", [k.dead, k.errors, k.state, k.jobs], list(ids), int)
+        return Call("purge", [k.dead, k.errors, k.state, k.jobs, k.progress], list(ids), int)
 
     # -- schedules ---------------------------------------------------------------------------
     #
@@ -309,6 +342,23 @@ class Scripts:
         k = self.k
         keys = [k.ready, k.leases, k.state, k.seq, k.wake, k.jobs, k.tasks, *self._buckets(ids)]
         return Call("run_now", keys, list(ids), int)
+
+    def save_progress(self, job_id: str, token: int, progress: bytes) -> Call[int]:
+        k = self.k
+        return Call("save_progress", [k.owners, k.progress], [job_id, token, progress], int)
+
+    def claim_urgent(self, worker: str, min_priority: int, lease_ms: int) -> Call[Lent]:
+        """Claims the head of `ready` if its priority is at least ``min_priority``."""
+        k = self.k
+        keys = [k.ready, k.jobs, k.state, k.owners, k.leases, k.fence, k.progress, k.lateness]
+        return Call("claim_urgent", keys, [worker, min_priority, lease_ms], _parse_lent)
+
+    def cancel(self, job_id: str, record: bytes, ttl_ms: int) -> Call[int]:
+        """1 cancelled (it waited), 2 cancel requested (it runs), 0 nothing to cancel."""
+        k = self.k
+        keys = [k.ready, k.due, k.leases, k.jobs, k.state, k.uniq, k.results, k.expires]
+        keys += [k.waiting, k.cancels, k.progress, k.signals, k.done(job_id)]
+        return Call("cancel", keys, [job_id, record, ttl_ms], int)
 
     def promote_runs(
         self, buckets: Sequence[int], worker: str, limit: int, lease_ms: int

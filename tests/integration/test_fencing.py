@@ -35,7 +35,7 @@ def test_stale_worker_is_fenced_off(app: drumbeat.App, r: redis.Redis) -> None:
     assert s.retry([(job.id, stale, 0)]).run(r) == [0]
     assert s.bury([(job.id, stale, b'{"error":"x"}', 60_000)]).run(r) == [0]
     assert s.extend_leases("worker-a", 10_000, b"{}", [(job.id, stale)]).run(r) == [(job.id, stale)]
-    assert s.handback([(job.id, stale)]).run(r) == 0
+    assert s.handback([(job.id, stale)]).run(r) == [0]
     # None of the refused calls wrote a result or moved the job.
     assert not r.hexists(app.keys.results, job.id)
     assert job.status() is drumbeat.JobStatus.RUNNING
@@ -79,7 +79,7 @@ def test_handback_keeps_place_and_attempt(app: drumbeat.App, r: redis.Redis) -> 
 
     app.enqueue_many([work.prepare(i) for i in range(3)])
     first = app.scripts.claim("w", 1, 10_000, 100).run(r).jobs[0]
-    assert app.scripts.handback([(first.id, first.token)]).run(r) == 1
+    assert app.scripts.handback([(first.id, first.token)]).run(r) == [1]
     again = app.scripts.claim("w", 1, 10_000, 100).run(r).jobs[0]
     assert again.id == first.id, "a handed-back job goes back to the front of its level"
     assert again.attempt == 1, "a hand-back does not spend an attempt"

@@ -97,10 +97,10 @@ async def test_an_exception_out_of_the_runner_lets_the_lease_lapse(
     async with running_worker(quick) as worker:
         real = worker.runner.run
 
-        async def broken_run(claimed: Any, now_ms: Any) -> Any:
+        async def broken_run(claimed: Any, *args: Any) -> Any:
             if claimed.id == job.id:
                 raise RuntimeError("a bug in the runner")
-            return await real(claimed, now_ms)
+            return await real(claimed, *args)
 
         worker.runner.run = broken_run  # type: ignore[method-assign]
 

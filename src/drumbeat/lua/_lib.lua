@@ -26,6 +26,20 @@ local function ready_score(priority, seq)
   return (MAX_PRIORITY - priority) * PRIORITY_SPAN + seq
 end
 
+-- The priority of the best job waiting in `ready`, or -1 when it is empty.
+local function ready_priority(ready_key)
+  local head = redis.call('ZRANGE', ready_key, 0, 0, 'WITHSCORES')
+  if not head[2] then return -1 end
+  return MAX_PRIORITY - math.floor(tonumber(head[2]) / PRIORITY_SPAN)
+end
+
+-- Tells busy workers (on the shard's signals channel) that the best priority waiting in
+-- `ready` rose above `before`, so a checkpoint of a less urgent job can lend its slot.
+local function signal_if_better(ready_key, signals_key, before)
+  local best = ready_priority(ready_key)
+  if best > before then redis.call('PUBLISH', signals_key, 'r' .. best) end
+end
+
 -- A missing or foreign state string must not break the script (one bad entry would stop every
 -- claim), so it parses to defaults and the worker reports the job as malformed.
 local function parse_state(s)
@@ -235,6 +249,9 @@ local function take_all(k, c, ids, specs, states)
   local n = #ids
   if n == 0 then return end
   local token = redis.call('INCRBY', k.fence, n) - n
+  -- The progress each job saved at its checkpoints in an earlier attempt (`k.progress` is nil
+  -- where no job can have any: runs promoted straight from their buckets).
+  local progress = k.progress and redis.call('HMGET', k.progress, unpack(ids)) or {}
   -- What is written goes out in one call per key (see call_many), not three calls per item.
   local state, owners, leases = {}, {}, {}
   local out = c.out
@@ -252,6 +269,7 @@ local function take_all(k, c, ids, specs, states)
     local m = #out
     out[m + 1], out[m + 2], out[m + 3], out[m + 4] = id, specs[i], s.attempt, s.stalls
     out[m + 5], out[m + 6], out[m + 7] = token + i, s.priority, s.key
+    out[m + 8] = progress[i] or false
   end
   call_many('HSET', k.state, state)
   call_many('HSET', k.owners, owners)

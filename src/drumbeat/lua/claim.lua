@@ -7,24 +7,26 @@
 --
 -- KEYS[1] ready (zset)  KEYS[2] due (zset)    KEYS[3] jobs (hash)   KEYS[4] state (hash)
 -- KEYS[5] owners (hash) KEYS[6] leases (zset) KEYS[7] fence (string) KEYS[8] seq (string)
--- KEYS[9] wake (zset)   KEYS[10] lateness (hash) KEYS[11] tasks (hash)
--- KEYS[10 + 2i] wheel:<b> (zset), KEYS[11 + 2i] schedules:<b> (hash) of the i-th passed bucket
+-- KEYS[9] wake (zset)   KEYS[10] lateness (hash) KEYS[11] tasks (hash) KEYS[12] progress (hash)
+-- KEYS[11 + 2i] wheel:<b> (zset), KEYS[12 + 2i] schedules:<b> (hash) of the i-th passed bucket
 -- ARGV[1] worker id   ARGV[2] limit   ARGV[3] lease_ms   ARGV[4] most due entries to promote
 -- ARGV[4 + i] the i-th passed bucket number
 -- Returns {now_ms, next_due_ms or -1, {due bucket numbers to promote}, {upcoming bucket
---          numbers}, then per item: id, spec or false, attempt, stalls, token, priority,
---          extra}; for a schedule run the id is "s:<schedule id>", the spec "<task name>|<
+--          numbers}, priority of the best job left in `ready` or -1, then per item: id, spec
+--          or false, attempt, stalls, token, priority, extra, saved progress or false}; for a
+--          schedule run the id is "s:<schedule id>", the spec "<task name>|<
 --          arguments and cadence>" and extra "<due>:<grid>:<generation>:<manual>"
 local now = now_ms()
 local limit = tonumber(ARGV[2])
 local buckets = {}
 local k = {ready = KEYS[1], jobs = KEYS[3], state = KEYS[4], owners = KEYS[5],
-           leases = KEYS[6], fence = KEYS[7], seq = KEYS[8], tasks = KEYS[11], due = KEYS[2]}
+           leases = KEYS[6], fence = KEYS[7], seq = KEYS[8], tasks = KEYS[11], due = KEYS[2],
+           progress = KEYS[12]}
 local c = {worker = ARGV[1], now = now, lease_ms = tonumber(ARGV[3]),
-           out = {now, -1, buckets, {}}, lateness = {}}
+           out = {now, -1, buckets, {}, -1}, lateness = {}}
 local passed, is_passed = {}, {}
 for i = 1, #ARGV - 4 do
-  passed[i] = {ARGV[4 + i], KEYS[10 + 2 * i], KEYS[11 + 2 * i]}
+  passed[i] = {ARGV[4 + i], KEYS[11 + 2 * i], KEYS[12 + 2 * i]}
   is_passed[ARGV[4 + i]] = true
 end
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
@@ -68,7 +70,8 @@ local early = #passed > 0
 record_lateness(KEYS[10], now, c.lateness)
 
 -- One marker woke this worker; pass it on so work left behind does not wait for a timeout.
-if early or redis.call('ZCARD', KEYS[1]) > 0 then wake(KEYS[9]) end
+c.out[5] = ready_priority(KEYS[1])
+if early or c.out[5] >= 0 then wake(KEYS[9]) end
 local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if head[2] then c.out[2] = tonumber(head[2]) end
 c.out[4] = upcoming_buckets(KEYS[2], now)

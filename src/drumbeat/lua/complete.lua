@@ -1,10 +1,12 @@
--- Acks finished jobs: drops lease, record and dedup key, and stores each outcome for its TTL.
+-- Acks finished jobs: drops lease, record, saved progress, cancel request and dedup key, and
+-- stores each outcome for its TTL (a cancelled job's outcome too: it is settled here).
 -- A job whose fencing token no longer matches (its lease was taken over) is left untouched.
 -- A job someone waits for (`waiting`, see job_status.lua) is announced on its `done` list.
 --
 -- KEYS[1] leases (zset)  KEYS[2] owners (hash)  KEYS[3] jobs (hash)   KEYS[4] state (hash)
 -- KEYS[5] uniq (hash)    KEYS[6] results (hash) KEYS[7] expires (zset) KEYS[8] waiting (zset)
--- KEYS[8+i] done:<id> (list) of the i-th job
+-- KEYS[9] progress (hash) KEYS[10] cancels (hash)
+-- KEYS[10+i] done:<id> (list) of the i-th job
 -- ARGV    pairs, one per job: "<id>|<token>|<ttl_ms>|<dedupkey>" (ttl 0 stores nothing; the
 --         dedup key as the claim handed it out, often empty), outcome
 --         (packed: every argument costs the client an encoding step)
@@ -33,7 +35,7 @@ for i = 1, n do
       expiries[#expiries + 1] = now + ttl_ms
       expiries[#expiries + 1] = id
       if waited[i] then
-        announce(KEYS[8 + i], 1, ttl_ms)
+        announce(KEYS[10 + i], 1, ttl_ms)
         announced[#announced + 1] = id
       end
     end
@@ -43,6 +45,8 @@ for i = 1, n do
   end
 end
 drop_claims(KEYS[2], KEYS[1], KEYS[3], KEYS[4], acked)
+call_many('HDEL', KEYS[9], acked)
+call_many('HDEL', KEYS[10], acked)
 call_many('ZREM', KEYS[8], announced)
 call_many('HSET', KEYS[6], results)
 call_many('ZADD', KEYS[7], expiries)

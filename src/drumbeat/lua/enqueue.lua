@@ -2,6 +2,7 @@
 --
 -- KEYS[1] ready  (zset)  KEYS[2] due (zset)  KEYS[3] jobs (hash)  KEYS[4] state (hash)
 -- KEYS[5] uniq   (hash)  KEYS[6] seq (string) KEYS[7] wake (zset)
+-- KEYS[8] signals (pub/sub channel: told when the best priority waiting rises)
 -- ARGV    groups of 6, one per job: id, spec, priority, delay_ms, at_ms, dedupkey
 --         (at_ms > 0 is an absolute run time in epoch ms; else delay_ms after Redis' now;
 --          dedupkey may be empty)
@@ -12,6 +13,7 @@ local n = #ARGV / 6
 local seq = redis.call('INCRBY', KEYS[6], n) - n
 local out = {now}
 local woke = false
+local before, best = ready_priority(KEYS[1]), -1
 for i = 0, n - 1 do
   local id, spec = ARGV[i * 6 + 1], ARGV[i * 6 + 2]
   local priority = tonumber(ARGV[i * 6 + 3])
@@ -34,10 +36,12 @@ for i = 0, n - 1 do
     else
       redis.call('ZADD', KEYS[1], ready_score(priority, seq), id)
       woke = true
+      if priority > best then best = priority end
     end
     out[#out + 1] = id
     out[#out + 1] = 1
   end
 end
 if woke then wake(KEYS[7]) end
+if best > before then redis.call('PUBLISH', KEYS[8], 'r' .. best) end
 return out

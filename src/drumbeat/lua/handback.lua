@@ -1,11 +1,12 @@
--- Returns claimed jobs to the front of their priority level at once (graceful shutdown), without
--- spending an attempt. Fenced like complete.lua.
+-- Returns claimed jobs to the front of their priority level at once (graceful shutdown, or a
+-- run stopped at a checkpoint), without spending an attempt. Fenced like complete.lua.
 --
 -- KEYS[1] leases (zset)  KEYS[2] owners (hash)  KEYS[3] state (hash)  KEYS[4] ready (zset)
--- KEYS[5] wake (zset)
+-- KEYS[5] wake (zset)    KEYS[6] signals (pub/sub channel)
 -- ARGV    id, token pairs
--- Returns the number of jobs handed back.
-local n = 0
+-- Returns one integer per job: 1 handed back, 0 refused (lease lost).
+local out, n = {}, 0
+local before = ready_priority(KEYS[4])
 for i = 1, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   if owns(KEYS[2], id, token) then
@@ -16,7 +17,13 @@ for i = 1, #ARGV, 2 do
     redis.call('ZREM', KEYS[1], id)
     redis.call('ZADD', KEYS[4], ready_score(s.priority, s.seq), id)
     n = n + 1
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
   end
 end
-if n > 0 then wake(KEYS[5]) end
-return n
+if n > 0 then
+  wake(KEYS[5])
+  signal_if_better(KEYS[4], KEYS[6], before)
+end
+return out

@@ -13,12 +13,12 @@
 -- KEYS[10 + 2i] wheel:<b> (zset), KEYS[11 + 2i] schedules:<b> (hash) of the i-th bucket
 -- ARGV[1] worker id  ARGV[2] limit  ARGV[3] lease_ms  ARGV[3 + i] the i-th bucket number
 -- Returns what claim.lua returns, with no buckets: {now_ms, next_due_ms or -1, {}, {upcoming
---          buckets}, items...}
+--          buckets}, best priority left in `ready` or -1, items...}
 local now = now_ms()
 local k = {ready = KEYS[2], jobs = KEYS[3], state = KEYS[4], owners = KEYS[8],
            leases = KEYS[9], fence = KEYS[10], seq = KEYS[5], tasks = KEYS[7], due = KEYS[1]}
 local c = {worker = ARGV[1], now = now, lease_ms = tonumber(ARGV[3]),
-           out = {now, -1, {}, {}}, lateness = {}}
+           out = {now, -1, {}, {}, -1}, lateness = {}}
 local buckets = {}
 for i = 1, #ARGV - 3 do buckets[i] = {ARGV[3 + i], KEYS[10 + 2 * i], KEYS[11 + 2 * i]} end
 if promote_buckets(k, c, buckets, tonumber(ARGV[2]), true) then wake(KEYS[6]) end
@@ -26,4 +26,5 @@ record_lateness(KEYS[11], now, c.lateness)
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[2] then c.out[2] = tonumber(head[2]) end
 c.out[4] = upcoming_buckets(KEYS[1], now)
+c.out[5] = ready_priority(KEYS[2])
 return c.out

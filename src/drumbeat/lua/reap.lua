@@ -8,14 +8,18 @@
 -- KEYS[1] leases (zset)  KEYS[2] owners (hash)   KEYS[3] state (hash)   KEYS[4] ready (zset)
 -- KEYS[5] dead (zset)    KEYS[6] errors (hash)   KEYS[7] uniq (hash)    KEYS[8] results (hash)
 -- KEYS[9] expires (zset) KEYS[10] jobs (hash)    KEYS[11] wake (zset)   KEYS[12] workers (zset)
--- KEYS[13] workerinfo (hash) KEYS[14] waiting (zset)
+-- KEYS[13] workerinfo (hash) KEYS[14] waiting (zset) KEYS[15] cancels (hash)
+-- KEYS[16] progress (hash) KEYS[17] signals (pub/sub channel)
 -- ARGV[1] max stalls  ARGV[2] limit per sweep  ARGV[3] dead ttl ms  ARGV[4] worker ttl ms
 -- ARGV[5] outcome ttl ms for jobs dead-lettered here
 -- Returns {requeued count, 1 if any sweep hit `limit` (call again) else 0, then the ids
---          dead-lettered here (their waiters need a wake-up)}
+--          dead-lettered or cancelled here (their waiters need a wake-up)}
+-- A job whose cancel was requested while it ran is not requeued: its outcome is recorded as
+-- cancelled.
 local now = now_ms()
 local max_stalls, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local out = {0, 0}
+local before = ready_priority(KEYS[4])
 
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(expired) do
@@ -26,7 +30,19 @@ for _, id in ipairs(expired) do
   local s = parse_state(redis.call('HGET', KEYS[3], id))
   s.stalls = s.stalls + 1
   redis.call('HSET', KEYS[3], id, format_state(s))
-  if s.stalls > max_stalls and not run_schedule_id(id) then
+  if redis.call('HDEL', KEYS[15], id) == 1 then
+    release_key(KEYS[7], id, s.key)
+    redis.call('HDEL', KEYS[10], id)
+    redis.call('HDEL', KEYS[3], id)
+    redis.call('HDEL', KEYS[16], id)
+    local ttl_ms = tonumber(ARGV[5])
+    if ttl_ms > 0 then
+      redis.call('HSET', KEYS[8], id, cjson.encode({ok = false, cancelled = true,
+        error = 'cancelled', attempt = s.attempt, at_ms = now}))
+      redis.call('ZADD', KEYS[9], now + ttl_ms, id)
+    end
+    out[#out + 1] = id
+  elseif s.stalls > max_stalls and not run_schedule_id(id) then
     release_key(KEYS[7], id, s.key)
     local err = cjson.encode({
       error = string.format('lease expired %d times (worker %s crashed or hung)', s.stalls, worker),
@@ -44,7 +60,10 @@ for _, id in ipairs(expired) do
     out[1] = out[1] + 1
   end
 end
-if out[1] > 0 then wake(KEYS[11]) end
+if out[1] > 0 then
+  wake(KEYS[11])
+  signal_if_better(KEYS[4], KEYS[17], before)
+end
 
 if #expired == limit then out[2] = 1 end
 
@@ -60,6 +79,7 @@ if #old > 0 then
   redis.call('HDEL', KEYS[10], unpack(old))
   redis.call('HDEL', KEYS[3], unpack(old))
   redis.call('HDEL', KEYS[6], unpack(old))
+  redis.call('HDEL', KEYS[16], unpack(old))
   redis.call('ZREM', KEYS[5], unpack(old))
   if #old == limit then out[2] = 1 end
 end

@@ -57,6 +57,8 @@ class Claimer:
         # Per shard: the schedule buckets heading `due` at the last reply; the next claim takes
         # their runs itself (see claim.lua).
         self._upcoming: dict[int, list[int]] = {}
+        self.on_best: Callable[[int], None] = lambda best: None
+        """Told the priority of the best job left in the jobs' `ready` after each claim."""
 
     def now_ms(self) -> int:
         """Redis server time in ms, as last seen by a claim (worker clocks drift)."""
@@ -128,6 +130,8 @@ class Claimer:
         while True:
             self._clock_offset_ms = result.now_ms - int(time.time() * 1000)
             self._upcoming[shard] = result.upcoming
+            if shard == 0:
+                self.on_best(result.best)
             if any(job.spec is None for job in result.jobs):
                 await self._fill_run_specs(shard, result.jobs)
             for job in result.jobs:

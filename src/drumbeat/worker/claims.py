@@ -12,6 +12,7 @@ import asyncio
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from drumbeat.context import Checkpoints
 from drumbeat.scripts import Claimed
 
 ClaimKey = tuple[str, int]
@@ -29,6 +30,12 @@ class Claim:
     """The run, while it runs."""
     lost: bool = field(default=False)
     """Its lease was taken over: nothing of this run may be settled."""
+    cancelled: bool = field(default=False)
+    """`Job.cancel` asked for it to stop (at its next checkpoint, or at once if async)."""
+    lent: bool = field(default=False)
+    """It runs in a slot another run lent at a checkpoint (and does not count as taking one)."""
+    control: Checkpoints | None = None
+    """The run's checkpoints (`checkpoints.Control`)."""
 
     @property
     def key(self) -> ClaimKey:
@@ -45,7 +52,10 @@ class ClaimTable:
     def __init__(self, slots: int) -> None:
         self.slots = slots
         self._held: dict[ClaimKey, Claim] = {}
+        # Runs in slots of their own, and runs in lent slots (whose lender waits meanwhile: a
+        # lender and its borrower together take one slot).
         self._running: dict[ClaimKey, Claim] = {}
+        self._lent: dict[ClaimKey, Claim] = {}
         self.slot_free = asyncio.Event()
         """Set whenever a run ends (and by a stop), so a full claim loop looks again."""
 
@@ -55,7 +65,8 @@ class ClaimTable:
 
     @property
     def running(self) -> int:
-        return len(self._running)
+        """Runs under way, in slots of their own or lent ones."""
+        return len(self._running) + len(self._lent)
 
     def __len__(self) -> int:
         return len(self._held)
@@ -70,11 +81,15 @@ class ClaimTable:
 
     def started(self, claim: Claim, task: asyncio.Task[None]) -> None:
         claim.task = task
-        self._running[claim.key] = claim
+        (self._lent if claim.lent else self._running)[claim.key] = claim
 
     def ended(self, claim: Claim) -> None:
-        """The run is over (whatever its outcome): its slot is free."""
-        self._running.pop(claim.key, None)
+        """The run is over (whatever its outcome): its slot is free (a lent one goes back to
+        its lender)."""
+        if claim.lent:
+            self._lent.pop(claim.key, None)
+        else:
+            self._running.pop(claim.key, None)
         self.slot_free.set()
 
     def release(self, claim: Claim) -> None:
@@ -90,7 +105,12 @@ class ClaimTable:
         return claim
 
     def runs(self) -> list[asyncio.Task[None]]:
-        return [c.task for c in self._running.values() if c.task is not None]
+        claims = [*self._running.values(), *self._lent.values()]
+        return [c.task for c in claims if c.task is not None]
+
+    def of_job(self, job_id: str) -> list[Claim]:
+        """Every claim held of ``job_id`` (more than one only while an old one is settled)."""
+        return [c for c in self._held.values() if c.job.id == job_id]
 
     def owned(self) -> dict[int, list[ClaimKey]]:
         """Per shard, the (id, token) of every claim held; safe to call from another thread."""

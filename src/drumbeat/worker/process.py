@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 from drumbeat import connections
 from drumbeat.config import check_concurrency
 from drumbeat.errors import WorkerCrashed
-from drumbeat.runner import Again, Bury, Done, Outcome, RunDone, Runner
+from drumbeat.runner import Again, Bury, Cancelled, Done, HandBack, Outcome, RunDone, Runner
 from drumbeat.scripts import Claimed, Scripts
 
+from .checkpoints import Lending
 from .claiming import Claimer
 from .claims import Claim, ClaimKey, ClaimTable
 from .hooks import Hooks, JobEnd
@@ -32,6 +33,7 @@ from .leases import Heartbeat
 from .link import Link
 from .retrying import is_transient, supervise
 from .settling import Settler
+from .signals import Signals
 
 if TYPE_CHECKING:
     from drumbeat.app import App
@@ -44,7 +46,9 @@ def _worker_id() -> str:
     return f"{host}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
 
 
-_END_NAMES: dict[type[Outcome], str] = {Done: "done", Again: "retry", Bury: "dead"}
+_END_NAMES: dict[type[Outcome], str] = {
+    Done: "done", Again: "retry", Bury: "dead", Cancelled: "cancelled", HandBack: "handback"
+}  # fmt: skip
 
 
 def _end_name(outcome: Outcome) -> str:
@@ -86,6 +90,12 @@ class Worker:
         self.runner = Runner(app, self.id, self.executor)
         self.settler = Settler(self.shards, self.table, self.settings)
         self.housekeeper = Housekeeper(self.shards, self.settings, self._stopping)
+        self.lending = Lending(
+            worker_id=self.id, scripts=app.scripts, table=self.table, settings=self.settings,
+            codec=app.codec, start_lent=self._start_lent, stopping=self._stopping,
+        )  # fmt: skip
+        self.claimer.on_best = self.lending.seen
+        self.signals = Signals(app.keys.signals, self._stopping, self.lending.heard, self._cancel)
         self.heartbeat = Heartbeat(
             worker_id=self.id, shards=self.shards, table=self.table,
             client=lambda: connections.heartbeat_client(app.url),
@@ -141,12 +151,14 @@ class Worker:
         try:
             await connections.acheck_server(client)
             await self.claimer.open(client)
+            self.lending.open(client)
             self.heartbeat.start()
             # Registered (visible to `drumbeat status` and the reaper) before it claims.
             await asyncio.to_thread(self.heartbeat.beat_once.wait, 5)
             parts = [
                 self._supervised("flusher", lambda: self.settler.run(settle_link)),
                 self._supervised("housekeeping", lambda: self.housekeeper.run(client)),
+                self._supervised("signals", lambda: self.signals.run(client)),
             ]
             tasks = ", ".join(sorted(self.app.tasks)) or "none"
             log.info("worker %s started: %d slots, tasks: %s", self.id, self.concurrency, tasks)
@@ -179,22 +191,36 @@ class Worker:
         task = asyncio.create_task(self._execute(claim), name=f"drumbeat-job-{job.id}")
         self.table.started(claim, task)
 
+    def _start_lent(self, shard: int, job: Claimed) -> Claim:
+        """Starts an urgent job in a slot a paused run lent at a checkpoint."""
+        claim = self.table.hold(shard, job)
+        claim.lent = True
+        task = asyncio.create_task(self._execute(claim), name=f"drumbeat-job-{job.id}")
+        self.table.started(claim, task)
+        return claim
+
     async def _execute(self, claim: Claim) -> None:
         """Runs one claim to an outcome for the settler. Whatever happens, the claim ends
         settled, handed back at shutdown, or released to its lease: never held forever."""
         job, hooks, started = claim.job, self.hooks, time.monotonic()
         end = "crashed"
+        claim.control = control = self.lending.control(claim)
         try:
             if hooks.per_job:
                 await hooks.before(job)
-            outcome = await self.runner.run(job, self.claimer.now_ms)
+            try:
+                outcome = await self.runner.run(job, self.claimer.now_ms, control)
+            except asyncio.CancelledError:
+                if not claim.cancelled or claim.lost:
+                    raise  # a stop (the claim is handed back) or a lost lease
+                outcome = self.runner.cancelled(job, self.claimer.now_ms())  # Job.cancel
             end = _end_name(outcome)
             if isinstance(outcome, Bury):
                 log.error("job %s dead-lettered: %s", job.id, outcome.reason)
             if not claim.lost:
                 self.settler.add(claim, outcome)
         except asyncio.CancelledError:
-            end = "cancelled"  # a stop (the claim is handed back) or a lost lease
+            end = "cancelled"
             raise
         except Exception:
             # A bug in running or deciding the outcome: the lease lapses, and the job runs
@@ -206,6 +232,17 @@ class Worker:
             self.table.ended(claim)
             if hooks.per_job:
                 await hooks.after(JobEnd(job, end, time.monotonic() - started))
+
+    def _cancel(self, job_id: str) -> None:
+        """`Job.cancel` of a job this worker may be running (a signal)."""
+        for claim in self.table.of_job(job_id):
+            claim.cancelled = True
+            control, task = claim.control, claim.task
+            if control is not None and control.is_async and task is not None and not task.done():
+                log.info("job %s cancelled; stopping its run", job_id)
+                task.cancel("cancelled")
+            else:
+                log.info("job %s cancelled; its run stops at its next checkpoint", job_id)
 
     def _lost_threadsafe(self, lost: list[ClaimKey]) -> None:
         """From the heartbeat thread: leases taken over (fencing)."""
@@ -291,7 +328,7 @@ class Worker:
             return
         n = 0
         for shard, keys in owned.items():
-            n += await self.shards[shard].handback(keys).arun(client)
+            n += sum(await self.shards[shard].handback(keys).arun(client))
         log.info("handed %d unfinished jobs back to the queue", n)
 
     async def _deregister(self, client: Any) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from drumbeat.config import Settings
-from drumbeat.runner import Again, Bury, Done, Outcome, RunDone
+from drumbeat.runner import Again, Bury, Cancelled, Done, HandBack, Outcome, RunDone
 from drumbeat.scripts import Call, Claimed, Scripts
 
 from .claims import Claim, ClaimTable
@@ -56,6 +56,16 @@ KINDS: dict[type[Outcome], Kind] = {
         "dead-letter", lambda s: s.bury,
         lambda j, o: (j.id, j.token, o.record, o.ttl_ms),
         lambda o: (0, 1),
+    ),
+    Cancelled: Kind(
+        "cancel", lambda s: s.complete,
+        lambda j, o: (j.id, j.token, o.record, o.ttl_ms, j.extra),
+        lambda o: (0, 0),
+    ),
+    HandBack: Kind(
+        "hand-back", lambda s: s.handback,
+        lambda j, o: (j.id, j.token),
+        lambda o: (0, 0),
     ),
     RunDone: Kind(
         "reschedule", lambda s: s.finish_runs,

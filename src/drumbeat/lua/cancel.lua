@@ -1,0 +1,35 @@
+-- Cancels a job. One waiting in `ready` or `due` is removed at once and its outcome recorded as
+-- cancelled (announced to `Job.result` waiters). One running is marked in `cancels` and its
+-- worker told on the shard's signals channel: the run stops at its next checkpoint (an async
+-- task at once), and its outcome is recorded then; it is never retried.
+--
+-- KEYS[1] ready (zset)    KEYS[2] due (zset)      KEYS[3] leases (zset)  KEYS[4] jobs (hash)
+-- KEYS[5] state (hash)    KEYS[6] uniq (hash)     KEYS[7] results (hash) KEYS[8] expires (zset)
+-- KEYS[9] waiting (zset)  KEYS[10] cancels (hash) KEYS[11] progress (hash)
+-- KEYS[12] signals (pub/sub channel)  KEYS[13] done:<id> (list)
+-- ARGV[1] job id  ARGV[2] outcome record of a cancelled job  ARGV[3] outcome ttl ms
+-- Returns 1 cancelled (it was waiting), 2 cancel requested (it is running), 0 nothing to
+--         cancel (finished, dead, a schedule's run, or unknown)
+local id = ARGV[1]
+if run_schedule_id(id) then return 0 end
+if redis.call('ZREM', KEYS[1], id) == 1 or redis.call('ZREM', KEYS[2], id) == 1 then
+  local now = now_ms()
+  local s = parse_state(redis.call('HGET', KEYS[5], id))
+  release_key(KEYS[6], id, s.key)
+  redis.call('HDEL', KEYS[4], id)
+  redis.call('HDEL', KEYS[5], id)
+  redis.call('HDEL', KEYS[11], id)
+  local ttl_ms = tonumber(ARGV[3])
+  if ttl_ms > 0 then
+    redis.call('HSET', KEYS[7], id, ARGV[2])
+    redis.call('ZADD', KEYS[8], now + ttl_ms, id)
+    if redis.call('ZREM', KEYS[9], id) == 1 then announce(KEYS[13], 0, ttl_ms) end
+  end
+  return 1
+end
+if redis.call('ZSCORE', KEYS[3], id) then
+  redis.call('HSET', KEYS[10], id, now_ms())
+  redis.call('PUBLISH', KEYS[12], 'c' .. id)
+  return 2
+end
+return 0

@@ -1,0 +1,181 @@
+"""Checkpoints: where a long job lends its slot to more urgent work, saves its progress, and
+stops when it was cancelled or the worker is shutting down.
+
+Every run gets a `Control` (the worker's side of `drumbeat.checkpoint`). Its common path reads
+a few local fields and returns: no Redis round trip. The worker keeps `Lending.best`, the
+priority of the most urgent job it knows to be ready, from its claim replies and from the
+signals enqueues publish (`signals.py`); a checkpoint lends only when that beats its job's
+priority and no slot is free (with a free slot, the claim loop takes the urgent job itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from drumbeat.errors import Interrupted, LeaseLost
+from drumbeat.job import encode_progress
+from drumbeat.schedule import RUN_PREFIX
+
+from .claims import Claim, ClaimTable
+
+if TYPE_CHECKING:
+    import redis.asyncio as aredis
+
+    from drumbeat.config import Settings
+    from drumbeat.scripts import Claimed, Scripts
+    from drumbeat.serialization import Codec
+
+log = logging.getLogger("drumbeat.worker")
+
+NO_PRIORITY = -1
+
+
+class Lending:
+    """What every run's checkpoints share: the worker's view of waiting urgent work, and the
+    means to save progress and to run an urgent job in a lent slot."""
+
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        scripts: Scripts,
+        table: ClaimTable,
+        settings: Settings,
+        codec: Codec,
+        start_lent: Callable[[int, Claimed], Claim],
+        stopping: asyncio.Event,
+    ) -> None:
+        self.worker_id = worker_id
+        self.scripts = scripts
+        self.table = table
+        self.settings = settings
+        self.codec = codec
+        self.start_lent = start_lent
+        self.stopping = stopping
+        self.interval = settings.progress_interval
+        self.best = NO_PRIORITY
+        """Priority of the most urgent job known to wait in `ready` (jobs' shard)."""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.client: aredis.Redis | None = None
+
+    def open(self, client: aredis.Redis) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.client = client
+
+    def seen(self, best: int) -> None:
+        """A claim reply told the best priority left in `ready`: that replaces the view."""
+        self.best = best
+
+    def heard(self, priority: int) -> None:
+        """A job of ``priority`` became ready (a signal); lending may pay off."""
+        self.best = max(self.best, priority)
+
+    def control(self, claim: Claim) -> Control:
+        return Control(self, claim)
+
+    async def save(self, control: Control) -> None:
+        """Writes the run's progress, fenced by its token (a stale run cannot overwrite it)."""
+        assert self.client is not None
+        job = control.claim.job
+        blob = encode_progress(self.codec, control.progress, self.settings.max_payload_bytes)
+        saved = await self.scripts.save_progress(job.id, job.token, blob).arun(self.client)
+        control.dirty = False
+        control.saved_at = time.monotonic()
+        if not saved:
+            control.claim.lost = True
+
+    async def lend(self, control: Control) -> None:
+        """Claims the most urgent ready job of strictly higher priority into this run's slot
+        and waits for it to end; nothing if another worker took it first."""
+        assert self.client is not None
+        call = self.scripts.claim_urgent(
+            self.worker_id, control.priority + 1, self.settings.lease_ms
+        )
+        result = await call.arun(self.client)
+        self.best = result.best
+        if not result.jobs:
+            return
+        claim = self.start_lent(0, result.jobs[0])
+        assert claim.task is not None
+        log.info("job %s lends its slot to job %s (priority %d > %d)", control.claim.job.id,
+                 claim.job.id, claim.job.priority, control.priority)  # fmt: skip
+        control.lending_since = time.monotonic()
+        try:
+            # wait(), not await: cancelling the paused run must not cancel the urgent one.
+            await asyncio.wait({claim.task})
+        finally:
+            control.paused_before += time.monotonic() - control.lending_since
+            control.lending_since = 0.0
+
+
+class Control:
+    """One run's checkpoints (`drumbeat.context.Checkpoints`)."""
+
+    __slots__ = ("claim", "dirty", "is_async", "lending", "lending_since", "paused_before",
+                 "priority", "progress", "saved_at")  # fmt: skip
+
+    def __init__(self, lending: Lending, claim: Claim) -> None:
+        self.lending = lending
+        self.claim = claim
+        self.priority = claim.job.priority
+        self.progress: Any = None
+        self.dirty = False
+        self.saved_at = time.monotonic()
+        self.paused_before = 0.0
+        self.lending_since = 0.0
+        self.is_async = True
+
+    @property
+    def paused(self) -> float:
+        ongoing = time.monotonic() - self.lending_since if self.lending_since else 0.0
+        return self.paused_before + ongoing
+
+    def _wanted(self, progress: Any) -> bool:
+        """The fast path: whether this checkpoint has anything to do."""
+        if progress is not None:
+            self.progress = progress
+            self.dirty = True
+        lending, claim = self.lending, self.claim
+        return (
+            claim.lost
+            or claim.cancelled
+            or lending.stopping.is_set()
+            or (lending.best > self.priority and lending.table.free <= 0)
+            or (self.dirty and time.monotonic() - self.saved_at >= lending.interval)
+        )
+
+    def checkpoint(self, progress: Any) -> None:
+        """From a sync task's thread: the work happens on the worker's loop."""
+        self.is_async = False
+        if self._wanted(progress):
+            loop = self.lending.loop
+            assert loop is not None
+            asyncio.run_coroutine_threadsafe(self._act(), loop).result()
+
+    async def acheckpoint(self, progress: Any) -> None:
+        if self._wanted(progress):
+            await self._act()
+
+    async def _act(self) -> None:
+        lending, claim = self.lending, self.claim
+        if claim.lost:
+            raise LeaseLost(
+                f"job {claim.job.id}: the lease of this run (token {claim.job.token}) was taken "
+                "over; its work is no longer its own, so it stops here"
+            )
+        if claim.cancelled:
+            raise Interrupted("cancelled")
+        saves = not claim.job.id.startswith(RUN_PREFIX)  # a schedule's run is not resumed
+        if lending.stopping.is_set():
+            if self.dirty and saves:
+                await lending.save(self)
+            raise Interrupted("handback")
+        lend = lending.best > self.priority and lending.table.free <= 0
+        if self.dirty and saves and (lend or time.monotonic() - self.saved_at >= lending.interval):
+            await lending.save(self)
+        if lend and not claim.lost:
+            await lending.lend(self)

@@ -1,0 +1,56 @@
+"""Signals: what Redis tells a busy worker between its claims, on a pub/sub channel per shard.
+
+- ``r<priority>``: a job became the head of `ready` (enqueued, handed back, requeued). A worker
+  whose slots are all busy learns of urgent work here, so its checkpoints can lend a slot
+  without asking Redis.
+- ``c<job id>``: `Job.cancel` of a running job. Its run stops at once (async) or at its next
+  checkpoint (sync).
+
+A missed message costs little: the next claim reply carries the head of `ready` again, and a
+cancel is also written to `cancels`, which the heartbeat reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import redis.asyncio as aredis
+
+log = logging.getLogger("drumbeat.worker")
+
+
+class Signals:
+    def __init__(
+        self,
+        channel: str,
+        stopping: asyncio.Event,
+        on_ready: Callable[[int], None],
+        on_cancel: Callable[[str], None],
+    ) -> None:
+        self.channel = channel
+        self.stopping = stopping
+        self.on_ready = on_ready
+        self.on_cancel = on_cancel
+        self.subscribed = asyncio.Event()
+
+    async def run(self, client: aredis.Redis) -> None:
+        """Listens until the worker stops; a lost connection raises (the worker restarts it)."""
+        async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
+            await pubsub.subscribe(self.channel)
+            self.subscribed.set()
+            while not self.stopping.is_set():
+                message = await pubsub.get_message(timeout=1.0)
+                if message is not None:
+                    self.handle(message["data"])
+
+    def handle(self, data: bytes | str) -> None:
+        text = data.decode() if isinstance(data, bytes) else data
+        kind, rest = text[:1], text[1:]
+        if kind == "r" and rest.isdigit():
+            self.on_ready(int(rest))
+        elif kind == "c" and rest:
+            self.on_cancel(rest)
+        else:
+            log.warning("ignoring an unknown signal %r on %s", text[:100], self.channel)
