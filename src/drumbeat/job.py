@@ -15,6 +15,7 @@ from .serialization import CODECS, Codec, encode_value
 
 if TYPE_CHECKING:
     from .app import App
+    from .scripts import Call
 
 R = TypeVar("R")
 
@@ -120,11 +121,13 @@ def encode_progress(codec: Codec, value: Any, limit: int) -> bytes:
     return encode_value(codec, value, limit, "the job's progress")
 
 
-def decode_progress(data: bytes | None) -> Any:
+def decode_progress(data: bytes | str | None) -> Any:
     """A stored progress value; None when there is none (or it cannot be read: the task then
     starts over, which repeats work but loses none)."""
     if not data:
         return None
+    if isinstance(data, str):
+        data = data.encode()
     try:
         return codec_of(data).loads(data)
     except Exception:
@@ -155,6 +158,26 @@ class Job(Generic[R]):
 
     def __hash__(self) -> int:
         return hash(self.id)
+
+    def progress(self) -> Any:
+        """The progress the job last saved at a checkpoint; None if none (or it finished)."""
+        return decode_progress(self.app.redis.hget(self.app.keys.progress, self.id))
+
+    async def aprogress(self) -> Any:
+        client = await self.app.aredis()
+        return decode_progress(await client.hget(self.app.keys.progress, self.id))
+
+    def cancel(self) -> bool:
+        """Cancels the job: a queued or delayed one is removed at once (status `cancelled`);
+        a running one stops at its next checkpoint (an async task at once), its outcome is
+        `cancelled` and it is never retried. Returns whether anything was cancelled."""
+        return bool(self._cancel_call().run(self.app.redis))
+
+    async def acancel(self) -> bool:
+        return bool(await self._cancel_call().arun(await self.app.aredis()))
+
+    def _cancel_call(self) -> Call[int]:
+        return self.app.scripts.cancel(self.id, round(self.app.settings.result_ttl * 1000))
 
     def status(self) -> JobStatus:
         return _status(self.app.scripts.job_status(self.id).run(self.app.redis))

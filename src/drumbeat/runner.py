@@ -164,9 +164,8 @@ class Runner:
             due, grid, gen = int(due_s), int(grid_s), int(gen_s)
             if job.spec is None:
                 raise SerializationError("no schedule record")
-            task_name, spec_blob = job.spec.split(
-                FIELD_SEP.encode(), 1
-            )  # copied by promote_runs / run_now
+            # "<task name>|<spec>", as promote_runs / run_now copied it
+            task_name, spec_blob = job.spec.split(FIELD_SEP.encode(), 1)
             args, kwargs, cadence = decode_schedule_spec(spec_blob)
         except Exception as exc:  # a damaged record: report it, come back later
             error = f"unreadable schedule record: {type(exc).__name__}: {exc}"
@@ -201,8 +200,10 @@ class Runner:
             return next_slot("skip" if stop.reason == "handback" else "fail", stop.reason)
         except Exception as exc:
             if isinstance(exc, TimeoutError):
-                return next_slot("fail", f"timed out after {task.config.timeout} s")
-            return next_slot("fail", f"{type(exc).__name__}: {exc}"[:2000])
+                error = f"timed out after {task.config.timeout} s"
+            else:
+                error = f"{type(exc).__name__}: {exc}"[:2000]
+            return next_slot("fail", error)
         finally:
             _current.reset(token)
 

@@ -353,12 +353,12 @@ class Scripts:
         keys = [k.ready, k.jobs, k.state, k.owners, k.leases, k.fence, k.progress, k.lateness]
         return Call("claim_urgent", keys, [worker, min_priority, lease_ms], _parse_lent)
 
-    def cancel(self, job_id: str, record: bytes, ttl_ms: int) -> Call[int]:
+    def cancel(self, job_id: str, ttl_ms: int) -> Call[int]:
         """1 cancelled (it waited), 2 cancel requested (it runs), 0 nothing to cancel."""
         k = self.k
         keys = [k.ready, k.due, k.leases, k.jobs, k.state, k.uniq, k.results, k.expires]
         keys += [k.waiting, k.cancels, k.progress, k.signals, k.done(job_id)]
-        return Call("cancel", keys, [job_id, record, ttl_ms], int)
+        return Call("cancel", keys, [job_id, ttl_ms], int)
 
     def promote_runs(
         self, buckets: Sequence[int], worker: str, limit: int, lease_ms: int

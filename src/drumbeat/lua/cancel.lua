@@ -7,7 +7,7 @@
 -- KEYS[5] state (hash)    KEYS[6] uniq (hash)     KEYS[7] results (hash) KEYS[8] expires (zset)
 -- KEYS[9] waiting (zset)  KEYS[10] cancels (hash) KEYS[11] progress (hash)
 -- KEYS[12] signals (pub/sub channel)  KEYS[13] done:<id> (list)
--- ARGV[1] job id  ARGV[2] outcome record of a cancelled job  ARGV[3] outcome ttl ms
+-- ARGV[1] job id  ARGV[2] outcome ttl ms
 -- Returns 1 cancelled (it was waiting), 2 cancel requested (it is running), 0 nothing to
 --         cancel (finished, dead, a schedule's run, or unknown)
 local id = ARGV[1]
@@ -19,9 +19,10 @@ if redis.call('ZREM', KEYS[1], id) == 1 or redis.call('ZREM', KEYS[2], id) == 1 
   redis.call('HDEL', KEYS[4], id)
   redis.call('HDEL', KEYS[5], id)
   redis.call('HDEL', KEYS[11], id)
-  local ttl_ms = tonumber(ARGV[3])
+  local ttl_ms = tonumber(ARGV[2])
   if ttl_ms > 0 then
-    redis.call('HSET', KEYS[7], id, ARGV[2])
+    redis.call('HSET', KEYS[7], id, cjson.encode({ok = false, cancelled = true,
+      error = 'cancelled', attempt = s.attempt, at_ms = now}))
     redis.call('ZADD', KEYS[8], now + ttl_ms, id)
     if redis.call('ZREM', KEYS[9], id) == 1 then announce(KEYS[13], 0, ttl_ms) end
   end
