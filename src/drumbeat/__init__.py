@@ -3,11 +3,12 @@
 from .app import App
 from .config import Settings
 from .connections import EvictionPolicyWarning
-from .context import Context, current_job
+from .context import Context, acheckpoint, checkpoint, current_job
 from .errors import (
     ConfigurationError,
     DrumbeatError,
     InvalidJob,
+    JobCancelled,
     JobFailed,
     JobNotFound,
     LeaseLost,
@@ -36,6 +37,7 @@ __all__ = [
     "EvictionPolicyWarning",
     "InvalidJob",
     "Job",
+    "JobCancelled",
     "JobFailed",
     "JobNotFound",
     "JobStatus",
@@ -53,6 +55,8 @@ __all__ = [
     "UnknownTask",
     "Worker",
     "WorkerCrashed",
+    "acheckpoint",
+    "checkpoint",
     "current_job",
     "run_worker",
 ]

@@ -117,8 +117,9 @@ def encode_cancelled(codec: Codec, attempt: int, now_ms: int) -> bytes:
 
 
 def encode_progress(codec: Codec, value: Any, limit: int) -> bytes:
-    """A task's progress, encoded and size-checked like a payload."""
-    return encode_value(codec, value, limit, "the job's progress")
+    """A task's progress, encoded and size-checked like a payload (in an object, so that
+    `codec_of` tells the codec apart whatever the value)."""
+    return encode_value(codec, {"p": value}, limit, "the job's progress")
 
 
 def decode_progress(data: bytes | str | None) -> Any:
@@ -129,7 +130,8 @@ def decode_progress(data: bytes | str | None) -> Any:
     if isinstance(data, str):
         data = data.encode()
     try:
-        return codec_of(data).loads(data)
+        record = codec_of(data).loads(data)
+        return record.get("p") if isinstance(record, dict) else None
     except Exception:
         return None
 

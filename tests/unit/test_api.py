@@ -16,10 +16,11 @@ from drumbeat.task import TaskConfig
 def test_public_names_are_pinned() -> None:
     assert sorted(drumbeat.__all__) == [
         "App", "Bound", "Cadence", "ConfigurationError", "Context", "DrumbeatError",
-        "EvictionPolicyWarning", "InvalidJob", "Job", "JobFailed", "JobNotFound", "JobStatus",
+        "EvictionPolicyWarning", "InvalidJob", "Job", "JobCancelled", "JobFailed", "JobNotFound",
+        "JobStatus",
         "LeaseLost", "Options", "PayloadTooLarge", "Prepared", "ResultTimeout", "Retry",
         "Schedule", "ScheduleInfo", "SerializationError", "Settings", "Task", "UnknownTask",
-        "Worker", "WorkerCrashed", "current_job", "run_worker",
+        "Worker", "WorkerCrashed", "acheckpoint", "checkpoint", "current_job", "run_worker",
     ]  # fmt: skip
     for name in drumbeat.__all__:
         assert hasattr(drumbeat, name)

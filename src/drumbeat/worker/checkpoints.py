@@ -150,10 +150,12 @@ class Control:
 
     def checkpoint(self, progress: Any) -> None:
         """From a sync task's thread: the work happens on the worker's loop."""
-        self.is_async = False
         if self._wanted(progress):
             loop = self.lending.loop
-            assert loop is not None
+            if loop is None or loop.is_closed() or not loop.is_running():
+                # The worker is gone (a thread left running after a hard stop): nothing of
+                # this run can be saved or settled any more.
+                raise Interrupted("handback")
             asyncio.run_coroutine_threadsafe(self._act(), loop).result()
 
     async def acheckpoint(self, progress: Any) -> None:

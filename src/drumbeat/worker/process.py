@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from drumbeat import connections
 from drumbeat.config import check_concurrency
 from drumbeat.errors import WorkerCrashed
+from drumbeat.protocol import MAX_PRIORITY, MIN_PRIORITY
 from drumbeat.runner import Again, Bury, Cancelled, Done, HandBack, Outcome, RunDone, Runner
 from drumbeat.scripts import Claimed, Scripts
 
@@ -78,7 +79,13 @@ class Worker:
         self.shards: list[Scripts] = [app.scripts]
         if app.settings.schedule_shards > 1:
             self.shards += app.scheduler.scripts
-        self.executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="drumbeat-task")
+        # A sync run paused at a checkpoint keeps its thread while the urgent job it lent its
+        # slot to runs in another; lending only ever goes to a strictly higher priority, so a
+        # slot nests at most one run per priority level. (Threads start only when needed.)
+        levels = MAX_PRIORITY - MIN_PRIORITY + 1
+        self.executor = ThreadPoolExecutor(
+            self.concurrency * levels, thread_name_prefix="drumbeat-task"
+        )
         self.table = ClaimTable(self.concurrency)
         self._stopping = asyncio.Event()
         self._hard = False
