@@ -173,13 +173,10 @@ class Job(Generic[R]):
         """Cancels the job: a queued or delayed one is removed at once (status `cancelled`);
         a running one stops at its next checkpoint (an async task at once), its outcome is
         `cancelled` and it is never retried. Returns whether anything was cancelled."""
-        return bool(self._cancel_call().run(self.app.redis))
+        return bool(cancel_call(self.app, self.id).run(self.app.redis))
 
     async def acancel(self) -> bool:
-        return bool(await self._cancel_call().arun(await self.app.aredis()))
-
-    def _cancel_call(self) -> Call[int]:
-        return self.app.scripts.cancel(self.id, round(self.app.settings.result_ttl * 1000))
+        return bool(await cancel_call(self.app, self.id).arun(await self.app.aredis()))
 
     def status(self) -> JobStatus:
         return _status(self.app.scripts.job_status(self.id).run(self.app.redis))
@@ -217,6 +214,11 @@ class Job(Generic[R]):
                 return value  # type: ignore[no-any-return]
             wait = _next_wait(deadline, self.id, timeout)
             await blocking.blmove(done, done, wait, "RIGHT", "LEFT")  # type: ignore[arg-type]
+
+
+def cancel_call(app: App, job_id: str) -> Call[int]:
+    """1 cancelled (it waited), 2 cancel requested (it runs), 0 nothing to cancel."""
+    return app.scripts.cancel(job_id, round(app.settings.result_ttl * 1000))
 
 
 _PENDING = object()

@@ -47,3 +47,14 @@ async def hog(seconds: float) -> str:
     time.sleep(seconds)
     note("end")
     return "done"
+
+
+@app.task
+def units(n: int, seconds: float) -> int:
+    """A long job in units, one checkpoint after each; it resumes from its saved progress."""
+    start = drumbeat.current_job().progress or 0
+    for i in range(start, n):
+        note(f"unit{i}")
+        time.sleep(seconds)
+        drumbeat.checkpoint(progress=i + 1)
+    return n

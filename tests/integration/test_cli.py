@@ -463,3 +463,12 @@ async def test_worker_subprocess_does_not_hang_on_a_sync_task_that_ignores_shutd
     assert code == 0, output
     assert "still running" in output, output
     assert await job.astatus() is drumbeat.JobStatus.QUEUED  # handed back
+
+
+async def test_cancel_a_queued_job_and_nothing_to_cancel(cli_env: None, app: drumbeat.App) -> None:
+    job = app.enqueue("add", 1, 2)
+    done = run("cancel", APP, job.id)
+    assert done.exit_code == 0 and f"cancelled {job.id}" in done.output, done.output
+    assert job.status() is drumbeat.JobStatus.CANCELLED
+    again = run("cancel", APP, job.id)
+    assert again.exit_code == 1 and "nothing to cancel" in again.output, again.output

@@ -32,6 +32,7 @@ from drumbeat.cli import shapes
 from drumbeat.cli.tables import console, fmt_count, print_table, schedule_table, status_tables
 from drumbeat.cli.tasks import UnknownTaskName, resolve_task
 from drumbeat.errors import DrumbeatError, InvalidJob
+from drumbeat.job import cancel_call
 from drumbeat.task import MAX_PRIORITY, MIN_PRIORITY, Options, Prepared
 from drumbeat.worker import run_worker
 
@@ -375,6 +376,21 @@ def enqueue(
             "that is its id, and nothing new was enqueued",
             soft_wrap=True,
         )
+
+
+@cli.command()
+def cancel(app_spec: AppArg, job_id: Annotated[str, typer.Argument(help="The job's id.")]) -> None:
+    """Cancel a job: a queued or delayed one is removed at once; a running one stops at its next
+    checkpoint (an async task at once). A cancelled job is never retried. Exits 1 when there
+    was nothing to cancel (the job finished, is dead, or does not exist)."""
+    with _opened(app_spec) as app:
+        found = cancel_call(app, job_id).run(app.redis)
+    if found == 1:
+        typer.echo(f"cancelled {job_id}")
+    elif found == 2:
+        typer.echo(f"cancel requested: {job_id} is running and stops at its next checkpoint")
+    else:
+        raise _fail(f"nothing to cancel: job {job_id} is not queued, delayed or running", 1)
 
 
 # -- status ------------------------------------------------------------------------------------
