@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .errors import SerializationError
-from .job import decode_outcome, decode_spec
+from .job import decode_outcome, decode_progress, decode_spec
 from .keys import WHEEL_BUCKETS, Keys
 from .protocol import (
     LATENESS_WINDOW_MS,
@@ -64,6 +64,8 @@ class RunningJob:
     """Seconds since the running attempt was claimed."""
     lease_left: float
     """Seconds until the lease expires unless renewed (negative: expired, not yet reaped)."""
+    progress: Any = None
+    """The progress it last saved at a checkpoint, if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +120,8 @@ class DeadLetter:
     error: str
     attempt: int | None
     traceback: str | None
+    progress: Any = None
+    """The progress it last saved at a checkpoint (a retry resumes from it), if any."""
 
     @property
     def died_at(self) -> datetime:
@@ -236,14 +240,19 @@ def _running(
     for score, job_id, k in listed:
         by_shard.setdefault(k.owners, (k, []))[1].append((score, job_id))
     owner_of: dict[tuple[str, str], Any] = {}
+    progress_of: dict[tuple[str, str], Any] = {}
     if by_shard:
         with client.pipeline(transaction=False) as pipe:
             for k, items in by_shard.values():
                 pipe.hmget(k.owners, [job_id for _, job_id in items])
+                pipe.hmget(k.progress, [job_id for _, job_id in items])
             replies = pipe.execute()
-        for (k, items), owners in zip(by_shard.values(), replies, strict=True):
-            for (_, job_id), owner in zip(items, owners, strict=True):
+        for (k, items), owners, saved in zip(
+            by_shard.values(), replies[::2], replies[1::2], strict=True
+        ):
+            for (_, job_id), owner, progress in zip(items, owners, saved, strict=True):
                 owner_of[(k.owners, job_id)] = owner
+                progress_of[(k.owners, job_id)] = decode_progress(progress)
     running: list[RunningJob] = []
     for score, job_id, k in listed:
         owner = owner_of.get((k.owners, job_id))
@@ -260,6 +269,7 @@ def _running(
                 deadline_ms=deadline,
                 lease_age=(now_ms - claimed_ms) / 1000,
                 lease_left=(deadline - now_ms) / 1000,
+                progress=progress_of.get((k.owners, job_id)),
             )
         )
     return running
@@ -301,14 +311,17 @@ def dead_letters(app: App, limit: int = 50) -> list[DeadLetter]:
     with client.pipeline(transaction=False) as pipe:
         pipe.hmget(k.errors, ids)
         pipe.hmget(k.jobs, ids)
-        errors, specs = pipe.execute()
+        pipe.hmget(k.progress, ids)
+        errors, specs, saved = pipe.execute()
     return [
-        _dead_letter(job_id, int(score), err, spec)
-        for (job_id, score), err, spec in zip(entries, errors, specs, strict=True)
+        _dead_letter(job_id, int(score), err, spec, decode_progress(progress))
+        for (job_id, score), err, spec, progress in zip(entries, errors, specs, saved, strict=True)
     ]
 
 
-def _dead_letter(job_id: str, died_ms: int, err: bytes | None, spec: bytes | None) -> DeadLetter:
+def _dead_letter(
+    job_id: str, died_ms: int, err: bytes | None, spec: bytes | None, progress: Any = None
+) -> DeadLetter:
     task = UNKNOWN_TASK
     if spec is not None:
         with contextlib.suppress(SerializationError):
@@ -324,7 +337,7 @@ def _dead_letter(job_id: str, died_ms: int, err: bytes | None, spec: bytes | Non
             attempt = _int(record.get("attempt"))
             raw_tb = record.get("traceback")
             tb = raw_tb if isinstance(raw_tb, str) else None
-    return DeadLetter(job_id, died_ms, task, error, attempt, tb)
+    return DeadLetter(job_id, died_ms, task, error, attempt, tb, progress)
 
 
 def dead_count(app: App) -> int:

@@ -348,3 +348,29 @@ async def test_a_stop_hands_a_checkpointing_job_back_at_once_with_its_progress(
         assert await job.aresult(timeout=30) == "long"
     assert [i for _, i in units] == list(range(400)), "a unit was repeated or skipped"
     await app.aclose()
+
+
+async def test_status_and_dead_letters_show_the_saved_progress(ckpt: drumbeat.App) -> None:
+    from drumbeat import admin
+
+    release = threading.Event()
+
+    @ckpt.task
+    def halfway() -> None:
+        drumbeat.checkpoint(progress={"built": 120, "of": 200})
+        release.wait(10)
+        raise RuntimeError("the disk is full")
+
+    job = await halfway.aenqueue()
+    async with running_worker(ckpt):
+
+        async def shown() -> bool:
+            stats = await asyncio.to_thread(admin.queue_stats, ckpt)
+            return [r.progress for r in stats.running] == [{"built": 120, "of": 200}]
+
+        await wait_until(shown, 10, "status did not show the running job's progress")
+        release.set()
+        with pytest.raises(drumbeat.JobFailed):
+            await job.aresult(timeout=10)
+    [letter] = admin.dead_letters(ckpt)
+    assert letter.progress == {"built": 120, "of": 200}, "a dead letter keeps its progress"

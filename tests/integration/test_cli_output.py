@@ -118,7 +118,7 @@ async def test_dead_ls_wide_and_json(cli_env: None, app: drumbeat.App) -> None:
     ids = await _dead_letters(app, 3)
 
     wide = ok("dead", "ls", APP, "--wide").stdout
-    assert row(wide, "job") == ["job", "died (UTC)", "task", "attempt", "error"]
+    assert row(wide, "job") == ["job", "died (UTC)", "task", "attempt", "error", "progress"]
     failing = next(d.id for d in admin.dead_letters(app) if d.task == LONG_TASK)
     first = row(wide, failing)
     assert first[2:4] == [LONG_TASK, "1"]  # in full, with the attempt
@@ -131,7 +131,7 @@ async def test_dead_ls_wide_and_json(cli_env: None, app: drumbeat.App) -> None:
     letters = doc["dead_letters"]
     assert [d["id"] for d in letters] == ids
     assert set(letters[0]) == {
-        "id", "task", "died_ms", "died_at", "attempt", "error", "traceback"
+        "id", "task", "died_ms", "died_at", "attempt", "error", "traceback", "progress"
     }  # fmt: skip
     one = next(d for d in letters if d["id"] == failing)
     assert one["task"] == LONG_TASK

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import RenderableType
 from rich.markup import escape
+from rich.table import Table
 
 from drumbeat import admin
 from drumbeat.cli import (
@@ -32,6 +33,7 @@ from drumbeat.cli.tables import (
     listing,
     one_line,
     print_table,
+    progress_cell,
 )
 
 __all__ = ["dead_cli"]
@@ -71,14 +73,14 @@ def dead_ls(
         bool,
         json_option(
             '{"total", "dead_letters": [{"id", "task", "died_ms", "died_at", "attempt", '
-            '"error", "traceback"}]}, newest first; total counts every dead letter'
+            '"error", "traceback", "progress"}]}, newest first; total counts every dead letter'
         ),
     ] = False,
 ) -> None:
     """List dead letters, newest first: their id, how long ago they died, their task and error.
 
-    --wide adds the time of death (UTC) and the attempt; errors show their first 60
-    characters, --traceback and --json all of it.
+    --wide adds the time of death (UTC), the attempt and the saved progress; errors show
+    their first 60 characters, --traceback and --json all of it.
     """
     with _opened(app_spec) as app:
         letters = admin.dead_letters(app, limit)
@@ -90,6 +92,16 @@ def dead_ls(
     if not letters:
         _out().print("no dead letters")
         return
+    print_table(_dead_table(letters, total, now_ms, wide=wide), wide=wide)
+    if tracebacks:
+        out = _out()
+        for letter in letters:
+            if letter.traceback:
+                out.rule(f"{letter.id} ({escape(letter.task)})")
+                out.print(escape(letter.traceback.rstrip()), soft_wrap=True)
+
+
+def _dead_table(letters: list[admin.DeadLetter], total: int, now_ms: int, *, wide: bool) -> Table:
     title = "Dead letters" + (
         f" (newest {len(letters)} of {total})" if total > len(letters) else ""
     )
@@ -103,6 +115,8 @@ def dead_ls(
     if wide:
         fixed(table, "attempt", justify="right")
     flexible(table, "error", max_width=ERROR_WIDTH)
+    if wide:
+        flexible(table, "progress")
     for letter in letters:
         if wide:
             died = letter.died_at.strftime("%Y-%m-%d %H:%M:%S")
@@ -110,14 +124,11 @@ def dead_ls(
         else:
             ago = f"{fmt_duration(max(0, now_ms - letter.died_ms) / 1000)} ago"
             cells = [ago, one_line(letter.task)]
-        table.add_row(letter.id, *cells, one_line(letter.error))
-    print_table(table, wide=wide)
-    if tracebacks:
-        out = _out()
-        for letter in letters:
-            if letter.traceback:
-                out.rule(f"{letter.id} ({escape(letter.task)})")
-                out.print(escape(letter.traceback.rstrip()), soft_wrap=True)
+        cells.append(one_line(letter.error))
+        if wide:
+            cells.append(progress_cell(letter.progress))
+        table.add_row(letter.id, *cells)
+    return table
 
 
 @dead_cli.command("retry")

@@ -45,6 +45,7 @@ def dead_letters_json(letters: list[admin.DeadLetter], total: int) -> dict[str, 
                 "attempt": d.attempt,
                 "error": d.error,
                 "traceback": d.traceback,
+                "progress": d.progress,
             }
             for d in letters
         ],
@@ -99,6 +100,7 @@ def status_json(
                 "worker": job.worker,
                 **timestamp("claimed", job.claimed_ms),
                 **timestamp("lease_deadline", job.deadline_ms),
+                "progress": job.progress,
             }
             for job in stats.running
         ],

@@ -9,8 +9,10 @@ full (errors up to `ERROR_WIDTH`), however wide that makes the table.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from typing import Any
 
 from rich.console import Console, JustifyMethod, RenderableType
 from rich.markup import escape
@@ -74,6 +76,11 @@ def flexible(
     with an ellipsis. Rich narrows only columns that may wrap, so the column may; the cells
     themselves never do."""
     table.add_column(_one_line(header), justify=justify, max_width=max_width)
+
+
+def progress_cell(value: Any) -> Text:
+    """The progress a job saved, as JSON on one line (empty when it saved none)."""
+    return one_line("" if value is None else json.dumps(value, default=repr))
 
 
 def one_line(text: str) -> Text:
@@ -148,8 +155,8 @@ def priority_table(stats: admin.QueueStats) -> Table:
     return table
 
 
-def running_table(stats: admin.QueueStats) -> Table:
-    """Jobs under a lease, closest to expiry first."""
+def running_table(stats: admin.QueueStats, *, wide: bool = False) -> Table:
+    """Jobs under a lease, closest to expiry first; ``wide`` adds the progress each saved."""
     title = "Running"
     if stats.running_total > len(stats.running):
         title += f" (showing {len(stats.running)} of {stats.running_total})"
@@ -158,11 +165,18 @@ def running_table(stats: admin.QueueStats) -> Table:
     flexible(table, "worker")
     fixed(table, "lease age", justify="right")
     fixed(table, "lease left", justify="right")
+    if wide:
+        flexible(table, "progress")
     for job in stats.running:
         left = fmt_duration(job.lease_left)
         if job.lease_left < 0:
             left = f"[red]{left} (expired)[/]"
-        table.add_row(job.id, one_line(job.worker), fmt_duration(job.lease_age), left)
+        cells: list[RenderableType] = [
+            job.id, one_line(job.worker), fmt_duration(job.lease_age), left
+        ]  # fmt: skip
+        if wide:
+            cells.append(progress_cell(job.progress))
+        table.add_row(*cells)
     return table
 
 
@@ -194,7 +208,7 @@ def status_tables(stats: admin.QueueStats, *, wide: bool = False) -> list[Table]
     """Everything ``drumbeat status`` shows, in order; listings that are empty are left out."""
     tables = [summary_table(stats), priority_table(stats)]
     if stats.running:
-        tables.append(running_table(stats))
+        tables.append(running_table(stats, wide=wide))
     if stats.workers:
         tables.append(workers_table(stats, wide=wide))
     return tables
