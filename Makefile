@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(PY) -m bench.peers_env
 	$(PY) -m bench.core
 	$(PY) -m bench.periodic
+	$(PY) -m bench.checkpoints
 
 # drumbeat's own periodic figures: two worker processes, 100 slots each.
 bench-periodic: $(STAMP)
@@ -68,6 +69,7 @@ bench-periodic: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) -m bench.core --quick
 	$(PY) -m bench.periodic --quick --systems drumbeat
+	$(PY) -m bench.checkpoints --quick
 
 clean:
 	rm -rf $(VENV) $(VENV_MIN) bench/.venv-peers .pytest_cache .mypy_cache .ruff_cache
