@@ -92,6 +92,18 @@ def _parse_pairs(raw: Any) -> list[tuple[str, int]]:
     return [(_str(raw[i]), int(raw[i + 1])) for i in range(0, len(raw), 2)]
 
 
+@dataclass(frozen=True, slots=True)
+class Renewed:
+    lost: list[tuple[str, int]]
+    """(id, token) of the claims this worker no longer owns."""
+    cancelled: list[str]
+    """Ids of jobs it owns whose cancel was requested."""
+
+
+def _parse_renewed(raw: Any) -> Renewed:
+    return Renewed(_parse_pairs(raw[0]), [_str(x) for x in raw[1]])
+
+
 def _str(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -249,13 +261,13 @@ class Scripts:
 
     def extend_leases(
         self, worker: str, lease_ms: int, info: bytes, owned: Sequence[tuple[str, int]]
-    ) -> Call[list[tuple[str, int]]]:
-        """Renews the leases of ``owned`` (id, token) claims; returns the claims lost."""
+    ) -> Call[Renewed]:
+        """Renews the leases of ``owned`` (id, token) claims."""
         k = self.k
-        keys = [k.leases, k.owners, k.workers, k.workerinfo]
+        keys = [k.leases, k.owners, k.workers, k.workerinfo, k.cancels]
         args: list[str | bytes | int] = [worker, lease_ms, info]
         args += [x for pair in owned for x in pair]
-        return Call("extend_leases", keys, args, _parse_pairs)
+        return Call("extend_leases", keys, args, _parse_renewed)
 
     def handback(self, owned: Sequence[tuple[str, int]]) -> Call[list[int]]:
         """Items are (id, token); one 1 (handed back) or 0 (lease lost) per item."""

@@ -374,3 +374,20 @@ async def test_status_and_dead_letters_show_the_saved_progress(ckpt: drumbeat.Ap
             await job.aresult(timeout=10)
     [letter] = admin.dead_letters(ckpt)
     assert letter.progress == {"built": 120, "of": 200}, "a dead letter keeps its progress"
+
+
+async def test_a_cancel_whose_signal_was_missed_reaches_the_worker_by_its_heartbeat(
+    ckpt: drumbeat.App, r: redis.Redis
+) -> None:
+    slots, units = Slots(), []
+    long = unit_task(ckpt, slots, units)
+    job = await long.aenqueue("long", 1000, 0.01)
+    async with running_worker(ckpt):
+        await wait_until(lambda: len(units) >= 3, 10, "the job did not start")
+        # What cancel.lua writes, without its signal (as if the worker's subscription had
+        # dropped at that moment): the heartbeat (every lease/3) reads it.
+        r.hset(ckpt.keys.cancels, job.id, 1)
+        with pytest.raises(drumbeat.JobCancelled):
+            await job.aresult(timeout=10)
+    assert len(units) < 1000
+    assert not r.hexists(ckpt.keys.cancels, job.id), "the request is dropped once settled"

@@ -34,14 +34,16 @@ def test_stale_worker_is_fenced_off(app: drumbeat.App, r: redis.Redis) -> None:
     assert s.complete([(job.id, stale, outcome, 60_000, "")]).run(r) == [0]
     assert s.retry([(job.id, stale, 0)]).run(r) == [0]
     assert s.bury([(job.id, stale, b'{"error":"x"}', 60_000)]).run(r) == [0]
-    assert s.extend_leases("worker-a", 10_000, b"{}", [(job.id, stale)]).run(r) == [(job.id, stale)]
+    assert s.extend_leases("worker-a", 10_000, b"{}", [(job.id, stale)]).run(r).lost == [
+        (job.id, stale)
+    ]
     assert s.handback([(job.id, stale)]).run(r) == [0]
     # None of the refused calls wrote a result or moved the job.
     assert not r.hexists(app.keys.results, job.id)
     assert job.status() is drumbeat.JobStatus.RUNNING
     assert r.hget(app.keys.owners, job.id).startswith(f"{second.token}|worker-b|".encode())
 
-    assert s.extend_leases("worker-b", 10_000, b"{}", [(job.id, second.token)]).run(r) == []
+    assert s.extend_leases("worker-b", 10_000, b"{}", [(job.id, second.token)]).run(r).lost == []
     good = encode_success(app.codec, "fresh", 1 << 20)
     assert s.complete([(job.id, second.token, good, 60_000, "")]).run(r) == [1]
     assert job.result(timeout=1) == "fresh"

@@ -35,6 +35,7 @@ class Heartbeat:
         lease_ms: int,
         info: Callable[[], bytes],
         on_lost: Callable[[list[ClaimKey]], None],
+        on_cancel: Callable[[str], None],
     ) -> None:
         self.worker_id = worker_id
         self.shards = shards
@@ -44,6 +45,7 @@ class Heartbeat:
         self.interval = lease_ms / 3000
         self._info = info
         self._on_lost = on_lost
+        self._on_cancel = on_cancel
         self._stop = threading.Event()
         self.beat_once = threading.Event()
         """Set after the first beat, renewed or not (the worker registers before claiming)."""
@@ -88,6 +90,8 @@ class Heartbeat:
             call = self.shards[shard].extend_leases(
                 self.worker_id, self.lease_ms, info, owned[shard]
             )
-            lost = call.run(client)
-            if lost:
-                self._on_lost(lost)
+            renewed = call.run(client)
+            if renewed.lost:
+                self._on_lost(renewed.lost)
+            for job_id in renewed.cancelled:  # a cancel whose signal this worker missed
+                self._on_cancel(job_id)

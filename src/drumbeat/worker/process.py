@@ -107,6 +107,7 @@ class Worker:
             worker_id=self.id, shards=self.shards, table=self.table,
             client=lambda: connections.heartbeat_client(app.url),
             lease_ms=self.settings.lease_ms, info=self._info, on_lost=self._lost_threadsafe,
+            on_cancel=self._cancel_threadsafe,
         )  # fmt: skip
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -240,9 +241,16 @@ class Worker:
             if hooks.per_job:
                 await hooks.after(JobEnd(job, end, time.monotonic() - started))
 
+    def _cancel_threadsafe(self, job_id: str) -> None:
+        """From the heartbeat thread: a cancel request whose signal may have been missed."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._cancel, job_id)
+
     def _cancel(self, job_id: str) -> None:
-        """`Job.cancel` of a job this worker may be running (a signal)."""
+        """`Job.cancel` of a job this worker may be running (a signal, or the heartbeat)."""
         for claim in self.table.of_job(job_id):
+            if claim.cancelled:
+                continue
             claim.cancelled = True
             control, task = claim.control, claim.task
             if control is not None and control.is_async and task is not None and not task.done():
