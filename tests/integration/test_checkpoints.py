@@ -14,7 +14,7 @@ import redis
 
 import drumbeat
 from tests.conftest import reap_call, running_worker
-from tests.integration.test_worker_faults import wait_until
+from tests.helpers import wait_for_async
 
 
 class Slots:
@@ -78,8 +78,11 @@ async def test_a_long_sync_job_lends_its_only_slot_to_an_urgent_job_and_resumes(
 
     job = await long.aenqueue("long", 60, 0.02)
     async with running_worker(ckpt, concurrency=1) as worker:
-        await wait_until(lambda: worker.signals.subscribed.is_set() and len(units) >= 3, 10,
-                         "the long job did not start")  # fmt: skip
+        await wait_for_async(
+            lambda: worker.signals.subscribed.is_set() and len(units) >= 3,
+            message="the long job did not start",
+            timeout=10,
+        )
         enqueued = time.monotonic()
         u = await urgent.aenqueue()
         started = await u.aresult(timeout=10)
@@ -98,10 +101,15 @@ async def test_nested_lending_9_interrupts_5_interrupts_0(ckpt: drumbeat.App) ->
 
     async with running_worker(ckpt, concurrency=1) as worker:
         low = await work.options(priority=0).aenqueue("p0", 40, 0.02)
-        await wait_until(lambda: worker.signals.subscribed.is_set() and len(units) >= 2, 10,
-                         "p0 did not start")  # fmt: skip
+        await wait_for_async(
+            lambda: worker.signals.subscribed.is_set() and len(units) >= 2,
+            message="p0 did not start",
+            timeout=10,
+        )
         mid = await work.options(priority=5).aenqueue("p5", 40, 0.02)
-        await wait_until(lambda: ("p5", 2) in units, 10, "p5 did not interrupt p0")
+        await wait_for_async(
+            lambda: ("p5", 2) in units, message="p5 did not interrupt p0", timeout=10
+        )
         high = await work.options(priority=9).aenqueue("p9", 5, 0.02)
         for job in (high, mid, low):
             finished.append(await job.aresult(timeout=30))
@@ -122,8 +130,11 @@ async def test_a_job_never_lends_its_slot_to_equal_or_lower_priority(ckpt: drumb
     work = unit_task(ckpt, slots, units)
     async with running_worker(ckpt, concurrency=1) as worker:
         first = await work.options(priority=5).aenqueue("first", 30, 0.02)
-        await wait_until(lambda: worker.signals.subscribed.is_set() and len(units) >= 2, 10,
-                         "the first job did not start")  # fmt: skip
+        await wait_for_async(
+            lambda: worker.signals.subscribed.is_set() and len(units) >= 2,
+            message="the first job did not start",
+            timeout=10,
+        )
         same = await work.options(priority=5).aenqueue("same", 2, 0.0)
         lower = await work.options(priority=3).aenqueue("lower", 2, 0.0)
         for job in (first, same, lower):
@@ -150,8 +161,11 @@ async def test_an_async_job_lends_its_slot_at_acheckpoint(ckpt: drumbeat.App) ->
 
     async with running_worker(ckpt, concurrency=1) as worker:
         job = await crawl.aenqueue(50)
-        await wait_until(lambda: worker.signals.subscribed.is_set() and len(done) >= 2, 10,
-                         "crawl did not start")  # fmt: skip
+        await wait_for_async(
+            lambda: worker.signals.subscribed.is_set() and len(done) >= 2,
+            message="crawl did not start",
+            timeout=10,
+        )
         await (await urgent.aenqueue()).aresult(timeout=10)
         assert len(done) < 50
         assert await job.aresult(timeout=30) == 50
@@ -168,8 +182,11 @@ async def test_time_spent_lending_does_not_count_against_the_timeout(ckpt: drumb
 
     async with running_worker(ckpt, concurrency=1) as worker:
         job = await long.aenqueue("long", 30, 0.05)  # 1.5 s of its own work
-        await wait_until(lambda: worker.signals.subscribed.is_set() and len(units) >= 2, 10,
-                         "the long job did not start")  # fmt: skip
+        await wait_for_async(
+            lambda: worker.signals.subscribed.is_set() and len(units) >= 2,
+            message="the long job did not start",
+            timeout=10,
+        )
         await (await urgent.aenqueue()).aresult(timeout=10)
         assert await job.aresult(timeout=30) == "long", "lent time was counted as its own"
 
@@ -220,7 +237,7 @@ async def test_progress_is_readable_by_the_producer_and_refused_when_unencodable
         async def saved() -> bool:
             return await job.aprogress() == {"page": 3, "of": 10}
 
-        await wait_until(saved, 10, "the progress was not saved")
+        await wait_for_async(saved, message="the progress was not saved", timeout=10)
         assert job.progress() == {"page": 3, "of": 10}
         release.set()
         await job.aresult(timeout=10)
@@ -249,15 +266,19 @@ async def test_a_run_whose_lease_was_taken_over_cannot_save_progress(
         async def saved() -> bool:
             return await job.aprogress() == 1
 
-        await wait_until(saved, 10, "the first progress was not saved")
+        await wait_for_async(saved, message="the first progress was not saved", timeout=10)
         # Its lease is taken over (expired and reaped), and another worker claims it.
         r.zadd(ckpt.keys.leases, {job.id: 0})
         assert reap_call(ckpt).run(r).requeued == 1
         other = ckpt.scripts.claim("other-worker", 1, 60_000, 10).run(r).jobs
         assert [j.id for j in other] == [job.id]
-        await wait_until(lambda: not worker.table.owned(), 10, "the lost lease went unnoticed")
+        await wait_for_async(
+            lambda: not worker.table.owned(), message="the lost lease went unnoticed", timeout=10
+        )
         go.set()
-        await wait_until(lambda: raised, 10, "the stale run was not told at its checkpoint")
+        await wait_for_async(
+            lambda: raised, message="the stale run was not told at its checkpoint", timeout=10
+        )
     assert job.progress() == 1, "a stale run overwrote the progress"
     assert other[0].token > 0
     stale = ckpt.scripts.save_progress(job.id, 1, b"3").run(r)
@@ -294,8 +315,11 @@ async def test_cancel_a_running_sync_job_stops_it_at_its_next_checkpoint(
     long = unit_task(ckpt, slots, units, retries=3)
     job = await long.aenqueue("long", 500, 0.01)
     async with running_worker(ckpt) as worker:
-        await wait_until(lambda: worker.signals.subscribed.is_set() and len(units) >= 3, 10,
-                         "the job did not start")  # fmt: skip
+        await wait_for_async(
+            lambda: worker.signals.subscribed.is_set() and len(units) >= 3,
+            message="the job did not start",
+            timeout=10,
+        )
         assert await job.acancel() is True
         with pytest.raises(drumbeat.JobCancelled):
             await job.aresult(timeout=10)
@@ -319,8 +343,11 @@ async def test_cancel_a_running_async_job_stops_it_at_once(ckpt: drumbeat.App) -
 
     job = await sleeper.aenqueue()
     async with running_worker(ckpt) as worker:
-        await wait_until(lambda: worker.signals.subscribed.is_set() and worker.table.running,
-                         10, "the job did not start")  # fmt: skip
+        await wait_for_async(
+            lambda: worker.signals.subscribed.is_set() and worker.table.running,
+            message="the job did not start",
+            timeout=10,
+        )
         assert await job.acancel() is True
         with pytest.raises(drumbeat.JobCancelled):
             await job.aresult(timeout=10)
@@ -336,7 +363,7 @@ async def test_a_stop_hands_a_checkpointing_job_back_at_once_with_its_progress(
     job = await long.aenqueue("long", 400, 0.01)
     worker = drumbeat.Worker(app)
     run = asyncio.create_task(worker.run())
-    await wait_until(lambda: len(units) >= 5, 10, "the job did not start")
+    await wait_for_async(lambda: len(units) >= 5, message="the job did not start", timeout=10)
     stopping = time.monotonic()
     worker.stop()
     await asyncio.wait_for(run, 10)
@@ -368,7 +395,9 @@ async def test_status_and_dead_letters_show_the_saved_progress(ckpt: drumbeat.Ap
             stats = await asyncio.to_thread(admin.queue_stats, ckpt)
             return [r.progress for r in stats.running] == [{"built": 120, "of": 200}]
 
-        await wait_until(shown, 10, "status did not show the running job's progress")
+        await wait_for_async(
+            shown, message="status did not show the running job's progress", timeout=10
+        )
         release.set()
         with pytest.raises(drumbeat.JobFailed):
             await job.aresult(timeout=10)
@@ -383,7 +412,7 @@ async def test_a_cancel_whose_signal_was_missed_reaches_the_worker_by_its_heartb
     long = unit_task(ckpt, slots, units)
     job = await long.aenqueue("long", 1000, 0.01)
     async with running_worker(ckpt):
-        await wait_until(lambda: len(units) >= 3, 10, "the job did not start")
+        await wait_for_async(lambda: len(units) >= 3, message="the job did not start", timeout=10)
         # What cancel.lua writes, without its signal (as if the worker's subscription had
         # dropped at that moment): the heartbeat (every lease/3) reads it.
         r.hset(ckpt.keys.cancels, job.id, 1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,20 +15,7 @@ import redis
 import drumbeat
 from drumbeat.worker import Hooks, JobEnd
 from tests.conftest import reap_call, running_worker
-
-
-async def wait_until(
-    check: Callable[[], Awaitable[bool]] | Callable[[], bool], timeout: float, message: str
-) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if isinstance(result, Awaitable):
-            result = await result
-        if result:
-            return
-        assert time.monotonic() < deadline, message
-        await asyncio.sleep(0.02)
+from tests.helpers import wait_for_async
 
 
 @pytest.fixture
@@ -61,7 +48,9 @@ async def test_a_job_claimed_again_while_its_first_claim_runs_keeps_its_lease(
 
     job = await long.aenqueue()
     async with running_worker(quick, concurrency=2):
-        await wait_until(lambda: starts == [1], 10, "the first attempt did not start")
+        await wait_for_async(
+            lambda: starts == [1], message="the first attempt did not start", timeout=10
+        )
         # The first claim's lease runs out and is reaped: the job is back in `ready`.
         r.zadd(quick.keys.leases, {job.id: 0})
         assert reap_call(quick, max_stalls=1).run(r).requeued == 1
@@ -107,7 +96,9 @@ async def test_an_exception_out_of_the_runner_lets_the_lease_lapse(
         async def ended() -> bool:
             return await job.astatus() is drumbeat.JobStatus.DEAD
 
-        await wait_until(ended, 15, "never dead-lettered: its lease was renewed for ever")
+        await wait_for_async(
+            ended, message="never dead-lettered: its lease was renewed for ever", timeout=15
+        )
         assert f"running job {job.id} failed inside the worker" in caplog.text
         assert await (await fine.aenqueue()).aresult(timeout=10) == "ok", "the worker stopped"
 
@@ -148,8 +139,11 @@ async def test_a_bug_in_settling_lets_the_leases_go_and_the_flusher_goes_on(
 
         worker.settler._calls = calls  # type: ignore[method-assign]
         first = await work.aenqueue(1)
-        await wait_until(lambda: not broken and not worker.table.owned(), 10,
-                         "the claim of the unsettled job was still held")  # fmt: skip
+        await wait_for_async(
+            lambda: not broken and not worker.table.owned(),
+            message="the claim of the unsettled job was still held",
+            timeout=10,
+        )
         assert "settling 1 jobs failed" in caplog.text
         assert r.zscore(app.keys.leases, first.id) is not None, "left to lapse for the reaper"
         assert await (await work.aenqueue(2)).aresult(timeout=10) == 2, "the flusher died"

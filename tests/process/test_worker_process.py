@@ -179,7 +179,7 @@ def test_kill_9_mid_job_resumes_from_its_saved_progress(
     job = app.enqueue("tests.apps.proc_app.units", 40, 0.05)
     victim = Proc(redis_url, namespace, **settings)
     procs.append(victim)
-    _wait_for(lambda: len(_log(r, namespace)) >= 8)
+    wait_for(lambda: len(_log(r, namespace)) >= 8, message="the job did not get going")
     victim.popen.send_signal(signal.SIGKILL)
     victim.wait(10)
     saved = job.progress()
