@@ -124,7 +124,7 @@ class Control:
         self.priority = claim.job.priority
         self.progress: Any = None
         self.dirty = False
-        self.saved_at = time.monotonic()
+        self.saved_at = 0.0  # so the first progress a run reports is saved at once
         self.paused_before = 0.0
         self.lending_since = 0.0
         self.is_async = True
