@@ -11,7 +11,7 @@ VENV_MIN ?= .venv-min
 PY_MIN := $(VENV_MIN)/bin/python
 STAMP_MIN := $(VENV_MIN)/.installed-stamp
 
-.PHONY: install demo test test-embedded test-min-deps lint bench bench-periodic bench-quick clean
+.PHONY: install demo demo-builds test test-embedded test-min-deps lint bench bench-periodic bench-quick clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "drumbeat needs Python 3.11+; set PYTHON=python3.11 or newer" or 0)'
@@ -34,6 +34,10 @@ $(STAMP_MIN): pyproject.toml .ci/lower_bounds.py
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
+
+# A long low-priority job lending its slot to urgent builds at its checkpoints (issue 11's seed).
+demo-builds: $(STAMP)
+	$(PY) examples/package_builds.py
 
 test: $(STAMP)
 	$(PY) -m pytest
