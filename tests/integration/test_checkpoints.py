@@ -420,3 +420,21 @@ async def test_a_cancel_whose_signal_was_missed_reaches_the_worker_by_its_heartb
             await job.aresult(timeout=10)
     assert len(units) < 1000
     assert not r.hexists(ckpt.keys.cancels, job.id), "the request is dropped once settled"
+
+
+async def test_a_cancelled_job_whose_worker_died_is_not_requeued(
+    ckpt: drumbeat.App, r: redis.Redis
+) -> None:
+    @ckpt.task
+    def work() -> None:
+        pass
+
+    job = await work.aenqueue()
+    [claimed] = ckpt.scripts.claim("a-worker-that-dies", 1, 60_000, 10).run(r).jobs
+    assert claimed.id == job.id
+    assert await job.acancel() is True  # running: a request, its worker is gone
+    r.zadd(ckpt.keys.leases, {job.id: 0})  # its lease runs out
+    reaped = reap_call(ckpt).run(r)
+    assert reaped.requeued == 0 and reaped.buried == [job.id]
+    assert await job.astatus() is drumbeat.JobStatus.CANCELLED
+    assert not r.zscore(ckpt.keys.ready, job.id), "a cancelled job was requeued"

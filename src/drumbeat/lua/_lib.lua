@@ -101,6 +101,20 @@ local function announce(done_key, marker, ttl_ms)
   redis.call('PEXPIRE', done_key, ttl_ms)
 end
 
+-- Ends a job as cancelled: forgets its record, state, progress and dedup key, and stores a
+-- cancelled outcome for `ttl_ms` (`k`: uniq, jobs, state, progress, results, expires).
+local function end_cancelled(k, id, s, now, ttl_ms)
+  release_key(k.uniq, id, s.key)
+  redis.call('HDEL', k.jobs, id)
+  redis.call('HDEL', k.state, id)
+  redis.call('HDEL', k.progress, id)
+  if ttl_ms > 0 then
+    redis.call('HSET', k.results, id, cjson.encode({ok = false, cancelled = true,
+      error = 'cancelled', attempt = s.attempt, at_ms = now}))
+    redis.call('ZADD', k.expires, now + ttl_ms, id)
+  end
+end
+
 -- Wakes one idle worker; the marker is a single member so markers never pile up.
 local function wake(wake_key)
   redis.call('ZADD', wake_key, 0, 'w')

@@ -13,19 +13,11 @@
 local id = ARGV[1]
 if run_schedule_id(id) then return 0 end
 if redis.call('ZREM', KEYS[1], id) == 1 or redis.call('ZREM', KEYS[2], id) == 1 then
-  local now = now_ms()
-  local s = parse_state(redis.call('HGET', KEYS[5], id))
-  release_key(KEYS[6], id, s.key)
-  redis.call('HDEL', KEYS[4], id)
-  redis.call('HDEL', KEYS[5], id)
-  redis.call('HDEL', KEYS[11], id)
   local ttl_ms = tonumber(ARGV[2])
-  if ttl_ms > 0 then
-    redis.call('HSET', KEYS[7], id, cjson.encode({ok = false, cancelled = true,
-      error = 'cancelled', attempt = s.attempt, at_ms = now}))
-    redis.call('ZADD', KEYS[8], now + ttl_ms, id)
-    if redis.call('ZREM', KEYS[9], id) == 1 then announce(KEYS[13], 0, ttl_ms) end
-  end
+  local k = {uniq = KEYS[6], jobs = KEYS[4], state = KEYS[5], progress = KEYS[11],
+             results = KEYS[7], expires = KEYS[8]}
+  end_cancelled(k, id, parse_state(redis.call('HGET', KEYS[5], id)), now_ms(), ttl_ms)
+  if ttl_ms > 0 and redis.call('ZREM', KEYS[9], id) == 1 then announce(KEYS[13], 0, ttl_ms) end
   return 1
 end
 if redis.call('ZSCORE', KEYS[3], id) then

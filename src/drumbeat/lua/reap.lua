@@ -31,16 +31,9 @@ for _, id in ipairs(expired) do
   s.stalls = s.stalls + 1
   redis.call('HSET', KEYS[3], id, format_state(s))
   if redis.call('HDEL', KEYS[15], id) == 1 then
-    release_key(KEYS[7], id, s.key)
-    redis.call('HDEL', KEYS[10], id)
-    redis.call('HDEL', KEYS[3], id)
-    redis.call('HDEL', KEYS[16], id)
-    local ttl_ms = tonumber(ARGV[5])
-    if ttl_ms > 0 then
-      redis.call('HSET', KEYS[8], id, cjson.encode({ok = false, cancelled = true,
-        error = 'cancelled', attempt = s.attempt, at_ms = now}))
-      redis.call('ZADD', KEYS[9], now + ttl_ms, id)
-    end
+    local k = {uniq = KEYS[7], jobs = KEYS[10], state = KEYS[3], progress = KEYS[16],
+               results = KEYS[8], expires = KEYS[9]}
+    end_cancelled(k, id, s, now, tonumber(ARGV[5]))
     out[#out + 1] = id
   elseif s.stalls > max_stalls and not run_schedule_id(id) then
     release_key(KEYS[7], id, s.key)

@@ -22,17 +22,18 @@ from drumbeat import connections
 from drumbeat.config import check_concurrency
 from drumbeat.errors import WorkerCrashed
 from drumbeat.protocol import MAX_PRIORITY, MIN_PRIORITY
-from drumbeat.runner import Again, Bury, Cancelled, Done, HandBack, Outcome, RunDone, Runner
-from drumbeat.scripts import Claimed, Scripts
+from drumbeat.runner import Runner
+from drumbeat.scripts import Scripts
 
 from .checkpoints import Lending
 from .claiming import Claimer
-from .claims import Claim, ClaimKey, ClaimTable
-from .hooks import Hooks, JobEnd
+from .claims import ClaimTable
+from .hooks import Hooks
 from .housekeeping import Housekeeper
 from .leases import Heartbeat
 from .link import Link
 from .retrying import is_transient, supervise
+from .running import Runs
 from .settling import Settler
 from .signals import Signals
 
@@ -45,15 +46,6 @@ log = logging.getLogger("drumbeat.worker")
 def _worker_id() -> str:
     host = re.sub(r"[^A-Za-z0-9_.:@/+=-]", "-", socket.gethostname()) or "host"
     return f"{host}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
-
-
-_END_NAMES: dict[type[Outcome], str] = {
-    Done: "done", Again: "retry", Bury: "dead", Cancelled: "cancelled", HandBack: "handback"
-}  # fmt: skip
-
-
-def _end_name(outcome: Outcome) -> str:
-    return outcome.outcome if isinstance(outcome, RunDone) else _END_NAMES[type(outcome)]
 
 
 class Worker:
@@ -90,24 +82,30 @@ class Worker:
         self._stopping = asyncio.Event()
         self._hard = False
         self._crashed: str | None = None
-        self.claimer = Claimer(
-            worker_id=self.id, shards=self.shards, settings=self.settings, table=self.table,
-            start=self._start, stopping=self._stopping,
-        )  # fmt: skip
         self.runner = Runner(app, self.id, self.executor)
         self.settler = Settler(self.shards, self.table, self.settings)
+        self.runs = Runs(self.table, self.runner, self.settler, self.hooks)
+        self.claimer = Claimer(
+            worker_id=self.id, shards=self.shards, settings=self.settings, table=self.table,
+            start=self.runs.start, stopping=self._stopping,
+        )  # fmt: skip
+        self.runs.now_ms = self.claimer.now_ms
         self.housekeeper = Housekeeper(self.shards, self.settings, self._stopping)
         self.lending = Lending(
             worker_id=self.id, scripts=app.scripts, table=self.table, settings=self.settings,
-            codec=app.codec, start_lent=self._start_lent, stopping=self._stopping,
+            codec=app.codec, start_lent=self.runs.start_lent, stopping=self._stopping,
         )  # fmt: skip
+        self.runs.control = self.lending.control
         self.claimer.on_best = self.lending.seen
-        self.signals = Signals(app.keys.signals, self._stopping, self.lending.heard, self._cancel)
+        self.signals = Signals(
+            app.keys.signals, self._stopping, self.lending.heard, self.runs.cancel
+        )
         self.heartbeat = Heartbeat(
             worker_id=self.id, shards=self.shards, table=self.table,
             client=lambda: connections.heartbeat_client(app.url),
-            lease_ms=self.settings.lease_ms, info=self._info, on_lost=self._lost_threadsafe,
-            on_cancel=self._cancel_threadsafe,
+            lease_ms=self.settings.lease_ms, info=self._info,
+            on_lost=self._threadsafe(self.runs.lost),
+            on_cancel=self._threadsafe(self.runs.cancel),
         )  # fmt: skip
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -192,85 +190,14 @@ class Worker:
         self._crashed = self._crashed or reason
         self.stop()
 
-    # -- running jobs ----------------------------------------------------------------------
+    def _threadsafe(self, call: Callable[..., None]) -> Callable[..., None]:
+        """``call`` for the heartbeat thread: it runs on the worker's loop."""
 
-    def _start(self, shard: int, job: Claimed) -> None:
-        claim = self.table.hold(shard, job)
-        task = asyncio.create_task(self._execute(claim), name=f"drumbeat-job-{job.id}")
-        self.table.started(claim, task)
+        def on_loop(*args: Any) -> None:
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(call, *args)
 
-    def _start_lent(self, shard: int, job: Claimed) -> Claim:
-        """Starts an urgent job in a slot a paused run lent at a checkpoint."""
-        claim = self.table.hold(shard, job)
-        claim.lent = True
-        task = asyncio.create_task(self._execute(claim), name=f"drumbeat-job-{job.id}")
-        self.table.started(claim, task)
-        return claim
-
-    async def _execute(self, claim: Claim) -> None:
-        """Runs one claim to an outcome for the settler. Whatever happens, the claim ends
-        settled, handed back at shutdown, or released to its lease: never held forever."""
-        job, hooks, started = claim.job, self.hooks, time.monotonic()
-        end = "crashed"
-        claim.control = control = self.lending.control(claim)
-        try:
-            if hooks.per_job:
-                await hooks.before(job)
-            try:
-                outcome = await self.runner.run(job, self.claimer.now_ms, control)
-            except asyncio.CancelledError:
-                if not claim.cancelled or claim.lost:
-                    raise  # a stop (the claim is handed back) or a lost lease
-                outcome = self.runner.cancelled(job, self.claimer.now_ms())  # Job.cancel
-            end = _end_name(outcome)
-            if isinstance(outcome, Bury):
-                log.error("job %s dead-lettered: %s", job.id, outcome.reason)
-            if not claim.lost:
-                self.settler.add(claim, outcome)
-        except asyncio.CancelledError:
-            end = "cancelled"
-            raise
-        except Exception:
-            # A bug in running or deciding the outcome: the lease lapses, and the job runs
-            # again (and is dead-lettered after `max_stalls`), rather than being held forever.
-            log.exception("running job %s failed inside the worker; it runs again when its "
-                          "lease expires", job.id)  # fmt: skip
-            self.table.release(claim)
-        finally:
-            self.table.ended(claim)
-            if hooks.per_job:
-                await hooks.after(JobEnd(job, end, time.monotonic() - started))
-
-    def _cancel_threadsafe(self, job_id: str) -> None:
-        """From the heartbeat thread: a cancel request whose signal may have been missed."""
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._cancel, job_id)
-
-    def _cancel(self, job_id: str) -> None:
-        """`Job.cancel` of a job this worker may be running (a signal, or the heartbeat)."""
-        for claim in self.table.of_job(job_id):
-            if claim.cancelled:
-                continue
-            claim.cancelled = True
-            control, task = claim.control, claim.task
-            if control is not None and control.is_async and task is not None and not task.done():
-                log.info("job %s cancelled; stopping its run", job_id)
-                task.cancel("cancelled")
-            else:
-                log.info("job %s cancelled; its run stops at its next checkpoint", job_id)
-
-    def _lost_threadsafe(self, lost: list[ClaimKey]) -> None:
-        """From the heartbeat thread: leases taken over (fencing)."""
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._lost, lost)
-
-    def _lost(self, lost: list[ClaimKey]) -> None:
-        for key in lost:
-            claim = self.table.lose(key)
-            if claim is not None and claim.task is not None and not claim.task.done():
-                log.warning("lease on job %s (token %s) was taken over; cancelling this run",
-                            *key)  # fmt: skip
-                claim.task.cancel("lease lost")
+        return on_loop
 
     def _info(self) -> bytes:
         return json.dumps({

@@ -1,0 +1,113 @@
+"""Running claimed jobs: each as an asyncio task, seen through to an outcome for the settler,
+with the hooks around it; and what a run must stop for (a lease taken over, a cancel).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from drumbeat.context import Checkpoints
+from drumbeat.runner import Again, Bury, Cancelled, Done, HandBack, Outcome, RunDone, Runner
+from drumbeat.scripts import Claimed
+
+from .claims import Claim, ClaimKey, ClaimTable
+from .hooks import Hooks, JobEnd
+from .settling import Settler
+
+log = logging.getLogger("drumbeat.worker")
+
+_END_NAMES: dict[type[Outcome], str] = {
+    Done: "done", Again: "retry", Bury: "dead", Cancelled: "cancelled", HandBack: "handback"
+}  # fmt: skip
+
+
+def _end_name(outcome: Outcome) -> str:
+    return outcome.outcome if isinstance(outcome, RunDone) else _END_NAMES[type(outcome)]
+
+
+class Runs:
+    """Starts claimed jobs and sees each to its end. Whatever happens, a claim ends settled,
+    handed back at shutdown, or released to its lease: never held forever."""
+
+    def __init__(self, table: ClaimTable, runner: Runner, settler: Settler, hooks: Hooks) -> None:
+        self.table = table
+        self.runner = runner
+        self.settler = settler
+        self.hooks = hooks
+        self.now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
+        """Redis time (the claimer's clock)."""
+        self.control: Callable[[Claim], Checkpoints] | None = None
+        """Makes each run's checkpoints (`checkpoints.Lending.control`)."""
+
+    def start(self, shard: int, job: Claimed) -> None:
+        claim = self.table.hold(shard, job)
+        self.table.started(
+            claim, asyncio.create_task(self._run(claim), name=f"drumbeat-job-{job.id}")
+        )
+
+    def start_lent(self, shard: int, job: Claimed) -> Claim:
+        """Starts an urgent job in a slot a paused run lent at a checkpoint."""
+        claim = self.table.hold(shard, job)
+        claim.lent = True
+        self.table.started(
+            claim, asyncio.create_task(self._run(claim), name=f"drumbeat-job-{job.id}")
+        )
+        return claim
+
+    async def _run(self, claim: Claim) -> None:
+        job, hooks, started = claim.job, self.hooks, time.monotonic()
+        end = "crashed"
+        if self.control is not None:
+            claim.control = self.control(claim)
+        try:
+            if hooks.per_job:
+                await hooks.before(job)
+            try:
+                outcome = await self.runner.run(job, self.now_ms, claim.control)
+            except asyncio.CancelledError:
+                if not claim.cancelled or claim.lost:
+                    raise  # a stop (the claim is handed back) or a lost lease
+                outcome = self.runner.cancelled(job, self.now_ms())  # Job.cancel
+            end = _end_name(outcome)
+            if isinstance(outcome, Bury):
+                log.error("job %s dead-lettered: %s", job.id, outcome.reason)
+            if not claim.lost:
+                self.settler.add(claim, outcome)
+        except asyncio.CancelledError:
+            end = "cancelled"
+            raise
+        except Exception:
+            # A bug in running or deciding the outcome: the lease lapses, and the job runs
+            # again (and is dead-lettered after `max_stalls`), rather than being held forever.
+            log.exception("running job %s failed inside the worker; it runs again when its "
+                          "lease expires", job.id)  # fmt: skip
+            self.table.release(claim)
+        finally:
+            self.table.ended(claim)
+            if hooks.per_job:
+                await hooks.after(JobEnd(job, end, time.monotonic() - started))
+
+    def cancel(self, job_id: str) -> None:
+        """`Job.cancel` of a job this worker may be running (a signal, or the heartbeat)."""
+        for claim in self.table.of_job(job_id):
+            if claim.cancelled:
+                continue
+            claim.cancelled = True
+            control, task = claim.control, claim.task
+            if control is not None and control.is_async and task is not None and not task.done():
+                log.info("job %s cancelled; stopping its run", job_id)
+                task.cancel("cancelled")
+            else:
+                log.info("job %s cancelled; its run stops at its next checkpoint", job_id)
+
+    def lost(self, lost: list[ClaimKey]) -> None:
+        """Leases taken over (fencing): those runs may no longer settle anything."""
+        for key in lost:
+            claim = self.table.lose(key)
+            if claim is not None and claim.task is not None and not claim.task.done():
+                log.warning("lease on job %s (token %s) was taken over; cancelling this run",
+                            *key)  # fmt: skip
+                claim.task.cancel("lease lost")
