@@ -438,3 +438,26 @@ async def test_a_cancelled_job_whose_worker_died_is_not_requeued(
     assert reaped.requeued == 0 and reaped.buried == [job.id]
     assert await job.astatus() is drumbeat.JobStatus.CANCELLED
     assert not r.zscore(ckpt.keys.ready, job.id), "a cancelled job was requeued"
+
+
+async def test_a_delayed_urgent_job_gets_a_lent_slot_when_it_comes_due(ckpt: drumbeat.App) -> None:
+    """Every slot busy, nobody claims, so nobody would promote the urgent job when its delay
+    ends: a busy worker whose jobs checkpoint promotes what comes due, and lends for it."""
+    slots, units = Slots(), []
+    long = unit_task(ckpt, slots, units, priority=0)
+
+    @ckpt.task(priority=9)
+    def urgent() -> int:
+        return len(units)
+
+    job = await long.aenqueue("long", 150, 0.02)  # about 3 s
+    async with running_worker(ckpt, concurrency=1) as worker:
+        await wait_for_async(
+            lambda: worker.signals.subscribed.is_set() and len(units) >= 3,
+            message="the long job did not start", timeout=10,
+        )  # fmt: skip
+        late = await urgent.options(delay=0.5).aenqueue()
+        ran_at_unit = await late.aresult(timeout=10)
+        assert ran_at_unit < 100, f"it waited for the long job: started at unit {ran_at_unit}"
+        assert await job.aresult(timeout=30) == "long"
+    assert slots.peak == 1

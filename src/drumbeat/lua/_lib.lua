@@ -125,6 +125,7 @@ end
 local function wake_if_head(due_key, wake_key, id)
   local head = redis.call('ZRANGE', due_key, 0, 0)
   if head[1] == id then wake(wake_key) end
+  return head[1] == id
 end
 
 -- Schedules live in a timing wheel of buckets per shard (keys.py: WHEEL_BUCKETS, bucket_of):

@@ -2,7 +2,8 @@
 --
 -- KEYS[1] ready  (zset)  KEYS[2] due (zset)  KEYS[3] jobs (hash)  KEYS[4] state (hash)
 -- KEYS[5] uniq   (hash)  KEYS[6] seq (string) KEYS[7] wake (zset)
--- KEYS[8] signals (pub/sub channel: told when the best priority waiting rises)
+-- KEYS[8] signals (pub/sub channel: told when the best priority waiting rises, or when a
+--         delayed job above the lowest priority becomes the next one due)
 -- ARGV    groups of 6, one per job: id, spec, priority, delay_ms, at_ms, dedupkey
 --         (at_ms > 0 is an absolute run time in epoch ms; else delay_ms after Redis' now;
 --          dedupkey may be empty)
@@ -32,7 +33,11 @@ for i = 0, n - 1 do
     local run_at = at_ms > 0 and at_ms or now + delay_ms
     if run_at > now then
       redis.call('ZADD', KEYS[2], run_at, id)
-      wake_if_head(KEYS[2], KEYS[7], id)
+      -- Busy workers are not woken, but one whose jobs checkpoint promotes an urgent job
+      -- when it comes due (so the signal: it cannot lend for one it has not heard of).
+      if wake_if_head(KEYS[2], KEYS[7], id) and priority > 0 then
+        redis.call('PUBLISH', KEYS[8], 'd' .. run_at)
+      end
     else
       redis.call('ZADD', KEYS[1], ready_score(priority, seq), id)
       woke = true

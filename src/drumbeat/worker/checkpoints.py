@@ -77,6 +77,10 @@ class Lending:
     def control(self, claim: Claim) -> Control:
         return Control(self, claim)
 
+    def lendable(self) -> bool:
+        """Whether a running job has reached a checkpoint (and so may lend its slot)."""
+        return any(c.checkpointed for c in self.table.running_controls())
+
     async def save(self, control: Control) -> None:
         """Writes the run's progress, fenced by its token (a stale run cannot overwrite it)."""
         assert self.client is not None
@@ -115,8 +119,18 @@ class Lending:
 class Control:
     """One run's checkpoints (`drumbeat.context.Checkpoints`)."""
 
-    __slots__ = ("claim", "dirty", "is_async", "lending", "lending_since", "paused_before",
-                 "priority", "progress", "saved_at")  # fmt: skip
+    __slots__ = (
+        "checkpointed",
+        "claim",
+        "dirty",
+        "is_async",
+        "lending",
+        "lending_since",
+        "paused_before",
+        "priority",
+        "progress",
+        "saved_at",
+    )  # fmt: skip
 
     def __init__(self, lending: Lending, claim: Claim) -> None:
         self.lending = lending
@@ -128,6 +142,8 @@ class Control:
         self.paused_before = 0.0
         self.lending_since = 0.0
         self.is_async = True
+        self.checkpointed = False
+        """It reached a checkpoint: it can lend its slot."""
 
     @property
     def paused(self) -> float:
@@ -136,6 +152,7 @@ class Control:
 
     def _wanted(self, progress: Any) -> bool:
         """The fast path: whether this checkpoint has anything to do."""
+        self.checkpointed = True
         if progress is not None:
             self.progress = progress
             self.dirty = True

@@ -30,6 +30,9 @@ from .waiter import Waiter
 
 log = logging.getLogger("drumbeat.worker")
 
+# A busy worker whose jobs checkpoint promotes what comes due at most this often (seconds).
+_BUSY_PROMOTE_EVERY = 0.05
+
 
 class Claimer:
     def __init__(
@@ -57,6 +60,10 @@ class Claimer:
         # Per shard: the schedule buckets heading `due` at the last reply; the next claim takes
         # their runs itself (see claim.lua).
         self._upcoming: dict[int, list[int]] = {}
+        self._next_due_ms: int | None = None
+        self._due_sooner = asyncio.Event()
+        self.lendable: Callable[[], bool] = lambda: False
+        """Whether a running job checkpoints (so promoting what comes due may let it lend)."""
         self.on_best: Callable[[int], None] = lambda best: None
         """Told the priority of the best job left in the jobs' `ready` after each claim."""
 
@@ -81,14 +88,11 @@ class Claimer:
         """Claims and starts jobs until the worker stops."""
         backoff = Backoff()
         while not self.stopping.is_set():
-            free = self.table.free
-            if free <= 0:
-                # Clear before any await: a job finishing during the cancel sets it again.
-                self.table.slot_free.clear()
-                await self.cancel_block()
-                await self.table.slot_free.wait()
-                continue
             try:
+                free = self.table.free
+                if free <= 0:
+                    await self._wait_busy()
+                    continue
                 claimed, now_ms, next_due_ms = await self._claim(free)
                 if claimed < free:
                     await self._wait_for_work(free - claimed, now_ms, next_due_ms)
@@ -97,6 +101,39 @@ class Claimer:
                 if not is_transient(exc):
                     raise
                 await backoff.wait(self.stopping, backoff.failed(log, "claiming", exc))
+
+    def due_at(self, due_ms: int) -> None:
+        """Something comes due at ``due_ms`` (a signal): a busy wait re-arms its timer."""
+        if self._next_due_ms is None or due_ms < self._next_due_ms:
+            self._next_due_ms = due_ms
+            self._due_sooner.set()
+
+    async def _wait_busy(self) -> None:
+        """Every slot is busy: waits for one to free up. If a running job checkpoints (it can
+        lend its slot), also wakes at the next due time to claim nothing, only to promote what
+        came due (a delayed or retried urgent job): the reply tells the best priority waiting,
+        and a checkpoint then lends for it."""
+        # Clear before any await: a job finishing (or a signal) during the cancel sets it again.
+        self.table.slot_free.clear()
+        self._due_sooner.clear()
+        await self.cancel_block()
+        timeout = None
+        if self._next_due_ms is not None and self.lendable():
+            timeout = max(_BUSY_PROMOTE_EVERY, (self._next_due_ms - self.now_ms()) / 1000)
+        waits = {asyncio.ensure_future(self.table.slot_free.wait()),
+                 asyncio.ensure_future(self._due_sooner.wait())}  # fmt: skip
+        done, pending = await asyncio.wait(waits, timeout=timeout, return_when="FIRST_COMPLETED")
+        for waiting in pending:
+            waiting.cancel()
+        if not done:  # the next due time came: claim nothing, promote what came due
+            s = self.settings
+            call = self.shards[0].claim(
+                self.worker_id, 0, s.lease_ms, s.batch_limit, self._upcoming.get(0, ())
+            )
+            assert self._link is not None
+            (result,) = await self._link.run([call])
+            await self._took(0, result, 0)
+            self._next_due_ms = result.next_due_ms
 
     async def _claim(self, free: int) -> tuple[int, int, int | None]:
         """Claims up to ``free`` items; returns (claimed, Redis now, earliest due time seen)."""
@@ -119,6 +156,7 @@ class Claimer:
                 next_due = min(next_due or result.next_due_ms, result.next_due_ms)
             if claimed >= free:
                 break
+        self._next_due_ms = next_due
         return claimed, now_ms, next_due
 
     async def _took(self, shard: int, result: ClaimResult, free: int) -> tuple[int, ClaimResult]:

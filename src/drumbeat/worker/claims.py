@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from drumbeat.context import Checkpoints
 from drumbeat.scripts import Claimed
@@ -107,6 +108,11 @@ class ClaimTable:
     def runs(self) -> list[asyncio.Task[None]]:
         claims = [*self._running.values(), *self._lent.values()]
         return [c.task for c in claims if c.task is not None]
+
+    def running_controls(self) -> list[Any]:
+        """The checkpoints of the runs in slots of their own (lent runs' lenders are among
+        them)."""
+        return [c.control for c in self._running.values() if c.control is not None]
 
     def of_job(self, job_id: str) -> list[Claim]:
         """Every claim held of ``job_id`` (more than one only while an old one is settled)."""

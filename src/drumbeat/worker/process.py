@@ -97,9 +97,11 @@ class Worker:
         )  # fmt: skip
         self.runs.control = self.lending.control
         self.claimer.on_best = self.lending.seen
+        self.claimer.lendable = self.lending.lendable
         self.signals = Signals(
-            app.keys.signals, self._stopping, self.lending.heard, self.runs.cancel
-        )
+            app.keys.signals, self._stopping, on_ready=self.lending.heard,
+            on_cancel=self.runs.cancel, on_due=self.claimer.due_at,
+        )  # fmt: skip
         self.heartbeat = Heartbeat(
             worker_id=self.id, shards=self.shards, table=self.table,
             client=lambda: connections.heartbeat_client(app.url),

@@ -3,6 +3,8 @@
 - ``r<priority>``: a job became the head of `ready` (enqueued, handed back, requeued). A worker
   whose slots are all busy learns of urgent work here, so its checkpoints can lend a slot
   without asking Redis.
+- ``d<ms>``: a delayed job above the lowest priority became the next due, at ``ms``. A busy
+  worker whose jobs checkpoint promotes it then, so a checkpoint can lend for it.
 - ``c<job id>``: `Job.cancel` of a running job. Its run stops at once (async) or at its next
   checkpoint (sync).
 
@@ -28,11 +30,13 @@ class Signals:
         stopping: asyncio.Event,
         on_ready: Callable[[int], None],
         on_cancel: Callable[[str], None],
+        on_due: Callable[[int], None],
     ) -> None:
         self.channel = channel
         self.stopping = stopping
         self.on_ready = on_ready
         self.on_cancel = on_cancel
+        self.on_due = on_due
         self.subscribed = asyncio.Event()
 
     async def run(self, client: aredis.Redis) -> None:
@@ -52,5 +56,7 @@ class Signals:
             self.on_ready(int(rest))
         elif kind == "c" and rest:
             self.on_cancel(rest)
+        elif kind == "d" and rest.isdigit():
+            self.on_due(int(rest))
         else:
             log.warning("ignoring an unknown signal %r on %s", text[:100], self.channel)
