@@ -194,3 +194,26 @@ def test_kill_9_mid_job_resumes_from_its_saved_progress(
     repeated = [u for u in set(units) if units.count(u) > 1]
     # Only the unit in flight at the kill (begun, not yet checkpointed) runs twice.
     assert repeated in ([], [saved]), (repeated, saved, done_before)
+
+
+def test_sigterm_hands_a_checkpointing_job_back_at_once_with_its_progress(
+    redis_url: str, namespace: str, r: redis.Redis, procs: list[Proc]
+) -> None:
+    settings = {"shutdown_grace": 60.0}
+    app = _app(redis_url, namespace, **settings)
+    job = app.enqueue("tests.apps.proc_app.units", 400, 0.02)
+    worker = Proc(redis_url, namespace, **settings)
+    procs.append(worker)
+    wait_for(lambda: len(_log(r, namespace)) >= 10, message="the job did not get going")
+    signalled = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+    took = time.monotonic() - signalled
+    assert took < 10, f"the worker took {took:.1f} s: it waited for the job, not its checkpoint"
+    assert job.status() is drumbeat.JobStatus.QUEUED, "the job was not handed back"
+    saved = job.progress()
+    assert saved == len(_log(r, namespace)), "the progress at the hand-back was not saved"
+    procs.append(Proc(redis_url, namespace, **settings))
+    assert job.result(timeout=30) == 400
+    units = [int(e[4:]) for e, *_ in _log(r, namespace)]
+    assert units == list(range(400)), "a unit was repeated or skipped across the hand-back"
