@@ -246,10 +246,10 @@ class Scripts:
             args += [f"{job_id}|{token}|{ttl_ms}|{dedup_key}", outcome]
         return Call("complete", keys, args, _ints)
 
-    def retry(self, items: Sequence[tuple[str, int, int]]) -> Call[list[int]]:
-        """Items are (id, token, delay_ms)."""
+    def retry(self, items: Sequence[tuple[str, int, int, int]]) -> Call[list[int]]:
+        """Items are (id, token, delay_ms, priority)."""
         k = self.k
-        keys = [k.leases, k.owners, k.due, k.wake]
+        keys = [k.leases, k.owners, k.due, k.wake, k.signals]
         return Call("retry", keys, [x for item in items for x in item], _ints)
 
     def bury(self, items: Sequence[tuple[str, int, bytes, int]]) -> Call[list[int]]:

@@ -461,3 +461,30 @@ async def test_a_delayed_urgent_job_gets_a_lent_slot_when_it_comes_due(ckpt: dru
         assert ran_at_unit < 100, f"it waited for the long job: started at unit {ran_at_unit}"
         assert await job.aresult(timeout=30) == "long"
     assert slots.peak == 1
+
+
+async def test_an_urgent_job_retrying_after_a_backoff_gets_a_lent_slot_again(
+    ckpt: drumbeat.App,
+) -> None:
+    slots, units = Slots(), []
+    long = unit_task(ckpt, slots, units, priority=0)
+    starts: list[int] = []
+
+    @ckpt.task(priority=9, retries=1)
+    def urgent() -> int:
+        starts.append(len(units))
+        if len(starts) == 1:
+            raise drumbeat.Retry(delay=0.3)
+        return len(units)
+
+    job = await long.aenqueue("long", 150, 0.02)  # about 3 s
+    async with running_worker(ckpt, concurrency=1) as worker:
+        await wait_for_async(
+            lambda: worker.signals.subscribed.is_set() and len(units) >= 3,
+            message="the long job did not start", timeout=10,
+        )  # fmt: skip
+        u = await urgent.aenqueue()
+        second = await u.aresult(timeout=10)
+        assert second < 100, f"the retry waited for the long job: started at unit {second}"
+        assert await job.aresult(timeout=30) == "long"
+    assert len(starts) == 2 and slots.peak == 1

@@ -32,7 +32,7 @@ def test_stale_worker_is_fenced_off(app: drumbeat.App, r: redis.Redis) -> None:
     stale = first.token
     outcome = encode_success(app.codec, "stale", 1 << 20)
     assert s.complete([(job.id, stale, outcome, 60_000, "")]).run(r) == [0]
-    assert s.retry([(job.id, stale, 0)]).run(r) == [0]
+    assert s.retry([(job.id, stale, 0, 0)]).run(r) == [0]
     assert s.bury([(job.id, stale, b'{"error":"x"}', 60_000)]).run(r) == [0]
     assert s.extend_leases("worker-a", 10_000, b"{}", [(job.id, stale)]).run(r).lost == [
         (job.id, stale)

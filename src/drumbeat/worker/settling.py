@@ -49,7 +49,7 @@ KINDS: dict[type[Outcome], Kind] = {
     ),
     Again: Kind(
         "retry", lambda s: s.retry,
-        lambda j, o: (j.id, j.token, o.delay_ms),
+        lambda j, o: (j.id, j.token, o.delay_ms, j.priority),
         lambda o: (0, 0),
     ),
     Bury: Kind(
