@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
-from drumbeat.context import Checkpoints
 from drumbeat.scripts import Claimed
+
+if TYPE_CHECKING:
+    from .checkpoints import Control
 
 ClaimKey = tuple[str, int]
 """(job id, fencing token): one claim of one job."""
@@ -35,8 +37,8 @@ class Claim:
     """`Job.cancel` asked for it to stop (at its next checkpoint, or at once if async)."""
     lent: bool = field(default=False)
     """It runs in a slot another run lent at a checkpoint (and does not count as taking one)."""
-    control: Checkpoints | None = None
-    """The run's checkpoints (`checkpoints.Control`)."""
+    control: Control | None = None
+    """The run's checkpoints."""
 
     @property
     def key(self) -> ClaimKey:
@@ -109,7 +111,7 @@ class ClaimTable:
         claims = [*self._running.values(), *self._lent.values()]
         return [c.task for c in claims if c.task is not None]
 
-    def running_controls(self) -> list[Any]:
+    def running_controls(self) -> list[Control]:
         """The checkpoints of the runs in slots of their own (lent runs' lenders are among
         them)."""
         return [c.control for c in self._running.values() if c.control is not None]

@@ -8,14 +8,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from drumbeat.context import Checkpoints
 from drumbeat.runner import Again, Bury, Cancelled, Done, HandBack, Outcome, RunDone, Runner
 from drumbeat.scripts import Claimed
 
 from .claims import Claim, ClaimKey, ClaimTable
 from .hooks import Hooks, JobEnd
 from .settling import Settler
+
+if TYPE_CHECKING:
+    from .checkpoints import Control
 
 log = logging.getLogger("drumbeat.worker")
 
@@ -39,7 +42,7 @@ class Runs:
         self.hooks = hooks
         self.now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
         """Redis time (the claimer's clock)."""
-        self.control: Callable[[Claim], Checkpoints] | None = None
+        self.control: Callable[[Claim], Control] | None = None
         """Makes each run's checkpoints (`checkpoints.Lending.control`)."""
 
     def start(self, shard: int, job: Claimed) -> None:
