@@ -389,3 +389,29 @@ async def test_shutdown_ends_when_redis_is_gone(
     for step in ("handing back unfinished jobs failed", "deregistering failed"):
         assert warnings_about(worker_log, step), worker_log.text
     print(f"shutdown without Redis took {took:.1f} s")
+
+
+async def test_a_redis_down_for_seconds_does_not_stop_the_worker(
+    own_server: RedisServer, worker_log: pytest.LogCaptureFixture
+) -> None:
+    """Every part waits out a Redis that is gone for longer than the crash budget (five
+    restarts in 60 s, with backoff, take about 1.5 s): the signals listener too, which a lost
+    pub/sub connection used to crash."""
+    async with open_app(own_server) as app:
+        work, runs = _work_task(app)
+        worker = drumbeat.Worker(app)
+        running = asyncio.create_task(worker.run())
+        await until(worker.signals.subscribed.is_set, "the worker to subscribe")
+        own_server.halt()
+        await asyncio.sleep(4.0)  # the outage itself: nothing to poll for while Redis is gone
+        assert not running.done(), f"the worker stopped while Redis was down: {running}"
+        own_server.spawn()
+        await asyncio.to_thread(own_server.wait_ready)
+        await app.aclose()  # the test's own connections died with the server
+        job = await work.aenqueue(7)
+        assert await job.aresult(timeout=20) == 14
+        await until(worker.signals.subscribed.is_set, "the worker to subscribe again")
+        worker.stop()
+        await asyncio.wait_for(running, 20)
+    assert 7 in runs
+    assert not [r for r in worker_log.records if r.levelname == "CRITICAL"], worker_log.text

@@ -20,6 +20,8 @@ from collections.abc import Callable
 
 import redis.asyncio as aredis
 
+from .retrying import Backoff, is_transient
+
 log = logging.getLogger("drumbeat.worker")
 
 
@@ -40,7 +42,20 @@ class Signals:
         self.subscribed = asyncio.Event()
 
     async def run(self, client: aredis.Redis) -> None:
-        """Listens until the worker stops; a lost connection raises (the worker restarts it)."""
+        """Listens until the worker stops. A Redis that restarts or fails over is waited out
+        with backoff (as the other parts do), not taken for a crash: messages missed
+        meanwhile are made up for by claim replies and the heartbeat."""
+        backoff = Backoff(first=0.1, most=5.0)
+        while not self.stopping.is_set():
+            try:
+                await self._listen(client)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self.subscribed.clear()
+                await backoff.wait(self.stopping, backoff.failed(log, "listening for signals", exc))
+
+    async def _listen(self, client: aredis.Redis) -> None:
         async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
             await pubsub.subscribe(self.channel)
             self.subscribed.set()
