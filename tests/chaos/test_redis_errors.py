@@ -415,3 +415,32 @@ async def test_a_redis_down_for_seconds_does_not_stop_the_worker(
         await asyncio.wait_for(running, 20)
     assert 7 in runs
     assert not [r for r in worker_log.records if r.levelname == "CRITICAL"], worker_log.text
+
+
+async def test_a_checkpoint_while_redis_is_gone_does_not_fail_the_job(
+    make_server: Any, worker_log: pytest.LogCaptureFixture
+) -> None:
+    server: RedisServer = make_server("--appendonly", "yes", "--appendfsync", "always")
+    units: list[int] = []
+    async with open_app(server, progress_interval=0.0, lease=30.0) as app:
+
+        @app.task(name="chaos.units")
+        def long(n: int) -> int:
+            for i in range(drumbeat.current_job().progress or 0, n):
+                time.sleep(0.02)
+                units.append(i)
+                drumbeat.checkpoint(progress=i + 1)
+            return n
+
+        job = await long.aenqueue(100)
+        async with running_worker(app, concurrency=1):
+            await until(lambda: len(units) >= 10, "the job to get going")
+            server.halt()
+            at_halt = len(units)
+            await until(lambda: len(units) >= at_halt + 3, "the job to go on without Redis")
+            server.spawn()
+            await asyncio.to_thread(server.wait_ready)
+            await app.aclose()  # the test's own connections died with the server
+            assert await job.aresult(timeout=30) == 100
+    assert units == list(range(100)), "a unit was repeated or skipped"
+    assert warnings_about(worker_log, "checkpoint of job"), "the skipped checkpoint was not logged"

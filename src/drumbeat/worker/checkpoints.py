@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from drumbeat.errors import Interrupted, LeaseLost
@@ -21,6 +21,7 @@ from drumbeat.job import encode_progress
 from drumbeat.schedule import RUN_PREFIX
 
 from .claims import Claim, ClaimTable
+from .retrying import is_transient
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -191,10 +192,23 @@ class Control:
         saves = not claim.job.id.startswith(RUN_PREFIX)  # a schedule's run is not resumed
         if lending.stopping.is_set():
             if self.dirty and saves:
-                await lending.save(self)
+                await self._quietly(lending.save(self))
             raise Interrupted("handback")
         lend = lending.best > self.priority and lending.table.free <= 0
-        if self.dirty and saves and (lend or time.monotonic() - self.saved_at >= lending.interval):
-            await lending.save(self)
+        due = time.monotonic() - self.saved_at >= lending.interval
+        if self.dirty and saves and (lend or due):
+            await self._quietly(lending.save(self))
         if lend and not claim.lost:
-            await lending.lend(self)
+            await self._quietly(lending.lend(self))
+
+    async def _quietly(self, step: Coroutine[Any, Any, None]) -> None:
+        """A save or a lend while Redis restarts or fails over is skipped, not the task's
+        failure: the progress is saved at a later checkpoint, and it lends another time."""
+        try:
+            await step
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            self.saved_at = time.monotonic()
+            log.warning("checkpoint of job %s skipped (%s: %s)", self.claim.job.id,
+                        type(exc).__name__, exc)  # fmt: skip
