@@ -17,6 +17,7 @@ import redis
 import drumbeat
 from drumbeat.keys import bucket_of
 from tests.conftest import RedisServer, running_worker, server_binary
+from tests.helpers import commands, wait_for_async
 
 SCHEDULES = 600
 IDLE_BLOCK = 0.5
@@ -169,3 +170,28 @@ def test_a_claim_rescores_the_due_markers_it_passes(app: drumbeat.App, r: redis.
         f"the reply's next due time {result.next_due_ms} should be after now {result.now_ms}"
     )
     assert set(result.upcoming).isdisjoint({early, empty})
+
+
+async def test_an_idle_worker_claims_once_per_idle_block(
+    own_redis: RedisServer, own_r: redis.Redis, namespace: str
+) -> None:
+    """The idle wait carries the next claim behind its BZPOPMIN; when that claim took nothing
+    the worker waits again on its reply instead of claiming a second time at once (two claims
+    per idle_block, before)."""
+    app = drumbeat.App(
+        own_redis.url, namespace=namespace, idle_block=0.2, maintenance_interval=60.0, lease=120.0
+    )
+    try:
+        async with running_worker(app):
+            # Past start-up (its first claim and reap, its registration), then measure.
+            await wait_for_async(lambda: commands(own_r, "bzpopmin") >= 2,
+                                 message="the worker never went idle")  # fmt: skip
+            pops, scripts = commands(own_r, "bzpopmin"), commands(own_r, "evalsha")
+            await wait_for_async(lambda: commands(own_r, "bzpopmin") >= pops + 8,
+                                 message="the idle worker stopped waiting")  # fmt: skip
+            waits = commands(own_r, "bzpopmin") - pops
+            claims = commands(own_r, "evalsha") - scripts
+    finally:
+        await app.aclose()
+    # One claim per wait; at most one reap or lease renewal could fall in the window.
+    assert claims <= waits + 2, f"{claims} script calls over {waits} idle waits"

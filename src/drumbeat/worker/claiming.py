@@ -87,15 +87,20 @@ class Claimer:
     async def run(self) -> None:
         """Claims and starts jobs until the worker stops."""
         backoff = Backoff()
+        idle: ClaimResult | None = None
         while not self.stopping.is_set():
             try:
                 free = self.table.free
                 if free <= 0:
                     await self._wait_busy()
                     continue
-                claimed, now_ms, next_due_ms = await self._claim(free)
+                if idle is None:
+                    claimed, now_ms, next_due_ms = await self._claim(free)
+                else:  # the wait's own claim just took nothing: no need to claim again
+                    claimed, now_ms, next_due_ms = 0, idle.now_ms, idle.next_due_ms
+                idle = None
                 if claimed < free:
-                    await self._wait_for_work(free - claimed, now_ms, next_due_ms)
+                    idle = await self._wait_for_work(free - claimed, now_ms, next_due_ms)
                 backoff.reset()
             except Exception as exc:
                 if not is_transient(exc):
@@ -204,7 +209,9 @@ class Claimer:
                 name = tasks.get(b"#" + parsed.task_code.encode(), b"?")
                 job.spec = name + FIELD_SEP.encode() + parsed.spec
 
-    async def _wait_for_work(self, free: int, now_ms: int, next_due_ms: int | None) -> None:
+    async def _wait_for_work(
+        self, free: int, now_ms: int, next_due_ms: int | None
+    ) -> ClaimResult | None:
         """Waits until a job is enqueued (a marker on `wake`), the next item is due, or
         `idle_block` passes, whichever comes first.
 
@@ -212,21 +219,21 @@ class Claimer:
         `hz`), far too coarse for due times. So one `BZPOPMIN` stays outstanding across waits,
         with the full `idle_block` as its timeout, and a local timer (from a due time Redis
         gave us, corrected by the measured clock offset) ends the wait at the due time. With
-        nothing due within `idle_block`, the wait carries the next claim (`Waiter`).
+        nothing due within `idle_block`, the wait carries the next claim (`Waiter`); if that
+        claim took nothing, its reply is returned, and the loop waits again on it.
         """
         assert self._client is not None
         timeout = self.settings.idle_block
         if next_due_ms is not None:
             timeout = min(timeout, (next_due_ms - now_ms) / 1000)
         if timeout <= 0:
-            return
+            return None
         if (
             timeout >= self.settings.idle_block
             and self._waiter is not None
             and (self._block is None or self._block.done())
         ):
-            await self._wait_then_claim(free)
-            return
+            return await self._wait_then_claim(free)
         if self._block is None or self._block.done():
             wake_keys = [shard.k.wake for shard in self.shards]
             self._block = asyncio.ensure_future(
@@ -237,8 +244,9 @@ class Claimer:
         stop.cancel()
         if self._block.done():
             self._block.exception()  # consumed; a failed block just means: look again
+        return None
 
-    async def _wait_then_claim(self, free: int) -> None:
+    async def _wait_then_claim(self, free: int) -> ClaimResult | None:
         """Waits with a claim of up to ``free`` jobs pipelined behind the pop (slots only free
         up meanwhile, so it never overfills); stopping ends the wait early, and what the claim
         took is still started (the shutdown then finishes or hands it back)."""
@@ -255,7 +263,7 @@ class Claimer:
         if not waiting.done():
             await self._waiter.unblock(waiting)
         if waiting.cancelled():
-            return
+            return None
         try:
             raw = waiting.result()
         except redis.ResponseError as exc:
@@ -264,9 +272,11 @@ class Claimer:
             # The pop or CLIENT ID refused (an ACL, a proxy): plain waits work everywhere.
             log.warning("waiting with a pipelined claim failed (%s); using plain waits", exc)
             self._waiter = None
-            return
+            return None
         result = call.parse(raw) if raw is not None else await call.arun(self._client)
-        await self._took(0, result, free)
+        took, last = await self._took(0, result, free)
+        self._next_due_ms = last.next_due_ms
+        return last if took == 0 else None
 
     async def cancel_block(self) -> None:
         """Drops the outstanding `BZPOPMIN` (a busy worker must not swallow wake markers meant
