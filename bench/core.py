@@ -1,6 +1,6 @@
 """Side-by-side benchmark of drumbeat and the Redis job queues people use today: enqueue rate,
-drain throughput, enqueue-to-start latency, priority under load, and what Redis itself allows,
-on one private redis-server started for the run.
+drain throughput, enqueue-to-start latency, priority under load, urgent jobs behind long ones,
+and what Redis itself allows, on one private redis-server started for the run.
 
     python -m bench.core [--quick] [--systems drumbeat,celery,...] [--repeat N] [--jobs N]
 
