@@ -33,6 +33,12 @@ T = TypeVar("T")
 
 HIGH_JOBS_ENV = "BENCH_HIGH_JOBS"
 """How many high-priority jobs a worker waits for before it says ``high_done``."""
+MARKS_URL_ENV = "BENCH_MARKS_URL"
+"""The Redis a worker pushes its long jobs' start and end marks to (`MARKS_KEY`)."""
+MARKS_KEY = "bench:long-marks"
+"""A list of ``start``/``end``, one per long job's start and end, so the harness can tell when
+every slot is busy and when the long jobs are done whatever the system (two pushes per long
+job; the times themselves come in the worker's report)."""
 
 
 class ScenarioFailed(RuntimeError):
@@ -63,6 +69,10 @@ class WorkerReport:
     """CPU time (user + system) the worker used from starting to claim until it stopped."""
     extra: dict[str, Any] = field(default_factory=dict)
     stderr: str = ""
+    long_starts: list[float] = field(default_factory=list)
+    """Wall-clock start times of the long jobs (the urgent-behind-long scenario)."""
+    long_ends: list[float] = field(default_factory=list)
+    """Wall-clock end times of the long jobs."""
 
 
 class System(Protocol):
@@ -73,12 +83,16 @@ class System(Protocol):
     """
 
     name: str
+    url: str
     settings: str
     """The worker settings used (process model, concurrency, prefetch), for the report."""
     bulk: str | None
     """How `enqueue_bulk` enqueues (``None``: the system has no bulk enqueue)."""
     priority: str | None
     """How high and low priority are expressed (``None``: the system has no priorities)."""
+    urgent_long: str | None
+    """How the system runs urgent jobs behind long ones, as its users would (``None``: it
+    cannot; `urgent_long_workers` then raises `NotSupported`)."""
 
     def version(self) -> str:
         """The system's version and the client library versions it runs on."""
@@ -106,6 +120,20 @@ class System(Protocol):
         """Enqueue ``n`` high-priority jobs one by one; returns ``time.time()`` just before the
         first. `NotSupported` if the system has no priorities."""
 
+    def fill_long(self, n: int, units: int, unit_s: float) -> None:
+        """Queue ``n`` long low-priority jobs of ``units`` sleeps of ``unit_s`` each (a
+        checkpoint after each unit where the system has them); each calls `Sink.long_start`
+        and `Sink.long_end`."""
+
+    def produce_urgent(self, rate: float, n: int) -> float:
+        """`produce_stamped` with urgent jobs: the way the system gets them ahead of the long
+        ones (a higher priority, or a queue of their own)."""
+
+    def urgent_long_workers(self) -> tuple[list[list[str]], int]:
+        """The worker processes of the urgent-behind-long scenario (4 slots in all, as few
+        processes as the system allows) and how many long jobs they run at once (4, or fewer
+        when a slot is kept for the urgent queue). `NotSupported` if the system cannot."""
+
     def outstanding(self) -> int:
         """Jobs enqueued and not yet finished (queued, reserved or running)."""
 
@@ -125,6 +153,7 @@ class Base:
     settings = ""
     bulk: str | None = None
     priority: str | None = None
+    urgent_long: str | None = None
 
     def __init__(self, url: str) -> None:
         import redis
@@ -152,6 +181,15 @@ class Base:
 
     def enqueue_high(self, n: int) -> float:
         raise NotSupported("no priorities")
+
+    def fill_long(self, n: int, units: int, unit_s: float) -> None:
+        raise NotSupported("no urgent-behind-long setup")
+
+    def produce_urgent(self, rate: float, n: int) -> float:
+        raise NotSupported("no urgent-behind-long setup")
+
+    def urgent_long_workers(self) -> tuple[list[list[str]], int]:
+        raise NotSupported("no urgent-behind-long setup")
 
     def close(self) -> None:
         self.admin.close()
@@ -300,6 +338,8 @@ class WorkerProcess:
             cpu_s=float(r["cpu_s"]),
             extra={**r.get("extra", {}), **({"forced": True} if forced else {})},
             stderr=self.stderr_text(),
+            long_starts=[float(x) for x in r.get("long_starts", [])],
+            long_ends=[float(x) for x in r.get("long_ends", [])],
         )
 
     def kill(self) -> None:
@@ -351,6 +391,9 @@ class Sink:
         self.high_starts: list[float] = []
         self.low_before_high_done = -1
         self.high_target = int(os.environ.get(HIGH_JOBS_ENV, "100"))
+        self.long_starts: list[float] = []
+        self.long_ends: list[float] = []
+        self._marks: Any = None
 
     def noop(self) -> None:
         """A no-op (low-priority) job started."""
@@ -376,6 +419,32 @@ class Sink:
             if len(self.high_starts) == self.high_target:
                 self.low_before_high_done = self.low
                 emit("high_done")
+
+    def long_start(self) -> None:
+        """A long job started (each attempt; the scenario has no retries)."""
+        now = time.time()
+        with self._lock:
+            self.long_starts.append(now)
+            if self.first_at is None:
+                self.first_at = now
+            self.count += 1
+        self._mark("start")
+
+    def long_end(self) -> None:
+        """A long job finished its last unit."""
+        now = time.time()
+        with self._lock:
+            self.long_ends.append(now)
+        self._mark("end")
+
+    def _mark(self, kind: str) -> None:
+        import redis
+
+        with self._lock:
+            if self._marks is None:
+                self._marks = redis.Redis.from_url(os.environ[MARKS_URL_ENV])
+            client = self._marks
+        client.rpush(MARKS_KEY, kind)  # redis-py's pool is thread safe
 
 
 SINK = Sink()
@@ -444,6 +513,8 @@ class Started:
             "latencies": list(s.latencies),
             "high_starts": list(s.high_starts),
             "low_before_high_done": s.low_before_high_done,
+            "long_starts": list(s.long_starts),
+            "long_ends": list(s.long_ends),
             "peak_rss_kb": peak_rss_kb(),
             "cpu_s": cpu_seconds() - self.cpu0,
             "extra": extra,

@@ -198,12 +198,15 @@ def main(argv: list[str] | None = None) -> None:
     units, n_urgent = (100, 20) if args.quick else (400, 100)
     command = "python -m bench.checkpoints" + (" --quick" if args.quick else "")
     print(f"$ {command}\n  CPU: {_cpu_model()}, {os.cpu_count()} cores")
+    load_start = os.getloadavg()
     with RedisServer() as server:
         rows: dict[str, list[dict[str, Any]]] = {"checkpoints": [], "no checkpoints": []}
         for _ in range(repeat):
             for mode, flag in (("checkpoints", True), ("no checkpoints", False)):
                 rows[mode].append(urgent_behind_long(server.url, flag, units, n_urgent))
         costs = cost(server.url, 200_000 if args.quick else 1_000_000, 1000, repeat)
+    load = " ".join(f"{x:.2f}" for x in load_start)
+    load_end = " ".join(f"{x:.2f}" for x in os.getloadavg())
     medians = {
         mode: {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         for mode, runs in rows.items()
@@ -211,8 +214,11 @@ def main(argv: list[str] | None = None) -> None:
     lines = [
         f"# Checkpoints ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
         "",
-        f"- command: `{command}` (median of {repeat})",
+        f"- command: `{command}`",
+        f"- median of {repeat} repetition(s)",
         f"- CPU: {_cpu_model()}, {os.cpu_count()} cores",
+        f"- load average (1/5/15 min): {load} at start, {load_end} at end (other work on "
+        "the 2 cores shows up here)",
         "",
         f"## Urgent behind long jobs (4 slots, 4 x {units} units of 10 ms, "
         f"{n_urgent} urgent at 20/s)",

@@ -1,6 +1,6 @@
 """Side-by-side benchmark of drumbeat and the Redis job queues people use today: enqueue rate,
-drain throughput, enqueue-to-start latency, priority under load, and what Redis itself allows,
-on one private redis-server started for the run.
+drain throughput, enqueue-to-start latency, priority under load, urgent jobs behind long ones,
+and what Redis itself allows, on one private redis-server started for the run.
 
     python -m bench.core [--quick] [--systems drumbeat,celery,...] [--repeat N] [--jobs N]
 
@@ -41,6 +41,8 @@ import redis
 from ._redis import RedisServer
 from .adapter import (
     HIGH_JOBS_ENV,
+    MARKS_KEY,
+    MARKS_URL_ENV,
     NotSupported,
     ScenarioFailed,
     System,
@@ -91,6 +93,14 @@ class Config:
     drain_bound: float = 30.0
     """Seconds a drain may take: a slower system is stopped there and its rate taken over the
     jobs it finished (marked in the report)."""
+    long_jobs: int = 4
+    """Long low-priority jobs of the urgent-behind-long scenario, one per slot."""
+    long_units: int = 400
+    """Units of each long job (a checkpoint after each, where the system has them)."""
+    unit_seconds: float = 0.01
+    urgent_jobs: int = 100
+    urgent_rate: float = 20.0
+    """Urgent jobs per second, sent once every slot is busy with a long job."""
     ceiling_requests: int = 50_000
     """Requests per command and client setting of the `redis-benchmark` runs."""
     scenarios: tuple[str, ...] = ()
@@ -117,6 +127,7 @@ P50 = Metric("p50", "p50", "ms", 2, False)
 P99 = Metric("p99", "p99", "ms", 2, False)
 MAX = Metric("max", "max", "ms", 2, False)
 HIGH_WAIT = Metric("high_wait", "all high started after", "ms", 0, False)
+LONG_TOTAL = Metric("long_total", "long jobs' total", "s", 2, False)
 LOW_MEANWHILE = Metric("low_meanwhile", "low jobs started meanwhile (approx.)", "jobs", 0, False)
 
 
@@ -224,10 +235,19 @@ class Workers:
     """``processes`` worker subprocesses of one system, spawned at once; ``with`` kills any
     left running."""
 
-    def __init__(self, system: System, processes: int, cfg: Config, priority: bool = False) -> None:
-        env = {**os.environ, HIGH_JOBS_ENV: str(cfg.high_jobs)}
-        argv = system.worker_argv(priority)
-        self.procs = [WorkerProcess(argv, env) for _ in range(processes)]
+    def __init__(
+        self,
+        system: System,
+        processes: int,
+        cfg: Config,
+        priority: bool = False,
+        argvs: Sequence[Sequence[str]] = (),
+    ) -> None:
+        """``argvs``: these command lines, one process each, instead of ``processes`` copies of
+        the system's `worker_argv`."""
+        env = {**os.environ, HIGH_JOBS_ENV: str(cfg.high_jobs), MARKS_URL_ENV: system.url}
+        argvs = argvs or [system.worker_argv(priority)] * processes
+        self.procs = [WorkerProcess(argv, env) for argv in argvs]
         try:
             for proc in self.procs:
                 proc.wait_started()
@@ -454,6 +474,51 @@ def priority(system: System, run: Run) -> Sample:
     }
 
 
+def _wait_marks(
+    system: System, workers: Workers, kind: str, n: int, *, timeout: float, poll: float
+) -> None:
+    """Until ``n`` long jobs pushed a ``kind`` mark (`bench.adapter.Sink.long_start`)."""
+    deadline = time.monotonic() + timeout
+    with redis.Redis.from_url(system.url) as client:
+        while (seen := client.lrange(MARKS_KEY, 0, -1).count(kind.encode())) < n:
+            if not workers.alive() or time.monotonic() > deadline:
+                workers.stop(f"{seen} of {n} long jobs had {kind}ed after {timeout:.0f} s")
+                raise ScenarioFailed(f"{seen} of {n} long jobs {kind}ed")  # stop raised first
+            time.sleep(poll)
+
+
+def urgent_long(system: System, run: Run) -> Sample:
+    cfg = run.cfg
+    argvs, running = system.urgent_long_workers()
+    system.fill_long(cfg.long_jobs, cfg.long_units, cfg.unit_seconds)
+    long_s = cfg.long_units * cfg.unit_seconds
+    timeout = 60 + 4 * long_s * -(-cfg.long_jobs // running)
+    with Workers(system, 0, cfg, argvs=argvs) as workers:
+        _wait_marks(system, workers, "start", running, timeout=60, poll=cfg.poll_interval)
+        sent = system.produce_urgent(cfg.urgent_rate, cfg.urgent_jobs)
+        _wait_marks(system, workers, "end", cfg.long_jobs, timeout=timeout, poll=cfg.poll_interval)
+        _, reports = drained_reports(system, workers, 60, cfg.poll_interval)
+    lat = sorted(x for r in reports for x in r.latencies)
+    if len(lat) != cfg.urgent_jobs:
+        raise ScenarioFailed(f"the workers started {len(lat)} urgent jobs; "
+                             f"{cfg.urgent_jobs} were sent")  # fmt: skip
+    starts = [x for r in reports for x in r.long_starts]
+    ends = [x for r in reports for x in r.long_ends]
+    if len(starts) != cfg.long_jobs or len(ends) != cfg.long_jobs:
+        raise ScenarioFailed(f"{len(starts)} long job starts and {len(ends)} ends recorded; "
+                             f"{cfg.long_jobs} jobs were sent, each to run once")  # fmt: skip
+    run.note_stderr(reports)
+    return {
+        P50.key: 1000 * percentile(lat, 50),
+        P99.key: 1000 * percentile(lat, 99),
+        MAX.key: 1000 * lat[-1],
+        LONG_TOTAL.key: max(ends) - min(starts),
+        "min": 1000 * lat[0],
+        "long_at_once": running,
+        "sent_rate": cfg.urgent_jobs / sent if sent else 0.0,
+    }
+
+
 ENQUEUE_EXTRA = (PRODUCER_CPU, REDIS_CPU, REDIS_COMMANDS)
 
 
@@ -504,6 +569,22 @@ def scenarios(cfg: Config) -> list[Scenario]:
             "worker); low jobs started meanwhile is approximate (from the queue depth when the "
             "high jobs were sent).",
         ),
+        Scenario(
+            "urgent_long",
+            f"7. Urgent behind long jobs: {cfg.long_jobs} slots busy with long jobs of "
+            f"{cfg.long_units} x {cfg.unit_seconds * 1000:g} ms, {cfg.urgent_jobs} urgent jobs at "
+            f"{cfg.urgent_rate:g}/s",
+            urgent_long,
+            (P50, P99, MAX, LONG_TOTAL),
+            (P99, LONG_TOTAL),
+            about=f"{cfg.long_jobs} worker slots in all, each busy with a long low-priority job "
+            f"({cfg.long_units} sleeps of {cfg.unit_seconds * 1000:g} ms; drumbeat calls "
+            "`checkpoint()` after each); once they run, urgent no-op jobs are enqueued one at a "
+            "time, each carrying its producer's time.time(): enqueue-to-start p50/p99/max of the "
+            "urgent jobs, and the long jobs' total time (first start to last end). Each system "
+            "runs it as its users would (below): its priorities in one worker, or a queue of its "
+            "own for the urgent jobs with a slot kept for it (then fewer long jobs run at once).",
+        ),
     ]
     if cfg.scenarios:
         found = [s for s in found if s.key in cfg.scenarios]
@@ -538,6 +619,7 @@ def run_child(name: str, url: str, cfg: Config, out: dict[str, Any]) -> None:
         settings=system.settings,
         bulk=system.bulk,
         priority=system.priority,
+        urgent_long=getattr(system, "urgent_long", None),
         python=f"{platform.python_version()} ({sys.executable})",
         scenarios={},
     )
@@ -816,6 +898,15 @@ def scenario_lines(key: str, res: Mapping[str, Any], found: Sequence[Scenario]) 
     return lines
 
 
+def urgent_long_lines(data: Mapping[str, Any]) -> list[str]:
+    """How each system ran the urgent-behind-long scenario (`System.urgent_long`)."""
+    lines = ["How each system runs it:", ""]
+    for name, reps in data["runs"].items():
+        how = next((r["urgent_long"] for r in reps if r.get("urgent_long")), None)
+        lines.append(f"- {name}: {how or 'not supported'}")
+    return lines
+
+
 def ceiling_lines(data: Mapping[str, Any], results: Mapping[str, Any]) -> list[str]:
     reps = [c for c in data["ceiling"] if "ops" in c]
     errors = [c["error"] for c in data["ceiling"] if "error" in c]
@@ -907,6 +998,8 @@ def build_report(data: Mapping[str, Any], found: Sequence[Scenario]) -> Report:
             "## Systems", "", *systems_lines(data)]  # fmt: skip
     for key, res in results.items():
         body += ["", *scenario_lines(key, res, found)]
+        if key == "urgent_long":
+            body += ["", *urgent_long_lines(data)]
     if not data["config"]["scenarios"] or "ceiling" in data["config"]["scenarios"]:
         body += ["", *ceiling_lines(data, results)]
     problems = problem_lines(results, data)
@@ -1089,7 +1182,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--scenarios",
         help="comma-separated subset of: enqueue_one, enqueue_bulk, "
-        "drain_1, drain_4, latency, priority, ceiling",
+        "drain_1, drain_4, latency, priority, urgent_long, ceiling",
     )
     p.add_argument("--out", type=Path, default=BENCH_DIR / "results", help="results directory")
     p.add_argument("--note", default="", help="free text recorded with the results")

@@ -19,9 +19,13 @@ from .adapter import SINK, Started, paced, versions, worker_command
 NOOP = "bench.noop"
 STAMPED = "bench.stamped"
 HIGH = "bench.high"
+LONG = "bench.long"
+URGENT = "bench.urgent"
 HIGH_PRIORITY = 9
 CONCURRENCY = 10
 """`drumbeat.Settings.concurrency`'s default: the worker's slots."""
+LONG_SLOTS = 4
+"""The worker's slots in the urgent-behind-long scenario."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +33,8 @@ class Tasks:
     noop: drumbeat.Task[[int], Any]
     stamped: drumbeat.Task[[float], Any]
     high: drumbeat.Task[[int], Any]
+    long: drumbeat.Task[[int, float], Any]
+    urgent: drumbeat.Task[[float], Any]
 
 
 def register(app: drumbeat.App) -> Tasks:
@@ -43,8 +49,22 @@ def register(app: drumbeat.App) -> Tasks:
     async def high(i: int) -> None:
         SINK.high()
 
+    def long(units: int, unit_s: float) -> None:
+        SINK.long_start()
+        for i in range(drumbeat.current_job().progress or 0, units):
+            time.sleep(unit_s)
+            drumbeat.checkpoint(progress=i + 1)
+        SINK.long_end()
+
+    def urgent(sent_at: float) -> None:
+        SINK.stamped(sent_at)
+
     return Tasks(
-        app.task(name=NOOP)(noop), app.task(name=STAMPED)(stamped), app.task(name=HIGH)(high)
+        app.task(name=NOOP)(noop),
+        app.task(name=STAMPED)(stamped),
+        app.task(name=HIGH)(high),
+        app.task(name=LONG)(long),
+        app.task(name=URGENT, priority=HIGH_PRIORITY)(urgent),
     )
 
 
@@ -56,6 +76,11 @@ class DrumbeatSystem:
     )
     bulk = "app.enqueue_many([task.prepare(i) ...]) (500 jobs per EVALSHA, pipelined)"
     priority = f"task.options(priority={HIGH_PRIORITY}) vs default 0 (0..9, higher first)"
+    urgent_long = (
+        f"1 process, concurrency={LONG_SLOTS}, sync tasks; the long jobs (priority 0) call "
+        f"drumbeat.checkpoint(progress=...) after each unit, the urgent ones have priority "
+        f"{HIGH_PRIORITY}: a checkpoint lends its slot to a waiting urgent job"
+    )
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -101,6 +126,17 @@ class DrumbeatSystem:
         for i in range(n):
             bound.enqueue(i)
         return t0
+
+    def fill_long(self, n: int, units: int, unit_s: float) -> None:
+        assert self.app is not None
+        self.app.enqueue_many([self.tasks.long.prepare(units, unit_s) for _ in range(n)])
+
+    def produce_urgent(self, rate: float, n: int) -> float:
+        return paced(rate, n, self.tasks.urgent.enqueue)
+
+    def urgent_long_workers(self) -> tuple[list[list[str]], int]:
+        argv = worker_command(__name__, self.url, namespace=self.namespace, concurrency=LONG_SLOTS)
+        return [argv], LONG_SLOTS
 
     def outstanding(self) -> int:
         with self._admin.pipeline(transaction=False) as pipe:

@@ -43,6 +43,19 @@ def high(i: int) -> None:
     SINK.high()
 
 
+@app.task(name="bench.long")
+def long(units: int, unit_s: float) -> None:
+    SINK.long_start()
+    for _ in range(units):
+        time.sleep(unit_s)
+    SINK.long_end()
+
+
+@app.task(name="bench.urgent")
+def urgent(sent_at: float) -> None:
+    SINK.stamped(sent_at)
+
+
 def _configure(url: str) -> None:
     app.conf.broker_url = url
 
@@ -57,6 +70,13 @@ class CelerySystem(Base):
     priority = (
         f"apply_async(priority={HIGH}) vs {LOW}: the Redis broker keeps a list per priority "
         "step (0, 3, 6, 9; lower first) and BRPOPs them in order"
+    )
+
+    urgent_long = (
+        "1 process: `celery worker --pool=threads --concurrency=4 --prefetch-multiplier=1` "
+        "(Celery's advice for long tasks: prefetch 1), long jobs sent with priority 9, urgent "
+        "with 0 (the Redis broker's priority lists); no checkpoints, so an urgent job waits "
+        "for a free slot"
     )
 
     def __init__(self, url: str) -> None:
@@ -91,6 +111,16 @@ class CelerySystem(Base):
             high.apply_async((i,), priority=HIGH)
         return t0
 
+    def fill_long(self, n: int, units: int, unit_s: float) -> None:
+        for _ in range(n):
+            long.apply_async((units, unit_s), priority=LOW)
+
+    def produce_urgent(self, rate: float, n: int) -> float:
+        return paced(rate, n, lambda t: urgent.apply_async((t,), priority=HIGH))
+
+    def urgent_long_workers(self) -> tuple[list[list[str]], int]:
+        return [worker_command(__name__, self.url, pool="threads", concurrency=4)], 4
+
     def outstanding(self) -> int:
         with self.admin.pipeline(transaction=False) as pipe:
             for step in PRIORITY_STEPS:
@@ -110,8 +140,9 @@ def worker_main(url: str, options: dict[str, Any]) -> None:
     _configure(url)
     started = Started()
     # SIGTERM: Celery's warm shutdown (finish the running task, requeue the prefetched ones)
+    pool, concurrency = options.get("pool", "solo"), int(options.get("concurrency", 1))
+    prefetch = ["--prefetch-multiplier=1"] if concurrency > 1 else []
     with contextlib.suppress(SystemExit):
-        app.worker_main(
-            ["--quiet", "worker", "--pool=solo", "--concurrency=1", "--loglevel=WARNING"]
-        )
+        app.worker_main(["--quiet", "worker", f"--pool={pool}", f"--concurrency={concurrency}",
+                         *prefetch, "--loglevel=WARNING"])  # fmt: skip
     started.report()

@@ -28,6 +28,8 @@ def _broker(url: str) -> RedisBroker:
 
 
 BROKER: RedisBroker | None = None
+LONG_URGENT: dict[str, Any] = {}
+"""The urgent-behind-long scenario's actors, by name (set by `_declare`)."""
 
 
 def _declare(url: str) -> tuple[Any, Any, Any]:
@@ -46,6 +48,18 @@ def _declare(url: str) -> tuple[Any, Any, Any]:
     def high(i: int) -> None:
         SINK.high()
 
+    @dramatiq.actor(actor_name="long", max_retries=0, priority=LOW)
+    def long(units: int, unit_s: float) -> None:
+        SINK.long_start()
+        for _ in range(units):
+            time.sleep(unit_s)
+        SINK.long_end()
+
+    @dramatiq.actor(actor_name="urgent", max_retries=0, priority=HIGH, queue_name="high")
+    def urgent(sent_at: float) -> None:
+        SINK.stamped(sent_at)
+
+    LONG_URGENT.update(long=long, urgent=urgent)
     return noop, stamped, high
 
 
@@ -59,6 +73,12 @@ class DramatiqSystem(Base):
     priority = (
         f"actor priority {HIGH} vs {LOW} (orders a worker's prefetched messages) plus a queue "
         "`high` of its own for the high actor"
+    )
+
+    urgent_long = (
+        "1 process, 4 worker threads (`--threads 4`), long actor priority 10 on `default`, "
+        "urgent actor priority 0 on a queue `high` of its own; no checkpoints, so an urgent "
+        "message waits for a free thread"
     )
 
     def __init__(self, url: str) -> None:
@@ -82,6 +102,16 @@ class DramatiqSystem(Base):
             self.high.send(i)
         return t0
 
+    def fill_long(self, n: int, units: int, unit_s: float) -> None:
+        for _ in range(n):
+            LONG_URGENT["long"].send(units, unit_s)
+
+    def produce_urgent(self, rate: float, n: int) -> float:
+        return paced(rate, n, LONG_URGENT["urgent"].send)
+
+    def urgent_long_workers(self) -> tuple[list[list[str]], int]:
+        return [worker_command(__name__, self.url, threads=4)], 4
+
     def outstanding(self) -> int:
         with self.admin.pipeline(transaction=False) as pipe:
             for q in QUEUES:
@@ -103,7 +133,7 @@ def worker_main(url: str, options: dict[str, Any]) -> None:
     assert BROKER is not None
     stop = threading.Event()
     on_sigterm(stop.set)
-    worker = dramatiq.Worker(BROKER, worker_threads=THREADS)
+    worker = dramatiq.Worker(BROKER, worker_threads=int(options.get("threads", THREADS)))
     started = Started()
     worker.start()
     while not stop.wait(1):

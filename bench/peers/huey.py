@@ -13,6 +13,8 @@ from huey import PriorityRedisHuey
 from bench.adapter import SINK, Base, Started, paced, versions, worker_command
 
 WORKERS = 1
+LONG_URGENT: dict[str, Any] = {}
+"""The urgent-behind-long scenario's tasks, by name (set by `_declare`)."""
 LOW, HIGH = 0, 9
 """Higher first; a task without a priority counts as 0."""
 
@@ -32,6 +34,18 @@ def _declare(url: str) -> tuple[PriorityRedisHuey, Any, Any, Any]:
     def high(i: int) -> None:
         SINK.high()
 
+    @huey.task(name="long")
+    def long(units: int, unit_s: float) -> None:
+        SINK.long_start()
+        for _ in range(units):
+            time.sleep(unit_s)
+        SINK.long_end()
+
+    @huey.task(name="urgent", priority=HIGH)
+    def urgent(sent_at: float) -> None:
+        SINK.stamped(sent_at)
+
+    LONG_URGENT.update(long=long, urgent=urgent)
     return huey, noop, stamped, high
 
 
@@ -43,6 +57,10 @@ class HueySystem(Base):
     )
     bulk = None
     priority = f"@huey.task(priority={HIGH}) vs none (= {LOW}); higher first"
+    urgent_long = (
+        f"1 consumer process, workers=4 threads, urgent task priority={HIGH}, long ones none; no "
+        "checkpoints, so an urgent job waits for a free worker thread"
+    )
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -65,6 +83,16 @@ class HueySystem(Base):
             self.high(i)
         return t0
 
+    def fill_long(self, n: int, units: int, unit_s: float) -> None:
+        for _ in range(n):
+            LONG_URGENT["long"](units, unit_s)
+
+    def produce_urgent(self, rate: float, n: int) -> float:
+        return paced(rate, n, LONG_URGENT["urgent"])
+
+    def urgent_long_workers(self) -> tuple[list[list[str]], int]:
+        return [worker_command(__name__, self.url, workers=4)], 4
+
     def outstanding(self) -> int:
         """Queued only: Huey keeps no record of the task a worker has popped."""
         return int(self.admin.zcard(self.huey.storage.queue_key))
@@ -75,7 +103,8 @@ class HueySystem(Base):
 
 def worker_main(url: str, options: dict[str, Any]) -> None:
     huey, *_ = _declare(url)
-    consumer = huey.create_consumer(workers=WORKERS, worker_type="thread", graceful_signal="TERM")
+    workers = int(options.get("workers", WORKERS))
+    consumer = huey.create_consumer(workers=workers, worker_type="thread", graceful_signal="TERM")
     started = Started()
     consumer.run()
     started.report()

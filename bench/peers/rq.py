@@ -25,6 +25,17 @@ def high(i: int) -> None:
     SINK.high()
 
 
+def long(units: int, unit_s: float) -> None:
+    SINK.long_start()
+    for _ in range(units):
+        time.sleep(unit_s)
+    SINK.long_end()
+
+
+def urgent(sent_at: float) -> None:
+    SINK.stamped(sent_at)
+
+
 class RQSystem(Base):
     name = "rq"
     settings = (
@@ -33,6 +44,11 @@ class RQSystem(Base):
     )
     bulk = "Queue.enqueue_many([Queue.prepare_data(...)]) (one pipeline)"
     priority = "a second queue, high: `rq worker high default` reads queues in the order given"
+    urgent_long = (
+        "4 processes (an RQ worker runs one job at a time, so 4 slots take 4 processes, like "
+        "`rq worker-pool -n 4`): SimpleWorkers on `high default`, urgent jobs on `high`; no "
+        "checkpoints, so an urgent job waits for a free worker"
+    )
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -59,6 +75,16 @@ class RQSystem(Base):
         for i in range(n):
             self.high_queue.enqueue(high, i)
         return t0
+
+    def fill_long(self, n: int, units: int, unit_s: float) -> None:
+        for _ in range(n):
+            self.queue.enqueue(long, units, unit_s, job_timeout=600)
+
+    def produce_urgent(self, rate: float, n: int) -> float:
+        return paced(rate, n, lambda t: self.high_queue.enqueue(urgent, t))
+
+    def urgent_long_workers(self) -> tuple[list[list[str]], int]:
+        return [self.worker_argv(priority=True)] * 4, 4
 
     def outstanding(self) -> int:
         with self.admin.pipeline(transaction=False) as pipe:

@@ -16,10 +16,14 @@ from bench.adapter import SINK, Base, Loop, Started, apaced, versions, worker_co
 T = TypeVar("T")
 PRIORITIES = ["low", "high"]
 """Lowest to highest; a task without one goes to the lowest."""
+LONG_URGENT: dict[str, Any] = {}
+"""The urgent-behind-long scenario's tasks, by name (set by `_declare`)."""
 
 
-def _declare(url: str) -> tuple[Worker[Any], Any, Any, Any]:
-    worker: Worker[Any] = Worker(redis_url=url, priorities=list(PRIORITIES))
+def _declare(url: str, concurrency: int = 16) -> tuple[Worker[Any], Any, Any, Any]:
+    worker: Worker[Any] = Worker(
+        redis_url=url, priorities=list(PRIORITIES), concurrency=concurrency
+    )
 
     @worker.task(name="noop")
     async def noop(i: int) -> None:
@@ -33,6 +37,18 @@ def _declare(url: str) -> tuple[Worker[Any], Any, Any, Any]:
     async def high(i: int) -> None:
         SINK.high()
 
+    @worker.task(name="long", timeout=600)
+    async def long(units: int, unit_s: float) -> None:
+        SINK.long_start()
+        for _ in range(units):
+            await asyncio.sleep(unit_s)
+        SINK.long_end()
+
+    @worker.task(name="urgent")
+    async def urgent(sent_at: float) -> None:
+        SINK.stamped(sent_at)
+
+    LONG_URGENT.update(long=long, urgent=urgent)
     return worker, noop, stamped, high
 
 
@@ -44,6 +60,11 @@ class StreaqSystem(Base):
     )
     bulk = "worker.enqueue_many([task.enqueue(i) ...]) (one pipeline)"
     priority = "Worker(priorities=['low', 'high']), task.enqueue(i).start(priority='high')"
+    urgent_long = (
+        "1 process, Worker(concurrency=4), async tasks (units are asyncio.sleep), urgent jobs "
+        "with priority 'high', long ones 'low'; no checkpoints, so an urgent task waits for a "
+        "free slot"
+    )
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -83,6 +104,24 @@ class StreaqSystem(Base):
 
         return self._connected(go)
 
+    def fill_long(self, n: int, units: int, unit_s: float) -> None:
+        async def go() -> None:
+            for _ in range(n):
+                await LONG_URGENT["long"].enqueue(units, unit_s)
+
+        self._connected(go)
+
+    def produce_urgent(self, rate: float, n: int) -> float:
+        urgent = LONG_URGENT["urgent"]
+
+        async def send(t: float) -> None:
+            await urgent.enqueue(t).start(priority="high")
+
+        return self._connected(lambda: apaced(rate, n, send))
+
+    def urgent_long_workers(self) -> tuple[list[list[str]], int]:
+        return [worker_command(__name__, self.url, concurrency=4)], 4
+
     def outstanding(self) -> int:
         """Stream entries (streaq deletes an entry once its task is done) and delayed tasks."""
         with self.admin.pipeline(transaction=False) as pipe:
@@ -99,12 +138,12 @@ class StreaqSystem(Base):
         super().close()
 
 
-async def _worker(url: str) -> None:
-    worker, *_ = _declare(url)
+async def _worker(url: str, concurrency: int) -> None:
+    worker, *_ = _declare(url, concurrency)
     started = Started()
     await worker.run_async()  # SIGTERM: stops (grace_period 0, the default)
     started.report()
 
 
 def worker_main(url: str, options: dict[str, Any]) -> None:
-    asyncio.run(_worker(url))
+    asyncio.run(_worker(url, int(options.get("concurrency", 16))))

@@ -17,6 +17,28 @@ from bench.adapter import SINK, Base, Loop, Started, apaced, versions, worker_co
 
 STREAM = GROUP = "taskiq"
 MAX_ASYNC_TASKS = 100
+LONG_STREAM, URGENT_STREAM = "taskiq-long", "taskiq-urgent"
+LONG_SLOTS, URGENT_SLOTS = 3, 1
+"""The urgent-behind-long scenario: no priorities on Redis, so the urgent jobs get a stream and a
+receiver of their own, in the same process, with one of the 4 slots kept for them."""
+
+
+def _split_brokers(url: str) -> tuple[RedisStreamBroker, RedisStreamBroker, Any, Any]:
+    long_broker = RedisStreamBroker(url, queue_name=LONG_STREAM, consumer_group_name=GROUP)
+    urgent_broker = RedisStreamBroker(url, queue_name=URGENT_STREAM, consumer_group_name=GROUP)
+
+    @long_broker.task(task_name="long")
+    async def long(units: int, unit_s: float) -> None:
+        SINK.long_start()
+        for _ in range(units):
+            await asyncio.sleep(unit_s)
+        SINK.long_end()
+
+    @urgent_broker.task(task_name="urgent")
+    async def urgent(sent_at: float) -> None:
+        SINK.stamped(sent_at)
+
+    return long_broker, urgent_broker, long, urgent
 
 
 def _declare(url: str) -> tuple[RedisStreamBroker, Any, Any]:
@@ -42,6 +64,12 @@ class TaskiqSystem(Base):
     )
     bulk = None
     priority = None  # taskiq's priority label is for brokers that have priorities (RabbitMQ)
+    urgent_long = (
+        f"no priorities on Redis, so a stream of their own for the urgent jobs: 1 process "
+        f"running two receivers (`{LONG_STREAM}` max_async_tasks={LONG_SLOTS}, `{URGENT_STREAM}` "
+        f"max_async_tasks={URGENT_SLOTS}; 4 slots in all), async tasks (units are "
+        f"asyncio.sleep); only {LONG_SLOTS} long jobs run at once"
+    )
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -75,42 +103,80 @@ class TaskiqSystem(Base):
     def produce_stamped(self, rate: float, n: int) -> float:
         return self.loop.run(apaced(rate, n, self.stamped.kiq))
 
+    def _split(self) -> tuple[RedisStreamBroker, RedisStreamBroker, Any, Any]:
+        if not hasattr(self, "split"):
+            self.split = _split_brokers(self.url)
+            for broker in self.split[:2]:
+                self.loop.run(broker.startup())
+        for broker in self.split[:2]:  # the groups read from "$": made before the jobs
+            self.loop.run(broker._declare_consumer_group())
+        return self.split
+
+    def fill_long(self, n: int, units: int, unit_s: float) -> None:
+        _, _, long, _ = self._split()
+
+        async def go() -> None:
+            for _ in range(n):
+                await long.kiq(units, unit_s)
+
+        self.loop.run(go())
+
+    def produce_urgent(self, rate: float, n: int) -> float:
+        return self.loop.run(apaced(rate, n, self.split[3].kiq))
+
+    def urgent_long_workers(self) -> tuple[list[list[str]], int]:
+        return [worker_command(__name__, self.url, split=True)], LONG_SLOTS
+
     def outstanding(self) -> int:
         """Entries not yet delivered to the group (lag) plus those delivered and not acked."""
-        for group in self.admin.xinfo_groups(STREAM):
-            if group["name"] in (GROUP, GROUP.encode()):
-                return int(group["lag"] or 0) + int(group["pending"])
-        return 0
+        total = 0
+        for stream in (STREAM, LONG_STREAM, URGENT_STREAM):
+            if not self.admin.exists(stream):
+                continue
+            for group in self.admin.xinfo_groups(stream):
+                if group["name"] in (GROUP, GROUP.encode()):
+                    total += int(group["lag"] or 0) + int(group["pending"])
+        return total
 
     def worker_argv(self, priority: bool = False) -> list[str]:
         return worker_command(__name__, self.url)
 
     def close(self) -> None:
+        for broker in getattr(self, "split", ())[:2]:
+            self.loop.run(broker.shutdown())
         self.loop.run(self.broker.shutdown())
         self.loop.close()
         super().close()
 
 
-async def _worker(url: str) -> None:
-    broker, _, _ = _declare(url)
-    broker.is_worker_process = True
-    await broker.startup()
-    receiver = asyncio.create_task(
-        run_receiver_task(
-            broker, max_async_tasks=MAX_ASYNC_TASKS, ack_time=AcknowledgeType.WHEN_SAVED
+async def _worker(url: str, split: bool) -> None:
+    if split:
+        long_broker, urgent_broker, _, _ = _split_brokers(url)
+        brokers = [(long_broker, LONG_SLOTS), (urgent_broker, URGENT_SLOTS)]
+    else:
+        brokers = [(_declare(url)[0], MAX_ASYNC_TASKS)]
+    for broker, _ in brokers:
+        broker.is_worker_process = True
+        await broker.startup()
+    receivers = [
+        asyncio.create_task(
+            run_receiver_task(broker, max_async_tasks=slots, ack_time=AcknowledgeType.WHEN_SAVED)
         )
-    )
+        for broker, slots in brokers
+    ]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     started = Started()
     await stop.wait()
-    receiver.cancel()
-    await asyncio.gather(receiver, return_exceptions=True)
-    await broker.shutdown()
+    for receiver in receivers:
+        receiver.cancel()
+    await asyncio.gather(*receivers, return_exceptions=True)
+    for broker, _ in brokers:
+        await broker.shutdown()
     started.report()
 
 
 def worker_main(url: str, options: dict[str, Any]) -> None:
-    asyncio.run(_worker(url))
+    asyncio.run(_worker(url, bool(options.get("split"))))
