@@ -60,6 +60,8 @@ class Lending:
         self.interval = settings.progress_interval
         self.best = NO_PRIORITY
         """Priority of the most urgent job known to wait in `ready` (jobs' shard)."""
+        self.claiming = False
+        """A lend's claim is in flight: other checkpoints do not race it for the same job."""
         self.loop: asyncio.AbstractEventLoop | None = None
         self.client: aredis.Redis | None = None
 
@@ -97,10 +99,16 @@ class Lending:
         """Claims the most urgent ready job of strictly higher priority into this run's slot
         and waits for it to end; nothing if another worker took it first."""
         assert self.client is not None
+        if self.claiming:
+            return
         call = self.scripts.claim_urgent(
             self.worker_id, control.priority + 1, self.settings.lease_ms
         )
-        result = await call.arun(self.client)
+        self.claiming = True
+        try:
+            result = await call.arun(self.client)
+        finally:
+            self.claiming = False
         self.best = result.best
         if not result.jobs:
             return
@@ -162,7 +170,7 @@ class Control:
             claim.lost
             or claim.cancelled
             or lending.stopping.is_set()
-            or (lending.best > self.priority and lending.table.free <= 0)
+            or (lending.best > self.priority and lending.table.free <= 0 and not lending.claiming)
             or (self.dirty and time.monotonic() - self.saved_at >= lending.interval)
         )
 
@@ -194,7 +202,7 @@ class Control:
             if self.dirty and saves:
                 await self._quietly(lending.save(self))
             raise Interrupted("handback")
-        lend = lending.best > self.priority and lending.table.free <= 0
+        lend = lending.best > self.priority and lending.table.free <= 0 and not lending.claiming
         due = time.monotonic() - self.saved_at >= lending.interval
         if self.dirty and saves and (lend or due):
             await self._quietly(lending.save(self))
