@@ -23,6 +23,7 @@ from .task import Prepared, Task, TaskConfig
 
 P = ParamSpec("P")
 R = TypeVar("R")
+H = TypeVar("H", bound=Callable[[], Any])
 T = TypeVar("T")
 
 
@@ -56,6 +57,8 @@ class App:
         self.scripts = Scripts(self.keys)
         self.codec: Codec = CODECS[self.settings.codec]
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.startup_hooks: list[Callable[[], Any]] = []
+        self.shutdown_hooks: list[Callable[[], Any]] = []
         self.scheduler = Scheduler(self)
         self.connections = connections.Connections(self.settings.url)
 
@@ -118,6 +121,19 @@ class App:
             return task
 
         return register(fn) if fn is not None else register
+
+    def on_startup(self, fn: H) -> H:
+        """Decorator: ``fn`` (sync or async, no arguments) runs in each worker process before
+        its first claim: open per-process resources (a database pool) here. If it raises, the
+        worker does not start."""
+        self.startup_hooks.append(fn)
+        return fn
+
+    def on_shutdown(self, fn: H) -> H:
+        """Decorator: ``fn`` (sync or async, no arguments) runs in each worker process after
+        its last job; a failure is logged."""
+        self.shutdown_hooks.append(fn)
+        return fn
 
     def get_task(self, name: str) -> Task[Any, Any]:
         try:

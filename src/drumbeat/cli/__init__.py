@@ -33,6 +33,7 @@ from drumbeat.cli.tables import console, fmt_count, print_table, schedule_table,
 from drumbeat.cli.tasks import UnknownTaskName, resolve_task
 from drumbeat.errors import DrumbeatError, InvalidJob
 from drumbeat.job import cancel_call
+from drumbeat.supervisor import Supervisor
 from drumbeat.task import MAX_PRIORITY, MIN_PRIORITY, Options, Prepared
 from drumbeat.worker import run_worker
 
@@ -218,16 +219,34 @@ def worker(
     log_level: Annotated[
         LogLevel, typer.Option("--log-level", "-l", case_sensitive=False, help="Logging level.")
     ] = LogLevel.info,
+    processes: Annotated[
+        int | None,
+        typer.Option(
+            "--processes",
+            "-p",
+            min=1,
+            max=256,
+            help="Run this many worker processes under a supervisor that restarts any that "
+            "dies (default: one worker, in this process).",
+        ),
+    ] = None,
 ) -> None:
     """Run a worker for the app's tasks until SIGTERM or SIGINT.
 
     The first signal lets running jobs finish (up to the app's shutdown_grace) and hands the
-    rest back to the queue; a second one stops at once.
+    rest back to the queue; a second one stops at once. With --processes, a supervisor passes
+    both on to its workers.
     """
     code, ran = 0, False
     try:
         with _opened(app_spec) as app:
             _setup_logging(log_level)
+            if processes is not None:
+                argv = ["-m", "drumbeat", "worker", app_spec, "--log-level", log_level.value]
+                if concurrency is not None:
+                    argv += ["--concurrency", str(concurrency)]
+                code = Supervisor(argv, processes, app.settings.shutdown_grace).run()
+                raise typer.Exit(code)
             ran = True
             run_worker(app, concurrency=concurrency)
     except typer.Exit as exc:

@@ -66,6 +66,9 @@ class Worker:
         check_concurrency(self.concurrency)
         self.id = _worker_id()
         self.hooks = hooks or Hooks()
+        # The app's process hooks run first at the start, last at the stop.
+        self.hooks.on_start[:0] = app.startup_hooks
+        self.hooks.on_stop.extend(app.shutdown_hooks)
         self.started_ms = int(time.time() * 1000)
         # Every shard this worker serves: jobs' shard first, then schedule shards if apart.
         self.shards: list[Scripts] = [app.scripts]

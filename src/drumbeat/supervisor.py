@@ -1,0 +1,142 @@
+"""Several worker processes under one supervisor: start them, restart any that dies (with
+backoff, and a crash loop stops the supervisor instead of spinning), and stop them on signals.
+
+Each worker is a fresh interpreter (``python -m drumbeat worker APP``), not a fork: it imports
+the app itself, so no user state, Redis client, thread or embedded-Redis handle of the
+supervisor is ever shared with a worker, and a restarted worker runs the code on disk now.
+The supervisor only starts, watches and signals processes; it never talks to Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+
+log = logging.getLogger("drumbeat.supervisor")
+
+#: A worker that dies within this many seconds of its start counts towards a crash loop.
+QUICK_DEATH = 10.0
+#: This many quick deaths in a row stop the supervisor (exit 1) instead of restarting again.
+CRASH_LOOP = 5
+_POLL = 0.1
+
+
+@dataclass
+class _Slot:
+    """One of the N processes the supervisor keeps running."""
+
+    index: int
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    restart_at: float = 0.0
+    pause: float = 0.5
+    quick_deaths: deque[float] = field(default_factory=deque)
+
+
+class Supervisor:
+    """Keeps ``processes`` workers of one app running until a signal stops them.
+
+    Args:
+        argv: the worker command, without the interpreter (``["-m", "drumbeat", "worker",
+            APP, ...]``), run once per process.
+        processes: how many to keep running.
+        shutdown_grace: how long a graceful stop waits for the workers (they finish or hand
+            back their jobs within their own grace); past it they are killed.
+    """
+
+    def __init__(self, argv: Sequence[str], processes: int, shutdown_grace: float) -> None:
+        if processes < 1:
+            raise ValueError(f"processes must be >= 1, got {processes}")
+        self.argv = [sys.executable, *argv]
+        self.slots = [_Slot(i) for i in range(processes)]
+        self.shutdown_grace = shutdown_grace
+        self._signals: list[int] = []
+
+    def run(self) -> int:
+        """Runs until SIGTERM/SIGINT (returns 0 once every worker stopped) or a crash loop
+        (returns 1). A second signal passes on at once: the workers stop immediately."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        log.info("supervising %d worker processes: %s", len(self.slots), " ".join(self.argv))
+        try:
+            while not self._signals:
+                if not self._tend():
+                    self._stop()
+                    return 1
+                time.sleep(_POLL)
+            self._stop()
+            return 0
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, signal.SIG_DFL)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals.append(signum)  # only a flag: the loop acts on it
+
+    @property
+    def pids(self) -> list[int]:
+        """The live workers' process ids."""
+        return [s.proc.pid for s in self.slots if s.proc is not None and s.proc.poll() is None]
+
+    def _tend(self) -> bool:
+        """Starts the workers that are due to (re)start; False on a crash loop."""
+        now = time.monotonic()
+        for slot in self.slots:
+            proc = slot.proc
+            if proc is not None and proc.poll() is None:
+                if now - slot.started > QUICK_DEATH:
+                    slot.pause = 0.5  # it lived: the next death restarts it soon again
+                    slot.quick_deaths.clear()
+                continue
+            if proc is not None:  # it died
+                slot.proc = None
+                lived = now - slot.started
+                log.warning("worker process %d (pid %d) exited with %s after %.1f s; "
+                            "restarting in %.1f s", slot.index, proc.pid, proc.returncode,
+                            lived, slot.pause)  # fmt: skip
+                if lived < QUICK_DEATH:
+                    slot.quick_deaths.append(now)
+                    if len(slot.quick_deaths) >= CRASH_LOOP:
+                        log.error("worker process %d died %d times within %.0f s of starting; "
+                                  "stopping (see its log above)", slot.index,
+                                  len(slot.quick_deaths), QUICK_DEATH)  # fmt: skip
+                        return False
+                slot.restart_at = now + slot.pause
+                slot.pause = min(slot.pause * 2, 30.0)
+            if now >= slot.restart_at:
+                slot.proc = subprocess.Popen(self.argv)
+                slot.started = now
+        return True
+
+    def _stop(self) -> None:
+        """Passes the stop on to every worker and waits for them; a second signal meanwhile
+        passes on too (the workers then stop at once); past the grace they are killed."""
+        passed = 0
+        deadline = time.monotonic() + self.shutdown_grace + 10
+        while True:
+            while passed < max(1, len(self._signals)):
+                for proc in self._live():
+                    proc.send_signal(signal.SIGTERM)
+                passed += 1
+            live = self._live()
+            if not live:
+                break
+            if time.monotonic() > deadline:
+                log.error("killing %d worker processes that outlived the grace", len(live))
+                for proc in live:
+                    proc.kill()
+                    proc.wait()
+                break
+            time.sleep(_POLL)
+        codes = [s.proc.returncode for s in self.slots if s.proc is not None]
+        log.info("all worker processes stopped (exit codes %s)", codes)
+
+    def _live(self) -> list[subprocess.Popen[bytes]]:
+        return [s.proc for s in self.slots if s.proc is not None and s.proc.poll() is None]

@@ -1,0 +1,89 @@
+"""`drumbeat worker --processes N`: a supervisor keeps N workers running, restarts one that
+dies, stops them all on SIGTERM, and stops itself on a crash loop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+import drumbeat
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.process
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _events(r: redis.Redis, namespace: str) -> list[tuple[str, int]]:
+    raw = r.lrange(f"test:{{{namespace}}}:sup", 0, -1)
+    return [(kind, int(pid)) for kind, pid in (e.decode().split("|") for e in raw)]
+
+
+def _pids(r: redis.Redis, namespace: str, kind: str) -> set[int]:
+    return {pid for k, pid in _events(r, namespace) if k == kind}
+
+
+@pytest.fixture
+def supervise(redis_url: str, namespace: str) -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def _start(
+    started: list[subprocess.Popen[bytes]], url: str, namespace: str, processes: int, **env: str
+) -> subprocess.Popen[bytes]:
+    environ = {**os.environ, "DRUMBEAT_REDIS_URL": url, "DRUMBEAT_NAMESPACE": namespace,
+               "DRUMBEAT_LEASE": "1.0", "DRUMBEAT_MAINTENANCE_INTERVAL": "0.2",
+               "PYTHONPATH": str(ROOT), **env}  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "drumbeat", "worker", "tests.apps.sup_app:app",
+         "--processes", str(processes), "--concurrency", "4"],
+        cwd=ROOT, env=environ,
+    )  # fmt: skip
+    started.append(proc)
+    return proc
+
+
+def test_n_workers_run_their_hooks_a_killed_one_is_replaced_and_sigterm_stops_all(
+    redis_url: str, namespace: str, r: redis.Redis, supervise: list[subprocess.Popen[bytes]]
+) -> None:
+    sup = _start(supervise, redis_url, namespace, 3)
+    wait_for(lambda: len(_pids(r, namespace, "start")), until=lambda n: n == 3,
+             message="three worker processes should start, each running on_startup")  # fmt: skip
+    first = _pids(r, namespace, "start")
+    assert sup.pid not in first, "the supervisor ran a worker itself"
+    app = drumbeat.App(redis_url, namespace=namespace)
+    try:
+        job = app.enqueue("tests.apps.sup_app.nap", 0.5)
+        victim = job.result(timeout=20)  # a pid that ran a job: kill it
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: _pids(r, namespace, "start") - first, until=bool,
+                 message="the killed worker was not replaced")  # fmt: skip
+        jobs = [app.enqueue("tests.apps.sup_app.nap", 0.05) for _ in range(12)]
+        ran_on = {j.result(timeout=20) for j in jobs}
+        assert victim not in ran_on
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(30) == 0
+    finally:
+        app.close()
+    alive = _pids(r, namespace, "start") - {victim}
+    assert len(alive) == 3
+    assert _pids(r, namespace, "stop") == alive, "each live worker ran on_shutdown once"
+
+
+def test_a_crash_loop_stops_the_supervisor_with_an_error(
+    redis_url: str, namespace: str, supervise: list[subprocess.Popen[bytes]]
+) -> None:
+    sup = _start(supervise, redis_url, namespace, 2, SUP_APP_BROKEN="1")
+    assert sup.wait(60) == 1, "a worker that dies at start-up over and over is not retried forever"
