@@ -10,6 +10,7 @@ The supervisor only starts, watches and signals processes; it never talks to Red
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
+
+from drumbeat.worker.recycling import RETIRING, SUPERVISOR_PID
 
 log = logging.getLogger("drumbeat.supervisor")
 
@@ -58,12 +61,16 @@ class Supervisor:
         self.slots = [_Slot(i) for i in range(processes)]
         self.shutdown_grace = shutdown_grace
         self._signals: list[int] = []
+        self._retiring = 0  # SIGUSR1s not yet answered: a worker retires, start its successor
+        self._spares: list[subprocess.Popen[bytes]] = []
+        self._env = {**os.environ, SUPERVISOR_PID: str(os.getpid())}
 
     def run(self) -> int:
         """Runs until SIGTERM/SIGINT (returns 0 once every worker stopped) or a crash loop
         (returns 1). A second signal passes on at once: the workers stop immediately."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
+        signal.signal(RETIRING, self._on_retiring)
         log.info("supervising %d worker processes: %s", len(self.slots), " ".join(self.argv))
         try:
             while not self._signals:
@@ -74,11 +81,14 @@ class Supervisor:
             self._stop()
             return 0
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGTERM, signal.SIGINT, RETIRING):
                 signal.signal(sig, signal.SIG_DFL)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals.append(signum)  # only a flag: the loop acts on it
+
+    def _on_retiring(self, signum: int, frame: FrameType | None) -> None:
+        self._retiring += 1  # a worker recycles itself (--max-jobs, --max-memory)
 
     @property
     def pids(self) -> list[int]:
@@ -88,6 +98,9 @@ class Supervisor:
     def _tend(self) -> bool:
         """Starts the workers that are due to (re)start; False on a crash loop."""
         now = time.monotonic()
+        while self._retiring > 0:  # the successor starts before the retiring worker exits
+            self._retiring -= 1
+            self._spares.append(self._spawn())
         for slot in self.slots:
             proc = slot.proc
             if proc is not None and proc.poll() is None:
@@ -95,13 +108,19 @@ class Supervisor:
                     slot.pause = 0.5  # it lived: the next death restarts it soon again
                     slot.quick_deaths.clear()
                 continue
+            if proc is not None and proc.returncode == 0 and self._spares:
+                # It retired (recycled); its successor is already running.
+                log.info("worker process %d (pid %d) retired; pid %d takes its place",
+                         slot.index, proc.pid, self._spares[0].pid)  # fmt: skip
+                slot.proc, slot.started = self._spares.pop(0), now
+                continue
             if proc is not None:  # it died
                 slot.proc = None
                 lived = now - slot.started
                 log.warning("worker process %d (pid %d) exited with %s after %.1f s; "
                             "restarting in %.1f s", slot.index, proc.pid, proc.returncode,
                             lived, slot.pause)  # fmt: skip
-                if lived < QUICK_DEATH:
+                if lived < QUICK_DEATH and proc.returncode != 0:
                     slot.quick_deaths.append(now)
                     if len(slot.quick_deaths) >= CRASH_LOOP:
                         log.error("worker process %d died %d times within %.0f s of starting; "
@@ -111,7 +130,7 @@ class Supervisor:
                 slot.restart_at = now + slot.pause
                 slot.pause = min(slot.pause * 2, 30.0)
             if now >= slot.restart_at:
-                slot.proc = subprocess.Popen(self.argv)
+                slot.proc = self._spawn()
                 slot.started = now
         return True
 
@@ -138,5 +157,9 @@ class Supervisor:
         codes = [s.proc.returncode for s in self.slots if s.proc is not None]
         log.info("all worker processes stopped (exit codes %s)", codes)
 
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(self.argv, env=self._env)
+
     def _live(self) -> list[subprocess.Popen[bytes]]:
-        return [s.proc for s in self.slots if s.proc is not None and s.proc.poll() is None]
+        procs = [s.proc for s in self.slots if s.proc is not None] + self._spares
+        return [p for p in procs if p.poll() is None]

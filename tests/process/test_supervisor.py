@@ -41,14 +41,19 @@ def supervise(redis_url: str, namespace: str) -> Iterator[list[subprocess.Popen[
 
 
 def _start(
-    started: list[subprocess.Popen[bytes]], url: str, namespace: str, processes: int, **env: str
+    started: list[subprocess.Popen[bytes]],
+    url: str,
+    namespace: str,
+    processes: int,
+    *more: str,
+    **env: str,
 ) -> subprocess.Popen[bytes]:
     environ = {**os.environ, "DRUMBEAT_REDIS_URL": url, "DRUMBEAT_NAMESPACE": namespace,
                "DRUMBEAT_LEASE": "1.0", "DRUMBEAT_MAINTENANCE_INTERVAL": "0.2",
                "PYTHONPATH": str(ROOT), **env}  # fmt: skip
     proc = subprocess.Popen(
         [sys.executable, "-m", "drumbeat", "worker", "tests.apps.sup_app:app",
-         "--processes", str(processes), "--concurrency", "4"],
+         "--processes", str(processes), "--concurrency", "4", *more],
         cwd=ROOT, env=environ,
     )  # fmt: skip
     started.append(proc)
@@ -87,3 +92,37 @@ def test_a_crash_loop_stops_the_supervisor_with_an_error(
 ) -> None:
     sup = _start(supervise, redis_url, namespace, 2, SUP_APP_BROKEN="1")
     assert sup.wait(60) == 1, "a worker that dies at start-up over and over is not retried forever"
+
+
+def _children(pid: int) -> set[int]:
+    """The live child processes of ``pid`` (from /proc)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return {int(c) for c in f.read().split()}
+    except OSError:
+        return set()
+
+
+def test_max_jobs_recycles_workers_without_a_capacity_dip(
+    redis_url: str, namespace: str, r: redis.Redis, supervise: list[subprocess.Popen[bytes]]
+) -> None:
+    sup = _start(supervise, redis_url, namespace, 2, "--max-jobs", "5")
+    wait_for(lambda: len(_pids(r, namespace, "start")), until=lambda n: n == 2,
+             message="two worker processes should start")  # fmt: skip
+    app = drumbeat.App(redis_url, namespace=namespace)
+    fewest = 2
+    try:
+        jobs = [app.enqueue("tests.apps.sup_app.nap", 0.2) for _ in range(40)]
+        pending = list(jobs)
+        while pending:  # watch the live workers while the jobs run
+            fewest = min(fewest, len(_children(sup.pid)))
+            pending = [j for j in pending if j.status() is not drumbeat.JobStatus.COMPLETE]
+            assert sup.poll() is None, "the supervisor exited"
+        ran_on = {j.result(timeout=20) for j in jobs}
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(30) == 0
+    finally:
+        app.close()
+    assert len(ran_on) >= 4, f"40 jobs at --max-jobs 5 ran on only {len(ran_on)} processes"
+    assert len(_pids(r, namespace, "start")) >= 4, "retired workers were not replaced"
+    assert fewest >= 2, f"capacity dipped to {fewest} live workers during a recycle"

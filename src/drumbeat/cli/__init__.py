@@ -36,6 +36,7 @@ from drumbeat.job import cancel_call
 from drumbeat.supervisor import Supervisor
 from drumbeat.task import MAX_PRIORITY, MIN_PRIORITY, Options, Prepared
 from drumbeat.worker import run_worker
+from drumbeat.worker.recycling import Budget
 
 __all__ = ["CliError", "cli", "load_app", "main", "schedule_table", "status_tables"]
 
@@ -210,6 +211,7 @@ class LogLevel(StrEnum):
 @cli.command()
 def worker(
     app_spec: AppArg,
+    *,
     concurrency: Annotated[
         int | None,
         typer.Option(
@@ -219,6 +221,16 @@ def worker(
     log_level: Annotated[
         LogLevel, typer.Option("--log-level", "-l", case_sensitive=False, help="Logging level.")
     ] = LogLevel.info,
+    max_jobs: Annotated[
+        int | None,
+        typer.Option("--max-jobs", min=1, help="Recycle a worker process after this many jobs."),
+    ] = None,
+    max_memory: Annotated[
+        float | None,
+        typer.Option(
+            "--max-memory", min=1, help="Recycle a worker process past this resident size (MiB)."
+        ),
+    ] = None,
     processes: Annotated[
         int | None,
         typer.Option(
@@ -235,7 +247,8 @@ def worker(
 
     The first signal lets running jobs finish (up to the app's shutdown_grace) and hands the
     rest back to the queue; a second one stops at once. With --processes, a supervisor passes
-    both on to its workers.
+    both on to its workers. A worker past --max-jobs or --max-memory stops claiming, finishes
+    its jobs and exits; under a supervisor its successor starts first.
     """
     code, ran = 0, False
     try:
@@ -245,10 +258,14 @@ def worker(
                 argv = ["-m", "drumbeat", "worker", app_spec, "--log-level", log_level.value]
                 if concurrency is not None:
                     argv += ["--concurrency", str(concurrency)]
+                if max_jobs is not None:
+                    argv += ["--max-jobs", str(max_jobs)]
+                if max_memory is not None:
+                    argv += ["--max-memory", str(max_memory)]
                 code = Supervisor(argv, processes, app.settings.shutdown_grace).run()
                 raise typer.Exit(code)
             ran = True
-            run_worker(app, concurrency=concurrency)
+            run_worker(app, concurrency=concurrency, budget=Budget(max_jobs, max_memory))
     except typer.Exit as exc:
         code = exc.exit_code
         raise

@@ -32,6 +32,7 @@ from .hooks import Hooks
 from .housekeeping import Housekeeper
 from .leases import Heartbeat
 from .link import Link
+from .recycling import Budget, Recycler
 from .retrying import is_transient, supervise
 from .running import Runs
 from .settling import Settler
@@ -55,10 +56,17 @@ class Worker:
         app: the app whose tasks this worker runs.
         concurrency: slots; defaults to `Settings.concurrency`.
         hooks: code to run at the process's and each job's start and end.
+        budget: when to retire (`recycling.Budget`: after so many jobs, or past a resident
+            memory size); by default never.
     """
 
     def __init__(
-        self, app: App, *, concurrency: int | None = None, hooks: Hooks | None = None
+        self,
+        app: App,
+        *,
+        concurrency: int | None = None,
+        hooks: Hooks | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self.app = app
         self.settings = app.settings
@@ -94,6 +102,10 @@ class Worker:
         )  # fmt: skip
         self.runs.now_ms = self.claimer.now_ms
         self.housekeeper = Housekeeper(self.shards, self.settings, self._stopping)
+        self.budget = budget or Budget()
+        self.recycler = Recycler(
+            self.budget, lambda: self.processed + self.failed, self.stop, self._stopping
+        )
         self.lending = Lending(
             worker_id=self.id, scripts=app.scripts, table=self.table, settings=self.settings,
             codec=app.codec, start_lent=self.runs.start_lent, stopping=self._stopping,
@@ -171,6 +183,8 @@ class Worker:
                 self._supervised("housekeeping", lambda: self.housekeeper.run(client)),
                 self._supervised("signals", lambda: self.signals.run(client)),
             ]
+            if self.budget.limited:
+                parts.append(self._supervised("recycling", self.recycler.run))
             tasks = ", ".join(sorted(self.app.tasks)) or "none"
             log.info("worker %s started: %d slots, tasks: %s", self.id, self.concurrency, tasks)
             await self._supervised("claim loop", self.claimer.run)
@@ -285,9 +299,10 @@ class Worker:
             await pipe.execute()
 
 
-def run_worker(app: App, *, concurrency: int | None = None) -> Worker:
-    """Run a worker in this process until SIGTERM/SIGINT; returns it (for its counters)."""
-    worker = Worker(app, concurrency=concurrency)
+def run_worker(app: App, *, concurrency: int | None = None, budget: Budget | None = None) -> Worker:
+    """Run a worker in this process until SIGTERM/SIGINT (or its `budget` is spent); returns
+    it (for its counters)."""
+    worker = Worker(app, concurrency=concurrency, budget=budget)
 
     async def main() -> None:
         worker.install_signal_handlers()
