@@ -28,6 +28,8 @@ log = logging.getLogger("drumbeat.supervisor")
 QUICK_DEATH = 10.0
 #: This many quick deaths in a row stop the supervisor (exit 1) instead of restarting again.
 CRASH_LOOP = 5
+#: In a rolling restart, a new worker must live this long before the one it replaces is stopped.
+WARM_UP = 2.0
 _POLL = 0.1
 
 
@@ -64,6 +66,11 @@ class Supervisor:
         self._retiring = 0  # SIGUSR1s not yet answered: a worker retires, start its successor
         self._spares: list[subprocess.Popen[bytes]] = []
         self._env = {**os.environ, SUPERVISOR_PID: str(os.getpid())}
+        self._reloads = 0  # SIGHUPs not yet started on
+        self._roll: list[int] = []  # slots still to replace in the rolling restart under way
+        self._successor: subprocess.Popen[bytes] | None = None
+        self._successor_started = 0.0
+        self._leaving: subprocess.Popen[bytes] | None = None
 
     def run(self) -> int:
         """Runs until SIGTERM/SIGINT (returns 0 once every worker stopped) or a crash loop
@@ -71,21 +78,61 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         signal.signal(RETIRING, self._on_retiring)
+        signal.signal(signal.SIGHUP, self._on_hup)
         log.info("supervising %d worker processes: %s", len(self.slots), " ".join(self.argv))
         try:
             while not self._signals:
                 if not self._tend():
                     self._stop()
                     return 1
+                self._rolling()
                 time.sleep(_POLL)
             self._stop()
             return 0
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT, RETIRING):
+            for sig in (signal.SIGTERM, signal.SIGINT, RETIRING, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_DFL)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals.append(signum)  # only a flag: the loop acts on it
+
+    def _on_hup(self, signum: int, frame: FrameType | None) -> None:
+        self._reloads += 1  # a rolling restart (a deploy): the loop acts on it
+
+    def _rolling(self) -> None:
+        """One step of a rolling restart: for each slot in turn, a new worker (new code)
+        starts; once it has lived `WARM_UP` seconds the old one is stopped gracefully, and
+        once that has left, the next slot. Capacity never drops below N. A new worker that
+        dies while warming up ends the restart and leaves the old workers serving."""
+        if self._reloads and not self._roll and self._successor is None:
+            self._reloads = 0
+            self._roll = list(range(len(self.slots)))
+            log.info("SIGHUP: restarting %d worker processes one at a time", len(self._roll))
+        if self._leaving is not None:
+            if self._leaving.poll() is None:
+                return
+            self._leaving = None
+        if not self._roll:
+            return
+        slot = self.slots[self._roll[0]]
+        if self._successor is None:
+            self._successor, self._successor_started = self._spawn(), time.monotonic()
+            return
+        if self._successor.poll() is not None:
+            code = self._successor.returncode
+            log.error("a new worker process exited (%s) while warming up; the rolling restart "
+                      "stops and the old workers keep serving", code)  # fmt: skip
+            self._successor, self._roll = None, []
+            return
+        if time.monotonic() - self._successor_started < WARM_UP:
+            return
+        old, slot.proc = slot.proc, self._successor
+        slot.started, slot.pause = self._successor_started, 0.5
+        self._successor = None
+        self._roll.pop(0)
+        if old is not None and old.poll() is None:
+            old.send_signal(signal.SIGTERM)  # it finishes or hands back its jobs, then exits
+            self._leaving = old
 
     def _on_retiring(self, signum: int, frame: FrameType | None) -> None:
         self._retiring += 1  # a worker recycles itself (--max-jobs, --max-memory)
@@ -162,4 +209,5 @@ class Supervisor:
 
     def _live(self) -> list[subprocess.Popen[bytes]]:
         procs = [s.proc for s in self.slots if s.proc is not None] + self._spares
+        procs += [p for p in (self._successor, self._leaving) if p is not None]
         return [p for p in procs if p.poll() is None]

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -126,3 +127,33 @@ def test_max_jobs_recycles_workers_without_a_capacity_dip(
     assert len(ran_on) >= 4, f"40 jobs at --max-jobs 5 ran on only {len(ran_on)} processes"
     assert len(_pids(r, namespace, "start")) >= 4, "retired workers were not replaced"
     assert fewest >= 2, f"capacity dipped to {fewest} live workers during a recycle"
+
+
+def test_sighup_restarts_every_worker_one_at_a_time_without_a_capacity_gap(
+    redis_url: str, namespace: str, r: redis.Redis, supervise: list[subprocess.Popen[bytes]]
+) -> None:
+    sup = _start(supervise, redis_url, namespace, 2)
+    wait_for(lambda: len(_pids(r, namespace, "start")), until=lambda n: n == 2,
+             message="two worker processes should start")  # fmt: skip
+    old = _pids(r, namespace, "start")
+    sup.send_signal(signal.SIGHUP)
+    fewest = 2
+    deadline = time.monotonic() + 60
+    while not (old <= _pids(r, namespace, "stop") and len(_pids(r, namespace, "start")) == 4):
+        assert time.monotonic() < deadline, (
+            f"the rolling restart did not finish: {_events(r, namespace)}"
+        )
+        fewest = min(fewest, len(_children(sup.pid)))
+        time.sleep(0.02)
+    assert fewest >= 2, f"capacity dipped to {fewest} live workers during the rolling restart"
+    new = _pids(r, namespace, "start") - old
+    assert len(new) == 2
+    wait_for(lambda: _children(sup.pid), until=lambda live: live == new,
+             message="the old workers should exit, leaving the new ones")  # fmt: skip
+    app = drumbeat.App(redis_url, namespace=namespace)
+    try:
+        assert app.enqueue("tests.apps.sup_app.nap", 0.01).result(timeout=20) in new
+    finally:
+        app.close()
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(30) == 0
