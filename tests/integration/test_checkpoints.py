@@ -47,6 +47,13 @@ async def ckpt(redis_url: str, namespace: str) -> AsyncIterator[drumbeat.App]:
     await app.aclose()
 
 
+async def going(worker: drumbeat.Worker, done: list[Any], n: int, message: str) -> None:
+    """Waits until the worker listens for signals and the job did ``n`` units of work."""
+    await wait_for_async(
+        lambda: worker.signals.subscribed.is_set() and len(done) >= n, message=message, timeout=10
+    )
+
+
 def unit_task(app: drumbeat.App, slots: Slots, units: list[tuple[str, int]], **config: Any) -> Any:
     """A long sync task: ``n`` units of ``seconds`` each, one checkpoint after each unit."""
 
@@ -78,11 +85,7 @@ async def test_a_long_sync_job_lends_its_only_slot_to_an_urgent_job_and_resumes(
 
     job = await long.aenqueue("long", 60, 0.02)
     async with running_worker(ckpt, concurrency=1) as worker:
-        await wait_for_async(
-            lambda: worker.signals.subscribed.is_set() and len(units) >= 3,
-            message="the long job did not start",
-            timeout=10,
-        )
+        await going(worker, units, 3, "the long job did not start")
         enqueued = time.monotonic()
         u = await urgent.aenqueue()
         started = await u.aresult(timeout=10)
@@ -101,11 +104,7 @@ async def test_nested_lending_9_interrupts_5_interrupts_0(ckpt: drumbeat.App) ->
 
     async with running_worker(ckpt, concurrency=1) as worker:
         low = await work.options(priority=0).aenqueue("p0", 40, 0.02)
-        await wait_for_async(
-            lambda: worker.signals.subscribed.is_set() and len(units) >= 2,
-            message="p0 did not start",
-            timeout=10,
-        )
+        await going(worker, units, 2, "p0 did not start")
         mid = await work.options(priority=5).aenqueue("p5", 40, 0.02)
         await wait_for_async(
             lambda: ("p5", 2) in units, message="p5 did not interrupt p0", timeout=10
@@ -130,11 +129,7 @@ async def test_a_job_never_lends_its_slot_to_equal_or_lower_priority(ckpt: drumb
     work = unit_task(ckpt, slots, units)
     async with running_worker(ckpt, concurrency=1) as worker:
         first = await work.options(priority=5).aenqueue("first", 30, 0.02)
-        await wait_for_async(
-            lambda: worker.signals.subscribed.is_set() and len(units) >= 2,
-            message="the first job did not start",
-            timeout=10,
-        )
+        await going(worker, units, 2, "the first job did not start")
         same = await work.options(priority=5).aenqueue("same", 2, 0.0)
         lower = await work.options(priority=3).aenqueue("lower", 2, 0.0)
         for job in (first, same, lower):
@@ -161,11 +156,7 @@ async def test_an_async_job_lends_its_slot_at_acheckpoint(ckpt: drumbeat.App) ->
 
     async with running_worker(ckpt, concurrency=1) as worker:
         job = await crawl.aenqueue(50)
-        await wait_for_async(
-            lambda: worker.signals.subscribed.is_set() and len(done) >= 2,
-            message="crawl did not start",
-            timeout=10,
-        )
+        await going(worker, done, 2, "crawl did not start")
         await (await urgent.aenqueue()).aresult(timeout=10)
         assert len(done) < 50
         assert await job.aresult(timeout=30) == 50
@@ -182,11 +173,7 @@ async def test_time_spent_lending_does_not_count_against_the_timeout(ckpt: drumb
 
     async with running_worker(ckpt, concurrency=1) as worker:
         job = await long.aenqueue("long", 30, 0.05)  # 1.5 s of its own work
-        await wait_for_async(
-            lambda: worker.signals.subscribed.is_set() and len(units) >= 2,
-            message="the long job did not start",
-            timeout=10,
-        )
+        await going(worker, units, 2, "the long job did not start")
         await (await urgent.aenqueue()).aresult(timeout=10)
         assert await job.aresult(timeout=30) == "long", "lent time was counted as its own"
 
@@ -315,11 +302,7 @@ async def test_cancel_a_running_sync_job_stops_it_at_its_next_checkpoint(
     long = unit_task(ckpt, slots, units, retries=3)
     job = await long.aenqueue("long", 500, 0.01)
     async with running_worker(ckpt) as worker:
-        await wait_for_async(
-            lambda: worker.signals.subscribed.is_set() and len(units) >= 3,
-            message="the job did not start",
-            timeout=10,
-        )
+        await going(worker, units, 3, "the job did not start")
         assert await job.acancel() is True
         with pytest.raises(drumbeat.JobCancelled):
             await job.aresult(timeout=10)
@@ -452,10 +435,7 @@ async def test_a_delayed_urgent_job_gets_a_lent_slot_when_it_comes_due(ckpt: dru
 
     job = await long.aenqueue("long", 150, 0.02)  # about 3 s
     async with running_worker(ckpt, concurrency=1) as worker:
-        await wait_for_async(
-            lambda: worker.signals.subscribed.is_set() and len(units) >= 3,
-            message="the long job did not start", timeout=10,
-        )  # fmt: skip
+        await going(worker, units, 3, "the long job did not start")
         late = await urgent.options(delay=0.5).aenqueue()
         ran_at_unit = await late.aresult(timeout=10)
         assert ran_at_unit < 100, f"it waited for the long job: started at unit {ran_at_unit}"
@@ -479,10 +459,7 @@ async def test_an_urgent_job_retrying_after_a_backoff_gets_a_lent_slot_again(
 
     job = await long.aenqueue("long", 150, 0.02)  # about 3 s
     async with running_worker(ckpt, concurrency=1) as worker:
-        await wait_for_async(
-            lambda: worker.signals.subscribed.is_set() and len(units) >= 3,
-            message="the long job did not start", timeout=10,
-        )  # fmt: skip
+        await going(worker, units, 3, "the long job did not start")
         u = await urgent.aenqueue()
         second = await u.aresult(timeout=10)
         assert second < 100, f"the retry waited for the long job: started at unit {second}"

@@ -13,16 +13,12 @@ import json
 import logging
 import os
 import sys
-import threading
-import time
 from collections.abc import Iterator
-from enum import StrEnum
 from typing import Annotated, Any
 
 import redis
 import typer
 from rich.console import Console
-from rich.logging import RichHandler
 from rich.markup import escape
 from rich.table import Table
 
@@ -33,10 +29,7 @@ from drumbeat.cli.tables import console, fmt_count, print_table, schedule_table,
 from drumbeat.cli.tasks import UnknownTaskName, resolve_task
 from drumbeat.errors import DrumbeatError, InvalidJob
 from drumbeat.job import cancel_call
-from drumbeat.supervisor import Supervisor
 from drumbeat.task import MAX_PRIORITY, MIN_PRIORITY, Options, Prepared
-from drumbeat.worker import run_worker
-from drumbeat.worker.recycling import Budget
 
 __all__ = ["CliError", "cli", "load_app", "main", "schedule_table", "status_tables"]
 
@@ -195,117 +188,6 @@ def load_app(spec: str) -> App:
             f"{module_name}:{attr} is a {type(obj).__name__}, not a drumbeat.App", USAGE_ERROR
         )
     return obj
-
-
-# -- worker ------------------------------------------------------------------------------------
-
-
-class LogLevel(StrEnum):
-    debug = "debug"
-    info = "info"
-    warning = "warning"
-    error = "error"
-    critical = "critical"
-
-
-@cli.command()
-def worker(
-    app_spec: AppArg,
-    *,
-    concurrency: Annotated[
-        int | None,
-        typer.Option(
-            "--concurrency", "-c", min=1, help="Jobs run at once (default: the app's settings)."
-        ),
-    ] = None,
-    log_level: Annotated[
-        LogLevel, typer.Option("--log-level", "-l", case_sensitive=False, help="Logging level.")
-    ] = LogLevel.info,
-    max_jobs: Annotated[
-        int | None,
-        typer.Option("--max-jobs", min=1, help="Recycle a worker process after this many jobs."),
-    ] = None,
-    max_memory: Annotated[
-        float | None,
-        typer.Option(
-            "--max-memory", min=1, help="Recycle a worker process past this resident size (MiB)."
-        ),
-    ] = None,
-    processes: Annotated[
-        int | None,
-        typer.Option(
-            "--processes",
-            "-p",
-            min=1,
-            max=256,
-            help="Run this many worker processes under a supervisor that restarts any that "
-            "dies (default: one worker, in this process).",
-        ),
-    ] = None,
-) -> None:
-    """Run a worker for the app's tasks until SIGTERM or SIGINT.
-
-    The first signal lets running jobs finish (up to the app's shutdown_grace) and hands the
-    rest back to the queue; a second one stops at once. With --processes, a supervisor passes
-    both on to its workers. A worker past --max-jobs or --max-memory stops claiming, finishes
-    its jobs and exits; under a supervisor its successor starts first.
-    """
-    code, ran = 0, False
-    try:
-        with _opened(app_spec) as app:
-            _setup_logging(log_level)
-            if processes is not None:
-                argv = ["-m", "drumbeat", "worker", app_spec, "--log-level", log_level.value]
-                if concurrency is not None:
-                    argv += ["--concurrency", str(concurrency)]
-                if max_jobs is not None:
-                    argv += ["--max-jobs", str(max_jobs)]
-                if max_memory is not None:
-                    argv += ["--max-memory", str(max_memory)]
-                code = Supervisor(argv, processes, app.settings.shutdown_grace).run()
-                raise typer.Exit(code)
-            ran = True
-            run_worker(app, concurrency=concurrency, budget=Budget(max_jobs, max_memory))
-    except typer.Exit as exc:
-        code = exc.exit_code
-        raise
-    finally:
-        if ran:
-            _exit_if_threads_linger(code)
-
-
-def _setup_logging(level: LogLevel) -> None:
-    """Rich log lines on stderr, unless logging was configured already (then it is kept)."""
-    handler = RichHandler(console=_err(), show_path=False, rich_tracebacks=True)
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(message)s",
-        datefmt="[%X]",
-        handlers=[handler],
-    )
-
-
-def _exit_if_threads_linger(code: int, wait: float = 1.0) -> None:
-    """Exit without joining threads that still run a sync task (one that ignored its timeout
-    or the shutdown): the interpreter would otherwise wait for them at exit, maybe forever."""
-    deadline = time.monotonic() + wait
-    others = [
-        t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon
-    ]
-    for thread in others:  # idle pool threads exit on their own within moments
-        thread.join(max(0.0, deadline - time.monotonic()))
-    lingering = [t.name for t in others if t.is_alive()]
-    if not lingering:
-        return
-    log.warning(
-        "%d task thread(s) still running (%s); exiting without waiting for them",
-        len(lingering),
-        ", ".join(lingering),
-    )
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 # -- enqueue -----------------------------------------------------------------------------------
@@ -515,7 +397,8 @@ def redis_command(
 
 # -- schedules ---------------------------------------------------------------------------------
 
-# Imported last: the sub-apps' modules use the helpers above.
+# Imported last: these modules use the helpers above (`worker` registers its command).
+from drumbeat.cli import worker as _worker_command  # noqa: E402, F401
 from drumbeat.cli.dead import dead_cli  # noqa: E402
 from drumbeat.cli.schedules import schedules_cli  # noqa: E402
 
