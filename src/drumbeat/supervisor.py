@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
-from drumbeat.worker.recycling import RETIRING, SUPERVISOR_PID
+from drumbeat.worker.recycling import SUPERVISOR_FD
 
 log = logging.getLogger("drumbeat.supervisor")
 
@@ -63,9 +63,11 @@ class Supervisor:
         self.slots = [_Slot(i) for i in range(processes)]
         self.shutdown_grace = shutdown_grace
         self._signals: list[int] = []
-        self._retiring = 0  # SIGUSR1s not yet answered: a worker retires, start its successor
+        # Retiring workers write their pid here; each gets a successor before it leaves.
+        self._retiring, self._retiring_w = os.pipe()
+        os.set_blocking(self._retiring, False)
         self._spares: list[subprocess.Popen[bytes]] = []
-        self._env = {**os.environ, SUPERVISOR_PID: str(os.getpid())}
+        self._env = {**os.environ, SUPERVISOR_FD: str(self._retiring_w)}
         self._reloads = 0  # SIGHUPs not yet started on
         self._roll: list[int] = []  # slots still to replace in the rolling restart under way
         self._successor: subprocess.Popen[bytes] | None = None
@@ -77,7 +79,6 @@ class Supervisor:
         (returns 1). A second signal passes on at once: the workers stop immediately."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
-        signal.signal(RETIRING, self._on_retiring)
         signal.signal(signal.SIGHUP, self._on_hup)
         log.info("supervising %d worker processes: %s", len(self.slots), " ".join(self.argv))
         try:
@@ -90,8 +91,10 @@ class Supervisor:
             self._stop()
             return 0
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT, RETIRING, signal.SIGHUP):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_DFL)
+            os.close(self._retiring)
+            os.close(self._retiring_w)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals.append(signum)  # only a flag: the loop acts on it
@@ -134,9 +137,6 @@ class Supervisor:
             old.send_signal(signal.SIGTERM)  # it finishes or hands back its jobs, then exits
             self._leaving = old
 
-    def _on_retiring(self, signum: int, frame: FrameType | None) -> None:
-        self._retiring += 1  # a worker recycles itself (--max-jobs, --max-memory)
-
     @property
     def pids(self) -> list[int]:
         """The live workers' process ids."""
@@ -145,8 +145,7 @@ class Supervisor:
     def _tend(self) -> bool:
         """Starts the workers that are due to (re)start; False on a crash loop."""
         now = time.monotonic()
-        while self._retiring > 0:  # the successor starts before the retiring worker exits
-            self._retiring -= 1
+        for _ in range(self._retirements()):  # successors start before the retiring leave
             self._spares.append(self._spawn())
         for slot in self.slots:
             proc = slot.proc
@@ -204,8 +203,15 @@ class Supervisor:
         codes = [s.proc.returncode for s in self.slots if s.proc is not None]
         log.info("all worker processes stopped (exit codes %s)", codes)
 
+    def _retirements(self) -> int:
+        """How many workers asked for a successor since the last look (one line each)."""
+        try:
+            return os.read(self._retiring, 65536).count(b"\n")
+        except BlockingIOError:
+            return 0
+
     def _spawn(self) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(self.argv, env=self._env)
+        return subprocess.Popen(self.argv, env=self._env, pass_fds=(self._retiring_w,))
 
     def _live(self) -> list[subprocess.Popen[bytes]]:
         procs = [s.proc for s in self.slots if s.proc is not None] + self._spares

@@ -10,16 +10,15 @@ import contextlib
 import logging
 import os
 import resource
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
 log = logging.getLogger("drumbeat.worker")
 
-#: Set by the supervisor for its workers: where a retiring worker asks for its replacement.
-SUPERVISOR_PID = "DRUMBEAT_SUPERVISOR_PID"
-#: The signal a retiring worker sends its supervisor.
-RETIRING = signal.SIGUSR1
+#: Set by the supervisor for its workers: the file descriptor of a pipe on which a retiring
+#: worker writes its pid, asking for its replacement. (A pipe, not a signal: signals coalesce,
+#: so two workers retiring at once would get one replacement; short writes to a pipe are atomic.)
+SUPERVISOR_FD = "DRUMBEAT_SUPERVISOR_FD"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +78,10 @@ class Recycler:
             why = self.over()
             if why is not None:
                 log.info("recycling this worker: %s; finishing its jobs, then exiting", why)
-                supervisor = os.environ.get(SUPERVISOR_PID)
+                supervisor = os.environ.get(SUPERVISOR_FD)
                 if supervisor and supervisor.isdigit():
-                    try:
-                        os.kill(int(supervisor), RETIRING)  # "start my replacement now"
+                    try:  # "start my replacement now"
+                        os.write(int(supervisor), f"{os.getpid()}\n".encode())
                     except OSError as exc:
                         log.warning("could not ask the supervisor for a replacement (%s)", exc)
                 self.retire()
