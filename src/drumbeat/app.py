@@ -150,7 +150,7 @@ class App:
         if not calls:
             return []
         # The first call alone loads the script if Redis lacks it; the rest go in a pipeline.
-        results = [calls[0].run(self.redis)]
+        results = [self._run_direct(calls[0])]
         if len(calls) > 1:
             with self.redis.pipeline(transaction=False) as pipe:
                 for call in calls[1:]:
@@ -310,6 +310,19 @@ class App:
     async def _anow_ms(self) -> int:
         sec, usec = await (await self.aredis()).time()
         return int(sec) * 1000 + int(usec) // 1000
+
+    def _run_direct(self, call: Call[T]) -> T:
+        """Runs ``call`` on this thread's own connection (`connections.Direct`); through the
+        client (which loads a missing script, and retries a failed connection by its policy)
+        when that fails."""
+        try:
+            raw = self.connections.direct.execute(*call.command())
+        except (NoScriptError, redis.ConnectionError, redis.TimeoutError):
+            # Refused with NOSCRIPT, the call did nothing; a lost connection is retried as the
+            # client retries any command (the job's id is chosen here: a repeat writes the same
+            # job again, it does not add another).
+            return call.run(self.redis)
+        return call.parse(raw)
 
     def _run(self, calls: Sequence[Call[T]]) -> list[T]:
         # Script calls of different shards are independent; each runs on its own.

@@ -14,7 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import threading
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -137,6 +140,52 @@ def _warn_if_evicting(config: dict[Any, Any], stacklevel: int) -> None:
         )
 
 
+# -- the producer's hot path -----------------------------------------------------------------
+
+
+class Direct:
+    """A connection per thread, kept for the thread's next call instead of checked out of the
+    pool for each one: the path of a single enqueue, the call producers make most.
+
+    Through the client, a call also pays for the pool checkout (a lock and a readiness poll of
+    the socket), the retry wrapper and the observability hooks: together more than Redis' own
+    work on an enqueue. The connection is redis-py's, made from the client's pool settings
+    (URL options, TLS, auth, hiredis, the client's timeouts). One that fails is dropped; the
+    caller then runs the call through the client, whose retry policy applies. A thread's
+    connection closes when the thread ends (redis-py closes a collected connection), and one
+    inherited across a fork is never used: the child opens its own.
+    """
+
+    def __init__(self, client: Redis) -> None:
+        self._pool = client.connection_pool
+        self._local = threading.local()
+        self._made: weakref.WeakSet[redis.Connection] = weakref.WeakSet()
+
+    def execute(self, *args: Any) -> Any:
+        """Sends one command and returns its reply; an error reply raises (the connection stays
+        in step), any other failure drops the connection and raises."""
+        conn: redis.Connection | None = getattr(self._local, "conn", None)
+        if conn is None or conn.pid != os.getpid():
+            conn = self._pool.connection_class(**self._pool.connection_kwargs)
+            self._local.conn = conn
+            self._made.add(conn)
+        try:
+            conn.send_packed_command(conn.pack_command(*args), check_health=False)
+            return conn.read_response()
+        except redis.ResponseError:
+            raise
+        except BaseException:
+            self._local.conn = None
+            conn.disconnect()
+            raise
+
+    def close(self) -> None:
+        """Closes every thread's connection (each reconnects on its next call)."""
+        for conn in list(self._made):
+            if conn.pid == os.getpid():
+                conn.disconnect()  # type: ignore[no-untyped-call]
+
+
 # -- an App's clients ----------------------------------------------------------------------------
 
 
@@ -157,7 +206,9 @@ class Connections:
 
     def __init__(self, url: str | None) -> None:
         self._url = url
+        self._lock = threading.RLock()  # threads may ask for a client at once: one is made
         self._redis: Redis | None = None
+        self._direct: Direct | None = None
         self._blocking: Redis | None = None
         self._async: _LoopClients | None = None
 
@@ -172,10 +223,21 @@ class Connections:
     def redis(self) -> Redis:
         """The synchronous client for ordinary commands."""
         if self._redis is None:
-            made = sync_client(self.url)
-            check_server(made, stacklevel=3)  # the caller of `App.redis`
-            self._redis = made
+            with self._lock:
+                if self._redis is None:
+                    made = sync_client(self.url)
+                    check_server(made, stacklevel=3)  # the caller of `App.redis`
+                    self._redis = made
         return self._redis
+
+    @property
+    def direct(self) -> Direct:
+        """Per-thread connections for single calls on the producer's hot path (`Direct`)."""
+        if self._direct is None:
+            with self._lock:
+                if self._direct is None:
+                    self._direct = Direct(self.redis)
+        return self._direct
 
     @property
     def blocking(self) -> Redis:
@@ -210,10 +272,13 @@ class Connections:
 
     def close(self) -> None:
         """Close the synchronous clients (they reconnect if used again)."""
+        if self._direct is not None:
+            self._direct.close()
         for made in (self._redis, self._blocking):
             if made is not None:
                 made.close()
         self._redis = self._blocking = None
+        self._direct = None
 
     async def aclose(self) -> None:
         """Close every client."""

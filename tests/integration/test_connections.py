@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis
@@ -12,7 +15,9 @@ import redis.asyncio as redis_async
 
 import drumbeat
 from drumbeat import connections
+from drumbeat.scripts import SOURCES
 from tests.conftest import running_worker
+from tests.helpers import wait_for
 
 # redis-py 8 gives up on a reply after 5 s unless told otherwise; these waits outlast that.
 LONGER_THAN_DEFAULT = 7.0
@@ -117,3 +122,84 @@ async def test_every_client_sets_its_timeouts_and_blocking_ones_outlast_their_bl
         await worker.aclose()
         heartbeat.close()
         await plain.aclose()
+
+
+# -- the producer's own connection per thread (connections.Direct) -------------------------------
+
+
+def _direct_ids(r: redis.Redis) -> set[int]:
+    """Ids of the connections whose last command was an EVALSHA: the producers' own."""
+    return {int(c["id"]) for c in r.client_list() if c.get("cmd") == "evalsha"}
+
+
+async def test_each_producer_thread_enqueues_on_a_connection_of_its_own(
+    own_app: drumbeat.App, own_r: redis.Redis
+) -> None:
+    @own_app.task
+    def work(i: int) -> None: ...
+
+    per_thread, threads = 200, 4
+    barrier = threading.Barrier(threads)
+    own_r.script_load(SOURCES["enqueue"])  # else a NOSCRIPT sends a first call via the client
+
+    def produce(t: int) -> set[str]:
+        barrier.wait()  # all at once, so a shared connection would interleave their replies
+        return {work.enqueue(t * per_thread + i).id for i in range(per_thread)}
+
+    with ThreadPoolExecutor(threads) as pool:
+        ids = set().union(*pool.map(produce, range(threads)))
+        assert len(_direct_ids(own_r)) == threads, (
+            f"{threads} producer threads should each hold one connection; CLIENT LIST shows "
+            f"{own_r.client_list()}"
+        )
+        own_app.close()  # while the threads still live (their ends would close them too)
+        wait_for(lambda: _direct_ids(own_r), lambda ids: not ids,
+                 message="closing the app should close every thread's connection")  # fmt: skip
+    assert len(ids) == threads * per_thread, "every enqueue should return a job of its own"
+    assert own_r.hlen(own_app.keys.jobs) == threads * per_thread
+
+
+async def test_a_killed_producer_connection_costs_no_enqueue(
+    own_app: drumbeat.App, own_r: redis.Redis
+) -> None:
+    @own_app.task
+    def work() -> None: ...
+
+    work.enqueue()
+    (killed,) = _direct_ids(own_r)
+    own_r.client_kill_filter(_id=killed)
+    job = work.enqueue()  # through the client's retry, then on a new connection of its own
+    work.enqueue()
+    assert own_r.hexists(own_app.keys.jobs, job.id)
+    assert own_r.hlen(own_app.keys.jobs) == 3
+    assert killed not in _direct_ids(own_r)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+async def test_a_forked_child_enqueues_on_its_own_connection_and_leaves_the_parents_alone(
+    own_app: drumbeat.App, own_r: redis.Redis
+) -> None:
+    @own_app.task
+    def work(who: str) -> None: ...
+
+    work.enqueue("parent")
+    (parent_conn,) = _direct_ids(own_r)
+    connections_before = own_r.info("stats")["total_connections_received"]
+    pid = os.fork()
+    if pid == 0:  # the child: enqueue, then leave without running the parent's cleanup
+        code = 1
+        try:
+            work.enqueue("child")
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the forked child's enqueue failed"
+    opened = own_r.info("stats")["total_connections_received"] - connections_before
+    assert opened == 1, f"the child should open one connection of its own, opened {opened}"
+    work.enqueue("parent again")
+    assert own_r.hlen(own_app.keys.jobs) == 3
+    assert parent_conn in _direct_ids(own_r), (
+        "the parent's connection should survive the child (the child must open its own and "
+        "never close or shut down the inherited socket)"
+    )

@@ -16,8 +16,9 @@ import redis
 
 import drumbeat
 from drumbeat.keys import bucket_of
+from drumbeat.scripts import SHAS
 from tests.conftest import RedisServer, running_worker, server_binary
-from tests.helpers import commands, wait_for_async
+from tests.helpers import blocked_in, commands, wait_for_async
 
 SCHEDULES = 600
 IDLE_BLOCK = 0.5
@@ -195,3 +196,38 @@ async def test_an_idle_worker_claims_once_per_idle_block(
         await app.aclose()
     # One claim per wait; at most one reap or lease renewal could fall in the window.
     assert claims <= waits + 2, f"{claims} script calls over {waits} idle waits"
+
+
+async def test_a_job_at_light_load_costs_one_claim(
+    own_redis: RedisServer, own_r: redis.Redis, namespace: str
+) -> None:
+    """The wait's own claim took the job and left `ready` empty: the worker starts it and waits
+    again on that reply, rather than claiming once more before its next wait (two claims per
+    job, before)."""
+    app = drumbeat.App(own_redis.url, namespace=namespace, maintenance_interval=60.0, lease=120.0)
+
+    @app.task
+    async def work() -> None: ...
+
+    jobs = 10
+    try:
+        async with running_worker(app):
+            await wait_for_async(lambda: commands(own_r, "bzpopmin") >= 2,
+                                 message="the worker never went idle")  # fmt: skip
+            own_r.config_set("slowlog-log-slower-than", 0)  # log every command, to tell scripts
+            own_r.config_set("slowlog-max-len", 10_000)
+            own_r.slowlog_reset()
+            pops = commands(own_r, "bzpopmin")
+            for _ in range(jobs):  # one at a time, the worker idle in between
+                job = await work.aenqueue()
+                await job.aresult(timeout=10)
+                await wait_for_async(lambda: blocked_in(own_r, "bzpopmin"),
+                                     message="the worker did not wait again")  # fmt: skip
+            waits = commands(own_r, "bzpopmin") - pops
+            logged = own_r.slowlog_get(10_000)
+    finally:
+        await app.aclose()
+    claim_sha = SHAS["claim"].encode()
+    claims = sum(1 for e in logged if e["command"].split()[:2] == [b"EVALSHA", claim_sha])
+    # One claim per wait (each job's, and any wait that ran out its idle_block meanwhile).
+    assert claims == waits, f"{claims} claims for {jobs} jobs taken one at a time in {waits} waits"

@@ -486,3 +486,25 @@ async def test_an_ack_redis_refuses_lets_the_lease_go_and_the_worker_goes_on(
         second = await work.aenqueue(2)
         assert await second.aresult(timeout=5) is None
     assert ran == [1, 2]
+
+
+def test_only_jobs_that_can_outrank_a_running_one_are_announced(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    """Busy workers hear of ready work only when a checkpoint could lend its slot to it: a job
+    of the lowest priority outranks no running job, so enqueueing one publishes nothing (it was
+    announced on every enqueue into an empty queue, a message to every worker)."""
+
+    @app.task
+    def work() -> None: ...
+
+    with r.pubsub() as sub:
+        sub.subscribe(app.keys.signals)
+        assert sub.get_message(timeout=5) is not None  # the subscription's confirmation
+        work.enqueue()  # priority 0 into an empty queue
+        work.options(delay=30).enqueue()  # priority 0, the next one due
+        work.options(priority=5).enqueue()
+        message = sub.get_message(timeout=5)
+    assert message is not None and message["data"] == b"r5", (
+        f"the first announcement should be the priority-5 job's (b'r5'), got {message!r}"
+    )

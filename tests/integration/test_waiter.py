@@ -79,8 +79,8 @@ async def test_unblocking_still_reads_the_claim_and_keeps_the_connection_in_step
     await claim.arun(client)
     waiting = asyncio.ensure_future(waiter.block_then(claim))
     await _blocked(r)
-    await asyncio.wait_for(waiter.unblock(waiting), 10)
-    assert claim.parse(waiting.result()).jobs == []
+    await asyncio.wait_for(waiter.unblock(), 10)
+    assert claim.parse(await asyncio.wait_for(waiting, 10)).jobs == []
     again = asyncio.ensure_future(waiter.block_then(claim))
     job = await work.aenqueue()
     raw = await asyncio.wait_for(again, 10)

@@ -26,6 +26,7 @@ LIB = (Path(protocol.__file__).parent / "lua" / "_lib.lua").read_text()
 #: Constants both sides use: _lib.lua declares each as `local NAME = value`.
 SHARED = [
     "MAX_PRIORITY",
+    "MIN_PRIORITY",
     "PRIORITY_SPAN",
     "RUN_PREFIX",
     "WHEEL_PREFIX",

@@ -15,6 +15,7 @@
 -- 2^42: room for 4.4e12 sequence numbers per level while the score stays an exact double.
 local PRIORITY_SPAN = 4398046511104
 local MAX_PRIORITY = 9
+local MIN_PRIORITY = 0
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -34,10 +35,11 @@ local function ready_priority(ready_key)
 end
 
 -- Tells busy workers (on the shard's signals channel) that the best priority waiting in
--- `ready` rose above `before`, so a checkpoint of a less urgent job can lend its slot.
+-- `ready` rose above `before`, so a checkpoint of a less urgent job can lend its slot. A job of
+-- the lowest priority can outrank no running job, so it is not announced (most jobs are).
 local function signal_if_better(ready_key, signals_key, before)
   local best = ready_priority(ready_key)
-  if best > before then redis.call('PUBLISH', signals_key, 'r' .. best) end
+  if best > before and best > MIN_PRIORITY then redis.call('PUBLISH', signals_key, 'r' .. best) end
 end
 
 -- A missing or foreign state string must not break the script (one bad entry would stop every

@@ -8,13 +8,24 @@
 --         (at_ms > 0 is an absolute run time in epoch ms; else delay_ms after Redis' now;
 --          dedupkey may be empty)
 -- Returns {now_ms, id_1, created_1, id_2, created_2, ...}: the id of each job (an existing
---         job's id when its dedup key is taken) and 1 if it was created, 0 if deduplicated.
-local now = now_ms()
+--         job's id when its dedup key is taken) and 1 if it was created, 0 if deduplicated;
+--         now_ms is 0 when no job was delayed (Redis' clock is read only when needed).
+--
+-- Lean on purpose: enqueueing one job is the producer's hot path and most of the time from
+-- enqueue to start at light load, so a job of the lowest priority that is due now (most jobs)
+-- costs no clock read and no look at `ready`'s head.
 local n = #ARGV / 6
+local now, urgent = 0, false
+for i = 0, n - 1 do
+  if now == 0 and (tonumber(ARGV[i * 6 + 4]) > 0 or tonumber(ARGV[i * 6 + 5]) > 0) then
+    now = now_ms()
+  end
+  if tonumber(ARGV[i * 6 + 3]) > MIN_PRIORITY then urgent = true end
+end
 local seq = redis.call('INCRBY', KEYS[6], n) - n
 local out = {now}
 local woke = false
-local before, best = ready_priority(KEYS[1]), -1
+local before, best = urgent and ready_priority(KEYS[1]) or MAX_PRIORITY, -1
 for i = 0, n - 1 do
   local id, spec = ARGV[i * 6 + 1], ARGV[i * 6 + 2]
   local priority = tonumber(ARGV[i * 6 + 3])
@@ -35,7 +46,7 @@ for i = 0, n - 1 do
       redis.call('ZADD', KEYS[2], run_at, id)
       -- Busy workers are not woken, but one whose jobs checkpoint promotes an urgent job
       -- when it comes due (so the signal: it cannot lend for one it has not heard of).
-      if wake_if_head(KEYS[2], KEYS[7], id) and priority > 0 then
+      if wake_if_head(KEYS[2], KEYS[7], id) and priority > MIN_PRIORITY then
         redis.call('PUBLISH', KEYS[8], 'd' .. run_at)
       end
     else
@@ -48,5 +59,7 @@ for i = 0, n - 1 do
   end
 end
 if woke then wake(KEYS[7]) end
+-- Told only when the best waiting rose (see signal_if_better; `before` is MAX_PRIORITY, so
+-- nothing is told, when no job here outranks the lowest priority).
 if best > before then redis.call('PUBLISH', KEYS[8], 'r' .. best) end
 return out

@@ -86,6 +86,19 @@ class Claimer:
 
     async def run(self) -> None:
         """Claims and starts jobs until the worker stops."""
+        unblocker = asyncio.create_task(self._unblock_on_stop())
+        try:
+            await self._claim_until_stopped()
+        finally:
+            unblocker.cancel()
+            await asyncio.gather(unblocker, return_exceptions=True)
+
+    async def _unblock_on_stop(self) -> None:
+        await self.stopping.wait()
+        if self._waiter is not None:
+            await self._waiter.unblock()
+
+    async def _claim_until_stopped(self) -> None:
         backoff = Backoff()
         idle: ClaimResult | None = None
         while not self.stopping.is_set():
@@ -96,7 +109,7 @@ class Claimer:
                     continue
                 if idle is None:
                     claimed, now_ms, next_due_ms = await self._claim(free)
-                else:  # the wait's own claim just took nothing: no need to claim again
+                else:  # the wait's own claim left `ready` empty: no need to claim again
                     claimed, now_ms, next_due_ms = 0, idle.now_ms, idle.next_due_ms
                 idle = None
                 if claimed < free:
@@ -220,7 +233,7 @@ class Claimer:
         with the full `idle_block` as its timeout, and a local timer (from a due time Redis
         gave us, corrected by the measured clock offset) ends the wait at the due time. With
         nothing due within `idle_block`, the wait carries the next claim (`Waiter`); if that
-        claim took nothing, its reply is returned, and the loop waits again on it.
+        claim left `ready` empty, its reply is returned, and the loop waits again on it.
         """
         assert self._client is not None
         timeout = self.settings.idle_block
@@ -248,24 +261,20 @@ class Claimer:
 
     async def _wait_then_claim(self, free: int) -> ClaimResult | None:
         """Waits with a claim of up to ``free`` jobs pipelined behind the pop (slots only free
-        up meanwhile, so it never overfills); stopping ends the wait early, and what the claim
-        took is still started (the shutdown then finishes or hands it back)."""
+        up meanwhile, so it never overfills). Awaited in line, not as a task of its own: at
+        light load the loop wakeups a task and `asyncio.wait` add are most of the time from
+        the reply to the job's start."""
         assert self._client is not None and self._waiter is not None
         s = self.settings
         call = self.shards[0].claim(
             self.worker_id, free, s.lease_ms, s.batch_limit, self._upcoming.get(0, ())
         )
-        waiting = asyncio.ensure_future(self._waiter.block_then(call))
-        stop = asyncio.ensure_future(self.stopping.wait())
-        # Redis ends the BZPOPMIN itself after idle_block; the local bound is only a backstop.
-        await asyncio.wait({waiting, stop}, timeout=s.idle_block + 5, return_when="FIRST_COMPLETED")
-        stop.cancel()
-        if not waiting.done():
-            await self._waiter.unblock(waiting)
-        if waiting.cancelled():
+        if self.stopping.is_set():  # set since the loop looked; `_unblock_on_stop` is done
             return None
         try:
-            raw = waiting.result()
+            # Stopping ends the wait early (`_unblock_on_stop`); what the claim took is still
+            # started (the shutdown then finishes or hands it back).
+            raw = await self._waiter.block_then(call)
         except redis.ResponseError as exc:
             if is_transient(exc):
                 raise
@@ -276,7 +285,13 @@ class Claimer:
         result = call.parse(raw) if raw is not None else await call.arun(self._client)
         took, last = await self._took(0, result, free)
         self._next_due_ms = last.next_due_ms
-        return last if took == 0 else None
+        if took:
+            # Let the jobs just started take their first step before this loop goes on to
+            # arm its next wait: at light load that is the time from enqueue to start.
+            await asyncio.sleep(0)
+        # Fewer than `free` taken: `ready` was empty at the reply, so there is nothing to claim
+        # before waiting again (a job enqueued since left a marker on `wake`).
+        return last if took < free else None
 
     async def cancel_block(self) -> None:
         """Drops the outstanding `BZPOPMIN` (a busy worker must not swallow wake markers meant

@@ -10,10 +10,11 @@ in the connection's input until the pop returns (a marker, or nil at its timeout
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import redis.asyncio as aredis
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, ResponseError, TimeoutError
 
 from drumbeat.scripts import Call
 
@@ -23,24 +24,30 @@ class Waiter:
 
     def __init__(self, client: aredis.Redis, wake_keys: list[str], idle_block: float) -> None:
         self._client = client
-        # The client's socket timeout is above idle_block, so a pop is never cut short by it.
-        self._conn = client.connection_pool.make_connection()  # type: ignore[no-untyped-call]
+        pool = client.connection_pool
+        # No socket timeout on the connection: with one, redis-py wraps every write in
+        # `asyncio.wait_for` (a task and a timer). Reads are given the client's timeout, which
+        # is above idle_block, so a pop is never cut short by it.
+        self._timeout: float = pool.connection_kwargs.get("socket_timeout") or 30.0
+        self._conn = pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": None})
         self._pop = ("BZPOPMIN", *wake_keys, idle_block)
         self._id: int | None = None
         self._id_known = asyncio.Event()
+        self._waiting = False
 
     async def block_then(self, call: Call[Any]) -> Any:
         """Waits, then returns ``call``'s raw reply (None: Redis had lost the script, so it did
         not run). An error reply to the pop itself raises `ResponseError`."""
         conn = self._conn
-        commands = [("CLIENT", "ID"), self._pop, call.command()]
+        commands: list[tuple[Any, ...]] = [("CLIENT", "ID"), self._pop, call.command()]
+        self._waiting = True
         try:
             await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
-            self._id = int(await conn.read_response())
+            self._id = int(await self._read())
             self._id_known.set()
-            await conn.read_response()  # the marker, or nil
+            await self._read(nil=True)  # the marker, or nil
             try:
-                return await conn.read_response()
+                return await self._read()
             except NoScriptError:
                 return None
         except BaseException:
@@ -48,25 +55,36 @@ class Waiter:
             await conn.disconnect(nowait=True)
             raise
         finally:
+            self._waiting = False
             self._id = None
             self._id_known.clear()
 
-    async def unblock(self, waiting: asyncio.Future[Any]) -> None:
-        """Ends the pending wait early. Its claim still runs and its reply is read (a claim
-        whose reply were dropped would hold its jobs until their leases expire); if Redis
-        refuses ``CLIENT UNBLOCK`` (an ACL), the connection is dropped instead."""
-        known = asyncio.ensure_future(self._id_known.wait())
-        await asyncio.wait({known, waiting}, timeout=5, return_when="FIRST_COMPLETED")
-        known.cancel()
-        if waiting.done():
+    async def _read(self, nil: bool = False) -> Any:
+        started = time.monotonic()
+        reply = await self._conn.read_response(timeout=self._timeout)
+        # An explicit timeout reads as None too; only the pop may answer nil, and in time.
+        if reply is None and (not nil or time.monotonic() - started >= self._timeout):
+            raise TimeoutError(f"no reply from Redis in {self._timeout} s")
+        return reply
+
+    async def unblock(self) -> None:
+        """Ends the wait in progress early, if any: `block_then` then returns as at the pop's
+        timeout. Its claim still runs and its reply is read (a claim whose reply were dropped
+        would hold its jobs until their leases expire); if Redis refuses ``CLIENT UNBLOCK``
+        (an ACL), the connection is dropped instead, and `block_then` raises."""
+        if not self._waiting:
+            return
+        try:
+            await asyncio.wait_for(self._id_known.wait(), 5)
+        except TimeoutError:
+            await self._conn.disconnect(nowait=True)
             return
         try:
             if self._id is None:
-                raise ResponseError("no client id")
+                return  # the wait ended meanwhile
             await self._client.execute_command("CLIENT", "UNBLOCK", self._id)  # type: ignore[no-untyped-call]
         except ResponseError:
-            waiting.cancel()
-        await asyncio.wait({waiting})
+            await self._conn.disconnect(nowait=True)
 
     async def aclose(self) -> None:
         await self._conn.disconnect()
