@@ -4,6 +4,7 @@ crash loop."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -38,6 +39,10 @@ def supervise(redis_url: str, namespace: str) -> Iterator[list[subprocess.Popen[
     yield started
     for proc in started:
         if proc.poll() is None:
+            # Its workers too: orphaned, a hung one would never exit.
+            for child in _children(proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
             proc.kill()
             proc.wait(10)
 

@@ -117,7 +117,7 @@ class Worker:
             app.keys.signals, self._stopping, on_ready=self.lending.heard,
             on_cancel=self.runs.cancel, on_due=self.claimer.due_at,
         )  # fmt: skip
-        self.liveness = Liveness(min(TICK, self.settings.hang_timeout / 5), self._wedged)
+        self.liveness = Liveness(min(TICK, self.settings.hang_timeout / 5), self.wedged)
         self.heartbeat = Heartbeat(
             worker_id=self.id, shards=self.shards, table=self.table,
             client=lambda: connections.heartbeat_client(app.url),
@@ -221,7 +221,7 @@ class Worker:
         self._crashed = self._crashed or reason
         self.stop()
 
-    def _wedged(self) -> str | None:
+    def wedged(self) -> str | None:
         """Why this worker cannot start anything any more (`Liveness`), or None: every thread
         of its task pool runs a sync call the runner gave up on."""
         if self.runner.abandoned < self.threads:
