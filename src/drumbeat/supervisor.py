@@ -1,5 +1,6 @@
 """Several worker processes under one supervisor: start them, restart any that dies (with
-backoff, and a crash loop stops the supervisor instead of spinning), and stop them on signals.
+backoff, and a crash loop stops the supervisor instead of spinning), replace any that hangs
+(stops beating), and stop them on signals.
 
 Each worker is a fresh interpreter (``python -m drumbeat worker APP``), not a fork: it imports
 the app itself, so no user state, Redis client, thread or embedded-Redis handle of the

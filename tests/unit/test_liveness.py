@@ -59,3 +59,19 @@ def test_without_a_supervisor_nothing_is_written(monkeypatch: pytest.MonkeyPatch
 @pytest.mark.parametrize("line", [b"", b"beat", b"beat x", b"hello 12", b"beat 1 2"])
 def test_lines_that_are_not_messages_are_refused(line: bytes) -> None:
     assert parse(line) is None
+
+
+def test_a_pipe_that_cannot_be_written_is_given_up_after_one_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    r, w = os.pipe()
+    os.close(r)  # the supervisor is gone
+    monkeypatch.setenv(SUPERVISOR_FD, str(w))
+    monkeypatch.setenv(SUPERVISOR_PROTOCOL, "2")
+    try:
+        assert not tell_supervisor("beat")
+        assert not tell_supervisor("beat")
+    finally:
+        os.close(w)
+    warned = [rec for rec in caplog.records if "supervisor's pipe" in rec.message]
+    assert len(warned) == 1, "expected one warning, then no more writes"

@@ -52,8 +52,10 @@ def tell_supervisor(kind: str) -> bool:
         os.write(int(fd), line.encode())
     except BlockingIOError:
         return False  # the pipe is full: the supervisor is not reading now (stopped?)
-    except OSError as exc:
-        log.warning("could not write %r to the supervisor's pipe (fd %s): %s", kind, fd, exc)
+    except OSError as exc:  # EPIPE: the supervisor is gone; EBADF: the fd was not passed down
+        log.warning("could not write %r to the supervisor's pipe (fd %s): %s; no longer "
+                    "writing to it", kind, fd, exc)  # fmt: skip
+        os.environ.pop(SUPERVISOR_FD, None)  # one warning, not one a second
         return False
     return True
 
