@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 
 import pytest
 
-from drumbeat.worker.liveness import SUPERVISOR_FD, SUPERVISOR_PROTOCOL, parse, tell_supervisor
+from drumbeat.worker.liveness import (
+    SUPERVISOR_FD,
+    SUPERVISOR_PROTOCOL,
+    Liveness,
+    parse,
+    tell_supervisor,
+)
+from tests.helpers import wait_for_async
 
 
 @pytest.fixture
@@ -75,3 +83,26 @@ def test_a_pipe_that_cannot_be_written_is_given_up_after_one_warning(
         os.close(w)
     warned = [rec for rec in caplog.records if "supervisor's pipe" in rec.message]
     assert len(warned) == 1, "expected one warning, then no more writes"
+
+
+async def test_a_failing_tick_is_logged_and_the_ticks_go_on(
+    pipe: int, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(SUPERVISOR_PROTOCOL, "2")
+    calls: list[int] = []
+
+    def wedged() -> str | None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug in the wedge check")
+        return None
+
+    pulse = asyncio.create_task(Liveness(0.01, wedged).run())
+    try:
+        beats = await wait_for_async(
+            lambda: _read(pipe), until=bool, message="the ticks should go on after a failing one"
+        )
+    finally:
+        pulse.cancel()
+    assert beats.startswith(b"beat ")
+    assert any("liveness tick failed" in rec.message for rec in caplog.records)

@@ -125,5 +125,10 @@ class Liveness:
         jobs after a stop is not hung)."""
         self._thread_id = threading.get_ident()
         while True:
-            self.tick()
+            try:
+                self.tick()
+            except Exception:
+                # Ticking on matters more: were this task to end, the heartbeat would drop the
+                # leases and a supervisor kill the worker, with this error unseen until the end.
+                log.exception("a liveness tick failed; ticking on")
             await asyncio.sleep(self.interval)
