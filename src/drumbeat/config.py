@@ -87,6 +87,13 @@ class Settings:
     min_interval: float = 1.0
     """Shortest ``every=`` a schedule may have, in seconds."""
 
+    hang_timeout: float = 30.0
+    """A worker whose event loop has not run for this long is hung: its heartbeat stops renewing
+    its leases (so other workers take its jobs over), and under a supervisor
+    (``--processes``) it is killed and replaced, as is one wedged this long (every thread of its
+    sync task pool still running a task past its timeout). Also a new process's allowance from
+    its start to its first beat. At least 1.0."""
+
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     """Free-form settings for extensions; ignored by the core."""
 
@@ -99,6 +106,11 @@ class Settings:
         if self.progress_interval < 0:
             raise ConfigurationError(
                 f"progress_interval must be >= 0, got {self.progress_interval!r}"
+            )
+        if self.hang_timeout < 1.0:
+            raise ConfigurationError(
+                f"hang_timeout must be >= 1.0 s (a shorter one takes a garbage collection or a "
+                f"busy machine for a hang), got {self.hang_timeout!r}"
             )
         if self.min_interval <= 0:
             raise ConfigurationError(f"min_interval must be > 0, got {self.min_interval!r}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import random
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -70,6 +71,15 @@ class RunDone:
     error: str = ""
 
 
+@dataclass(slots=True)
+class _SyncCall:
+    """Where a sync task's call in the pool is (`Runner.abandoned`); under the runner's lock."""
+
+    started: bool = False
+    done: bool = False
+    given_up: bool = False
+
+
 Outcome = Done | Again | Bury | RunDone | Cancelled | HandBack
 
 # A schedule record that cannot be read still comes back this much later, so it cannot spin.
@@ -99,6 +109,10 @@ class Runner:
         self.limit = app.settings.max_payload_bytes
         self.default_ttl_ms = round(app.settings.result_ttl * 1000)
         self.rand = random.random
+        self.abandoned = 0
+        """Threads still running a sync call this runner gave up on (timed out or cancelled):
+        a thread cannot be stopped, so each holds a thread of the pool until its call returns."""
+        self._abandoned_lock = threading.Lock()
 
     async def run(
         self, job: Claimed, now_ms: Callable[[], int], checkpoints: Checkpoints | None = None
@@ -251,9 +265,29 @@ class Runner:
             return await task.fn(*args, **kwargs)
         # copy_context carries `current_job()` into the thread.
         run = contextvars.copy_context().run
-        return await asyncio.get_running_loop().run_in_executor(
-            self.executor, lambda: run(task.fn, *args, **kwargs)
-        )
+        call = _SyncCall()
+
+        def in_thread() -> Any:
+            with self._abandoned_lock:
+                call.started = True
+                if call.given_up:  # given up on after the pool took it, before it began
+                    self.abandoned += 1
+            try:
+                return run(task.fn, *args, **kwargs)
+            finally:
+                with self._abandoned_lock:
+                    call.done = True
+                    if call.given_up:
+                        self.abandoned -= 1
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.executor, in_thread)
+        except asyncio.CancelledError:  # a timeout, a cancel, a stop: the thread runs on
+            with self._abandoned_lock:
+                call.given_up = True
+                if call.started and not call.done:
+                    self.abandoned += 1
+            raise
 
     def _ttl_ms(self, task: Task[Any, Any]) -> int:
         ttl = task.config.result_ttl

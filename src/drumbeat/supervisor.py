@@ -1,5 +1,6 @@
 """Several worker processes under one supervisor: start them, restart any that dies (with
-backoff, and a crash loop stops the supervisor instead of spinning), and stop them on signals.
+backoff, and a crash loop stops the supervisor instead of spinning), replace any that hangs
+(stops beating), and stop them on signals.
 
 Each worker is a fresh interpreter (``python -m drumbeat worker APP``), not a fork: it imports
 the app itself, so no user state, Redis client, thread or embedded-Redis handle of the
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
-from drumbeat.worker.recycling import SUPERVISOR_FD
+from drumbeat.worker.liveness import PROTOCOL, SUPERVISOR_FD, SUPERVISOR_PROTOCOL, parse
 
 log = logging.getLogger("drumbeat.supervisor")
 
@@ -54,9 +55,18 @@ class Supervisor:
         processes: how many to keep running.
         shutdown_grace: how long a graceful stop waits for the workers (they finish or hand
             back their jobs within their own grace); past it they are killed.
+        hang_timeout: a worker that has not beaten for this long is hung: it is killed and
+            replaced. Before its first beat, it has this long from its start, at least
+            `QUICK_DEATH`.
     """
 
-    def __init__(self, argv: Sequence[str], processes: int, shutdown_grace: float) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        processes: int,
+        shutdown_grace: float,
+        hang_timeout: float = 30.0,
+    ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be >= 1, got {processes}")
         self.argv = [sys.executable, *argv]
@@ -67,7 +77,13 @@ class Supervisor:
         self._retiring, self._retiring_w = os.pipe()
         os.set_blocking(self._retiring, False)
         self._spares: list[subprocess.Popen[bytes]] = []
-        self._env = {**os.environ, SUPERVISOR_FD: str(self._retiring_w)}
+        self._env = {**os.environ, SUPERVISOR_FD: str(self._retiring_w),
+                     SUPERVISOR_PROTOCOL: str(PROTOCOL)}  # fmt: skip
+        self.hang_timeout = hang_timeout
+        self._beats: dict[int, float] = {}  # pid -> its last beat (its start before the first)
+        self._beaten: set[int] = set()  # pids that beat at least once
+        self._hung: set[int] = set()  # pids killed as hung, until their death is handled
+        self._unread = b""  # the start of a line not yet all read from the pipe
         self._reloads = 0  # SIGHUPs not yet started on
         self._roll: list[int] = []  # slots still to replace in the rolling restart under way
         self._successor: subprocess.Popen[bytes] | None = None
@@ -147,6 +163,7 @@ class Supervisor:
         now = time.monotonic()
         for _ in range(self._retirements()):  # successors start before the retiring leave
             self._spares.append(self._spawn())
+        self._kill_hung(now)
         for slot in self.slots:
             proc = slot.proc
             if proc is not None and proc.poll() is None:
@@ -166,7 +183,12 @@ class Supervisor:
                 log.warning("worker process %d (pid %d) exited with %s after %.1f s; "
                             "restarting in %.1f s", slot.index, proc.pid, proc.returncode,
                             lived, slot.pause)  # fmt: skip
-                if lived < QUICK_DEATH and proc.returncode != 0:
+                # A hang is not a crash loop: it is rarely the start-up (which has a whole
+                # hang_timeout), mostly a job, which its stalls dead-letter in the end; one bad
+                # job must not stop the pool. Nor does it spin: one restart per hang_timeout.
+                hung = proc.pid in self._hung
+                self._hung.discard(proc.pid)
+                if lived < QUICK_DEATH and proc.returncode != 0 and not hung:
                     slot.quick_deaths.append(now)
                     if len(slot.quick_deaths) >= CRASH_LOOP:
                         log.error("worker process %d died %d times within %.0f s of starting; "
@@ -204,14 +226,60 @@ class Supervisor:
         log.info("all worker processes stopped (exit codes %s)", codes)
 
     def _retirements(self) -> int:
-        """How many workers asked for a successor since the last look (one line each)."""
-        try:
-            return os.read(self._retiring, 65536).count(b"\n")
-        except BlockingIOError:
-            return 0
+        """Reads every line the workers wrote since the last look: notes the beats, and
+        returns how many workers asked for a successor."""
+        data = self._unread
+        while True:
+            try:
+                chunk = os.read(self._retiring, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        *lines, self._unread = data.split(b"\n")
+        now, retiring = time.monotonic(), 0
+        for line in lines:
+            message = parse(line)
+            if message is None:
+                log.warning("ignoring a line a worker wrote on the pipe: %r", line[:80])
+            elif message[0] == "retire":
+                retiring += 1
+            elif message[1] in self._beats:  # not a process that has gone since
+                self._beats[message[1]] = now
+                self._beaten.add(message[1])
+        return retiring
+
+    def _kill_hung(self, now: float) -> None:
+        """Kills every worker silent for `hang_timeout`; `_tend` restarts it as a death (its
+        jobs come back when their leases lapse)."""
+        live = self._live()
+        for proc in live:
+            silent = now - self._beats.get(proc.pid, now)
+            # Importing the app may be slow on a busy machine, whatever hang_timeout the jobs
+            # call for: a start-up has at least QUICK_DEATH.
+            beaten = proc.pid in self._beaten
+            if silent <= (self.hang_timeout if beaten else max(self.hang_timeout, QUICK_DEATH)):
+                continue
+            since = "its last beat" if beaten else "it started, never beat"
+            log.error("worker process pid %d is hung: %.1f s since %s (hang_timeout %g s); "
+                      "killing it (SIGKILL) and starting another", proc.pid, silent, since,
+                      self.hang_timeout)  # fmt: skip
+            proc.kill()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                log.error("worker process pid %d outlived SIGKILL for 5 s", proc.pid)
+            self._hung.add(proc.pid)
+        pids = {p.pid for p in live}
+        for gone in self._beats.keys() - pids:
+            del self._beats[gone]
+        self._beaten &= pids
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(self.argv, env=self._env, pass_fds=(self._retiring_w,))
+        proc = subprocess.Popen(self.argv, env=self._env, pass_fds=(self._retiring_w,))
+        self._beats[proc.pid] = time.monotonic()  # its allowance to start counts from now
+        return proc
 
     def _live(self) -> list[subprocess.Popen[bytes]]:
         procs = [s.proc for s in self.slots if s.proc is not None] + self._spares

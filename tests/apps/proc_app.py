@@ -50,6 +50,15 @@ async def hog(seconds: float) -> str:
 
 
 @app.task
+async def hog_once() -> int:
+    """Blocks the event loop for good on its first attempt; returns its pid on the next."""
+    note("start")
+    if drumbeat.current_job().attempt == 1:
+        time.sleep(3600)
+    return os.getpid()
+
+
+@app.task
 def units(n: int, seconds: float) -> int:
     """A long job in units, one checkpoint after each; it resumes from its saved progress."""
     start = drumbeat.current_job().progress or 0

@@ -1,8 +1,10 @@
 """`drumbeat worker --processes N`: a supervisor keeps N workers running, restarts one that
-dies, stops them all on SIGTERM, and stops itself on a crash loop."""
+dies, replaces one that hangs (and only then), stops them all on SIGTERM, and stops itself on a
+crash loop."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -37,6 +39,10 @@ def supervise(redis_url: str, namespace: str) -> Iterator[list[subprocess.Popen[
     yield started
     for proc in started:
         if proc.poll() is None:
+            # Its workers too: orphaned, a hung one would never exit.
+            for child in _children(proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
             proc.kill()
             proc.wait(10)
 
@@ -157,3 +163,75 @@ def test_sighup_restarts_every_worker_one_at_a_time_without_a_capacity_gap(
         app.close()
     sup.send_signal(signal.SIGTERM)
     assert sup.wait(30) == 0
+
+
+def test_a_worker_whose_loop_is_blocked_is_replaced_and_its_job_finishes_on_the_next(
+    redis_url: str, namespace: str, r: redis.Redis, supervise: list[subprocess.Popen[bytes]]
+) -> None:
+    sup = _start(supervise, redis_url, namespace, 1, DRUMBEAT_HANG_TIMEOUT="3")
+    wait_for(lambda: _pids(r, namespace, "start"), until=lambda pids: len(pids) == 1,
+             message="one worker process should start")  # fmt: skip
+    (first,) = _pids(r, namespace, "start")
+    app = drumbeat.App(redis_url, namespace=namespace)
+    try:
+        job = app.enqueue("tests.apps.sup_app.block_once", f"test:{{{namespace}}}:blocked")
+        ran_on = job.result(timeout=60)
+        assert ran_on != first, "the job should finish on the process that replaced the hung one"
+        assert _pids(r, namespace, "start") == {first, ran_on}
+        wait_for(lambda: _children(sup.pid), until=lambda live: live == {ran_on},
+                 message="the hung worker should be gone, its successor serving")  # fmt: skip
+        assert r.get(f"test:{{{namespace}}}:blocked") == str(first).encode()
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(30) == 0
+    finally:
+        app.close()
+
+
+def test_a_worker_with_every_task_thread_stuck_past_its_timeout_is_replaced(
+    redis_url: str, namespace: str, r: redis.Redis, supervise: list[subprocess.Popen[bytes]]
+) -> None:
+    # One slot: its task pool has 10 threads (one per priority level, for lending).
+    sup = _start(supervise, redis_url, namespace, 1, "--concurrency", "1",
+                 DRUMBEAT_HANG_TIMEOUT="3")  # fmt: skip
+    wait_for(lambda: _pids(r, namespace, "start"), until=lambda pids: len(pids) == 1,
+             message="one worker process should start")  # fmt: skip
+    (first,) = _pids(r, namespace, "start")
+    app = drumbeat.App(redis_url, namespace=namespace)
+    try:
+        stuck = [app.enqueue("tests.apps.sup_app.stick") for _ in range(10)]
+        for job in stuck:  # each times out, and its thread sleeps on
+            with pytest.raises(drumbeat.JobFailed, match="timed out"):
+                job.result(timeout=30)
+        wait_for(lambda: _pids(r, namespace, "start") - {first}, until=bool,
+                 message="a worker with every task thread stuck should be replaced")  # fmt: skip
+        (second,) = _pids(r, namespace, "start") - {first}
+        wait_for(lambda: _children(sup.pid), until=lambda live: live == {second},
+                 message="the wedged worker process should be gone")  # fmt: skip
+        assert app.enqueue("tests.apps.sup_app.doze", 0.01).result(timeout=20) == second
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(30) == 0
+    finally:
+        app.close()
+
+
+def test_a_busy_healthy_worker_is_not_taken_for_hung(
+    redis_url: str, namespace: str, r: redis.Redis, supervise: list[subprocess.Popen[bytes]]
+) -> None:
+    sup = _start(supervise, redis_url, namespace, 1, "--concurrency", "2",
+                 DRUMBEAT_HANG_TIMEOUT="3")  # fmt: skip
+    wait_for(lambda: _pids(r, namespace, "start"), until=lambda pids: len(pids) == 1,
+             message="one worker process should start")  # fmt: skip
+    (first,) = _pids(r, namespace, "start")
+    app = drumbeat.App(redis_url, namespace=namespace)
+    try:
+        # Each runs over three hang_timeouts: one awaiting, one in a thread within its timeout.
+        jobs = [
+            app.enqueue("tests.apps.sup_app.nap", 10),
+            app.enqueue("tests.apps.sup_app.doze", 10),
+        ]
+        assert [j.result(timeout=60) for j in jobs] == [first, first]
+        assert _pids(r, namespace, "start") == {first}, "a healthy worker was replaced"
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(30) == 0
+    finally:
+        app.close()

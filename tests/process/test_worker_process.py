@@ -15,7 +15,7 @@ import redis
 
 import drumbeat
 from tests.conftest import reap_call
-from tests.helpers import wait_for
+from tests.helpers import redis_now_ms, wait_for
 
 pytestmark = pytest.mark.process
 
@@ -168,6 +168,30 @@ def test_leases_are_renewed_while_a_task_hogs_the_cpu_or_the_loop(
     job.result(timeout=30)
     starts = [e for e in _log(r, namespace) if e[0] == "start"]
     assert len(starts) == 1, f"the job ran {len(starts)} times: its lease lapsed"
+    app.close()
+
+
+def test_a_loop_blocked_for_good_stops_renewing_its_leases_and_its_job_runs_elsewhere(
+    redis_url: str, namespace: str, r: redis.Redis, procs: list[Proc]
+) -> None:
+    settings = {"lease": 0.6, "hang_timeout": 2.0}
+    app = _app(redis_url, namespace, **settings)
+    job = app.enqueue("tests.apps.proc_app.hog_once")
+    hung = Proc(redis_url, namespace, **settings)
+    procs.append(hung)
+    _wait_for_starts(r, namespace, 1)
+    # Its heartbeat thread runs on, but once the loop has been silent hang_timeout it must let
+    # the lease lapse (no other worker runs yet: nothing reaps it meanwhile).
+    wait_for(
+        lambda: (r.zscore(app.keys.leases, job.id), redis_now_ms(r)),
+        until=lambda seen: seen[0] is not None and seen[0] < seen[1],
+        message="the lease of a job whose worker's loop is blocked for good was renewed on "
+        "and on; expected it to lapse after hang_timeout",
+    )
+    other = Proc(redis_url, namespace, **settings, maintenance_interval=0.1)
+    procs.append(other)
+    assert job.result(timeout=30) == other.popen.pid, "another worker should finish the job"
+    assert hung.popen.poll() is None, "the hung worker is blocked, not gone"
     app.close()
 
 

@@ -83,7 +83,10 @@ def worker(
                     argv += ["--max-jobs", str(max_jobs)]
                 if max_memory is not None:
                     argv += ["--max-memory", str(max_memory)]
-                code = Supervisor(argv, processes, app.settings.shutdown_grace).run()
+                settings = app.settings
+                code = Supervisor(
+                    argv, processes, settings.shutdown_grace, hang_timeout=settings.hang_timeout
+                ).run()
                 raise typer.Exit(code)
             ran = True
             run_worker(app, concurrency=concurrency, budget=Budget(max_jobs, max_memory))

@@ -1,8 +1,11 @@
 """The heartbeat: renews the worker's leases and registers it, from a thread of its own.
 
 A task that hogs the event loop (or the GIL in bursts) cannot make its own lease lapse, since
-renewal runs apart from task code, on its own connection. It owns nothing: it reads the claim
-table (`ClaimTable.owned`) and hands lost claims back to the loop.
+renewal runs apart from task code, on its own connection. But a loop blocked for good (hung)
+must not keep its jobs for ever: once the loop has been silent `Settings.hang_timeout`
+(`Liveness`), renewal stops, so the leases lapse and other workers take the jobs over; it
+resumes if the loop runs again. It owns nothing: it reads the claim table
+(`ClaimTable.owned`) and hands lost claims back to the loop.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from .claims import ClaimKey, ClaimTable
 
 if TYPE_CHECKING:
     from drumbeat.scripts import Scripts
+
+    from .liveness import Liveness
 
 log = logging.getLogger("drumbeat.worker")
 
@@ -36,6 +41,8 @@ class Heartbeat:
         info: Callable[[], bytes],
         on_lost: Callable[[list[ClaimKey]], None],
         on_cancel: Callable[[str], None],
+        liveness: Liveness | None = None,
+        hang_timeout: float = float("inf"),
     ) -> None:
         self.worker_id = worker_id
         self.shards = shards
@@ -46,6 +53,9 @@ class Heartbeat:
         self._info = info
         self._on_lost = on_lost
         self._on_cancel = on_cancel
+        self._liveness = liveness
+        self.hang_timeout = hang_timeout
+        self._silent = 0  # how far into a silence of the loop it has logged (0, 1 or 2)
         self._stop = threading.Event()
         self.beat_once = threading.Event()
         """Set after the first beat, renewed or not (the worker registers before claiming)."""
@@ -68,7 +78,8 @@ class Heartbeat:
         try:
             while True:
                 try:
-                    self.beat(client)
+                    if self._loop_alive():
+                        self.beat(client)
                 except (redis.RedisError, OSError) as exc:
                     log.warning("lease renewal failed (%s: %s); retrying", type(exc).__name__, exc)
                 except Exception:
@@ -80,6 +91,31 @@ class Heartbeat:
                     return
         finally:
             client.close()
+
+    def _loop_alive(self) -> bool:
+        """False once the worker's loop has been silent `hang_timeout` (it is hung: its jobs
+        must come back). Logs where the loop is stuck at half that, in case it is killed."""
+        if self._liveness is None:
+            return True
+        silent = self._liveness.silent_for()
+        if silent <= self.hang_timeout / 2:
+            if self._silent:
+                log.warning("the event loop runs again after %.1f s; renewing leases", silent)
+            self._silent = 0
+            return True
+        if self._silent == 0:
+            self._silent = 1
+            log.warning("the event loop has not run for %.1f s (a task blocking it: time.sleep "
+                        "or CPU-bound code in an async def?); it is at:\n%s", silent,
+                        self._liveness.where())  # fmt: skip
+        if silent <= self.hang_timeout:
+            return True
+        if self._silent == 1:
+            self._silent = 2
+            log.error("the event loop has not run for %.1f s (hang_timeout %g s): this worker "
+                      "is hung; its %d leases are no longer renewed, so their jobs go to other "
+                      "workers", silent, self.hang_timeout, len(self.table))  # fmt: skip
+        return False
 
     def beat(self, client: redis.Redis) -> None:
         """One renewal: every shard with claims, and shard 0 always (it holds the worker's

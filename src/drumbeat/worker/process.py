@@ -32,6 +32,7 @@ from .hooks import Hooks
 from .housekeeping import Housekeeper
 from .leases import Heartbeat
 from .link import Link
+from .liveness import TICK, Liveness
 from .recycling import Budget, Recycler
 from .retrying import is_transient, supervise
 from .running import Runs
@@ -86,9 +87,8 @@ class Worker:
         # slot to runs in another; lending only ever goes to a strictly higher priority, so a
         # slot nests at most one run per priority level. (Threads start only when needed.)
         levels = MAX_PRIORITY - MIN_PRIORITY + 1
-        self.executor = ThreadPoolExecutor(
-            self.concurrency * levels, thread_name_prefix="drumbeat-task"
-        )
+        self.threads = self.concurrency * levels
+        self.executor = ThreadPoolExecutor(self.threads, thread_name_prefix="drumbeat-task")
         self.table = ClaimTable(self.concurrency)
         self._stopping = asyncio.Event()
         self._hard = False
@@ -117,12 +117,14 @@ class Worker:
             app.keys.signals, self._stopping, on_ready=self.lending.heard,
             on_cancel=self.runs.cancel, on_due=self.claimer.due_at,
         )  # fmt: skip
+        self.liveness = Liveness(min(TICK, self.settings.hang_timeout / 5), self.wedged)
         self.heartbeat = Heartbeat(
             worker_id=self.id, shards=self.shards, table=self.table,
             client=lambda: connections.heartbeat_client(app.url),
             lease_ms=self.settings.lease_ms, info=self._info,
             on_lost=self._threadsafe(self.runs.lost),
             on_cancel=self._threadsafe(self.runs.cancel),
+            liveness=self.liveness, hang_timeout=self.settings.hang_timeout,
         )  # fmt: skip
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -167,6 +169,16 @@ class Worker:
                 could) so that whatever runs it can start a fresh process.
         """
         self._loop = asyncio.get_running_loop()
+        # It ticks from the start (a slow async start hook is no hang) to the very end (nor is
+        # finishing the running jobs after a stop).
+        pulse = asyncio.create_task(self.liveness.run(), name="drumbeat-liveness")
+        try:
+            await self._serve()
+        finally:
+            pulse.cancel()
+            await asyncio.gather(pulse, return_exceptions=True)
+
+    async def _serve(self) -> None:
         await self.hooks.started()
         client = connections.worker_client(self.app.url, self.settings.idle_block)
         settle_link = Link(client)
@@ -208,6 +220,14 @@ class Worker:
         """A part crashed too often: the worker stops, and `run` raises `WorkerCrashed`."""
         self._crashed = self._crashed or reason
         self.stop()
+
+    def wedged(self) -> str | None:
+        """Why this worker cannot start anything any more (`Liveness`), or None: every thread
+        of its task pool runs a sync call the runner gave up on."""
+        if self.runner.abandoned < self.threads:
+            return None
+        return (f"all {self.threads} threads of its sync task pool still run tasks past their "
+                "timeout (or cancelled); no sync job can start until one returns")  # fmt: skip
 
     def _threadsafe(self, call: Callable[..., None]) -> Callable[..., None]:
         """``call`` for the heartbeat thread: it runs on the worker's loop."""

@@ -13,12 +13,9 @@ import resource
 from collections.abc import Callable
 from dataclasses import dataclass
 
-log = logging.getLogger("drumbeat.worker")
+from .liveness import tell_supervisor
 
-#: Set by the supervisor for its workers: the file descriptor of a pipe on which a retiring
-#: worker writes its pid, asking for its replacement. (A pipe, not a signal: signals coalesce,
-#: so two workers retiring at once would get one replacement; short writes to a pipe are atomic.)
-SUPERVISOR_FD = "DRUMBEAT_SUPERVISOR_FD"
+log = logging.getLogger("drumbeat.worker")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +75,7 @@ class Recycler:
             why = self.over()
             if why is not None:
                 log.info("recycling this worker: %s; finishing its jobs, then exiting", why)
-                supervisor = os.environ.get(SUPERVISOR_FD)
-                if supervisor and supervisor.isdigit():
-                    try:  # "start my replacement now"
-                        os.write(int(supervisor), f"{os.getpid()}\n".encode())
-                    except OSError as exc:
-                        log.warning("could not ask the supervisor for a replacement (%s)", exc)
+                tell_supervisor("retire")  # "start my replacement now"
                 self.retire()
                 return
             with contextlib.suppress(TimeoutError):
