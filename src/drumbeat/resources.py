@@ -22,6 +22,9 @@ from .errors import ConfigurationError
 
 log = logging.getLogger("drumbeat.resources")
 
+_CLOSE_WAIT = 5.0
+"""Seconds `Resource.close` waits for a thread that is making or checking the resource."""
+
 T = TypeVar("T")
 
 Hook = Callable[[Any], object]
@@ -128,8 +131,16 @@ class Resource(Generic[T]):
                 f"resource {self.name!r} has an async factory: close it with "
                 "`await resource.aclose()`"
             )
-        with self._lock:
+        # A task thread left running past its timeout may hold the lock in a factory or check
+        # that hangs; the worker's shutdown must not hang with it.
+        if not self._lock.acquire(timeout=_CLOSE_WAIT):
+            log.warning("resource %r is still being made or checked after %.0f s; not closed",
+                        self.name, _CLOSE_WAIT)  # fmt: skip
+            return
+        try:
             made, self._made = self._own(None), None
+        finally:
+            self._lock.release()
         if made is not None and self.closer is not None:
             try:
                 self.closer(made.value)

@@ -207,6 +207,36 @@ def test_close_closes_this_process_instance_and_the_next_use_makes_a_new_one() -
     Resources().register("never")(Thing).close()  # never made: nothing to close
 
 
+def test_close_does_not_wait_forever_for_a_thread_stuck_in_a_check(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    release = threading.Event()
+    checking = threading.Event()
+
+    def hangs(thing: Thing) -> None:
+        checking.set()
+        release.wait(30)
+
+    _, res = _thing_resource(check=hangs)
+    thing = res.get()
+    stuck = threading.Thread(target=res.get)  # outside a job: checks, and hangs there
+    stuck.start()
+    try:
+        assert checking.wait(10), "the check did not start"
+        monkeypatch.setattr("drumbeat.resources._CLOSE_WAIT", 0.1)
+        with caplog.at_level(logging.WARNING, "drumbeat.resources"):
+            res.close()
+        assert (
+            "resource 'thing' is still being made or checked after 0 s; not closed" in caplog.text
+        )
+        assert not thing.closed
+    finally:
+        release.set()
+        stuck.join(10)
+    res.close()
+    assert thing.closed
+
+
 def test_after_a_fork_the_child_makes_its_own_and_never_closes_the_parents() -> None:
     _, res = _thing_resource()
     parent = res.get()
