@@ -20,6 +20,7 @@ import redis
 import drumbeat
 from drumbeat import embedded
 from drumbeat.scripts import Call, Reaped
+from tests.pg import MISSING, PostgresServer, find_bindir
 
 
 def _free_port() -> int:
@@ -144,6 +145,35 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server for the session (tests/pg.py). Without PostgreSQL installed the tests
+    that use it are skipped, except in CI (``CI`` set), where that is a failure."""
+    bindir = find_bindir()
+    if bindir is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{MISSING}; CI must run the PostgreSQL tests (.ci/run installs it)")
+        pytest.skip(MISSING)
+    server = PostgresServer(bindir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_dsn(postgres: PostgresServer) -> Iterator[str]:
+    """A DSN of a database of this test's own, dropped afterwards (its connections with it)."""
+    import psycopg
+
+    name = "t" + uuid.uuid4().hex[:12]
+    with psycopg.connect(postgres.dsn(), autocommit=True) as admin:
+        admin.execute(f"create database {name}")
+        yield postgres.dsn(name)
+        admin.execute(f"drop database {name} with (force)")
 
 
 @contextlib.asynccontextmanager

@@ -20,6 +20,7 @@ from .errors import (
     WorkerCrashed,
 )
 from .job import Job, JobStatus
+from .resources import Resource, aresource, resource
 from .schedule import Cadence
 from .scheduler import Schedule, ScheduleInfo
 from .task import Bound, Options, Prepared, Task
@@ -45,6 +46,7 @@ __all__ = [
     "Options",
     "PayloadTooLarge",
     "Prepared",
+    "Resource",
     "ResultTimeout",
     "Retry",
     "Schedule",
@@ -56,7 +58,9 @@ __all__ = [
     "Worker",
     "WorkerCrashed",
     "acheckpoint",
+    "aresource",
     "checkpoint",
     "current_job",
+    "resource",
     "run_worker",
 ]

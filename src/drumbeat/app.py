@@ -15,6 +15,7 @@ from .config import Settings
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .job import Job, encode_spec
 from .keys import Keys, check_name
+from .resources import Hook, Register, Resources
 from .schedule import Mode
 from .scheduler import Schedule, ScheduleInfo, Scheduler
 from .scripts import SHAS, Call, Scripts
@@ -59,6 +60,7 @@ class App:
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.startup_hooks: list[Callable[[], Any]] = []
         self.shutdown_hooks: list[Callable[[], Any]] = []
+        self.resources = Resources()
         self.scheduler = Scheduler(self)
         self.connections = connections.Connections(self.settings.url)
 
@@ -134,6 +136,17 @@ class App:
         its last job; a failure is logged."""
         self.shutdown_hooks.append(fn)
         return fn
+
+    def resource(
+        self, name: str, *, check: Hook | None = None, close: Hook | None = None
+    ) -> Register:
+        """Decorator: the factory (sync or async, no arguments) makes a per-process resource
+        that tasks get with ``drumbeat.resource(name)`` (``await drumbeat.aresource(name)``
+        for an async factory), or with ``.get()`` on the `Resource` this returns. Made on first
+        use in each process; ``check(instance)`` runs before its first use in each job, and if
+        it raises or returns False the instance is closed with ``close(instance)`` and made
+        anew; closed when the worker stops, after the ``on_shutdown`` hooks."""
+        return self.resources.register(name, check=check, close=close)
 
     def get_task(self, name: str) -> Task[Any, Any]:
         try:

@@ -18,9 +18,10 @@ def test_public_names_are_pinned() -> None:
         "App", "Bound", "Cadence", "ConfigurationError", "Context", "DrumbeatError",
         "EvictionPolicyWarning", "InvalidJob", "Job", "JobCancelled", "JobFailed", "JobNotFound",
         "JobStatus",
-        "LeaseLost", "Options", "PayloadTooLarge", "Prepared", "ResultTimeout", "Retry",
+        "LeaseLost", "Options", "PayloadTooLarge", "Prepared", "Resource", "ResultTimeout", "Retry",
         "Schedule", "ScheduleInfo", "SerializationError", "Settings", "Task", "UnknownTask",
-        "Worker", "WorkerCrashed", "acheckpoint", "checkpoint", "current_job", "run_worker",
+        "Worker", "WorkerCrashed", "acheckpoint", "aresource", "checkpoint", "current_job",
+        "resource", "run_worker",
     ]  # fmt: skip
     for name in drumbeat.__all__:
         assert hasattr(drumbeat, name)

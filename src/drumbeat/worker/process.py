@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from drumbeat import connections
+from drumbeat import connections, resources
 from drumbeat.config import check_concurrency
 from drumbeat.errors import WorkerCrashed
 from drumbeat.protocol import MAX_PRIORITY, MIN_PRIORITY
@@ -78,6 +78,7 @@ class Worker:
         # The app's process hooks run first at the start, last at the stop.
         self.hooks.on_start[:0] = app.startup_hooks
         self.hooks.on_stop.extend(app.shutdown_hooks)
+        self.hooks.on_stop.append(app.resources.aclose)  # last: the hooks may still use them
         self.started_ms = int(time.time() * 1000)
         # Every shard this worker serves: jobs' shard first, then schedule shards if apart.
         self.shards: list[Scripts] = [app.scripts]
@@ -179,6 +180,7 @@ class Worker:
             await asyncio.gather(pulse, return_exceptions=True)
 
     async def _serve(self) -> None:
+        resources.bind(self.app.resources)  # drumbeat.resource() in its hooks and tasks
         await self.hooks.started()
         client = connections.worker_client(self.app.url, self.settings.idle_block)
         settle_link = Link(client)
