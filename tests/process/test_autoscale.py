@@ -16,6 +16,7 @@ import pytest
 import redis
 
 import drumbeat
+from drumbeat.autoscale import read_signal
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.process
@@ -110,5 +111,53 @@ def test_autoscale_grows_for_a_backlog_and_shrinks_to_min_once_idle_finishing_ev
         assert len(starts) == 3 and len(stops) == 2, "two retired processes stopped gracefully"
         sup.send_signal(signal.SIGTERM)
         assert sup.wait(30) == 0
+    finally:
+        app.close()
+
+
+def test_two_supervisors_share_one_backlog_by_their_max(
+    redis_url: str, namespace: str, r: redis.Redis, started: list[subprocess.Popen[bytes]]
+) -> None:
+    # Scale-downs slow enough not to interleave with what the test watches.
+    env = _env(redis_url, namespace, DRUMBEAT_SCALE_DOWN_AFTER="30")
+    sups = [_supervise(started, env, "1:3"), _supervise(started, env, "1:3")]
+    app = drumbeat.App(redis_url, namespace=namespace)
+    try:
+        wait_for(lambda: read_signal(app).supervisors, until=lambda s: len(s) == 2,
+                 message="both supervisors should register")  # fmt: skip
+        wait_for(lambda: [len(_children(s.pid)) for s in sups], until=lambda n: n == [1, 1],
+                 message="each should start at MIN")  # fmt: skip
+        most = [1, 1]
+
+        def live() -> list[int]:
+            counts = [len(_children(s.pid)) for s in sups]
+            for i, n in enumerate(counts):
+                assert sups[i].poll() is None, "a supervisor exited"
+                most[i] = max(most[i], n)
+            return counts
+
+        # A small backlog: 6 jobs of 2 s on 4 slots need 3 processes of 2 slots in all, so
+        # each takes ceil(3 * 3/6) = 2, not its MAX of 3.
+        small = [app.enqueue("tests.apps.scale_app.work", n, 2.0) for n in range(6)]
+        wait_for(live, until=lambda n: sum(n) >= 3,
+                 message="the two should grow for the backlog")  # fmt: skip
+        for job in small:
+            job.result(timeout=60)
+            live()
+        assert max(most) <= 2, f"a small backlog took a supervisor to MAX: most live {most}"
+
+        # A big backlog: both grow to MAX, and together never past the sum of the MAXes.
+        big = [app.enqueue("tests.apps.scale_app.work", n, 1.0) for n in range(6, 40)]
+        wait_for(live, until=lambda n: n == [3, 3], timeout=30,
+                 message="both should grow to MAX for a big backlog")  # fmt: skip
+        for job in big:
+            job.result(timeout=60)
+            live()
+        assert most == [3, 3], f"past MAX: most live {most}"
+        _ran_once_each(r, namespace, 40)
+        for sup in sups:
+            sup.send_signal(signal.SIGTERM)
+        assert [s.wait(30) for s in sups] == [0, 0]
+        assert read_signal(app).supervisors == (), "a stopped supervisor deregisters"
     finally:
         app.close()
