@@ -146,11 +146,11 @@ def _int(value: Any, default: int | None = None) -> Any:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def _supervisor(sid: str, beat_ms: int, info: Mapping[str, Any]) -> SupervisorInfo:
+def _supervisor(sid: str, expiry_ms: int, info: Mapping[str, Any]) -> SupervisorInfo:
     host, reason = info.get("host"), info.get("reason")
     return SupervisorInfo(
         id=sid,
-        heartbeat_ms=beat_ms,
+        heartbeat_ms=expiry_ms - _int(info.get("ttl_ms"), 0),
         host=host if isinstance(host, str) else None,
         pid=_int(info.get("pid")),
         live=_int(info.get("live"), 0),
@@ -166,15 +166,14 @@ def _supervisor(sid: str, beat_ms: int, info: Mapping[str, Any]) -> SupervisorIn
     )
 
 
-def signal_calls(app: App, scale_interval: float) -> list[Call[Any]]:
+def signal_calls(app: App) -> list[Call[Any]]:
     """The `scale_signal.lua` call of every shard workers claim from; the first (the jobs'
     shard, where workers and supervisors register) reads the registrations too."""
     shards: list[Scripts] = [app.scripts]
     if app.settings.schedule_shards > 1:
         shards += app.scheduler.scripts
-    ttl = supervisor_ttl_ms(scale_interval)
     lease = app.settings.lease_ms
-    return [s.scale_signal(lease, ttl, registrations=i == 0) for i, s in enumerate(shards)]
+    return [s.scale_signal(lease, registrations=i == 0) for i, s in enumerate(shards)]
 
 
 def parse_signal(replies: Sequence[Any]) -> Signal:
@@ -203,7 +202,7 @@ def parse_signal(replies: Sequence[Any]) -> Signal:
     supervisors = tuple(
         _supervisor(_str(sups[k]), int(float(sups[k + 1])), _json(sups[k + 2]))
         for k in range(0, len(sups), 3)
-    )
+    )  # (id, expiry, info): the heartbeat is the expiry less the ttl the info gives
     lag = now_ms - earliest if earliest is not None and earliest <= now_ms else 0
     late = lateness_summary(lateness, now_ms, windows=RECENT_WINDOWS)
     return Signal(
@@ -240,7 +239,7 @@ def run_calls(client: redis.Redis, calls: Sequence[Call[Any]]) -> list[Any]:
 
 def read_signal(app: App) -> Signal:
     """The signal now, for `drumbeat status` (one round trip, nothing written)."""
-    return parse_signal(run_calls(app.redis, signal_calls(app, app.settings.scale_interval)))
+    return parse_signal(run_calls(app.redis, signal_calls(app)))
 
 
 # -- the decision ------------------------------------------------------------------------------
@@ -425,6 +424,7 @@ class Autoscaler:
             "concurrency": self.concurrency, "slots": (live + retiring) * self.concurrency,
             "reason": self.policy.reason, "reason_ms": self.reason_ms,
             "started_ms": self.started_ms, "needed": None if p is None else p.processes,
+            "ttl_ms": supervisor_ttl_ms(self.interval),
         }  # fmt: skip
 
     def decide(self, live: int, desired: int, retiring: int, now: float) -> int:
@@ -432,7 +432,7 @@ class Autoscaler:
         info = json.dumps(self.info(live, desired, retiring)).encode()
         ttl = supervisor_ttl_ms(self.interval)
         calls: list[Call[Any]] = [self.app.scripts.beat_supervisor(self.id, info, ttl)]
-        calls += signal_calls(self.app, self.interval)
+        calls += signal_calls(self.app)
         try:
             replies = run_calls(self.app.redis, calls)
         except (redis.RedisError, OSError) as exc:

@@ -374,14 +374,12 @@ class Scripts:
         keys += [k.waiting, k.cancels, k.progress, k.signals, k.done(job_id)]
         return Call("cancel", keys, [job_id, ttl_ms], int)
 
-    def scale_signal(
-        self, worker_ttl_ms: int, supervisor_ttl_ms: int, registrations: bool
-    ) -> Call[Any]:
+    def scale_signal(self, worker_ttl_ms: int, registrations: bool) -> Call[Any]:
         """What `autoscale.read_signal` sizes pools on (read-only; parsed there)."""
         k = self.k
         keys = [k.ready, k.due, k.leases, k.lateness, k.workers, k.workerinfo]
         keys += [k.supervisors, k.supervisorinfo]
-        args = [worker_ttl_ms, supervisor_ttl_ms, int(registrations)]
+        args = [worker_ttl_ms, int(registrations)]
         return Call("scale_signal", keys, args, lambda raw: raw)
 
     def beat_supervisor(self, supervisor: str, info: bytes, ttl_ms: int) -> Call[int]:

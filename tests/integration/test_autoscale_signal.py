@@ -60,9 +60,8 @@ async def test_supervisors_register_expire_and_deregister(app: drumbeat.App) -> 
 
     # A supervisor that stops beating (killed) is swept by the next beat past its ttl.
     ttl = supervisor_ttl_ms(app.settings.scale_interval)
-    old = app.redis.time()
-    stale_ms = int(old[0]) * 1000 - ttl - 1000
-    app.redis.zadd(app.keys.supervisors, {"gone.1.x": stale_ms})
+    expired_ms = int(app.redis.time()[0]) * 1000 - 1000
+    app.redis.zadd(app.keys.supervisors, {"gone.1.x": expired_ms})
     app.redis.hset(app.keys.supervisorinfo, "gone.1.x", json.dumps({"max": 9}))
     assert {s.id for s in read_signal(app).supervisors} == {a.id}, "a stale one is not live"
     run_calls(app.redis, [app.scripts.beat_supervisor(a.id, b'{"max": 3}', ttl)])

@@ -11,7 +11,7 @@ import pytest
 
 import drumbeat
 from drumbeat.autoscale import Autoscaler
-from tests.integration.test_cli import APP, ok, row
+from tests.integration.test_cli import APP, ok, row, run
 from tests.integration.test_cli_output import cli_env, fitted, parse_iso
 
 __all__ = ["cli_env"]  # the fixture, imported for this module's tests
@@ -51,6 +51,7 @@ def test_status_lists_the_supervisors_and_json_exports_the_desired_capacity(
     )  # fmt: skip
     assert mine["reason"].startswith("9 ready") and mine["needed"] == 5
     assert parse_iso(mine["reason_at"]).timestamp() * 1000 == pytest.approx(mine["reason_ms"])
+    assert 0 <= data["now_ms"] - mine["heartbeat_ms"] < 60_000, "the heartbeat is its last beat"
     scaling = data["autoscale"]
     assert scaling["ready"] == 9 and scaling["ready_by_priority"][0] == 9
     assert scaling["slots_needed"] == 9
@@ -60,3 +61,19 @@ def test_status_lists_the_supervisors_and_json_exports_the_desired_capacity(
     assert scaling["supervised_max"] == 7
     for key in ("due_unclaimed", "schedule_lag_ms", "lateness_p99_ms", "running", "slots"):
         assert key in scaling
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--autoscale", "3:1"], "1 <= MIN <= MAX <= 256"),
+        (["--autoscale", "0:2"], "1 <= MIN <= MAX <= 256"),
+        (["--autoscale", "1:999"], "1 <= MIN <= MAX <= 256"),
+        (["--autoscale", "4"], "expects MIN:MAX"),
+        (["--autoscale", "1:2", "--processes", "2"], "exclude each other"),
+    ],
+)
+def test_bad_autoscale_bounds_are_refused(cli_env: None, args: list[str], says: str) -> None:
+    result = run("worker", APP, *args)
+    assert result.exit_code == 2, result.output
+    assert says in " ".join(result.output.split())

@@ -5,11 +5,11 @@
 -- KEYS[1] ready (zset)  KEYS[2] due (zset)  KEYS[3] leases (zset)  KEYS[4] lateness (hash)
 -- KEYS[5] workers (zset)  KEYS[6] workerinfo (hash)  KEYS[7] supervisors (zset)
 -- KEYS[8] supervisorinfo (hash)
--- ARGV[1] worker ttl ms  ARGV[2] supervisor ttl ms  ARGV[3] 1: read the registrations too
+-- ARGV[1] worker ttl ms  ARGV[2] 1: read the registrations too
 -- Returns {now ms, {ready count at priority 0, ..., at priority 9}, entries of `due` at or
 --          before now, the earliest `due` score or -1, leases held, {lateness, flat HGETALL},
 --          {worker id, info, ...} of workers beating within the ttl,
---          {supervisor id, heartbeat ms, info, ...} of supervisors beating within theirs}
+--          {supervisor id, expiry ms, info, ...} of supervisors whose registration holds}
 local now = now_ms()
 local counts = {}
 for p = 0, MAX_PRIORITY do
@@ -24,13 +24,13 @@ if head[2] then earliest = tonumber(head[2]) end
 local busy = redis.call('ZCARD', KEYS[3])
 local lateness = redis.call('HGETALL', KEYS[4])
 local workers, supervisors = {}, {}
-if ARGV[3] == '1' then
+if ARGV[2] == '1' then
   local ids = redis.call('ZRANGEBYSCORE', KEYS[5], now - tonumber(ARGV[1]), '+inf')
   for _, id in ipairs(ids) do
     workers[#workers + 1] = id
     workers[#workers + 1] = redis.call('HGET', KEYS[6], id) or ''
   end
-  local sups = redis.call('ZRANGEBYSCORE', KEYS[7], now - tonumber(ARGV[2]), '+inf', 'WITHSCORES')
+  local sups = redis.call('ZRANGEBYSCORE', KEYS[7], now, '+inf', 'WITHSCORES')
   for i = 1, #sups, 2 do
     supervisors[#supervisors + 1] = sups[i]
     supervisors[#supervisors + 1] = sups[i + 1]
