@@ -1,7 +1,8 @@
 """Autoscaling: a supervisor sizes its pool of worker processes between MIN and MAX from what
 waits in Redis, and registers itself there so that several supervisors share the work.
 
-Every `Settings.scale_interval` the `Autoscaler` does one round trip (a pipeline): it writes
+Every `Settings.scale_interval` the `Autoscaler` (from a thread of the supervisor's) does one
+round trip (a pipeline): it writes
 its supervisor's registration (`beat_supervisor.lua`) and reads the `Signal`
 (`scale_signal.lua` on every shard workers claim from). `plan` (pure) turns a signal into the
 processes this supervisor should run; `Policy` applies that with hysteresis.
@@ -31,6 +32,8 @@ import math
 import os
 import re
 import socket
+import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -397,9 +400,12 @@ def _supervisor_id() -> str:
 
 
 class Autoscaler:
-    """A supervisor's link to Redis: `decide` registers the supervisor, reads the signal and
-    returns the pool size; `close` deregisters. MIN == MAX is a fixed pool (registered all the
-    same, so `drumbeat status` shows it and other supervisors count it)."""
+    """A supervisor's link to Redis. `look` registers the supervisor, reads the signal and
+    returns the pool size wanted; `decide` (the supervisor's call, every loop) never blocks:
+    a thread of its own looks every scale interval with the pool's latest state, so a slow or
+    unreachable Redis never holds up restarts and signals. `close` deregisters. MIN == MAX is a
+    fixed pool (registered all the same: `drumbeat status` shows it, other supervisors count
+    its MAX)."""
 
     def __init__(self, app: App, *, minimum: int, maximum: int, concurrency: int) -> None:
         self.app = app
@@ -415,6 +421,10 @@ class Autoscaler:
         self.last: Signal | None = None
         self.last_plan: Plan | None = None
         self._failing = False
+        self._state = (0, minimum, 0)  # live, desired, retiring: the supervisor's last word
+        self._wanted = minimum
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def info(self, live: int, desired: int, retiring: int) -> dict[str, Any]:
         p = self.last_plan
@@ -427,8 +437,27 @@ class Autoscaler:
             "ttl_ms": supervisor_ttl_ms(self.interval),
         }  # fmt: skip
 
-    def decide(self, live: int, desired: int, retiring: int, now: float) -> int:
-        """One look: returns the pool size wanted (``desired`` unchanged when Redis fails)."""
+    def decide(self, live: int, desired: int, retiring: int) -> int:
+        """The pool size the last look wanted; the next look sees this state of the pool."""
+        self._state = (live, desired, retiring)
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="drumbeat-autoscale", daemon=True
+            )
+            self._thread.start()
+        return self._wanted
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            live, desired, retiring = self._state
+            try:
+                self._wanted = self.look(live, desired, retiring, time.monotonic())
+            except Exception:  # a bug here must not end the thread: the pool would freeze
+                log.exception("autoscaling failed; keeping %d processes", self._wanted)
+            self._stop.wait(self.interval)
+
+    def look(self, live: int, desired: int, retiring: int, now: float) -> int:
+        """One look: returns the pool size wanted (the policy's last when Redis fails)."""
         info = json.dumps(self.info(live, desired, retiring)).encode()
         ttl = supervisor_ttl_ms(self.interval)
         calls: list[Call[Any]] = [self.app.scripts.beat_supervisor(self.id, info, ttl)]
@@ -440,7 +469,7 @@ class Autoscaler:
                 log.warning("autoscaling: cannot read Redis (%s: %s); keeping %d processes "
                             "until it answers", type(exc).__name__, exc, desired)  # fmt: skip
             self._failing = True
-            return desired
+            return self.policy.desired
         if self._failing:
             log.info("autoscaling: Redis answers again")
             self._failing = False
@@ -463,7 +492,11 @@ class Autoscaler:
         return wanted
 
     def close(self) -> None:
-        """Deregisters (a stopped supervisor leaves the others' shares at once)."""
+        """Stops looking and deregisters (a stopped supervisor leaves the others' shares at
+        once; one killed leaves when its registration expires)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)  # a look in flight on a dead Redis: deregistering fails too
         with contextlib.suppress(redis.RedisError, OSError):
             ttl = supervisor_ttl_ms(self.interval)
             self.app.scripts.beat_supervisor(self.id, b"", ttl).run(self.app.redis)

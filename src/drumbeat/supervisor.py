@@ -5,9 +5,9 @@ Each worker is a fresh interpreter (``python -m drumbeat worker APP``), not a fo
 the app itself, so no user state, Redis client, thread or embedded-Redis handle of the
 supervisor is ever shared with a worker, and a restarted worker runs the code on disk now.
 The supervisor only starts, watches and signals processes; sizing the pool from Redis is the
-`Scaler`'s business (`autoscale.Autoscaler`), asked every scale interval for a count between
-MIN and MAX. A scale-down retires a worker with SIGUSR1: it claims no more, finishes its jobs and
-exits, which is not a crash.
+`Scaler`'s business (`autoscale.Autoscaler`, which looks from a thread of its own), asked every
+loop for a count between MIN and MAX. A scale-down retires a worker with SIGUSR1: it claims no
+more, finishes its jobs and exits, which is not a crash.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ _POLL = 0.1
 class Scaler(Protocol):
     """Sizes the pool (`autoscale.Autoscaler`)."""
 
-    def decide(self, live: int, desired: int, retiring: int, now: float) -> int:
-        """The processes wanted now, given those live, wanted so far and retiring."""
+    def decide(self, live: int, desired: int, retiring: int) -> int:
+        """The processes wanted now, given those live, wanted so far and retiring; called
+        every loop, so it must not block."""
         ...
 
     def close(self) -> None:
@@ -71,7 +72,7 @@ class Supervisor:
         shutdown_grace: how long a graceful stop waits for the workers (they finish or hand
             back their jobs within their own grace); past it they are killed.
         maximum: the most processes ``scaler`` may ask for (default: ``processes``).
-        scaler: asked every ``scale_interval`` seconds how many processes to run.
+        scaler: asked every loop how many processes to run.
     """
 
     def __init__(
@@ -82,7 +83,6 @@ class Supervisor:
         *,
         maximum: int | None = None,
         scaler: Scaler | None = None,
-        scale_interval: float = 1.0,
     ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be >= 1, got {processes}")
@@ -91,8 +91,6 @@ class Supervisor:
         if self.maximum < self.minimum:
             raise ValueError(f"expected MIN <= MAX processes, got {processes}:{maximum}")
         self.scaler = scaler
-        self.scale_interval = scale_interval
-        self._next_scale = 0.0
         self._retired: list[subprocess.Popen[bytes]] = []  # scaled down: finishing their jobs
         self.argv = [sys.executable, *argv]
         self.slots = [_Slot(i) for i in range(processes)]
@@ -185,27 +183,15 @@ class Supervisor:
         """The processes the supervisor keeps running now (MIN..MAX)."""
         return len(self.slots)
 
-    @property
-    def retiring(self) -> int:
-        """Processes scaled down that still finish their jobs."""
-        return sum(p.poll() is None for p in self._retired)
-
     def _autoscale(self) -> None:
-        """Every scale interval: asks the scaler for a count and scales to it."""
-        now = time.monotonic()
-        if self.scaler is None or now < self._next_scale:
+        """Forgets retired workers that left; asks the scaler for a count and scales to it."""
+        if self.scaler is None:
             return
-        self._next_scale = now + self.scale_interval
         for proc in self._retired:
             if proc.poll() is not None:
                 log.info("retired worker pid %d exited (%s)", proc.pid, proc.returncode)
         self._retired = [p for p in self._retired if p.poll() is None]
-        try:
-            wanted = self.scaler.decide(len(self.pids), self.desired, self.retiring, now)
-        except Exception:  # a bug in scaling must not stop the workers: keep the pool
-            log.exception("autoscaling failed; keeping %d processes", self.desired)
-            return
-        self.scale_to(wanted)
+        self.scale_to(self.scaler.decide(len(self.pids), self.desired, len(self._retired)))
 
     def scale_to(self, n: int) -> None:
         """Grows the pool to ``n`` processes (they start at the next look) or shrinks it,

@@ -8,7 +8,7 @@ import json
 
 import drumbeat
 from drumbeat.autoscale import Autoscaler, read_signal, run_calls, supervisor_ttl_ms
-from tests.conftest import running_worker
+from tests.conftest import RedisServer, running_worker
 from tests.helpers import wait_for_async
 
 
@@ -47,8 +47,8 @@ async def test_signal_counts_backlog_per_priority_due_entries_and_busy_slots(
 async def test_supervisors_register_expire_and_deregister(app: drumbeat.App) -> None:
     a = Autoscaler(app, minimum=1, maximum=3, concurrency=4)
     b = Autoscaler(app, minimum=2, maximum=5, concurrency=4)
-    assert a.decide(live=1, desired=1, retiring=0, now=0.0) == 1
-    assert b.decide(live=2, desired=2, retiring=0, now=0.0) == 2
+    assert a.look(live=1, desired=1, retiring=0, now=0.0) == 1
+    assert b.look(live=2, desired=2, retiring=0, now=0.0) == 2
     sig = read_signal(app)
     by_id = {s.id: s for s in sig.supervisors}
     assert set(by_id) == {a.id, b.id}
@@ -74,12 +74,34 @@ async def test_supervisors_register_expire_and_deregister(app: drumbeat.App) -> 
 async def test_the_autoscaler_asks_for_more_processes_for_a_backlog(app: drumbeat.App) -> None:
     scaler = Autoscaler(app, minimum=1, maximum=4, concurrency=2)
     await app.aenqueue_many([drumbeat.Prepared("t.x", [], {}, drumbeat.Options())] * 5)
-    assert scaler.decide(live=1, desired=1, retiring=0, now=0.0) == 3
+    assert scaler.look(live=1, desired=1, retiring=0, now=0.0) == 3
     assert "5 ready (p0 5)" in scaler.policy.reason
     assert "→ 3 processes in all, 3 here" in scaler.policy.reason
     # The registration carries the decision from the next beat on.
-    scaler.decide(live=3, desired=3, retiring=0, now=1.0)
+    scaler.look(live=3, desired=3, retiring=0, now=1.0)
     (me,) = read_signal(app).supervisors
     assert (me.live, me.desired, me.needed) == (3, 3, 3)
     assert me.reason_ms is not None and me.reason.startswith("5 ready")
     scaler.close()
+
+
+async def test_without_redis_the_pool_stays_as_it_is(
+    own_redis: RedisServer, namespace: str
+) -> None:
+    app = drumbeat.App(own_redis.url, namespace=namespace)
+    scaler = Autoscaler(app, minimum=1, maximum=4, concurrency=2)
+    try:
+        await app.aenqueue_many([drumbeat.Prepared("t.x", [], {}, drumbeat.Options())] * 5)
+        assert scaler.look(live=1, desired=1, retiring=0, now=0.0) == 3
+        own_redis.halt()
+        assert scaler.look(live=3, desired=3, retiring=0, now=1.0) == 3, "kept while Redis is away"
+        # The supervisor's call hands the look to a thread and answers at once.
+        assert scaler.decide(live=3, desired=3, retiring=0) == 1  # nothing looked from there yet
+        await wait_for_async(
+            lambda: scaler.decide(3, 3, 0),
+            until=lambda n: n == 3,
+            message="the thread's look keeps the pool when Redis is away",
+        )
+    finally:
+        scaler.close()
+        await app.aclose()

@@ -24,12 +24,12 @@ def test_status_lists_the_supervisors_and_json_exports_the_desired_capacity(
     b = Autoscaler(app, minimum=2, maximum=4, concurrency=2)
     try:
         monkeypatch.setattr(socket, "gethostname", lambda: "box-b")
-        b.decide(live=2, desired=2, retiring=0, now=0.0)
+        b.look(live=2, desired=2, retiring=0, now=0.0)
         monkeypatch.setattr(socket, "gethostname", lambda: "box-a")
-        a.decide(live=1, desired=1, retiring=0, now=0.0)
+        a.look(live=1, desired=1, retiring=0, now=0.0)
         app.enqueue_many([drumbeat.Prepared("add", [1], {})] * 9)
-        a.decide(live=1, desired=1, retiring=0, now=1.0)  # scales to 3 for the backlog
-        a.decide(live=2, desired=3, retiring=0, now=2.0)  # the registration says so
+        a.look(live=1, desired=1, retiring=0, now=1.0)  # scales to 3 for the backlog
+        a.look(live=2, desired=3, retiring=0, now=2.0)  # the registration says so
         lines = fitted(ok("status", APP))
         text = "\n".join(lines)
         assert "Supervisors" in text

@@ -108,10 +108,7 @@ def worker(
                 scaler = Autoscaler(
                     app, minimum=lo, maximum=hi, concurrency=concurrency or s.concurrency
                 )
-                supervisor = Supervisor(
-                    argv, lo, s.shutdown_grace, maximum=hi, scaler=scaler,
-                    scale_interval=s.scale_interval,
-                )  # fmt: skip
+                supervisor = Supervisor(argv, lo, s.shutdown_grace, maximum=hi, scaler=scaler)
                 raise typer.Exit(supervisor.run())
             ran = True
             run_worker(app, concurrency=concurrency, budget=Budget(max_jobs, max_memory))
