@@ -408,14 +408,17 @@ class ScheduleStats:
     lateness: Lateness
 
 
-def lateness_summary(fields: Mapping[Any, Any], now_ms: int) -> Lateness:
-    """Merge the windows of the last minute from one or more shards' `lateness` hashes."""
+def lateness_summary(
+    fields: Mapping[Any, Any], now_ms: int, windows: int = LATENESS_WINDOWS_PER_MINUTE
+) -> Lateness:
+    """Merge the last ``windows`` windows (by default the last minute's) from one or more
+    shards' `lateness` hashes."""
     current = now_ms // LATENESS_WINDOW_MS
     counts: dict[int, int] = defaultdict(int)
     top: int | None = None
     held = {k: v for k, v in ((_str(k), _str(v)) for k, v in fields.items())}
     for name, value in held.items():
-        if not name.startswith("w") or not current - int(value) < LATENESS_WINDOWS_PER_MINUTE:
+        if not name.startswith("w") or not current - int(value) < windows:
             continue
         slot = name[1:]
         for other, count in held.items():

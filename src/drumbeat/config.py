@@ -94,13 +94,22 @@ class Settings:
     sync task pool still running a task past its timeout). Also a new process's allowance from
     its start to its first beat. At least 1.0."""
 
+    scale_interval: float = 1.0
+    """Seconds between two scaling decisions of a supervisor run with ``--autoscale``."""
+
+    scale_down_after: float = 30.0
+    """Seconds a supervisor's pool must stay larger than the backlog needs before it retires
+    one process (``DRUMBEAT_SCALE_DOWN_AFTER``); each further process waits as long again."""
+
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     """Free-form settings for extensions; ignored by the core."""
 
     def __post_init__(self) -> None:
         if self.codec not in ("json", "msgpack"):
             raise ConfigurationError(f"codec must be 'json' or 'msgpack', got {self.codec!r}")
-        for name in ("lease", "shutdown_grace", "idle_block", "maintenance_interval"):
+        for name in (
+            "lease", "shutdown_grace", "idle_block", "maintenance_interval", "scale_interval"
+        ):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name} must be > 0, got {getattr(self, name)!r}")
         if self.progress_interval < 0:
@@ -111,6 +120,10 @@ class Settings:
             raise ConfigurationError(
                 f"hang_timeout must be >= 1.0 s (a shorter one takes a garbage collection or a "
                 f"busy machine for a hang), got {self.hang_timeout!r}"
+            )
+        if self.scale_down_after < 0:
+            raise ConfigurationError(
+                f"scale_down_after must be >= 0, got {self.scale_down_after!r}"
             )
         if self.min_interval <= 0:
             raise ConfigurationError(f"min_interval must be > 0, got {self.min_interval!r}")

@@ -46,6 +46,8 @@ SHARD_KEYS: dict[str, str] = {
     "progress": "hash",
     "cancels": "hash",
     "signals": "channel",
+    "supervisors": "zset",
+    "supervisorinfo": "hash",
 }
 
 #: Keys of one bucket of a shard's schedule wheel, ``<name>:<bucket>``.
@@ -208,6 +210,14 @@ class Keys:
     @property
     def cancels(self) -> str:
         return self.key("cancels")
+
+    @property
+    def supervisors(self) -> str:
+        return self.key("supervisors")
+
+    @property
+    def supervisorinfo(self) -> str:
+        return self.key("supervisorinfo")
 
     @property
     def signals(self) -> str:

@@ -43,6 +43,8 @@ SCRIPT_NAMES = (
     "save_progress",
     "claim_urgent",
     "cancel",
+    "scale_signal",
+    "beat_supervisor",
 )
 
 
@@ -371,6 +373,20 @@ class Scripts:
         keys = [k.ready, k.due, k.leases, k.jobs, k.state, k.uniq, k.results, k.expires]
         keys += [k.waiting, k.cancels, k.progress, k.signals, k.done(job_id)]
         return Call("cancel", keys, [job_id, ttl_ms], int)
+
+    def scale_signal(self, worker_ttl_ms: int, registrations: bool) -> Call[Any]:
+        """What `autoscale.read_signal` sizes pools on (read-only; parsed there)."""
+        k = self.k
+        keys = [k.ready, k.due, k.leases, k.lateness, k.workers, k.workerinfo]
+        keys += [k.supervisors, k.supervisorinfo]
+        args = [worker_ttl_ms, int(registrations)]
+        return Call("scale_signal", keys, args, lambda raw: raw)
+
+    def beat_supervisor(self, supervisor: str, info: bytes, ttl_ms: int) -> Call[int]:
+        """Registers a supervisor (an empty ``info`` deregisters it); returns the Redis time."""
+        k = self.k
+        keys = [k.supervisors, k.supervisorinfo]
+        return Call("beat_supervisor", keys, [supervisor, info, ttl_ms], int)
 
     def promote_runs(
         self, buckets: Sequence[int], worker: str, limit: int, lease_ms: int

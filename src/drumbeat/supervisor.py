@@ -5,7 +5,10 @@ backoff, and a crash loop stops the supervisor instead of spinning), replace any
 Each worker is a fresh interpreter (``python -m drumbeat worker APP``), not a fork: it imports
 the app itself, so no user state, Redis client, thread or embedded-Redis handle of the
 supervisor is ever shared with a worker, and a restarted worker runs the code on disk now.
-The supervisor only starts, watches and signals processes; it never talks to Redis.
+The supervisor only starts, watches and signals processes; sizing the pool from Redis is the
+`Scaler`'s business (`autoscale.Autoscaler`, which looks from a thread of its own), asked every
+loop for a count between MIN and MAX. A scale-down retires a worker with SIGUSR1: it claims no
+more, finishes its jobs and exits, which is not a crash.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import Protocol
 
 from drumbeat.worker.liveness import PROTOCOL, SUPERVISOR_FD, SUPERVISOR_PROTOCOL, parse
 
@@ -32,6 +36,19 @@ CRASH_LOOP = 5
 #: In a rolling restart, a new worker must live this long before the one it replaces is stopped.
 WARM_UP = 2.0
 _POLL = 0.1
+
+
+class Scaler(Protocol):
+    """Sizes the pool (`autoscale.Autoscaler`)."""
+
+    def decide(self, live: int, desired: int, retiring: int) -> int:
+        """The processes wanted now, given those live, wanted so far and retiring; called
+        every loop, so it must not block."""
+        ...
+
+    def close(self) -> None:
+        """The supervisor stops."""
+        ...
 
 
 @dataclass
@@ -52,12 +69,14 @@ class Supervisor:
     Args:
         argv: the worker command, without the interpreter (``["-m", "drumbeat", "worker",
             APP, ...]``), run once per process.
-        processes: how many to keep running.
+        processes: how many to keep running (at first, and at least).
         shutdown_grace: how long a graceful stop waits for the workers (they finish or hand
             back their jobs within their own grace); past it they are killed.
         hang_timeout: a worker that has not beaten for this long is hung: it is killed and
             replaced. Before its first beat, it has this long from its start, at least
             `QUICK_DEATH`.
+        maximum: the most processes ``scaler`` may ask for (default: ``processes``).
+        scaler: asked every loop how many processes to run.
     """
 
     def __init__(
@@ -66,9 +85,18 @@ class Supervisor:
         processes: int,
         shutdown_grace: float,
         hang_timeout: float = 30.0,
+        *,
+        maximum: int | None = None,
+        scaler: Scaler | None = None,
     ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be >= 1, got {processes}")
+        self.minimum = processes
+        self.maximum = processes if maximum is None else maximum
+        if self.maximum < self.minimum:
+            raise ValueError(f"expected MIN <= MAX processes, got {processes}:{maximum}")
+        self.scaler = scaler
+        self._retired: list[subprocess.Popen[bytes]] = []  # scaled down: finishing their jobs
         self.argv = [sys.executable, *argv]
         self.slots = [_Slot(i) for i in range(processes)]
         self.shutdown_grace = shutdown_grace
@@ -103,10 +131,13 @@ class Supervisor:
                     self._stop()
                     return 1
                 self._rolling()
+                self._autoscale()
                 time.sleep(_POLL)
             self._stop()
             return 0
         finally:
+            if self.scaler is not None:
+                self.scaler.close()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_DFL)
             os.close(self._retiring)
@@ -157,6 +188,40 @@ class Supervisor:
     def pids(self) -> list[int]:
         """The live workers' process ids."""
         return [s.proc.pid for s in self.slots if s.proc is not None and s.proc.poll() is None]
+
+    @property
+    def desired(self) -> int:
+        """The processes the supervisor keeps running now (MIN..MAX)."""
+        return len(self.slots)
+
+    def _autoscale(self) -> None:
+        """Forgets retired workers that left; asks the scaler for a count and scales to it."""
+        if self.scaler is None:
+            return
+        for proc in self._retired:
+            if proc.poll() is not None:
+                log.info("retired worker pid %d exited (%s)", proc.pid, proc.returncode)
+        self._retired = [p for p in self._retired if p.poll() is None]
+        self.scale_to(self.scaler.decide(len(self.pids), self.desired, len(self._retired)))
+
+    def scale_to(self, n: int) -> None:
+        """Grows the pool to ``n`` processes (they start at the next look) or shrinks it,
+        retiring the newest: SIGUSR1, after which a worker claims no more, finishes its jobs
+        and exits. Clamped to MIN..MAX; deferred while a rolling restart replaces slots."""
+        n = max(self.minimum, min(self.maximum, n))
+        if n == len(self.slots) or self._roll or self._successor is not None:
+            return
+        log.info("scaling from %d to %d worker processes", len(self.slots), n)
+        while len(self.slots) < n:
+            self.slots.append(_Slot(max((s.index for s in self.slots), default=-1) + 1))
+        while len(self.slots) > n:
+            # A slot waiting to restart goes first: nothing runs there to retire.
+            idle = [s for s in self.slots if s.proc is None or s.proc.poll() is not None]
+            slot = idle[-1] if idle else self.slots[-1]
+            self.slots.remove(slot)
+            if slot.proc is not None and slot.proc.poll() is None:
+                slot.proc.send_signal(signal.SIGUSR1)
+                self._retired.append(slot.proc)
 
     def _tend(self) -> bool:
         """Starts the workers that are due to (re)start; False on a crash loop."""
@@ -284,4 +349,5 @@ class Supervisor:
     def _live(self) -> list[subprocess.Popen[bytes]]:
         procs = [s.proc for s in self.slots if s.proc is not None] + self._spares
         procs += [p for p in (self._successor, self._leaving) if p is not None]
+        procs += self._retired
         return [p for p in procs if p.poll() is None]

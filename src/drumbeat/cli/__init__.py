@@ -22,10 +22,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from drumbeat import admin, embedded
+from drumbeat import admin, autoscale, embedded
 from drumbeat.app import App
 from drumbeat.cli import shapes
-from drumbeat.cli.tables import console, fmt_count, print_table, schedule_table, status_tables
+from drumbeat.cli.tables import (
+    console,
+    fmt_count,
+    print_table,
+    schedule_table,
+    status_tables,
+    supervisors_table,
+)
 from drumbeat.cli.tasks import UnknownTaskName, resolve_task
 from drumbeat.errors import DrumbeatError, InvalidJob
 from drumbeat.job import cancel_call
@@ -330,21 +337,30 @@ def status(
             '"workers": [{"id", "host", "pid", "concurrency", "running", "processed", '
             '"started_ms", "started_at", "heartbeat_ms", "heartbeat_at"}], "silent_workers", '
             '"schedules": {"total", "shards", "runs_last_minute", "lateness_p50_ms", '
-            '"lateness_p99_ms", "lateness_max_ms"}}'
+            '"lateness_p99_ms", "lateness_max_ms"}, "supervisors": [{"id", "host", "pid", '
+            '"live", "desired", "min", "max", "concurrency", "slots", "needed", "reason", '
+            '"reason_ms", "reason_at", ...}], "autoscale": {"ready", "due_unclaimed", '
+            '"schedule_lag_ms", "running", "slots", "slots_needed", "processes_needed", ...}}'
         ),
     ] = False,
 ) -> None:
-    """Show queue depth per priority, delayed, running and dead jobs, live workers, and the
-    schedules with how late their runs started over the last minute."""
+    """Show queue depth per priority, delayed, running and dead jobs, live workers, the
+    supervisors (processes live/desired and why they last scaled), and the schedules with how
+    late their runs started over the last minute."""
     with _opened(app_spec) as app:
         stats = admin.queue_stats(app, running_limit=limit)
         schedules = admin.schedule_stats(app)
+        signal = autoscale.read_signal(app)
         namespace = app.settings.namespace
+        concurrency = app.settings.concurrency
     if as_json:
-        shapes.emit(shapes.status_json(namespace, stats, schedules))
+        shapes.emit(shapes.status_json(namespace, stats, schedules, signal, concurrency))
         return
     _out().print(f"namespace [bold]{escape(namespace)}[/]")
-    for table in [*status_tables(stats, wide=wide), schedule_table(schedules)]:
+    tables = status_tables(stats, wide=wide)
+    if signal.supervisors:
+        tables.append(supervisors_table(signal, wide=wide))
+    for table in [*tables, schedule_table(schedules)]:
         print_table(table, wide=wide)
 
 

@@ -9,15 +9,25 @@ Durations are milliseconds in keys ending ``_ms`` that have no ``_at`` twin.
 from __future__ import annotations
 
 import json
+import math
 from datetime import UTC, datetime
 from typing import Any
 
 import typer
 
 from drumbeat import admin
+from drumbeat.autoscale import Signal
 from drumbeat.scheduler import ScheduleInfo
 
-__all__ = ["dead_letters_json", "emit", "schedule_json", "status_json", "timestamp"]
+__all__ = [
+    "autoscale_json",
+    "dead_letters_json",
+    "emit",
+    "schedule_json",
+    "status_json",
+    "supervisors_json",
+    "timestamp",
+]
 
 
 def emit(value: dict[str, Any]) -> None:
@@ -80,10 +90,65 @@ def schedule_json(info: ScheduleInfo, state: str) -> dict[str, Any]:
     }
 
 
+def autoscale_json(signal: Signal, concurrency: int) -> dict[str, Any]:
+    """The desired capacity and its inputs, for an external autoscaler (KEDA): the slots that
+    would start everything waiting now, and the processes of ``concurrency`` slots that makes."""
+    needed = signal.running + signal.backlog
+    sups = signal.supervisors
+    return {
+        "ready": signal.ready,
+        "ready_by_priority": list(signal.ready_by_priority),
+        "due_unclaimed": signal.due_now,
+        "schedule_lag_ms": signal.lag_ms,
+        "lateness_p99_ms": signal.lateness_p99_ms,
+        "running": signal.running,
+        "slots": signal.slots,
+        "workers": signal.workers,
+        "slots_needed": needed,
+        "concurrency": concurrency,
+        "processes_needed": math.ceil(needed / concurrency),
+        "supervised_live": sum(s.live for s in sups),
+        "supervised_desired": sum(s.desired for s in sups),
+        "supervised_max": sum(s.maximum for s in sups),
+    }
+
+
+def supervisors_json(signal: Signal) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": s.id,
+            "host": s.host,
+            "pid": s.pid,
+            "live": s.live,
+            "desired": s.desired,
+            "min": s.minimum,
+            "max": s.maximum,
+            "concurrency": s.concurrency,
+            "slots": s.slots,
+            "needed": s.needed,
+            "reason": s.reason,
+            **timestamp("reason", s.reason_ms),
+            **timestamp("started", s.started_ms),
+            **timestamp("heartbeat", s.heartbeat_ms),
+        }
+        for s in signal.supervisors
+    ]
+
+
 def status_json(
-    namespace: str, stats: admin.QueueStats, schedules: admin.ScheduleStats
+    namespace: str,
+    stats: admin.QueueStats,
+    schedules: admin.ScheduleStats,
+    signal: Signal | None = None,
+    concurrency: int = 1,
 ) -> dict[str, Any]:
     late = schedules.lateness
+    scaling: dict[str, Any] = {}
+    if signal is not None:
+        scaling = {
+            "supervisors": supervisors_json(signal),
+            "autoscale": autoscale_json(signal, concurrency),
+        }
     return {
         "namespace": namespace,
         **timestamp("now", stats.now_ms),
@@ -126,4 +191,5 @@ def status_json(
             "lateness_p99_ms": late.p99_ms,
             "lateness_max_ms": late.max_ms,
         },
+        **scaling,
     }

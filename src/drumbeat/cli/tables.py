@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from drumbeat import admin
+from drumbeat.autoscale import Signal
 from drumbeat.task import MAX_PRIORITY, MIN_PRIORITY
 
 #: Output width when stdout is not a terminal and ``COLUMNS`` is not set. Rich would otherwise
@@ -231,4 +232,32 @@ def schedule_table(stats: admin.ScheduleStats) -> Table:
     else:
         lateness = "-"
     table.add_row("lateness p50 / p99 / max", lateness)
+    return table
+
+
+def supervisors_table(signal: Signal, *, wide: bool = False) -> Table:
+    """Live supervisors (``--processes`` / ``--autoscale``): processes live/desired, their
+    bounds, and why and when each last scaled; ``wide`` adds the supervisor's id."""
+    table = listing("Supervisors")
+    if wide:
+        fixed(table, "supervisor")
+    flexible(table, "host")
+    fixed(table, "pid", justify="right")
+    fixed(table, "procs", justify="right")
+    fixed(table, "min:max", justify="right")
+    fixed(table, "scaled", justify="right")
+    flexible(table, "why")
+    for sup in signal.supervisors:
+        when = (
+            "?" if sup.reason_ms is None else fmt_duration((signal.now_ms - sup.reason_ms) / 1000)
+        )
+        table.add_row(
+            *([escape(sup.id)] if wide else []),
+            one_line(sup.host or "?"),
+            fmt_count(sup.pid),
+            f"{sup.live}/{sup.desired}",
+            f"{sup.minimum}:{sup.maximum}",
+            f"{when} ago" if sup.reason_ms is not None else when,
+            one_line(sup.reason or "-"),
+        )
     return table

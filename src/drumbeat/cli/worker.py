@@ -13,12 +13,16 @@ from typing import Annotated
 import typer
 from rich.logging import RichHandler
 
-from drumbeat.cli import AppArg, _err, _opened, cli
+from drumbeat.autoscale import Autoscaler
+from drumbeat.cli import USAGE_ERROR, AppArg, _err, _fail, _opened, cli
 from drumbeat.supervisor import Supervisor
 from drumbeat.worker import run_worker
 from drumbeat.worker.recycling import Budget
 
 log = logging.getLogger("drumbeat.cli")
+
+#: The most worker processes one supervisor runs.
+MAX_PROCESSES = 256
 
 
 class LogLevel(StrEnum):
@@ -58,9 +62,20 @@ def worker(
             "--processes",
             "-p",
             min=1,
-            max=256,
+            max=MAX_PROCESSES,
             help="Run this many worker processes under a supervisor that restarts any that "
             "dies (default: one worker, in this process).",
+        ),
+    ] = None,
+    autoscale: Annotated[
+        str | None,
+        typer.Option(
+            "--autoscale",
+            metavar="MIN:MAX",
+            help="Like --processes, but between MIN and MAX processes, sized every "
+            "scale_interval on the backlog, the schedule lag and the busy slots in Redis; one "
+            "process retires (finishing its jobs) after scale_down_after seconds of spare "
+            "capacity.",
         ),
     ] = None,
 ) -> None:
@@ -69,13 +84,18 @@ def worker(
     The first signal lets running jobs finish (up to the app's shutdown_grace) and hands the
     rest back to the queue; a second one stops at once. With --processes, a supervisor passes
     both on to its workers. A worker past --max-jobs or --max-memory stops claiming, finishes
-    its jobs and exits; under a supervisor its successor starts first.
+    its jobs and exits; under a supervisor its successor starts first. With --autoscale, a
+    process retired on a scale-down finishes its jobs first. SIGHUP to a supervisor restarts
+    its workers one at a time.
     """
+    bounds = None if autoscale is None else _bounds(autoscale, processes)
+    if bounds is None and processes is not None:
+        bounds = (processes, processes)
     code, ran = 0, False
     try:
         with _opened(app_spec) as app:
             _setup_logging(log_level)
-            if processes is not None:
+            if bounds is not None:
                 argv = ["-m", "drumbeat", "worker", app_spec, "--log-level", log_level.value]
                 if concurrency is not None:
                     argv += ["--concurrency", str(concurrency)]
@@ -83,11 +103,16 @@ def worker(
                     argv += ["--max-jobs", str(max_jobs)]
                 if max_memory is not None:
                     argv += ["--max-memory", str(max_memory)]
-                settings = app.settings
-                code = Supervisor(
-                    argv, processes, settings.shutdown_grace, hang_timeout=settings.hang_timeout
-                ).run()
-                raise typer.Exit(code)
+                lo, hi = bounds
+                s = app.settings
+                scaler = Autoscaler(
+                    app, minimum=lo, maximum=hi, concurrency=concurrency or s.concurrency
+                )
+                supervisor = Supervisor(
+                    argv, lo, s.shutdown_grace, hang_timeout=s.hang_timeout, maximum=hi,
+                    scaler=scaler,
+                )  # fmt: skip
+                raise typer.Exit(supervisor.run())
             ran = True
             run_worker(app, concurrency=concurrency, budget=Budget(max_jobs, max_memory))
     except typer.Exit as exc:
@@ -96,6 +121,21 @@ def worker(
     finally:
         if ran:
             _exit_if_threads_linger(code)
+
+
+def _bounds(spec: str, processes: int | None) -> tuple[int, int]:
+    """``MIN:MAX`` of --autoscale, checked."""
+    if processes is not None:
+        raise _fail("--autoscale and --processes exclude each other (--processes N is a fixed "
+                    "pool, --autoscale N:N the same)", USAGE_ERROR)  # fmt: skip
+    lo, sep, hi = spec.partition(":")
+    if not (sep and lo.isdigit() and hi.isdigit()):
+        raise _fail(f"--autoscale expects MIN:MAX (e.g. 1:8), got {spec!r}", USAGE_ERROR)
+    low, high = int(lo), int(hi)
+    if not 1 <= low <= high <= MAX_PROCESSES:
+        raise _fail(f"--autoscale expects 1 <= MIN <= MAX <= {MAX_PROCESSES}, got {spec!r}",
+                    USAGE_ERROR)  # fmt: skip
+    return low, high
 
 
 def _setup_logging(level: LogLevel) -> None:

@@ -62,8 +62,20 @@ class Lending:
         """Priority of the most urgent job known to wait in `ready` (jobs' shard)."""
         self.claiming = False
         """A lend's claim is in flight: other checkpoints do not race it for the same job."""
+        self.retiring = False
+        """The worker stops claiming but finishes its runs (`Worker.retire`): a checkpoint does
+        not hand its run back."""
         self.loop: asyncio.AbstractEventLoop | None = None
         self.client: aredis.Redis | None = None
+
+    def handing_back(self) -> bool:
+        """The worker stops and its runs go back to the queue at their next checkpoint."""
+        return self.stopping.is_set() and not self.retiring
+
+    def may_lend(self) -> bool:
+        """No lend's claim is in flight, and the worker still takes work (a retiring one
+        takes none, urgent or not)."""
+        return not self.claiming and not self.retiring
 
     def open(self, client: aredis.Redis) -> None:
         self.loop = asyncio.get_running_loop()
@@ -169,8 +181,8 @@ class Control:
         return (
             claim.lost
             or claim.cancelled
-            or lending.stopping.is_set()
-            or (lending.best > self.priority and lending.table.free <= 0 and not lending.claiming)
+            or lending.handing_back()
+            or (lending.best > self.priority and lending.table.free <= 0 and lending.may_lend())
             or (self.dirty and time.monotonic() - self.saved_at >= lending.interval)
         )
 
@@ -198,11 +210,11 @@ class Control:
         if claim.cancelled:
             raise Interrupted("cancelled")
         saves = not claim.job.id.startswith(RUN_PREFIX)  # a schedule's run is not resumed
-        if lending.stopping.is_set():
+        if lending.handing_back():
             if self.dirty and saves:
                 await self._quietly(lending.save(self))
             raise Interrupted("handback")
-        lend = lending.best > self.priority and lending.table.free <= 0 and not lending.claiming
+        lend = lending.best > self.priority and lending.table.free <= 0 and lending.may_lend()
         due = time.monotonic() - self.saved_at >= lending.interval
         if self.dirty and saves and (lend or due):
             await self._quietly(lending.save(self))

@@ -93,6 +93,8 @@ class Worker:
         self.table = ClaimTable(self.concurrency)
         self._stopping = asyncio.Event()
         self._hard = False
+        self._retiring = False  # a scale-down: finish every running job, however long
+        self._signalled = False
         self._crashed: str | None = None
         self.runner = Runner(app, self.id, self.executor)
         self.settler = Settler(self.shards, self.table, self.settings)
@@ -145,14 +147,34 @@ class Worker:
         self._stopping.set()
         self.table.slot_free.set()
 
+    def retire(self) -> None:
+        """Stop claiming and finish every running job, without the grace period: nothing is
+        handed back (a supervisor scaling down). A SIGTERM/SIGINT meanwhile turns it into a
+        graceful stop, whose grace starts then."""
+        if self._stopping.is_set():
+            return
+        log.info("retiring: no more claims; finishing %d running jobs, then exiting",
+                 self.table.running)  # fmt: skip
+        self._retiring = self.lending.retiring = True
+        self.stop()
+
     def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT: the first stops gracefully, a second stops at once."""
+        """SIGTERM/SIGINT: the first stops gracefully, a second stops at once. SIGUSR1:
+        `retire` (the supervisor's scale-down)."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
+        loop.add_signal_handler(signal.SIGUSR1, self.retire)
 
     def _on_signal(self, sig: signal.Signals) -> None:
-        if self._stopping.is_set():
+        first = not self._signalled
+        self._signalled = True
+        if self._retiring and first:
+            log.info("%s while retiring: the running jobs get %.0f s more, then are handed "
+                     "back", sig.name, self.settings.shutdown_grace)  # fmt: skip
+            self._retiring = self.lending.retiring = False
+            self.table.slot_free.set()  # the wait for running jobs takes up the grace now
+        elif self._stopping.is_set():
             log.warning(
                 "%s again: stopping now; unfinished jobs return when leases expire", sig.name
             )
@@ -272,20 +294,24 @@ class Worker:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     async def _finish_running(self) -> None:
-        """Waits up to the grace period for running jobs (a hard stop cuts it short), then
-        cancels the rest."""
+        """Waits up to the grace period for running jobs (a hard stop cuts it short; a retiring
+        worker waits for all of them), then cancels the rest."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.shutdown_grace
-        if self.table.running and not self._hard:
-            log.info("waiting up to %.0f s for %d running jobs",
-                     self.settings.shutdown_grace, self.table.running)  # fmt: skip
+        grace = self.settings.shutdown_grace
+        deadline = loop.time() + grace
+        if self.table.running and not self._hard and not self._retiring:
+            log.info("waiting up to %.0f s for %d running jobs", grace, self.table.running)
         while True:
             self.table.slot_free.clear()  # set by every finishing job and by stop(hard=True)
+            if self._retiring:  # no deadline yet; a signal starts the grace from then
+                deadline = loop.time() + grace
             remaining = deadline - loop.time()
             if not self.table.running or self._hard or remaining <= 0:
                 break
             try:
-                await asyncio.wait_for(self.table.slot_free.wait(), remaining)
+                await asyncio.wait_for(
+                    self.table.slot_free.wait(), None if self._retiring else remaining
+                )
             except TimeoutError:
                 break
         runs = self.table.runs()

@@ -1,0 +1,502 @@
+"""Autoscaling: a supervisor sizes its pool of worker processes between MIN and MAX from what
+waits in Redis, and registers itself there so that several supervisors share the work.
+
+Every `Settings.scale_interval` the `Autoscaler` (from a thread of the supervisor's) does one
+round trip (a pipeline): it writes
+its supervisor's registration (`beat_supervisor.lua`) and reads the `Signal`
+(`scale_signal.lua` on every shard workers claim from). `plan` (pure) turns a signal into the
+processes this supervisor should run; `Policy` applies that with hysteresis.
+
+The rule (README and docs/deploy.md say the same):
+
+- slots needed, over the namespace = jobs running (leases held) + the backlog the slots cannot
+  start within one scale interval: ``ready + due-but-unpromoted - completions/s * interval``;
+- processes needed, over every supervisor = ``ceil((slots needed - slots of workers no
+  supervisor runs) / concurrency)``; under pressure (the oldest unpromoted due entry waited
+  longer than one interval and is waiting longer than at the last look, or the lateness p99 of
+  the last 20 s exceeds one interval: at most once per 20 s) at least 1.5 times the processes
+  the supervisors run now;
+- this supervisor's share = ``ceil(processes needed * its MAX / sum of the MAXes of the live
+  supervisors)``, within its MIN..MAX. Each supervisor takes a share of one shared figure, so
+  two of them seeing the same backlog do not both jump to MAX;
+- up at once to the share; down one process at a time, once the share stayed below the pool
+  for `Settings.scale_down_after` seconds without a break (the timer starts again after each).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import re
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import redis
+from redis.exceptions import NoScriptError
+
+from .admin import lateness_summary
+from .protocol import LATENESS_WINDOW_MS, MAX_PRIORITY, MIN_PRIORITY
+from .scripts import SHAS, Call, Scripts
+
+if TYPE_CHECKING:
+    from .app import App
+
+__all__ = [
+    "Autoscaler",
+    "CompletionRate",
+    "Plan",
+    "Policy",
+    "Signal",
+    "SupervisorInfo",
+    "plan",
+    "read_signal",
+    "supervisor_ttl_ms",
+]
+
+log = logging.getLogger("drumbeat.autoscale")
+
+#: Lateness counts as recent over this many windows of the `lateness` ring (10 s each).
+RECENT_WINDOWS = 2
+#: Under pressure the supervisors together grow by at least this factor.
+PRESSURE_GROWTH = 1.5
+
+
+def supervisor_ttl_ms(scale_interval: float) -> int:
+    """How long a supervisor's registration lives without a beat (it beats every interval)."""
+    return int(3 * scale_interval * 1000) + 5000
+
+
+# -- the signal --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorInfo:
+    """A live supervisor, from its registration."""
+
+    id: str
+    heartbeat_ms: int
+    host: str | None = None
+    pid: int | None = None
+    live: int = 0
+    desired: int = 0
+    minimum: int = 1
+    maximum: int = 1
+    concurrency: int | None = None
+    slots: int = 0
+    """Slots of its processes, retiring ones included (they still hold their registration)."""
+    reason: str = ""
+    """Why it last changed its pool (or how it started)."""
+    reason_ms: int | None = None
+    started_ms: int | None = None
+    needed: int | None = None
+    """Processes its last decision found needed over every supervisor."""
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """What waits and what runs, over every shard workers claim from."""
+
+    now_ms: int
+    ready_by_priority: tuple[int, ...]
+    """Jobs and runs waiting in `ready`, indexed by priority 0..9."""
+    due_now: int
+    """Entries of `due` past their time, not yet promoted: delayed jobs, and schedule buckets
+    with runs due (one entry per bucket, however many runs it holds)."""
+    lag_ms: int
+    """How long the oldest of those has waited (0 when none)."""
+    running: int
+    """Leases held: the busy slots."""
+    slots: int
+    """Slots of the live workers (registered within one lease)."""
+    workers: int
+    processed: Mapping[str, int]
+    """Jobs each live worker has finished, for `CompletionRate`."""
+    lateness_p99_ms: float | None
+    """Schedule runs' start lateness p99 over the last `RECENT_WINDOWS` windows."""
+    supervisors: tuple[SupervisorInfo, ...] = ()
+
+    @property
+    def ready(self) -> int:
+        return sum(self.ready_by_priority)
+
+    @property
+    def backlog(self) -> int:
+        return self.ready + self.due_now
+
+
+def _str(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def _json(raw: bytes | str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw) if raw else None
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: Any, default: int | None = None) -> Any:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _supervisor(sid: str, expiry_ms: int, info: Mapping[str, Any]) -> SupervisorInfo:
+    host, reason = info.get("host"), info.get("reason")
+    return SupervisorInfo(
+        id=sid,
+        heartbeat_ms=expiry_ms - _int(info.get("ttl_ms"), 0),
+        host=host if isinstance(host, str) else None,
+        pid=_int(info.get("pid")),
+        live=_int(info.get("live"), 0),
+        desired=_int(info.get("desired"), 0),
+        minimum=_int(info.get("min"), 1),
+        maximum=max(1, _int(info.get("max"), 1)),
+        concurrency=_int(info.get("concurrency")),
+        slots=_int(info.get("slots"), 0),
+        reason=reason if isinstance(reason, str) else "",
+        reason_ms=_int(info.get("reason_ms")),
+        started_ms=_int(info.get("started_ms")),
+        needed=_int(info.get("needed")),
+    )
+
+
+def signal_calls(app: App) -> list[Call[Any]]:
+    """The `scale_signal.lua` call of every shard workers claim from; the first (the jobs'
+    shard, where workers and supervisors register) reads the registrations too."""
+    shards: list[Scripts] = [app.scripts]
+    if app.settings.schedule_shards > 1:
+        shards += app.scheduler.scripts
+    lease = app.settings.lease_ms
+    return [s.scale_signal(lease, registrations=i == 0) for i, s in enumerate(shards)]
+
+
+def parse_signal(replies: Sequence[Any]) -> Signal:
+    """A `Signal` from the replies of `signal_calls`, in their order."""
+    now_ms = int(replies[0][0])
+    counts = [0] * (MAX_PRIORITY - MIN_PRIORITY + 1)
+    due_now = running = 0
+    earliest: int | None = None
+    lateness: dict[str, str] = {}
+    for i, raw in enumerate(replies):
+        counts = [c + int(n) for c, n in zip(counts, raw[1], strict=True)]
+        due_now += int(raw[2])
+        if int(raw[3]) >= 0:
+            earliest = int(raw[3]) if earliest is None else min(earliest, int(raw[3]))
+        running += int(raw[4])
+        flat = raw[5]
+        for k in range(0, len(flat), 2):  # shards' windows line up: prefix slots by shard
+            name = _str(flat[k])
+            lateness[f"{name[0]}{i}.{name[1:]}"] = _str(flat[k + 1])
+    workers, sups = replies[0][6], replies[0][7]
+    slots, processed = 0, {}
+    for k in range(0, len(workers), 2):
+        info = _json(workers[k + 1])
+        slots += _int(info.get("concurrency"), 0)
+        processed[_str(workers[k])] = _int(info.get("processed"), 0)
+    supervisors = tuple(
+        _supervisor(_str(sups[k]), int(float(sups[k + 1])), _json(sups[k + 2]))
+        for k in range(0, len(sups), 3)
+    )  # (id, expiry, info): the heartbeat is the expiry less the ttl the info gives
+    lag = now_ms - earliest if earliest is not None and earliest <= now_ms else 0
+    late = lateness_summary(lateness, now_ms, windows=RECENT_WINDOWS)
+    return Signal(
+        now_ms=now_ms,
+        ready_by_priority=tuple(counts),
+        due_now=due_now,
+        lag_ms=lag,
+        running=running,
+        slots=slots,
+        workers=len(processed),
+        processed=processed,
+        lateness_p99_ms=late.p99_ms,
+        supervisors=supervisors,
+    )
+
+
+def run_calls(client: redis.Redis, calls: Sequence[Call[Any]]) -> list[Any]:
+    """Runs ``calls`` in one pipeline (one round trip) and returns their parsed replies; a
+    call refused with NOSCRIPT (Redis restarted) did nothing and runs again on its own."""
+    with client.pipeline(transaction=False) as pipe:
+        for call in calls:
+            pipe.evalsha(SHAS[call.name], len(call.keys), *call.keys, *call.args)
+        raw = pipe.execute(raise_on_error=False)
+    out = []
+    for call, reply in zip(calls, raw, strict=True):
+        if isinstance(reply, NoScriptError):
+            out.append(call.run(client))
+        elif isinstance(reply, Exception):
+            raise reply
+        else:
+            out.append(call.parse(reply))
+    return out
+
+
+def read_signal(app: App) -> Signal:
+    """The signal now, for `drumbeat status` (one round trip, nothing written)."""
+    return parse_signal(run_calls(app.redis, signal_calls(app)))
+
+
+# -- the decision ------------------------------------------------------------------------------
+
+
+class CompletionRate:
+    """Jobs finished per second, from the ``processed`` count each live worker's heartbeat
+    reports (every lease/3), over a window of several beats: workers present at both ends."""
+
+    def __init__(self, window_ms: int) -> None:
+        self.window_ms = window_ms
+        self.samples: deque[tuple[int, dict[str, int]]] = deque()
+
+    def add(self, now_ms: int, processed: Mapping[str, int]) -> float | None:
+        """Adds a sample; returns the rate over the window, or None before two samples."""
+        self.samples.append((now_ms, dict(processed)))
+        while len(self.samples) > 2 and now_ms - self.samples[1][0] >= self.window_ms:
+            self.samples.popleft()
+        then, before = self.samples[0]
+        if now_ms <= then:
+            return None
+        done = sum(max(0, n - before[w]) for w, n in processed.items() if w in before)
+        return done * 1000 / (now_ms - then)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a signal asks of one supervisor."""
+
+    mine: int
+    """Processes this supervisor should run, within its MIN..MAX."""
+    processes: int
+    """Processes needed over every supervisor."""
+    slots: int
+    """Slots needed over the namespace (running + what cannot start within an interval)."""
+    share: str
+    """``its MAX/sum of MAXes``."""
+
+
+def plan(
+    signal: Signal,
+    *,
+    me: str,
+    minimum: int,
+    maximum: int,
+    live: int,
+    slots: int,
+    concurrency: int,
+    rate: float | None,
+    interval: float,
+    pressure: bool = False,
+) -> Plan:
+    """The processes supervisor ``me`` (running ``live`` processes with ``slots`` slots in all)
+    should run for ``signal`` (the rule is in the module docstring)."""
+    others = [s for s in signal.supervisors if s.id != me]
+    sum_max = maximum + sum(s.maximum for s in others)
+    supervised_slots = slots + sum(s.slots for s in others)
+    supervised_live = live + sum(s.live for s in others)
+    unsupervised = max(0, signal.slots - supervised_slots)
+    startable = (rate or 0.0) * interval
+    needed_slots = signal.running + max(0, math.ceil(signal.backlog - startable))
+    processes = math.ceil(max(0, needed_slots - unsupervised) / concurrency)
+    if pressure:
+        processes = max(processes, math.ceil(max(1, supervised_live) * PRESSURE_GROWTH))
+    mine = math.ceil(processes * maximum / sum_max)
+    return Plan(max(minimum, min(maximum, mine)), processes, needed_slots, f"{maximum}/{sum_max}")
+
+
+def describe(signal: Signal, p: Plan, rate: float | None, pressure: str | None) -> str:
+    """The inputs and outcome of a decision in one line, for logs and `drumbeat status`."""
+    levels = [f"p{i} {n}" for i, n in reversed(list(enumerate(signal.ready_by_priority))) if n]
+    ready = f"{signal.ready} ready" + (f" ({', '.join(levels[:3])})" if levels else "")
+    due = f", {signal.due_now} due unclaimed (lag {signal.lag_ms} ms)" if signal.due_now else ""
+    done = "?" if rate is None else f"{rate:.0f}"
+    why = f"; {pressure}" if pressure else ""
+    return (
+        f"{ready}{due}, {signal.running} of {signal.slots} slots busy, {done} jobs/s done{why}"
+        f" → {p.processes} processes in all, {p.mine} here (share {p.share})"
+    )
+
+
+@dataclass
+class Policy:
+    """Hysteresis over `plan`: up at once, down one process per ``scale_down_after`` seconds of
+    a plan continuously below the pool. Times are monotonic seconds, passed in."""
+
+    minimum: int
+    maximum: int
+    scale_down_after: float
+    desired: int = 0
+    reason: str = ""
+    changed: bool = False
+    """The last `step` changed `desired`."""
+    _below_since: float | None = None
+    _lag_ms: int = 0
+    _late_quiet_until: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.minimum <= self.maximum:
+            raise ValueError(
+                f"expected 1 <= MIN <= MAX processes, got MIN {self.minimum}, MAX {self.maximum}"
+            )
+        self.desired = self.desired or self.minimum
+        fixed = self.minimum == self.maximum
+        self.reason = self.reason or (
+            f"fixed pool of {self.minimum}" if fixed else f"started at MIN ({self.minimum})"
+        )
+
+    def pressure(self, signal: Signal, interval: float, now: float) -> str | None:
+        """Why work waits longer than it should although the backlog rule is content, if so:
+        schedule lag past one interval and growing, or recent lateness p99 past one interval
+        (counted once per `RECENT_WINDOWS` windows: the ring still holds the lateness from
+        before the last scale-up until they pass)."""
+        interval_ms = interval * 1000
+        grew = signal.lag_ms > interval_ms and signal.lag_ms > self._lag_ms
+        self._lag_ms = signal.lag_ms
+        if grew:
+            return f"schedule lag {signal.lag_ms} ms and growing"
+        p99 = signal.lateness_p99_ms
+        if p99 is not None and p99 > interval_ms and now >= self._late_quiet_until:
+            self._late_quiet_until = now + RECENT_WINDOWS * LATENESS_WINDOW_MS / 1000
+            return f"lateness p99 {p99:.0f} ms"
+        return None
+
+    def step(self, now: float, target: int, reason: str) -> int:
+        """The pool size after a plan of ``target`` processes at ``now``."""
+        self.changed = False
+        target = max(self.minimum, min(self.maximum, target))
+        if target > self.desired:
+            self._below_since = None
+            self._set(target, reason)
+        elif target < self.desired:
+            if self._below_since is None:
+                self._below_since = now
+            if now - self._below_since >= self.scale_down_after:
+                self._below_since = now  # the next one waits as long again
+                self._set(
+                    self.desired - 1,
+                    f"{reason}; below the pool for {self.scale_down_after:g} s → retiring one",
+                )
+        else:
+            self._below_since = None
+        return self.desired
+
+    def _set(self, desired: int, reason: str) -> None:
+        self.desired, self.reason, self.changed = desired, reason, True
+
+
+# -- the supervisor's side ---------------------------------------------------------------------
+
+
+def _supervisor_id() -> str:
+    host = re.sub(r"[^A-Za-z0-9_.:@/+=-]", "-", socket.gethostname()) or "host"
+    return f"{host}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
+
+
+class Autoscaler:
+    """A supervisor's link to Redis. `look` registers the supervisor, reads the signal and
+    returns the pool size wanted; `decide` (the supervisor's call, every loop) never blocks:
+    a thread of its own looks every scale interval with the pool's latest state, so a slow or
+    unreachable Redis never holds up restarts and signals. `close` deregisters. MIN == MAX is a
+    fixed pool (registered all the same: `drumbeat status` shows it, other supervisors count
+    its MAX)."""
+
+    def __init__(self, app: App, *, minimum: int, maximum: int, concurrency: int) -> None:
+        self.app = app
+        self.settings = app.settings
+        self.interval = self.settings.scale_interval
+        self.concurrency = concurrency
+        self.id = _supervisor_id()
+        self.policy = Policy(minimum, maximum, self.settings.scale_down_after)
+        window = max(self.settings.lease_ms, int(5 * self.interval * 1000))
+        self.rate = CompletionRate(window)
+        self.started_ms: int | None = None
+        self.reason_ms: int | None = None
+        self.last: Signal | None = None
+        self.last_plan: Plan | None = None
+        self._failing = False
+        self._state = (0, minimum, 0)  # live, desired, retiring: the supervisor's last word
+        self._wanted = minimum
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def info(self, live: int, desired: int, retiring: int) -> dict[str, Any]:
+        p = self.last_plan
+        return {
+            "host": socket.gethostname(), "pid": os.getpid(), "live": live, "desired": desired,
+            "min": self.policy.minimum, "max": self.policy.maximum,
+            "concurrency": self.concurrency, "slots": (live + retiring) * self.concurrency,
+            "reason": self.policy.reason, "reason_ms": self.reason_ms,
+            "started_ms": self.started_ms, "needed": None if p is None else p.processes,
+            "ttl_ms": supervisor_ttl_ms(self.interval),
+        }  # fmt: skip
+
+    def decide(self, live: int, desired: int, retiring: int) -> int:
+        """The pool size the last look wanted; the next look sees this state of the pool."""
+        self._state = (live, desired, retiring)
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="drumbeat-autoscale", daemon=True
+            )
+            self._thread.start()
+        return self._wanted
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            live, desired, retiring = self._state
+            try:
+                self._wanted = self.look(live, desired, retiring, time.monotonic())
+            except Exception:  # a bug here must not end the thread: the pool would freeze
+                log.exception("autoscaling failed; keeping %d processes", self._wanted)
+            self._stop.wait(self.interval)
+
+    def look(self, live: int, desired: int, retiring: int, now: float) -> int:
+        """One look: returns the pool size wanted (the policy's last when Redis fails)."""
+        info = json.dumps(self.info(live, desired, retiring)).encode()
+        ttl = supervisor_ttl_ms(self.interval)
+        calls: list[Call[Any]] = [self.app.scripts.beat_supervisor(self.id, info, ttl)]
+        calls += signal_calls(self.app)
+        try:
+            replies = run_calls(self.app.redis, calls)
+        except (redis.RedisError, OSError) as exc:
+            if not self._failing:
+                log.warning("autoscaling: cannot read Redis (%s: %s); keeping %d processes "
+                            "until it answers", type(exc).__name__, exc, desired)  # fmt: skip
+            self._failing = True
+            return self.policy.desired
+        if self._failing:
+            log.info("autoscaling: Redis answers again")
+            self._failing = False
+        signal = parse_signal(replies[1:])
+        if self.started_ms is None:
+            self.started_ms = self.reason_ms = signal.now_ms
+        rate = self.rate.add(signal.now_ms, signal.processed)
+        pressure = self.policy.pressure(signal, self.interval, now)
+        p = plan(
+            signal, me=self.id, minimum=self.policy.minimum, maximum=self.policy.maximum,
+            live=live, slots=(live + retiring) * self.concurrency,
+            concurrency=self.concurrency, rate=rate, interval=self.interval,
+            pressure=pressure is not None,
+        )  # fmt: skip
+        self.last, self.last_plan = signal, p
+        wanted = self.policy.step(now, p.mine, describe(signal, p, rate, pressure))
+        if self.policy.changed:
+            self.reason_ms = signal.now_ms
+            log.info("scaling to %d processes: %s", wanted, self.policy.reason)
+        return wanted
+
+    def close(self) -> None:
+        """Stops looking and deregisters (a stopped supervisor leaves the others' shares at
+        once; one killed leaves when its registration expires)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)  # a look in flight on a dead Redis: deregistering fails too
+        with contextlib.suppress(redis.RedisError, OSError):
+            ttl = supervisor_ttl_ms(self.interval)
+            self.app.scripts.beat_supervisor(self.id, b"", ttl).run(self.app.redis)

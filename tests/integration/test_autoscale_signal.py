@@ -1,0 +1,107 @@
+"""The autoscaler's reads and writes against a real redis-server: the signal (one round trip)
+and the supervisors' registrations."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import drumbeat
+from drumbeat.autoscale import Autoscaler, read_signal, run_calls, supervisor_ttl_ms
+from tests.conftest import RedisServer, running_worker
+from tests.helpers import wait_for_async
+
+
+async def test_signal_counts_backlog_per_priority_due_entries_and_busy_slots(
+    app: drumbeat.App,
+) -> None:
+    gate = asyncio.Event()
+
+    @app.task(name="t.hold")
+    async def hold() -> None:
+        await gate.wait()
+
+    jobs = [drumbeat.Prepared("t.x", [], {}, drumbeat.Options(priority=p)) for p in (0, 0, 4, 9)]
+    jobs.append(drumbeat.Prepared("t.x", [], {}, drumbeat.Options(delay=0.05)))
+    await app.aenqueue_many(jobs)
+    await wait_for_async(lambda: asyncio.to_thread(read_signal, app),
+                         until=lambda s: s.due_now == 1 and s.lag_ms > 0,
+                         message="the delayed job should be due and not promoted")  # fmt: skip
+    sig = read_signal(app)
+    assert sig.ready_by_priority == (2, 0, 0, 0, 1, 0, 0, 0, 0, 1)
+    assert sig.backlog == 5
+    assert (sig.running, sig.slots, sig.workers) == (0, 0, 0)
+
+    async with running_worker(app, concurrency=3):
+        for _ in range(3):
+            await app.aenqueue("t.hold")
+        sig = await wait_for_async(
+            lambda: asyncio.to_thread(read_signal, app),
+            until=lambda s: s.running == 3 and s.slots == 3,
+            message="three busy slots of one registered 3-slot worker",
+        )
+        assert sig.workers == 1
+        gate.set()
+
+
+async def test_supervisors_register_expire_and_deregister(app: drumbeat.App) -> None:
+    a = Autoscaler(app, minimum=1, maximum=3, concurrency=4)
+    b = Autoscaler(app, minimum=2, maximum=5, concurrency=4)
+    assert a.look(live=1, desired=1, retiring=0, now=0.0) == 1
+    assert b.look(live=2, desired=2, retiring=0, now=0.0) == 2
+    sig = read_signal(app)
+    by_id = {s.id: s for s in sig.supervisors}
+    assert set(by_id) == {a.id, b.id}
+    assert (by_id[b.id].minimum, by_id[b.id].maximum, by_id[b.id].live) == (2, 5, 2)
+    assert by_id[a.id].slots == 4 and by_id[a.id].reason == "started at MIN (1)"
+
+    b.close()
+    assert {s.id for s in read_signal(app).supervisors} == {a.id}
+
+    # A supervisor that stops beating (killed) is swept by the next beat past its ttl.
+    ttl = supervisor_ttl_ms(app.settings.scale_interval)
+    expired_ms = int(app.redis.time()[0]) * 1000 - 1000
+    app.redis.zadd(app.keys.supervisors, {"gone.1.x": expired_ms})
+    app.redis.hset(app.keys.supervisorinfo, "gone.1.x", json.dumps({"max": 9}))
+    assert {s.id for s in read_signal(app).supervisors} == {a.id}, "a stale one is not live"
+    run_calls(app.redis, [app.scripts.beat_supervisor(a.id, b'{"max": 3}', ttl)])
+    assert app.redis.zscore(app.keys.supervisors, "gone.1.x") is None
+    assert app.redis.hget(app.keys.supervisorinfo, "gone.1.x") is None
+    a.close()
+    assert app.redis.zcard(app.keys.supervisors) == 0
+
+
+async def test_the_autoscaler_asks_for_more_processes_for_a_backlog(app: drumbeat.App) -> None:
+    scaler = Autoscaler(app, minimum=1, maximum=4, concurrency=2)
+    await app.aenqueue_many([drumbeat.Prepared("t.x", [], {}, drumbeat.Options())] * 5)
+    assert scaler.look(live=1, desired=1, retiring=0, now=0.0) == 3
+    assert "5 ready (p0 5)" in scaler.policy.reason
+    assert "→ 3 processes in all, 3 here" in scaler.policy.reason
+    # The registration carries the decision from the next beat on.
+    scaler.look(live=3, desired=3, retiring=0, now=1.0)
+    (me,) = read_signal(app).supervisors
+    assert (me.live, me.desired, me.needed) == (3, 3, 3)
+    assert me.reason_ms is not None and me.reason.startswith("5 ready")
+    scaler.close()
+
+
+async def test_without_redis_the_pool_stays_as_it_is(
+    own_redis: RedisServer, namespace: str
+) -> None:
+    app = drumbeat.App(own_redis.url, namespace=namespace)
+    scaler = Autoscaler(app, minimum=1, maximum=4, concurrency=2)
+    try:
+        await app.aenqueue_many([drumbeat.Prepared("t.x", [], {}, drumbeat.Options())] * 5)
+        assert scaler.look(live=1, desired=1, retiring=0, now=0.0) == 3
+        own_redis.halt()
+        assert scaler.look(live=3, desired=3, retiring=0, now=1.0) == 3, "kept while Redis is away"
+        # The supervisor's call hands the look to a thread and answers at once.
+        assert scaler.decide(live=3, desired=3, retiring=0) == 1  # nothing looked from there yet
+        await wait_for_async(
+            lambda: scaler.decide(3, 3, 0),
+            until=lambda n: n == 3,
+            message="the thread's look keeps the pool when Redis is away",
+        )
+    finally:
+        scaler.close()
+        await app.aclose()
