@@ -53,6 +53,7 @@ def _start(
     namespace: str,
     processes: int,
     *more: str,
+    new_session: bool = False,
     **env: str,
 ) -> subprocess.Popen[bytes]:
     environ = {**os.environ, "DRUMBEAT_REDIS_URL": url, "DRUMBEAT_NAMESPACE": namespace,
@@ -61,7 +62,7 @@ def _start(
     proc = subprocess.Popen(
         [sys.executable, "-m", "drumbeat", "worker", "tests.apps.sup_app:app",
          "--processes", str(processes), "--concurrency", "4", *more],
-        cwd=ROOT, env=environ,
+        cwd=ROOT, env=environ, start_new_session=new_session,
     )  # fmt: skip
     started.append(proc)
     return proc
@@ -231,6 +232,56 @@ def test_a_busy_healthy_worker_is_not_taken_for_hung(
         ]
         assert [j.result(timeout=60) for j in jobs] == [first, first]
         assert _pids(r, namespace, "start") == {first}, "a healthy worker was replaced"
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(30) == 0
+    finally:
+        app.close()
+
+
+def test_ctrl_c_in_a_terminal_stops_the_workers_gracefully(
+    redis_url: str, namespace: str, r: redis.Redis, supervise: list[subprocess.Popen[bytes]]
+) -> None:
+    """A terminal's Ctrl-C signals the whole foreground process group: the supervisor and its
+    workers at once. The workers leave it to the supervisor, whose SIGTERM is then their first
+    signal (a graceful stop), not their second (a hard stop that hands every job back)."""
+    sup = _start(supervise, redis_url, namespace, 1, new_session=True)
+    wait_for(lambda: _pids(r, namespace, "start"), until=bool,
+             message="the worker process should start")  # fmt: skip
+    app = drumbeat.App(redis_url, namespace=namespace)
+    try:
+        job = app.enqueue("tests.apps.sup_app.nap", 2.0)
+        wait_for(job.status, until=lambda s: s == drumbeat.JobStatus.RUNNING,
+                 message="the job should start")  # fmt: skip
+        os.killpg(sup.pid, signal.SIGINT)  # as Ctrl-C does: the group
+        assert sup.wait(30) == 0
+        assert job.status() == drumbeat.JobStatus.COMPLETE, (
+            f"the running job should finish within the grace, not be handed back: it is "
+            f"{job.status()}"
+        )
+    finally:
+        app.close()
+
+
+def test_a_recycled_worker_finishes_its_long_jobs_past_the_grace(
+    redis_url: str, namespace: str, r: redis.Redis, supervise: list[subprocess.Popen[bytes]]
+) -> None:
+    """Past --max-jobs a worker retires as a scale-down does: it finishes every running job,
+    however long, instead of handing back what outlasts `shutdown_grace`."""
+    sup = _start(supervise, redis_url, namespace, 1, "--max-jobs", "1",
+                 DRUMBEAT_SHUTDOWN_GRACE="0.5")  # fmt: skip
+    wait_for(lambda: _pids(r, namespace, "start"), until=bool,
+             message="the worker process should start")  # fmt: skip
+    app = drumbeat.App(redis_url, namespace=namespace)
+    try:
+        long = app.enqueue("tests.apps.sup_app.nap", 3.0)
+        wait_for(long.status, until=lambda s: s == drumbeat.JobStatus.RUNNING,
+                 message="the long job should start")  # fmt: skip
+        quick = app.enqueue("tests.apps.sup_app.nap", 0.0)  # its end spends the budget
+        recycled = quick.result(timeout=20)
+        assert long.result(timeout=30) == recycled, (
+            "the long job should finish on the recycled worker, not be handed back to its "
+            "successor after the grace"
+        )
         sup.send_signal(signal.SIGTERM)
         assert sup.wait(30) == 0
     finally:

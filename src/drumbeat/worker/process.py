@@ -32,7 +32,7 @@ from .hooks import Hooks
 from .housekeeping import Housekeeper
 from .leases import Heartbeat
 from .link import Link
-from .liveness import TICK, Liveness
+from .liveness import SUPERVISOR_FD, TICK, Liveness
 from .recycling import Budget, Recycler
 from .retrying import is_transient, supervise
 from .running import Runs
@@ -107,7 +107,7 @@ class Worker:
         self.housekeeper = Housekeeper(self.shards, self.settings, self._stopping)
         self.budget = budget or Budget()
         self.recycler = Recycler(
-            self.budget, lambda: self.processed + self.failed, self.stop, self._stopping
+            self.budget, lambda: self.processed + self.failed, self.retire, self._stopping
         )
         self.lending = Lending(
             worker_id=self.id, scripts=app.scripts, table=self.table, settings=self.settings,
@@ -162,8 +162,14 @@ class Worker:
         """SIGTERM/SIGINT: the first stops gracefully, a second stops at once. SIGUSR1:
         `retire` (the supervisor's scale-down)."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig)
+        loop.add_signal_handler(signal.SIGTERM, self._on_signal, signal.SIGTERM)
+        if os.environ.get(SUPERVISOR_FD):
+            # Ctrl-C in a terminal reaches the supervisor and its workers alike (one process
+            # group); the supervisor passes it on as SIGTERM. Taken here too, it would make
+            # that SIGTERM a second signal: a hard stop that hands every job back.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        else:
+            loop.add_signal_handler(signal.SIGINT, self._on_signal, signal.SIGINT)
         loop.add_signal_handler(signal.SIGUSR1, self.retire)
 
     def _on_signal(self, sig: signal.Signals) -> None:
