@@ -1,6 +1,7 @@
 """Recycling: a worker past its job or memory budget stops claiming, finishes its jobs (however
-long they take: nothing is handed back) and exits, so whatever a long-lived process accumulates (leaks, stale state) goes with
-it. Under a supervisor it first asks for its replacement, so capacity never dips.
+long they take: nothing is handed back) and exits, so whatever a long-lived process accumulates
+(leaks, stale state) goes with it. Under a supervisor it first asks for its replacement, so
+capacity never dips.
 """
 
 from __future__ import annotations
