@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
@@ -369,7 +369,7 @@ class App:
             o = prepared.options
             if len(groups[-1]) >= 6 * self.settings.batch_limit:
                 groups.append([])
-            groups[-1] += [uuid.uuid4().hex, spec, o.priority, o.delay_ms, o.at_ms, o.key or ""]
+            groups[-1] += [os.urandom(16).hex(), spec, o.priority, o.delay_ms, o.at_ms, o.key or ""]
         return [self.scripts.enqueue(g) for g in groups if g]
 
     def _jobs_of(self, results: Sequence[Any]) -> list[Job[Any]]:

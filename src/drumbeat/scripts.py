@@ -220,11 +220,12 @@ class Scripts:
 
     def __init__(self, keys: Keys) -> None:
         self.k = keys
+        k = keys
+        # Built once: an enqueue of one job is the producer's hot path.
+        self._enqueue_keys = (k.ready, k.due, k.jobs, k.state, k.uniq, k.seq, k.wake, k.signals)
 
     def enqueue(self, groups: Sequence[str | bytes | int]) -> Call[list[Enqueued]]:
-        k = self.k
-        keys = [k.ready, k.due, k.jobs, k.state, k.uniq, k.seq, k.wake, k.signals]
-        return Call("enqueue", keys, groups, _parse_enqueue)
+        return Call("enqueue", self._enqueue_keys, groups, _parse_enqueue)
 
     def claim(
         self, worker: str, limit: int, lease_ms: int, promote: int, buckets: Sequence[int] = ()
