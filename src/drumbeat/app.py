@@ -194,12 +194,17 @@ class App:
         return self._jobs_of(results)
 
     def enqueue(self, task: str, *args: Any, **kwargs: Any) -> Job[Any]:
-        """Enqueue a task by name (for producers that do not import the task's code)."""
-        return self.enqueue_many([Prepared(task, args, kwargs)])[0]
+        """Enqueue a task by name (for producers that do not import the task's code); a task
+        registered here keeps its own defaults (its priority)."""
+        return self.enqueue_many([self._by_name(task, args, kwargs)])[0]
 
     async def aenqueue(self, task: str, *args: Any, **kwargs: Any) -> Job[Any]:
         """`enqueue` for async callers."""
-        return (await self.aenqueue_many([Prepared(task, args, kwargs)]))[0]
+        return (await self.aenqueue_many([self._by_name(task, args, kwargs)]))[0]
+
+    def _by_name(self, task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Prepared:
+        known = self.tasks.get(task)
+        return known.prepare(*args, **kwargs) if known is not None else Prepared(task, args, kwargs)
 
     # -- schedules -----------------------------------------------------------------------------
 

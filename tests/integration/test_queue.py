@@ -12,6 +12,7 @@ import pytest
 import redis
 
 import drumbeat
+from drumbeat.protocol import MAX_PRIORITY, PRIORITY_SPAN
 from drumbeat.scripts import Call
 from tests.conftest import RedisServer, reap_call, running_worker
 from tests.helpers import blocked_in, commands, wait_for_async
@@ -508,3 +509,18 @@ def test_only_jobs_that_can_outrank_a_running_one_are_announced(
     assert message is not None and message["data"] == b"r5", (
         f"the first announcement should be the priority-5 job's (b'r5'), got {message!r}"
     )
+
+
+async def test_a_task_enqueued_by_name_keeps_its_registered_priority(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    @app.task(name="urgent.thing", priority=7)
+    def urgent_thing() -> None: ...
+
+    jobs = [app.enqueue("urgent.thing"), await app.aenqueue("urgent.thing")]
+    for job in jobs:
+        score = r.zscore(app.keys.ready, job.id)
+        assert score is not None
+        assert MAX_PRIORITY - int(score) // PRIORITY_SPAN == 7, (
+            "a task enqueued by name should keep the priority it was registered with"
+        )
