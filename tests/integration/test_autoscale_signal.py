@@ -95,8 +95,9 @@ async def test_without_redis_the_pool_stays_as_it_is(
         assert scaler.look(live=1, desired=1, retiring=0, now=0.0) == 3
         own_redis.halt()
         assert scaler.look(live=3, desired=3, retiring=0, now=1.0) == 3, "kept while Redis is away"
-        # The supervisor's call hands the look to a thread and answers at once.
-        assert scaler.decide(live=3, desired=3, retiring=0) == 1  # nothing looked from there yet
+        # The supervisor's call hands the look to a thread and answers at once, with whatever
+        # that thread last found (it may or may not have looked yet: not asserted, a race).
+        scaler.decide(live=3, desired=3, retiring=0)
         await wait_for_async(
             lambda: scaler.decide(3, 3, 0),
             until=lambda n: n == 3,
