@@ -45,6 +45,7 @@ SCRIPT_NAMES = (
     "cancel",
     "scale_signal",
     "beat_supervisor",
+    "tally",
 )
 
 
@@ -307,6 +308,10 @@ class Scripts:
         keys = [k.dead, k.errors, k.state, k.ready, k.results, k.expires, k.seq, k.wake]
         keys += [k.uniq, k.jobs] + [k.done(i) for i in ids]
         return Call("revive", keys, list(ids), int)
+
+    def tally(self, fields: Sequence[str | int]) -> Call[int]:
+        """Adds to the `metrics` counters: ``fields`` are pairs of field, increment."""
+        return Call("tally", [self.k.metrics], fields, int)
 
     def purge(self, ids: Sequence[str]) -> Call[int]:
         k = self.k
