@@ -3,6 +3,7 @@ scrape time, against a known workload run by two workers with connections of the
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -13,8 +14,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import drumbeat
 from drumbeat import metrics
+from drumbeat.job import encode_success
+from drumbeat.runner import Done
+from drumbeat.worker.claims import ClaimTable
+from drumbeat.worker.link import Link
+from drumbeat.worker.settling import Settler
 from drumbeat.worker.tally import DURATION_BUCKETS
-from tests.conftest import running_worker
+from tests.conftest import reap_call, running_worker
 from tests.helpers import wait_for_async
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -137,3 +143,35 @@ async def test_metrics_off_writes_no_counters(redis_url: str, namespace: str) ->
         assert value(scrape(app), "drumbeat_jobs_total", task="ok", outcome="complete") == 0
     finally:
         await app.aclose()
+
+
+async def test_an_ack_refused_for_a_lost_lease_is_not_counted(app: drumbeat.App) -> None:
+    """The count sent with the batch is taken back once Redis refuses the ack (fencing)."""
+
+    @app.task(name="work", retries=3)
+    def work() -> None: ...
+
+    r = app.redis
+    job = work.enqueue()
+    stale = app.scripts.claim("worker-a", 1, 10_000, 100).run(r).jobs[0]
+    r.zadd(app.keys.leases, {job.id: 1})  # backdated: the reaper hands it to another worker
+    assert reap_call(app).run(r).requeued == 1
+    fresh = app.scripts.claim("worker-b", 1, 10_000, 100).run(r).jobs[0]
+
+    link = Link(await app.aredis())
+    table = ClaimTable(2)
+    settler = Settler([app.scripts], table, app.settings)
+    runs = asyncio.create_task(settler.run(link))
+    for claimed, result in ((stale, "stale"), (fresh, "fresh")):
+        claim = table.hold(0, claimed)
+        claim.task_name, claim.seconds = "work", 0.002
+        settler.add(claim, Done(encode_success(app.codec, result, 1 << 20), 60_000))
+        await wait_for_async(lambda: len(table), lambda n: n == 0, message="settled")
+    settler.close()
+    await asyncio.wait_for(runs, 10)
+    await link.aclose()
+
+    assert job.result(timeout=1) == "fresh"
+    samples = scrape(app)
+    assert value(samples, "drumbeat_jobs_total", task="work", outcome="complete") == 1
+    assert value(samples, "drumbeat_job_duration_seconds_count", task="work") == 1
