@@ -82,6 +82,8 @@ def test_overview_shows_queues_and_a_live_worker(
             seeded += [drumbeat.Prepared("boom", ["x"], {}, drumbeat.Options(delay=600))]
             app.enqueue_many(seeded)
 
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.goto(served.url + "/")
             row = page.locator('#queues tr[data-queue="default"]')
             assert row.locator('[data-priority="0"]').inner_text() == "3"
@@ -103,6 +105,7 @@ def test_overview_shows_queues_and_a_live_worker(
             # Auto-refresh: a job enqueued now shows up without reloading the page.
             app.enqueue_many([drumbeat.Prepared("boom", ["x"], {})])
             row.locator('[data-priority="0"]:text-is("4")').wait_for()
+            assert errors == [], "no script error, no Content-Security-Policy violation"
     finally:
         release.set()
 
@@ -243,6 +246,16 @@ def test_token_is_required_by_header_or_login_cookie(app: drumbeat.App, page: An
         assert TOKEN not in cookie["value"], "the cookie proves the token, it does not hold it"
         api = page.request.get(served.url + "/api/dead")
         assert api.status == 200, "the login cookie authenticates API calls too"
+
+
+def test_every_asset_is_served_by_the_dashboard(app: drumbeat.App) -> None:
+    with serve(app) as served:
+        for path in ("/", "/dead", "/login"):
+            html = httpx.get(served.url + path).text
+            refs = re.findall(r'(?:src|href)="([^"]+)"', html)
+            assert refs and all(r.startswith("/") for r in refs), f"{path}: {refs}"
+        for asset in ("/static/htmx.min.js", "/static/style.css"):
+            assert httpx.get(served.url + asset).status_code == 200, asset
 
 
 # -- JSON and metrics --------------------------------------------------------------------------
