@@ -258,7 +258,8 @@ local function record_lateness(key, now, samples)
     redis.call('HINCRBY', key, 'b' .. slot .. ':' .. bin, c)
     redis.call('HINCRBY', key, 'c' .. bin, c)
   end
-  redis.call('HINCRBY', key, 'cs', sum)
+  -- %.0f: a number past 17 digits would reach Redis with an exponent, which HINCRBY refuses.
+  redis.call('HINCRBY', key, 'cs', string.format('%.0f', sum))
   local old_max = tonumber(redis.call('HGET', key, 'm' .. slot)) or -1
   if max > old_max then redis.call('HSET', key, 'm' .. slot, max) end
 end
