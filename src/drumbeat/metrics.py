@@ -129,7 +129,7 @@ class AppCollector(Collector):
         schedules = app.scheduler.count(app.redis)
 
         ready = GaugeMetricFamily(
-            "drumbeat_queue_ready", "Jobs waiting to run, per queue and priority (0 = first).",
+            "drumbeat_queue_ready", "Jobs waiting to run, per queue and priority (9 runs first).",
             labels=["queue", "priority"],
         )  # fmt: skip
         for queue, by_priority in admin.ready_by_queue(stats).items():

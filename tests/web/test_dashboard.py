@@ -218,6 +218,7 @@ def test_non_loopback_bind_without_token_refuses_to_start(
     )
     assert result.exit_code == 2, result.output
     assert "DRUMBEAT_DASHBOARD_TOKEN" in result.output
+    assert "dashboard on http" not in result.output, "nothing announced that is not served"
 
 
 def test_token_is_required_by_header_or_login_cookie(app: drumbeat.App, page: Any) -> None:

@@ -394,8 +394,7 @@ def dashboard_command(
             ) from None
         app = load_app(app_spec)
         try:
-            _err().print(f"drumbeat dashboard on http://{host}:{port}/ (Ctrl-C stops it)")
-            dashboard.serve(app, host, port, read_only=read_only)
+            dashboard.serve(app, host, port, read_only=read_only, announce=_err().print)
         except dashboard.InsecureBind as exc:
             raise CliError(str(exc), USAGE_ERROR) from None
         finally:
