@@ -3,6 +3,7 @@ dead-letter actions, tokens, CSRF, read-only, escaping, ``/api`` and ``/metrics`
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -15,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 import drumbeat
-from drumbeat import admin
+from drumbeat import admin, metrics
 from drumbeat.cli import cli
 from drumbeat.dashboard import Guard, InsecureBind
 from tests.helpers import wait_for
@@ -288,3 +289,48 @@ def test_api_json_and_metrics(app: drumbeat.App, redis_url: str, namespace: str)
     assert samples["drumbeat_dead_letters", ()] == 1
     assert samples["drumbeat_queue_ready", (("priority", "3"), ("queue", "default"))] == 1
     assert samples["drumbeat_jobs_total", (("outcome", "dead"), ("task", "boom"))] == 1
+
+
+def test_supervisors_show_live_and_desired_processes_and_why(app: drumbeat.App) -> None:
+    """A registration as `Autoscaler` writes it (`beat_supervisor.lua`), shown on the page and
+    in ``drumbeat_desired_processes``."""
+    info = {
+        "host": "build-7", "pid": 4242, "live": 2, "desired": 3, "min": 1, "max": 5,
+        "concurrency": 10, "slots": 20, "reason": f"backlog {XSS} needs 3", "reason_ms": None,
+        "started_ms": None, "needed": 3, "ttl_ms": 60_000,
+    }  # fmt: skip
+    app.scripts.beat_supervisor("sup-1", json.dumps(info).encode(), 60_000).run(app.redis)
+    with serve(app) as served:
+        html = httpx.get(served.url + "/").text
+        scraped = httpx.get(served.url + "/metrics").text
+    row = re.search(r'<table id="supervisors">.*?</table>', html, re.S)
+    assert row is not None, "a supervisors table"
+    cells = [
+        re.sub(r"\s+", " ", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row[0], re.S)
+    ]
+    assert cells[:5] == ["build-7", "4242", "2 / 3", "1..5", "20"], cells
+    assert cells[5] == "backlog &lt;script&gt;alert(1)&lt;/script&gt; needs 3"
+    desired = [
+        s.value
+        for family in text_string_to_metric_families(scraped)
+        for s in family.samples
+        if s.name == "drumbeat_desired_processes"
+    ]
+    assert desired == [3]
+
+
+def test_delayed_and_lag_gauges(app: drumbeat.App) -> None:
+    app.enqueue_many([drumbeat.Prepared("boom", ["x"], {}, drumbeat.Options(delay=0.05))])
+    app.enqueue_many([drumbeat.Prepared("boom", ["x"], {}, drumbeat.Options(delay=600))])
+
+    def gauges() -> tuple[float, float]:
+        text = metrics.render(app).decode()
+        found = {
+            s.name: s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+        return found["drumbeat_queue_delayed"], found["drumbeat_schedule_lag"]
+
+    # No worker promotes the first: once its time passes it is due and not claimed (lag).
+    assert wait_for(gauges, lambda g: g == (2, 1), message="(delayed, lag)") == (2, 1)
