@@ -46,6 +46,7 @@ SCRIPT_NAMES = (
     "scale_signal",
     "beat_supervisor",
     "tally",
+    "count_schedules",
 )
 
 
@@ -312,6 +313,10 @@ class Scripts:
     def tally(self, fields: Sequence[str | int]) -> Call[int]:
         """Adds to the `metrics` counters: ``fields`` are pairs of field, increment."""
         return Call("tally", [self.k.metrics], fields, int)
+
+    def count_schedules(self, buckets: Sequence[int]) -> Call[int]:
+        """How many schedules the given wheel buckets of this shard hold."""
+        return Call("count_schedules", [self.k.schedules(b) for b in buckets], [], int)
 
     def purge(self, ids: Sequence[str]) -> Call[int]:
         k = self.k

@@ -175,3 +175,21 @@ async def test_an_ack_refused_for_a_lost_lease_is_not_counted(app: drumbeat.App)
     samples = scrape(app)
     assert value(samples, "drumbeat_jobs_total", task="work", outcome="complete") == 1
     assert value(samples, "drumbeat_job_duration_seconds_count", task="work") == 1
+
+
+async def test_schedules_are_counted_over_every_shard_and_after_a_script_flush(
+    redis_url: str, namespace: str
+) -> None:
+    app = drumbeat.App(redis_url, namespace=namespace, schedule_shards=3)
+    try:
+
+        @app.task(name="tick")
+        async def tick() -> None: ...
+
+        app.schedule_many([drumbeat.Schedule(f"s:{i}", tick, every=3600) for i in range(500)])
+        assert len({app.scheduler.shard_of(f"s:{i}") for i in range(500)}) == 3
+        assert app.scheduler.count(app.redis) == 500
+        app.redis.script_flush()  # as after a restart or a failover: NOSCRIPT, then EVAL
+        assert value(scrape(app), "drumbeat_schedules") == 500
+    finally:
+        await app.aclose()
