@@ -334,3 +334,20 @@ def test_delayed_and_lag_gauges(app: drumbeat.App) -> None:
 
     # No worker promotes the first: once its time passes it is due and not claimed (lag).
     assert wait_for(gauges, lambda g: g == (2, 1), message="(delayed, lag)") == (2, 1)
+
+
+def test_csrf_is_required_with_a_token_too_and_replicas_agree(
+    app: drumbeat.App, redis_url: str, namespace: str
+) -> None:
+    _bury(app, redis_url, namespace, ["x"])
+    auth = {"authorization": f"Bearer {TOKEN}", "accept": "application/json"}
+    with serve(app, token=TOKEN) as served:
+        refused = httpx.post(served.url + "/dead/retry", data={"all": "1"}, headers=auth)
+        assert refused.status_code == 403, "a token does not stand in for the CSRF token"
+        # Another process with the same token (a replica) made the page the form came from.
+        replica = Guard(host="127.0.0.1", token=TOKEN).csrf
+        done = httpx.post(
+            served.url + "/dead/retry", data={"all": "1", "csrf": replica}, headers=auth
+        )
+        assert done.json() == {"retry": 1}
+    assert Guard(host="127.0.0.1").csrf != Guard(host="127.0.0.1").csrf, "no token: per process"

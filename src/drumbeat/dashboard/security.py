@@ -6,8 +6,8 @@
   (on any bind) every request must carry it, as ``Authorization: Bearer <token>`` or as the
   cookie the login form sets (Secure, HttpOnly, SameSite=Strict, holding an HMAC of the token,
   not the token).
-- Every state-changing request is a POST carrying the CSRF token the pages embed (derived from
-  a secret made at start); ``--read-only`` refuses them all.
+- Every state-changing request is a POST carrying the CSRF token the pages embed (an HMAC of
+  the token, or without one of a secret made at start); ``--read-only`` refuses them all.
 """
 
 from __future__ import annotations
@@ -74,7 +74,10 @@ class Guard:
 
     @property
     def csrf(self) -> str:
-        return hmac.new(self.secret, b"csrf", hashlib.sha256).hexdigest()
+        # With a token, derived from it, so that every replica behind one address accepts the
+        # pages of the others; without one, from the secret this process made.
+        key = self.token.encode() if self.token else self.secret
+        return hmac.new(key, b"drumbeat-dashboard-csrf", hashlib.sha256).hexdigest()
 
     def authenticated(self, request: Request) -> bool:
         if self.token is None:

@@ -103,7 +103,7 @@ class _Guarded(BaseHTTPMiddleware):
                 status_code=400,
                 media_type="text/plain",
             )
-        if path in ("/login", "/logout") or path.startswith("/static/"):
+        if path == "/login" or path.startswith("/static/"):
             return await call_next(request)
         if not guard.authenticated(request):
             if path.startswith(("/api/", "/metrics")) or request.method != "GET":
