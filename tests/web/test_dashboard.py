@@ -351,3 +351,25 @@ def test_csrf_is_required_with_a_token_too_and_replicas_agree(
         )
         assert done.json() == {"retry": 1}
     assert Guard(host="127.0.0.1").csrf != Guard(host="127.0.0.1").csrf, "no token: per process"
+
+
+def test_overview_shows_schedule_lateness(
+    app: drumbeat.App, redis_url: str, namespace: str
+) -> None:
+    mine = drumbeat.App(redis_url, namespace=namespace)
+
+    @mine.task(name="tick")
+    async def tick() -> None: ...
+
+    mine.schedule("tick:1", tick, every=1)
+    mine.close()  # its sync client: the worker uses its async ones
+    with ThreadWorker(mine), serve(app) as served:
+        html = wait_for(
+            lambda: httpx.get(served.url + "/").text,
+            lambda text: "lateness p50" in text,
+            message="a run started, with its lateness shown",
+            timeout=30,
+            interval=0.3,
+        )
+    assert re.search(r"1 schedules over 1 shard\(s\); [1-9]\d* runs started", html), html
+    assert re.search(r"lateness p50 \d+ ms,\s*p99 \d+ ms, max \d+ ms\.", html), html
