@@ -43,6 +43,7 @@ __all__ = [
     "dead_letters",
     "purge_dead",
     "queue_stats",
+    "ready_by_queue",
     "retry_dead",
 ]
 
@@ -224,6 +225,15 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
 
 
 _MARKERS = [wheel_marker(bucket) for bucket in range(WHEEL_BUCKETS)]
+
+#: The name jobs' queue is shown under while every job of a namespace shares one `ready` set.
+DEFAULT_QUEUE = "default"
+
+
+def ready_by_queue(stats: QueueStats) -> dict[str, tuple[int, ...]]:
+    """Ready jobs per queue, each indexed by priority 0..9 (what the dashboard and
+    ``drumbeat_queue_ready{queue,priority}`` show)."""
+    return {DEFAULT_QUEUE: stats.ready_by_priority}
 
 
 def _claimed_shards(app: App) -> list[Keys]:

@@ -48,6 +48,7 @@ SHARD_KEYS: dict[str, str] = {
     "signals": "channel",
     "supervisors": "zset",
     "supervisorinfo": "hash",
+    "metrics": "hash",
 }
 
 #: Keys of one bucket of a shard's schedule wheel, ``<name>:<bucket>``.
@@ -218,6 +219,11 @@ class Keys:
     @property
     def supervisorinfo(self) -> str:
         return self.key("supervisorinfo")
+
+    @property
+    def metrics(self) -> str:
+        """Counters of settled jobs for ``GET /metrics`` (tally.lua), on the jobs' shard."""
+        return self.key("metrics")
 
     @property
     def signals(self) -> str:

@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .context import Checkpoints, Context, _current
 from .errors import Interrupted, Retry, SerializationError, UnknownTask
@@ -82,6 +82,14 @@ class _SyncCall:
 
 Outcome = Done | Again | Bury | RunDone | Cancelled | HandBack
 
+
+class Named(Protocol):
+    """Where `Runner.run` notes the task name it decoded (for the metrics counters), so the
+    record is decoded once."""
+
+    task_name: str
+
+
 # A schedule record that cannot be read still comes back this much later, so it cannot spin.
 _UNREADABLE_RETRY_MS = 60_000
 
@@ -115,14 +123,20 @@ class Runner:
         self._abandoned_lock = threading.Lock()
 
     async def run(
-        self, job: Claimed, now_ms: Callable[[], int], checkpoints: Checkpoints | None = None
+        self,
+        job: Claimed,
+        now_ms: Callable[[], int],
+        checkpoints: Checkpoints | None = None,
+        named: Named | None = None,
     ) -> Outcome:
         if job.id.startswith(RUN_PREFIX):
-            return await self._run_schedule(job, now_ms, checkpoints)
+            return await self._run_schedule(job, now_ms, checkpoints, named)
         try:
             if job.spec is None:
                 raise SerializationError("no job record: a foreign or corrupt entry in the queue")
             spec = decode_spec(job.spec)
+            if named is not None:
+                named.task_name = spec.task
             task = self.app.get_task(spec.task)
         except (SerializationError, UnknownTask) as exc:
             return self._bury(job, str(exc), None, now_ms())
@@ -167,7 +181,11 @@ class Runner:
         return Cancelled(encode_cancelled(self.app.codec, job.attempt, now_ms), self.default_ttl_ms)
 
     async def _run_schedule(
-        self, job: Claimed, now_ms: Callable[[], int], checkpoints: Checkpoints | None
+        self,
+        job: Claimed,
+        now_ms: Callable[[], int],
+        checkpoints: Checkpoints | None,
+        named: Named | None = None,
     ) -> RunDone:
         """Runs one due run of a schedule; never raises, so a failure never stops the schedule."""
         start_ms, started = now_ms(), time.monotonic()
@@ -180,6 +198,8 @@ class Runner:
                 raise SerializationError("no schedule record")
             # "<task name>|<spec>", as promote_runs / run_now copied it
             task_name, spec_blob = job.spec.split(FIELD_SEP.encode(), 1)
+            if named is not None:
+                named.task_name = task_name.decode(errors="replace")
             args, kwargs, cadence = decode_schedule_spec(spec_blob)
         except Exception as exc:  # a damaged record: report it, come back later
             error = f"unreadable schedule record: {type(exc).__name__}: {exc}"

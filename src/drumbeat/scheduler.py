@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 import redis.asyncio as redis_async
+from redis.exceptions import NoScriptError
 
 from .errors import InvalidJob, UnknownTask
 from .keys import WHEEL_BUCKETS, Keys, bucket_of
@@ -22,7 +23,7 @@ from .schedule import (
     encode_schedule_spec,
     parse_record,
 )
-from .scripts import Call, Scripts
+from .scripts import SHAS, Call, Scripts
 from .serialization import encode_call
 from .task import Options, Task
 
@@ -262,15 +263,21 @@ class Scheduler:
         return found[0] if found else None
 
     def count(self, client: redis.Redis) -> int:
-        """How many schedules there are (HLEN of every bucket, pipelined)."""
-        total = 0
-        for keys in self.shards:
-            for first in range(0, WHEEL_BUCKETS, _READ_BATCH * 4):
-                with client.pipeline(transaction=False) as pipe:
-                    for bucket in range(first, min(first + _READ_BATCH * 4, WHEEL_BUCKETS)):
-                        pipe.hlen(keys.schedules(bucket))
-                    total += sum(pipe.execute())
-        return total
+        """How many schedules there are (HLEN of every bucket, summed in Redis)."""
+        calls = [
+            scripts.count_schedules(range(first, min(first + _COUNT_BATCH, WHEEL_BUCKETS)))
+            for scripts in self.scripts
+            for first in range(0, WHEEL_BUCKETS, _COUNT_BATCH)
+        ]
+        with client.pipeline(transaction=False) as pipe:
+            for call in calls:
+                pipe.evalsha(SHAS[call.name], len(call.keys), *call.keys)
+            replies = pipe.execute(raise_on_error=False)
+        # A Redis that lost its scripts (restart, failover) answered NOSCRIPT: run those again.
+        return sum(
+            call.run(client) if isinstance(reply, NoScriptError) else _raise_or(reply)
+            for call, reply in zip(calls, replies, strict=True)
+        )
 
     def decode(
         self,
@@ -303,6 +310,15 @@ class Scheduler:
 
 # Buckets read per round trip when listing (most are empty or a few dozen entries).
 _READ_BATCH = 1024
+# Buckets per `count_schedules` call: a few ms of Redis time each, so other clients wait little.
+_COUNT_BATCH = 4096
+
+
+def _raise_or(reply: Any) -> int:
+    if isinstance(reply, Exception):
+        raise reply
+    return int(reply)
+
 
 Command = tuple[str | int | bytes, ...]
 

@@ -46,6 +46,8 @@ SCRIPT_NAMES = (
     "cancel",
     "scale_signal",
     "beat_supervisor",
+    "tally",
+    "count_schedules",
 )
 
 
@@ -344,6 +346,14 @@ class Scripts:
         keys = [k.dead, k.errors, k.state, k.ready, k.results, k.expires, k.seq, k.wake]
         keys += [k.uniq, k.jobs] + [k.done(i) for i in ids]
         return Call("revive", keys, list(ids), int)
+
+    def tally(self, fields: Sequence[str | int]) -> Call[int]:
+        """Adds to the `metrics` counters: ``fields`` are pairs of field, increment."""
+        return Call("tally", [self.k.metrics], fields, int)
+
+    def count_schedules(self, buckets: Sequence[int]) -> Call[int]:
+        """How many schedules the given wheel buckets of this shard hold."""
+        return Call("count_schedules", [self.k.schedules(b) for b in buckets], [], int)
 
     def purge(self, ids: Sequence[str]) -> Call[int]:
         k = self.k

@@ -145,8 +145,22 @@ def test_lateness_bins_and_windows_match_lua(app: drumbeat.App, r: redis.Redis) 
     slot = window % protocol.LATENESS_WINDOWS
     expected: dict[str, int] = {f"w{slot}": window, f"m{slot}": max(samples)}
     for ms in samples:
-        key = f"b{slot}:{protocol.lateness_bin(ms)}"
-        expected[key] = expected.get(key, 0) + 1
+        for key in (f"b{slot}:{protocol.lateness_bin(ms)}", f"c{protocol.lateness_bin(ms)}"):
+            expected[key] = expected.get(key, 0) + 1
+    expected["cs"] = sum(samples)  # the cumulative bins and sum, for /metrics
     assert held == expected
     summary = admin.lateness_summary(held, now)
     assert summary.runs == len(samples) and summary.max_ms == max(samples)
+
+
+def test_a_huge_lateness_sum_is_recorded(app: drumbeat.App, r: redis.Redis) -> None:
+    # Past 17 digits a Lua number reaches Redis with an exponent ("2e+18"), which HINCRBY would
+    # refuse, failing the claim script that records it.
+    samples = [10**16] * 200
+    body = """
+      local samples = {}
+      for i = 2, #ARGV do samples[#samples + 1] = tonumber(ARGV[i]) end
+      record_lateness(KEYS[1], tonumber(ARGV[1]), samples)
+    """
+    _lib_eval(r, body, [app.keys.lateness], [1_700_000_123_456, *samples])
+    assert int(r.hget(app.keys.lateness, "cs")) == sum(samples)

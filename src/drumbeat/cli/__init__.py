@@ -364,6 +364,43 @@ def status(
         print_table(table, wide=wide)
 
 
+# -- dashboard ---------------------------------------------------------------------------------
+
+
+@cli.command("dashboard")
+def dashboard_command(
+    app_spec: AppArg,
+    host: Annotated[
+        str,
+        typer.Option(
+            help="Address to listen on. Beyond loopback the dashboard refuses to start unless "
+            "DRUMBEAT_DASHBOARD_TOKEN is set, and then every request must carry that token."
+        ),
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8787,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="Hide and refuse every action (retry, purge).")
+    ] = False,
+) -> None:
+    """Serve the web dashboard (overview, dead letters), its JSON under /api/ and Prometheus
+    metrics at /metrics. Needs the extra: pip install 'drumbeat[dashboard]'."""
+    with _errors():
+        try:
+            from drumbeat import dashboard  # noqa: PLC0415 - an optional extra
+        except ImportError as exc:
+            raise CliError(
+                f"the dashboard needs the dashboard extra ({exc.name or exc} is missing): "
+                "pip install 'drumbeat[dashboard]'"
+            ) from None
+        app = load_app(app_spec)
+        try:
+            dashboard.serve(app, host, port, read_only=read_only, announce=_err().print)
+        except dashboard.InsecureBind as exc:
+            raise CliError(str(exc), USAGE_ERROR) from None
+        finally:
+            app.close()
+
+
 # -- embedded Redis ----------------------------------------------------------------------------
 
 

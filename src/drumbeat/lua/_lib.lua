@@ -225,7 +225,9 @@ end
 -- Lateness histogram: a ring of LATENESS_WINDOWS windows of LATENESS_WINDOW_MS each, in one
 -- hash: "w<slot>" the window number held, "b<slot>:<bin>" counts, "m<slot>" the max in ms.
 -- Bin b holds lateness below 2^((b+1)/LATENESS_BINS_PER_DOUBLING) - 1 ms (about 19 % wide). A
--- slot is cleared when a new window reuses it, so the hash never grows.
+-- slot is cleared when a new window reuses it, so the hash never grows. Besides the ring,
+-- "c<bin>" and "cs" count every run since the start and sum their lateness (ms), for the
+-- Prometheus histogram (counters that never go back).
 local LATENESS_WINDOW_MS = 10000
 local LATENESS_WINDOWS = 7
 local LATENESS_BINS_PER_DOUBLING = 4
@@ -245,13 +247,19 @@ local function record_lateness(key, now, samples)
     if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
     redis.call('HSET', key, 'w' .. slot, window)
   end
-  local counts, max = {}, 0
+  local counts, max, sum = {}, 0, 0
   for _, ms in ipairs(samples) do
     local bin = math.floor(LATENESS_BINS_PER_DOUBLING * math.log(ms + 1) / math.log(2))
     counts[bin] = (counts[bin] or 0) + 1
+    sum = sum + ms
     if ms > max then max = ms end
   end
-  for bin, c in pairs(counts) do redis.call('HINCRBY', key, 'b' .. slot .. ':' .. bin, c) end
+  for bin, c in pairs(counts) do
+    redis.call('HINCRBY', key, 'b' .. slot .. ':' .. bin, c)
+    redis.call('HINCRBY', key, 'c' .. bin, c)
+  end
+  -- %.0f: a number past 17 digits would reach Redis with an exponent, which HINCRBY refuses.
+  redis.call('HINCRBY', key, 'cs', string.format('%.0f', sum))
   local old_max = tonumber(redis.call('HGET', key, 'm' .. slot)) or -1
   if max > old_max then redis.call('HSET', key, 'm' .. slot, max) end
 end

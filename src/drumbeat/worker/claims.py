@@ -39,6 +39,10 @@ class Claim:
     """It runs in a slot another run lent at a checkpoint (and does not count as taking one)."""
     control: Control | None = None
     """The run's checkpoints."""
+    task_name: str = "?"
+    """The task, once the runner decoded the record (for the metrics counters)."""
+    seconds: float = 0.0
+    """How long the run took, once it ended."""
 
     @property
     def key(self) -> ClaimKey:

@@ -69,12 +69,13 @@ class Runs:
             if hooks.per_job:
                 await hooks.before(job)
             try:
-                outcome = await self.runner.run(job, self.now_ms, claim.control)
+                outcome = await self.runner.run(job, self.now_ms, claim.control, claim)
             except asyncio.CancelledError:
                 if not claim.cancelled or claim.lost:
                     raise  # a stop (the claim is handed back) or a lost lease
                 outcome = self.runner.cancelled(job, self.now_ms())  # Job.cancel
             end = _end_name(outcome)
+            claim.seconds = time.monotonic() - started
             if isinstance(outcome, Bury):
                 log.error("job %s dead-lettered: %s", job.id, outcome.reason)
             if not claim.lost:

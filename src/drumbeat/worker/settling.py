@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from drumbeat.scripts import Call, Claimed, Scripts
 from .claims import Claim, ClaimTable
 from .link import Link
 from .retrying import Backoff, is_transient
+from .tally import TALLY_INTERVAL, Tally
 
 log = logging.getLogger("drumbeat.worker")
 
@@ -89,6 +91,12 @@ class Settler:
         self.pending: list[tuple[Claim, Outcome]] = []
         self.processed = 0
         self.failed = 0
+        self.tally = Tally() if settings.metrics else None
+        """Metrics counts not yet in Redis (``None``: the `metrics` setting is off)."""
+        self._tally_due = 0.0
+        """When (monotonic) the next counts may be sent: at most one `tally` call per
+        `TALLY_INTERVAL`, riding with a batch, or alone when none comes by then."""
+        self._tally_timer: asyncio.TimerHandle | None = None
         self._wanted = asyncio.Event()
         self._closing = False
 
@@ -99,12 +107,16 @@ class Settler:
     async def run(self, link: Link) -> None:
         """Sends outcomes until `close`; never cancelled mid-batch (a cancelled ack would be
         neither sent nor kept): shutdown calls `close` and waits for it to drain."""
-        while True:
-            await self._wanted.wait()
-            self._wanted.clear()
-            await self.flush(link)
-            if self._closing:
-                return
+        try:
+            while True:
+                await self._wanted.wait()
+                self._wanted.clear()
+                await self.flush(link)
+                if self._closing:
+                    return
+        finally:
+            if self._tally_timer is not None:
+                self._tally_timer.cancel()
 
     def close(self) -> None:
         """Asks `run` to send what is pending and return."""
@@ -134,6 +146,34 @@ class Settler:
                 retry = batch
                 await asyncio.sleep(backoff.failed(log, f"settling {len(batch)} jobs", exc))
             self.pending[:0] = retry
+        if self.tally and (self._closing or self._tally_time()):  # no batch to ride with
+            await self._send_tally(link)
+
+    def _tally_time(self) -> bool:
+        """Whether counts may be sent now; if not, makes sure `run` wakes when they may."""
+        now = time.monotonic()
+        if now >= self._tally_due:
+            self._tally_due = now + TALLY_INTERVAL
+            return True
+        if self._tally_timer is None:
+            self._tally_timer = asyncio.get_running_loop().call_later(
+                self._tally_due - now, self._tally_wake
+            )
+        return False
+
+    def _tally_wake(self) -> None:
+        self._tally_timer = None
+        self._wanted.set()
+
+    async def _send_tally(self, link: Link) -> None:
+        assert self.tally is not None
+        counts = self.tally.take()
+        try:
+            await link.send([self.shards[0].tally(counts)])
+        except Exception:  # lost connection: the counts go with the next batch
+            self.tally.put_back(counts)
+            return
+        await self._tallied(link, counts)
 
     def _calls(self, batch: Sequence[tuple[Claim, Outcome]]) -> list[_Batch]:
         """One script call per kind of outcome, per shard, per `batch_limit` items."""
@@ -154,14 +194,34 @@ class Settler:
     ) -> tuple[list[tuple[Claim, Outcome]], redis.ResponseError | None]:
         """Sends the calls in one write; returns the outcomes to send again (a call Redis
         refused for now: full, read-only, busy) and the first such refusal. A refused item (its
-        lease was lost) is logged."""
-        await link.send([call for call, _, _ in calls])
+        lease was lost) is logged. The metrics counts of the batch go in the same write, and
+        are taken back for the outcomes Redis did not take."""
+        counts = self._count(calls)
+        sent: list[Call[Any]] = [call for call, _, _ in calls]
+        if counts:
+            sent.append(self.shards[0].tally(counts))
+        try:
+            await link.send(sent)
+        except BaseException:
+            if self.tally is not None:  # the batch is counted again when it is sent again
+                self._uncount(item for _, _, items in calls for item in items)
+                self.tally.put_back(counts)
+            raise
+        again, refused = await self._replies(link, calls)
+        if counts:
+            await self._tallied(link, counts)
+        return again, refused
+
+    async def _replies(
+        self, link: Link, calls: list[_Batch]
+    ) -> tuple[list[tuple[Claim, Outcome]], redis.ResponseError | None]:
         again: list[tuple[Claim, Outcome]] = []
         refused: redis.ResponseError | None = None
         for _, kind, items in calls:
             try:
                 _, accepted = await link.next()
             except redis.ResponseError as exc:
+                self._uncount(items)
                 if is_transient(exc):
                     again += items
                     refused = refused or exc
@@ -172,11 +232,12 @@ class Settler:
                           kind.what, len(items), exc)  # fmt: skip
                 accepted = [0] * len(items)
             else:
-                for (claim, _), ok in zip(items, accepted, strict=True):
-                    if not ok:
-                        log.warning("%s of job %s refused: its lease was taken over "
-                                    "(fencing token %s)",
-                                    kind.what, claim.job.id, claim.job.token)  # fmt: skip
+                lost = [item for item, ok in zip(items, accepted, strict=True) if not ok]
+                for claim, _ in lost:
+                    log.warning("%s of job %s refused: its lease was taken over "
+                                "(fencing token %s)",
+                                kind.what, claim.job.id, claim.job.token)  # fmt: skip
+                self._uncount(lost)
             for (claim, outcome), ok in zip(items, accepted, strict=True):
                 self.table.release(claim)
                 if ok:
@@ -184,3 +245,29 @@ class Settler:
                     self.processed += processed
                     self.failed += failed
         return again, refused
+
+    def _count(self, calls: list[_Batch]) -> list[str | int]:
+        """The metrics counts to send with ``calls`` (and any taken back before)."""
+        if self.tally is None:
+            return []
+        for _, _, items in calls:
+            for claim, outcome in items:
+                self.tally.add(claim.task_name, outcome, claim.seconds)
+        return self.tally.take() if self._tally_time() else []
+
+    def _uncount(self, items: Iterable[tuple[Claim, Outcome]]) -> None:
+        """Takes back the counts of outcomes Redis did not take (sent with the next write)."""
+        if self.tally is not None:
+            for claim, outcome in items:
+                self.tally.add(claim.task_name, outcome, claim.seconds, -1)
+
+    async def _tallied(self, link: Link, counts: list[str | int]) -> None:
+        """Reads the reply of the `tally` call sent with a batch."""
+        assert self.tally is not None
+        try:
+            await link.next()
+        except redis.ResponseError as exc:
+            if is_transient(exc):
+                self.tally.put_back(counts)
+            else:
+                log.error("dropped %d metrics counts Redis refused: %s", len(counts) // 2, exc)
