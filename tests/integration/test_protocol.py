@@ -32,14 +32,16 @@ def _state(fields: dict[str, object]) -> str:
 
 
 def _parse_state(raw: bytes) -> dict[str, str]:
-    return dict(zip(JOB_STATE_FIELDS, raw.decode().split(FIELD_SEP, 4), strict=True))
+    parts = raw.decode().split(FIELD_SEP, len(JOB_STATE_FIELDS) - 1)
+    return dict(zip(JOB_STATE_FIELDS, parts, strict=True))
 
 
 def test_job_state_and_owner_round_trip_through_a_claim(app: drumbeat.App, r: redis.Redis) -> None:
     k = app.keys
     # Priority 12 is out of range: Lua clamps it to MAX_PRIORITY while it parses.
     for job_id, priority, seq in (("j1", 7, 5), ("j2", 12, 6)):
-        state = {"attempt": 2, "stalls": 1, "priority": priority, "seq": seq, "dedupkey": "k:1"}
+        state = {"attempt": 2, "stalls": 1, "priority": priority, "seq": seq, "unknown": 0,
+                 "queue": "", "dedupkey": "k:1"}  # fmt: skip
         r.hset(k.state, job_id, _state(state))
         r.hset(k.jobs, job_id, b"spec")
         r.zadd(k.ready, {job_id: protocol.ready_score(min(priority, protocol.MAX_PRIORITY), seq)})
@@ -59,6 +61,22 @@ def test_job_state_and_owner_round_trip_through_a_claim(app: drumbeat.App, r: re
         assert owner_raw is not None
         owner = protocol.parse_owner(owner_raw.decode())
         assert owner == protocol.Owner(job.token, "w-1", result.now_ms), owner_raw
+
+
+def test_a_state_of_the_older_layout_reads_as_the_default_queue(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    # Written before queues existed: attempt|stalls|priority|seq|dedupkey.
+    r.hset(app.keys.state, "old", "2|1|5|7|k:2")
+    r.hset(app.keys.jobs, "old", b"spec")
+    r.zadd(app.keys.ready, {"old": protocol.ready_score(5, 7)})
+    [job] = app.scripts.claim("w-1", 10, 60_000, 100).run(r).jobs
+    assert (job.id, job.attempt, job.stalls, job.priority, job.extra) == ("old", 3, 1, 5, "k:2")
+    assert (job.queue, job.unknown_ms) == ("default", 0)
+    raw = r.hget(app.keys.state, "old")
+    assert raw is not None
+    assert _parse_state(raw) == {"attempt": "3", "stalls": "1", "priority": "5", "seq": "7",
+                                 "unknown": "0", "queue": "", "dedupkey": "k:2"}  # fmt: skip
 
 
 def test_enqueue_scores_a_job_as_ready_score(app: drumbeat.App, r: redis.Redis) -> None:

@@ -15,6 +15,8 @@ from drumbeat import protocol
 from drumbeat.protocol import (
     FIELD_SEP,
     JOB_STATE_FIELDS,
+    JOB_STATE_TEXT_FIELDS,
+    LEGACY_JOB_STATE_FIELDS,
     OWNER_FIELDS,
     RUN_STATE_FIELDS,
     RUN_STATE_SEP,
@@ -95,8 +97,12 @@ def test_lua_parsers_and_formatters_have_one_slot_per_field() -> None:
     # The patterns and format strings, not just the comments, have one slot per field.
     state = re.search(r"string\.match\(s, '(.*?)'\)", _function("parse_state"))
     assert state and _captures(state.group(1)) == len(JOB_STATE_FIELDS)
+    legacy = re.findall(r"string\.match\(s, '(.*?)'\)", _function("parse_state"))[1]
+    assert _captures(legacy) == len(LEGACY_JOB_STATE_FIELDS)
     fmt = re.search(r"string\.format\('(.*?)'", _function("format_state"))
-    assert fmt and fmt.group(1).split(FIELD_SEP) == ["%d"] * (len(JOB_STATE_FIELDS) - 1) + ["%s"]
+    assert fmt and fmt.group(1).split(FIELD_SEP) == [
+        "%s" if f in JOB_STATE_TEXT_FIELDS else "%d" for f in JOB_STATE_FIELDS
+    ]
     schedule = re.search(r"string\.match\(v,\s*'(.*?)'\)", _function("parse_schedule"), re.DOTALL)
     assert schedule and _captures(schedule.group(1)) == len(SCHEDULE_FIELDS)
     owner = re.search(r"string\.format\('(.*?)', token \+ i", _function("take_all"))

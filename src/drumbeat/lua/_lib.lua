@@ -3,12 +3,16 @@
 -- names); tests/unit/test_protocol.py checks that they agree.
 --
 -- Per-job state lives in the `state` hash:
--- Layout (JOB_STATE_FIELDS): attempt|stalls|priority|seq|dedupkey
+-- Layout (JOB_STATE_FIELDS): attempt|stalls|priority|seq|unknown|queue|dedupkey
 --   attempt   claims so far (the running attempt's number while it runs)
 --   stalls    leases that expired under it (worker crashed or hung)
 --   priority  0..9, higher runs first
 --   seq       its place in line inside its priority level (FIFO)
+--   unknown   ms when a worker that lacked its task first handed it back, or 0
+--   queue     the queue it belongs to; empty for the default queue
 --   dedupkey  the dedup key it holds in `uniq`, or empty
+-- A state written before queues existed has no unknown and queue fields; it parses as the
+-- default queue.
 -- Owners live in the `owners` hash:
 -- Layout (OWNER_FIELDS): token|worker|claimed_ms
 
@@ -27,7 +31,7 @@ local function ready_score(priority, seq)
   return (MAX_PRIORITY - priority) * PRIORITY_SPAN + seq
 end
 
--- The priority of the best job waiting in `ready`, or -1 when it is empty.
+-- The priority of the best job waiting in a `ready` key, or -1 when it is empty.
 local function ready_priority(ready_key)
   local head = redis.call('ZRANGE', ready_key, 0, 0, 'WITHSCORES')
   if not head[2] then return -1 end
@@ -37,27 +41,52 @@ end
 -- Tells busy workers (on the shard's signals channel) that the best priority waiting in
 -- `ready` rose above `before`, so a checkpoint of a less urgent job can lend its slot. A job of
 -- the lowest priority can outrank no running job, so it is not announced (most jobs are).
-local function signal_if_better(ready_key, signals_key, before)
+-- Signals of a queue other than the default one name it (`r<priority>:<queue>`), so workers
+-- that do not serve it ignore them.
+local function ready_signal(best, queue)
+  if queue == nil or queue == '' then return 'r' .. best end
+  return 'r' .. best .. ':' .. queue
+end
+
+local function signal_if_better(ready_key, signals_key, before, queue)
   local best = ready_priority(ready_key)
-  if best > before and best > MIN_PRIORITY then redis.call('PUBLISH', signals_key, 'r' .. best) end
+  if best > before and best > MIN_PRIORITY then
+    redis.call('PUBLISH', signals_key, ready_signal(best, queue))
+  end
 end
 
 -- A missing or foreign state string must not break the script (one bad entry would stop every
 -- claim), so it parses to defaults and the worker reports the job as malformed.
 local function parse_state(s)
   if s then
-    local a, st, p, q, k = string.match(s, '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
+    local a, st, p, q, u, qu, k = string.match(s, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
+    if not a then  -- written before queues existed
+      a, st, p, q, k = string.match(s, '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
+      u, qu = '0', ''
+    end
     if a then
       local prio = tonumber(p)
       if prio > MAX_PRIORITY then prio = MAX_PRIORITY end
-      return {attempt = tonumber(a), stalls = tonumber(st), priority = prio, seq = tonumber(q), key = k}
+      return {attempt = tonumber(a), stalls = tonumber(st), priority = prio, seq = tonumber(q),
+              unknown = tonumber(u), queue = qu, key = k}
     end
   end
-  return {attempt = 0, stalls = 0, priority = 0, seq = 0, key = ''}
+  return {attempt = 0, stalls = 0, priority = 0, seq = 0, unknown = 0, queue = '', key = ''}
 end
 
 local function format_state(s)
-  return string.format('%d|%d|%d|%d|%s', s.attempt, s.stalls, s.priority, s.seq, s.key)
+  return string.format('%d|%d|%d|%d|%d|%s|%s', s.attempt, s.stalls, s.priority, s.seq,
+    s.unknown or 0, s.queue or '', s.key)
+end
+
+-- The position of `queue` (a state's queue field: empty is the default queue) in `names`, the
+-- queue names a script was given (ARGV; "default" for the default queue), or nil.
+local function queue_index(names, queue)
+  if queue == '' then queue = 'default' end
+  for i, name in ipairs(names) do
+    if name == queue then return i end
+  end
+  return nil
 end
 
 -- Runs `cmd key items...` once per 1,000 items rather than once per item (each redis.call costs
@@ -286,15 +315,16 @@ local function take_all(k, c, ids, specs, states)
     local m = #out
     out[m + 1], out[m + 2], out[m + 3], out[m + 4] = id, specs[i], s.attempt, s.stalls
     out[m + 5], out[m + 6], out[m + 7] = token + i, s.priority, s.key
-    out[m + 8] = progress[i] or false
+    out[m + 8], out[m + 9], out[m + 10] = progress[i] or false, s.queue or '', s.unknown or 0
   end
   call_many('HSET', k.state, state)
   call_many('HSET', k.owners, owners)
   call_many('ZADD', k.leases, leases)
 end
 
--- Puts `ids` in `ready` by priority with their states (and specs, if given), one call per key.
-local function queue_all(k, ids, specs, states)
+-- Puts `ids` in `ready_key` (default: `k.ready`) by priority with their states (and specs, if
+-- given), one call per key.
+local function queue_all(k, ids, specs, states, ready_key)
   local state, ready, jobs = {}, {}, {}
   for i, id in ipairs(ids) do
     state[2 * i - 1], state[2 * i] = id, format_state(states[i])
@@ -302,8 +332,18 @@ local function queue_all(k, ids, specs, states)
     if specs then jobs[2 * i - 1], jobs[2 * i] = id, specs[i] end
   end
   call_many('HSET', k.state, state)
-  call_many('ZADD', k.ready, ready)
+  call_many('ZADD', ready_key or k.ready, ready)
   call_many('HSET', k.jobs, jobs)
+end
+
+-- Takes popped `ids` (in the order given): their specs and states, then each is claimed.
+local function take_popped(k, c, ids)
+  if #ids == 0 then return end
+  local specs = redis.call('HMGET', k.jobs, unpack(ids))
+  local raw = redis.call('HMGET', k.state, unpack(ids))
+  local states = {}
+  for i = 1, #ids do states[i] = parse_state(raw[i]) end
+  take_all(k, c, ids, specs, states)
 end
 
 -- Pops the best `limit` entries of `ready` (priority, then FIFO) and takes them.
@@ -312,12 +352,46 @@ local function pop_ready(k, c, limit)
   local popped = redis.call('ZPOPMIN', k.ready, limit)
   local ids = {}
   for i = 1, #popped / 2 do ids[i] = popped[i * 2 - 1] end
-  if #ids == 0 then return end
-  local specs = redis.call('HMGET', k.jobs, unpack(ids))
-  local raw = redis.call('HMGET', k.state, unpack(ids))
-  local states = {}
-  for i = 1, #ids do states[i] = parse_state(raw[i]) end
-  take_all(k, c, ids, specs, states)
+  take_popped(k, c, ids)
+end
+
+-- Pops the best `limit` entries across several `ready` keys and takes them: the lowest scores
+-- first, whichever queue holds them. A score is (9 - priority) * 2^42 + seq with one `seq` per
+-- shard, so it orders by priority, then by enqueue order, across queues too. The entries taken
+-- from one queue are a prefix of it, so each queue is read once and popped once.
+local function pop_queues(k, c, ready_keys, limit)
+  if #ready_keys == 1 then
+    k.ready = ready_keys[1]
+    return pop_ready(k, c, limit)
+  end
+  if limit <= 0 then return end
+  local heads = {}
+  for q, key in ipairs(ready_keys) do
+    local head = redis.call('ZRANGE', key, 0, limit - 1, 'WITHSCORES')
+    for j = 1, #head, 2 do heads[#heads + 1] = {tonumber(head[j + 1]), q, head[j]} end
+  end
+  if #heads == 0 then return end
+  table.sort(heads, function(a, b)
+    if a[1] ~= b[1] then return a[1] < b[1] end
+    return a[2] < b[2]
+  end)
+  local ids, taken = {}, {}
+  for i = 1, math.min(limit, #heads) do
+    ids[i] = heads[i][3]
+    taken[heads[i][2]] = (taken[heads[i][2]] or 0) + 1
+  end
+  for q, n in pairs(taken) do redis.call('ZPOPMIN', ready_keys[q], n) end
+  take_popped(k, c, ids)
+end
+
+-- The best priority waiting across `ready_keys`, or -1 when all are empty.
+local function best_priority(ready_keys)
+  local best = -1
+  for _, key in ipairs(ready_keys) do
+    local p = ready_priority(key)
+    if p > best then best = p end
+  end
+  return best
 end
 
 -- Takes the due runs out of schedule buckets ({number, wheel key, schedules key} each) and
