@@ -112,7 +112,7 @@ def _str(value: bytes | str) -> str:
 
 
 #: Fields per claimed item in a claim reply (see `take_all` in _lib.lua).
-CLAIMED_FIELDS = 10
+CLAIMED_FIELDS = 9
 
 
 @dataclass(slots=True)  # not frozen: a frozen init costs a setattr call per field, per job
@@ -129,9 +129,23 @@ class Claimed:
     """The dedup key of a job; "<due>:<grid>:<generation>:<manual>" of a schedule run."""
     progress: bytes | None = None
     """The progress the job last saved at a checkpoint (encoded), if any."""
-    queue: str = DEFAULT_QUEUE
-    unknown_ms: int = 0
-    """When a worker that lacked its task first handed it back (Redis ms), or 0."""
+    where: bytes | str | None = None
+    """``<queue>|<unknown ms>`` as the claim replied, None for most jobs (the default queue,
+    never handed back for want of its task); read through `queue` and `unknown_ms`."""
+
+    @property
+    def queue(self) -> str:
+        """The queue the job belongs to."""
+        if not self.where:
+            return DEFAULT_QUEUE
+        return _str(self.where).partition("|")[0] or DEFAULT_QUEUE
+
+    @property
+    def unknown_ms(self) -> int:
+        """When a worker that lacked its task first handed it back (Redis ms), or 0."""
+        if not self.where:
+            return 0
+        return int(_str(self.where).partition("|")[2] or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +191,7 @@ def _claimed(raw: Any, start: int) -> list[Claimed]:
             priority=int(raw[i + 5]),
             extra=_str(raw[i + 6]),
             progress=raw[i + 7] or None,
-            queue=_str(raw[i + 8]) or DEFAULT_QUEUE,
-            unknown_ms=int(raw[i + 9]),
+            where=raw[i + 8] or None,
         )
         for i in range(start, len(raw), CLAIMED_FIELDS)
     ]

@@ -15,7 +15,7 @@ import drumbeat
 from drumbeat import admin
 from drumbeat.errors import ConfigurationError, InvalidJob
 from drumbeat.job import decode_spec
-from drumbeat.protocol import FIELD_SEP, JOB_STATE_FIELDS
+from drumbeat.protocol import FIELD_SEP, JOB_STATE_FIELDS, SHORT_JOB_STATE_FIELDS
 from drumbeat.scripts import Claimed
 from drumbeat.task import Options, Prepared
 from tests.conftest import RedisServer, reap_call, running_worker
@@ -34,6 +34,8 @@ def _state(r: redis.Redis, app: drumbeat.App, job_id: str) -> dict[str, str]:
     raw = r.hget(app.keys.state, job_id)
     assert raw is not None, f"job {job_id} has no state"
     parts = raw.decode().split(FIELD_SEP, len(JOB_STATE_FIELDS) - 1)
+    if len(parts) < len(JOB_STATE_FIELDS):  # the short layout: default queue, never unknown
+        return {"unknown": "0", "queue": ""} | dict(zip(SHORT_JOB_STATE_FIELDS, parts, strict=True))
     return dict(zip(JOB_STATE_FIELDS, parts, strict=True))
 
 

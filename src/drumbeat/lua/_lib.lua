@@ -4,6 +4,7 @@
 --
 -- Per-job state lives in the `state` hash:
 -- Layout (JOB_STATE_FIELDS): attempt|stalls|priority|seq|unknown|queue|dedupkey
+-- Layout (SHORT_JOB_STATE_FIELDS): attempt|stalls|priority|seq|dedupkey
 --   attempt   claims so far (the running attempt's number while it runs)
 --   stalls    leases that expired under it (worker crashed or hung)
 --   priority  0..9, higher runs first
@@ -11,8 +12,8 @@
 --   unknown   ms when a worker that lacked its task first handed it back, or 0
 --   queue     the queue it belongs to; empty for the default queue
 --   dedupkey  the dedup key it holds in `uniq`, or empty
--- A state written before queues existed has no unknown and queue fields; it parses as the
--- default queue.
+-- The short layout (every state before queues existed) is a job of the default queue never
+-- handed back for want of its task: most jobs, so they keep it.
 -- Owners live in the `owners` hash:
 -- Layout (OWNER_FIELDS): token|worker|claimed_ms
 
@@ -59,24 +60,31 @@ end
 -- claim), so it parses to defaults and the worker reports the job as malformed.
 local function parse_state(s)
   if s then
-    local a, st, p, q, u, qu, k = string.match(s, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
-    if not a then  -- written before queues existed
-      a, st, p, q, k = string.match(s, '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
-      u, qu = '0', ''
-    end
+    local a, st, p, q, k = string.match(s, '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
     if a then
       local prio = tonumber(p)
       if prio > MAX_PRIORITY then prio = MAX_PRIORITY end
+      local u, qu = 0, ''
+      -- A dedup key holds no `|`: one here means the longer layout (see format_state).
+      if string.find(k, '|', 1, true) then
+        local u2, qu2, k2 = string.match(k, '^(%d+)|([^|]*)|(.*)$')
+        if u2 then u, qu, k = tonumber(u2), qu2, k2 end
+      end
       return {attempt = tonumber(a), stalls = tonumber(st), priority = prio, seq = tonumber(q),
-              unknown = tonumber(u), queue = qu, key = k}
+              unknown = u, queue = qu, key = k}
     end
   end
   return {attempt = 0, stalls = 0, priority = 0, seq = 0, unknown = 0, queue = '', key = ''}
 end
 
+-- A job of the default queue never handed back for want of its task (most jobs) keeps the
+-- short layout, so it costs what it did before queues existed.
 local function format_state(s)
+  if (s.unknown or 0) == 0 and (s.queue or '') == '' then
+    return string.format('%d|%d|%d|%d|%s', s.attempt, s.stalls, s.priority, s.seq, s.key)
+  end
   return string.format('%d|%d|%d|%d|%d|%s|%s', s.attempt, s.stalls, s.priority, s.seq,
-    s.unknown or 0, s.queue or '', s.key)
+    s.unknown, s.queue, s.key)
 end
 
 -- The position of `queue` (a state's queue field: empty is the default queue) in `names`, the
@@ -315,7 +323,13 @@ local function take_all(k, c, ids, specs, states)
     local m = #out
     out[m + 1], out[m + 2], out[m + 3], out[m + 4] = id, specs[i], s.attempt, s.stalls
     out[m + 5], out[m + 6], out[m + 7] = token + i, s.priority, s.key
-    out[m + 8], out[m + 9], out[m + 10] = progress[i] or false, s.queue or '', s.unknown or 0
+    -- Where it waits: false for the default queue when never handed back for want of its task
+    -- (most jobs: nothing to send), else "<queue>|<unknown ms>".
+    local where = false
+    if (s.queue and s.queue ~= '') or (s.unknown and s.unknown > 0) then
+      where = (s.queue or '') .. '|' .. (s.unknown or 0)
+    end
+    out[m + 8], out[m + 9] = progress[i] or false, where
   end
   call_many('HSET', k.state, state)
   call_many('HSET', k.owners, owners)

@@ -18,8 +18,8 @@
 -- Returns {now_ms, next_due_ms or -1, {due bucket numbers to promote}, {upcoming bucket
 --          numbers}, priority of the best job left in the served `ready` keys or -1, then per
 --          item: id, spec or false, attempt, stalls, token, priority, extra, saved progress or
---          false, queue ('' for the default one), ms it was first handed back for want of its
---          task or 0}; for a schedule run the id is "s:<schedule id>", the spec "<task name>|<
+--          false, and false or "<queue ('' for the default one)>|<ms it was first handed back for
+--          want of its task, or 0>" (false: the default queue, never handed back)}; for a schedule run the id is "s:<schedule id>", the spec "<task name>|<
 --          arguments and cadence>" and extra "<due>:<grid>:<generation>:<manual>"
 local now = now_ms()
 local limit = tonumber(ARGV[2])
@@ -84,7 +84,7 @@ for q, queue in ipairs(queues) do
 end
 if not direct then pop_queues(k, c, readies, limit) end
 local early = #passed > 0
-  and promote_buckets(k, c, passed, limit - (#c.out - 5) / 10, passed_due)
+  and promote_buckets(k, c, passed, limit - (#c.out - 5) / 9, passed_due)
 record_lateness(KEYS[7], now, c.lateness)
 
 -- One marker woke this worker; pass it on so work left behind does not wait for a timeout.
