@@ -20,7 +20,7 @@ from drumbeat.scripts import Claimed
 from drumbeat.task import Options, Prepared
 from tests.conftest import RedisServer, reap_call, running_worker
 from tests.helpers import commands, redis_now_ms, wait_for_async
-from tests.integration.test_cli import APP, _forget_app_module, ok, row
+from tests.integration.test_cli import APP, _forget_app_module, assert_clean_error, ok, row, run
 
 
 @pytest.fixture
@@ -300,6 +300,21 @@ def test_drumbeat_status_shows_the_queues(
         assert [(q["name"], q["ready"], q["ready_by_priority"][4]) for q in listed] == [
             ("default", 1, 0), ("builds", 2, 2)
         ]  # fmt: skip
+    finally:
+        _forget_app_module()
+
+
+def test_drumbeat_worker_refuses_a_bad_queue_name(
+    monkeypatch: pytest.MonkeyPatch, qapp: drumbeat.App, redis_url: str
+) -> None:
+    monkeypatch.setenv("DRUMBEAT_REDIS_URL", redis_url)
+    monkeypatch.setenv("DRUMBEAT_TEST_NAMESPACE", qapp.settings.namespace)
+    _forget_app_module()
+    try:
+        assert_clean_error(run("worker", APP, "--queues", "builds,has space"), 2,
+                           "--queues: queue name 'has space'")  # fmt: skip
+        assert_clean_error(run("worker", APP, "--queues", " , "), 2,
+                           "--queues expects queue names")  # fmt: skip
     finally:
         _forget_app_module()
 
