@@ -177,8 +177,9 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
     """Counts per priority level, delayed, running (with leases), dead and live workers.
 
     Summed over every shard the workers claim from (the jobs' shard, and the schedule shards
-    when there are several). Two round trips: one for the counts, the lease listings and the
-    workers (a transaction when there is one shard), one for the owners of the listed leases.
+    when there are several), and per queue. Three round trips: the queues (`App.known_queues`),
+    the counts, the lease listings and the workers (a transaction when there is one shard), and
+    the owners of the listed leases.
     """
     shards = _claimed_shards(app)
     client = app.redis
