@@ -78,6 +78,11 @@ def test_jobs_go_to_their_tasks_queue_or_the_one_a_call_names(
     assert r.smembers(k.queues) == {b"builds"}
     assert [j.status() for j in (*jobs, delayed)] == ["queued"] * 4 + ["scheduled"]
     assert qapp.queues() == ["default", "builds"]
+    # Cancel finds a waiting job in its queue, delayed or not.
+    assert delayed.cancel() and jobs[0].cancel()
+    assert r.zscore(k.due_of("builds"), delayed.id) is None
+    assert r.zscore(k.ready_of("builds"), jobs[0].id) is None
+    assert [delayed.status(), jobs[0].status()] == ["cancelled", "cancelled"]
 
 
 # -- routing and order -----------------------------------------------------------------------
@@ -260,6 +265,23 @@ async def test_a_worker_reaps_jobs_of_queues_it_does_not_serve(qapp: drumbeat.Ap
         await wait_for_async(lambda: r.zscore(qapp.keys.ready_of("builds"), job.id) is not None,
                  message="the expired lease was not requeued into its queue")  # fmt: skip
     assert claimed.id == job.id
+
+
+async def test_a_dead_letter_is_retried_into_its_own_queue(
+    qapp: drumbeat.App, r: redis.Redis
+) -> None:
+    @qapp.task(queue="builds")
+    async def build() -> None:
+        raise RuntimeError("no compiler")
+
+    job = await build.aenqueue()
+    async with running_worker(qapp):
+        with pytest.raises(drumbeat.JobFailed):
+            await job.aresult(timeout=10)
+    assert admin.retry_dead(qapp, [job.id]) == 1
+    assert r.zscore(qapp.keys.ready_of("builds"), job.id) is not None
+    assert r.zscore(qapp.keys.ready, job.id) is None
+    assert await job.astatus() == "queued"
 
 
 def test_status_counts_each_queue_per_priority(qapp: drumbeat.App) -> None:
