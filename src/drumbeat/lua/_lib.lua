@@ -350,62 +350,18 @@ local function queue_all(k, ids, specs, states, ready_key)
   call_many('HSET', k.jobs, jobs)
 end
 
--- Takes popped `ids` (in the order given): their specs and states, then each is claimed.
-local function take_popped(k, c, ids)
-  if #ids == 0 then return end
-  local specs = redis.call('HMGET', k.jobs, unpack(ids))
-  local raw = redis.call('HMGET', k.state, unpack(ids))
-  local states = {}
-  for i = 1, #ids do states[i] = parse_state(raw[i]) end
-  take_all(k, c, ids, specs, states)
-end
-
 -- Pops the best `limit` entries of `ready` (priority, then FIFO) and takes them.
 local function pop_ready(k, c, limit)
   if limit <= 0 then return end
   local popped = redis.call('ZPOPMIN', k.ready, limit)
   local ids = {}
   for i = 1, #popped / 2 do ids[i] = popped[i * 2 - 1] end
-  take_popped(k, c, ids)
-end
-
--- Pops the best `limit` entries across several `ready` keys and takes them: the lowest scores
--- first, whichever queue holds them. A score is (9 - priority) * 2^42 + seq with one `seq` per
--- shard, so it orders by priority, then by enqueue order, across queues too. The entries taken
--- from one queue are a prefix of it, so each queue is read once and popped once.
-local function pop_queues(k, c, ready_keys, limit)
-  if #ready_keys == 1 then
-    k.ready = ready_keys[1]
-    return pop_ready(k, c, limit)
-  end
-  if limit <= 0 then return end
-  local heads = {}
-  for q, key in ipairs(ready_keys) do
-    local head = redis.call('ZRANGE', key, 0, limit - 1, 'WITHSCORES')
-    for j = 1, #head, 2 do heads[#heads + 1] = {tonumber(head[j + 1]), q, head[j]} end
-  end
-  if #heads == 0 then return end
-  table.sort(heads, function(a, b)
-    if a[1] ~= b[1] then return a[1] < b[1] end
-    return a[2] < b[2]
-  end)
-  local ids, taken = {}, {}
-  for i = 1, math.min(limit, #heads) do
-    ids[i] = heads[i][3]
-    taken[heads[i][2]] = (taken[heads[i][2]] or 0) + 1
-  end
-  for q, n in pairs(taken) do redis.call('ZPOPMIN', ready_keys[q], n) end
-  take_popped(k, c, ids)
-end
-
--- The best priority waiting across `ready_keys`, or -1 when all are empty.
-local function best_priority(ready_keys)
-  local best = -1
-  for _, key in ipairs(ready_keys) do
-    local p = ready_priority(key)
-    if p > best then best = p end
-  end
-  return best
+  if #ids == 0 then return end
+  local specs = redis.call('HMGET', k.jobs, unpack(ids))
+  local raw = redis.call('HMGET', k.state, unpack(ids))
+  local states = {}
+  for i = 1, #ids do states[i] = parse_state(raw[i]) end
+  take_all(k, c, ids, specs, states)
 end
 
 -- Takes the due runs out of schedule buckets ({number, wheel key, schedules key} each) and

@@ -18,9 +18,45 @@
 -- Returns {now_ms, next_due_ms or -1, {due bucket numbers to promote}, {upcoming bucket
 --          numbers}, priority of the best job left in the served `ready` keys or -1, then per
 --          item: id, spec or false, attempt, stalls, token, priority, extra, saved progress or
---          false, and false or "<queue ('' for the default one)>|<ms it was first handed back for
---          want of its task, or 0>" (false: the default queue, never handed back)}; for a schedule run the id is "s:<schedule id>", the spec "<task name>|<
---          arguments and cadence>" and extra "<due>:<grid>:<generation>:<manual>"
+--          false, then false or "<queue ('' for the default one)>|<ms it was first handed back
+--          for want of its task, or 0>" (false: the default queue, never handed back)}; for a
+--          schedule run the id is "s:<schedule id>", the spec "<task name>|<arguments and
+--          cadence>" and extra "<due>:<grid>:<generation>:<manual>"
+
+-- (Defined here, not in _lib.lua: every script runs all of _lib's definitions on every call.)
+-- Pops the best `limit` entries across several `ready` keys and takes them: the lowest scores
+-- first, whichever queue holds them. A score is (9 - priority) * 2^42 + seq with one `seq` per
+-- shard, so it orders by priority, then by enqueue order, across queues too. The entries taken
+-- from one queue are a prefix of it, so each queue is read once and popped once.
+local function pop_queues(k, c, ready_keys, limit)
+  if #ready_keys == 1 then
+    k.ready = ready_keys[1]
+    return pop_ready(k, c, limit)
+  end
+  if limit <= 0 then return end
+  local heads = {}
+  for q, key in ipairs(ready_keys) do
+    local head = redis.call('ZRANGE', key, 0, limit - 1, 'WITHSCORES')
+    for j = 1, #head, 2 do heads[#heads + 1] = {tonumber(head[j + 1]), q, head[j]} end
+  end
+  if #heads == 0 then return end
+  table.sort(heads, function(a, b)
+    if a[1] ~= b[1] then return a[1] < b[1] end
+    return a[2] < b[2]
+  end)
+  local ids, taken = {}, {}
+  for i = 1, math.min(limit, #heads) do
+    ids[i] = heads[i][3]
+    taken[heads[i][2]] = (taken[heads[i][2]] or 0) + 1
+  end
+  for q, n in pairs(taken) do redis.call('ZPOPMIN', ready_keys[q], n) end
+  local specs = redis.call('HMGET', k.jobs, unpack(ids))
+  local raw = redis.call('HMGET', k.state, unpack(ids))
+  local states = {}
+  for i = 1, #ids do states[i] = parse_state(raw[i]) end
+  take_all(k, c, ids, specs, states)
+end
+
 local now = now_ms()
 local limit = tonumber(ARGV[2])
 local nq = tonumber(ARGV[5])

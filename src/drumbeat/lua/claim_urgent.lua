@@ -29,5 +29,5 @@ if best_key then
            {parse_state(redis.call('HGET', KEYS[2], best_id))})
   record_lateness(KEYS[7], now, c.lateness)
 end
-c.out[2] = best_priority(readies)
+for _, key in ipairs(readies) do c.out[2] = math.max(c.out[2], ready_priority(key)) end
 return c.out
