@@ -178,10 +178,10 @@ def pg_dsn(postgres: PostgresServer) -> Iterator[str]:
 
 @contextlib.asynccontextmanager
 async def running_worker(
-    app: drumbeat.App, concurrency: int | None = None
+    app: drumbeat.App, concurrency: int | None = None, queues: list[str] | None = None
 ) -> AsyncIterator[drumbeat.Worker]:
     """A worker on the test's own loop, stopped (gracefully) on exit."""
-    worker = drumbeat.Worker(app, concurrency=concurrency)
+    worker = drumbeat.Worker(app, concurrency=concurrency, queues=queues)
     task = asyncio.create_task(worker.run())
     try:
         yield worker

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import SerializationError
 from .job import decode_outcome, decode_progress, decode_spec
-from .keys import WHEEL_BUCKETS, Keys
+from .keys import DEFAULT_QUEUE, WHEEL_BUCKETS, Keys
 from .protocol import (
     LATENESS_WINDOW_MS,
     MAX_PRIORITY,
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DeadLetter",
+    "QueueCounts",
     "QueueStats",
     "RunningJob",
     "WorkerStats",
@@ -92,7 +93,7 @@ class QueueStats:
     now_ms: int
     """Redis server time of the snapshot."""
     ready_by_priority: tuple[int, ...]
-    """Jobs waiting in `ready`, indexed by priority 0..9."""
+    """Jobs waiting in `ready`, indexed by priority 0..9, over all queues."""
     delayed: int
     """Jobs waiting in `due` (delayed, or backing off before a retry); waiting schedules are
     counted by `schedule_stats`."""
@@ -104,6 +105,22 @@ class QueueStats:
     """Workers whose last heartbeat is recent enough to count them as alive."""
     stale_workers: int
     """Registered workers that stopped heartbeating and were not swept yet."""
+    queues: tuple[QueueCounts, ...] = ()
+    """Per queue (the default one first, then by name): ready per priority and delayed."""
+
+    @property
+    def ready(self) -> int:
+        return sum(self.ready_by_priority)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """What waits in one queue."""
+
+    name: str
+    ready_by_priority: tuple[int, ...]
+    """Jobs waiting in the queue's `ready`, indexed by priority 0..9."""
+    delayed: int
 
     @property
     def ready(self) -> int:
@@ -161,11 +178,13 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
     """Counts per priority level, delayed, running (with leases), dead and live workers.
 
     Summed over every shard the workers claim from (the jobs' shard, and the schedule shards
-    when there are several). Two round trips: one for the counts, the lease listings and the
-    workers (a transaction when there is one shard), one for the owners of the listed leases.
+    when there are several), and per queue. Three round trips: the queues (`App.known_queues`),
+    the counts, the lease listings and the workers (a transaction when there is one shard), and
+    the owners of the listed leases.
     """
     shards = _claimed_shards(app)
     client = app.redis
+    others = [q for q in app.known_queues() if q != DEFAULT_QUEUE]
     levels = range(MIN_PRIORITY, MAX_PRIORITY + 1)
     limit = max(0, running_limit)
     start, stop = (0, limit - 1) if limit else (1, 0)  # 1..0: empty, one reply all the same
@@ -180,6 +199,7 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
             pipe.zcard(k.leases)
             pipe.zrange(k.leases, start, stop, withscores=True)
         main = app.keys
+        _count_queues(pipe, main, others)
         pipe.zcard(main.dead)
         pipe.zrange(main.workers, 0, -1, withscores=True)
         pipe.hgetall(main.workerinfo)
@@ -196,7 +216,12 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
         delayed += int(part[len(levels)]) - markers
         running_total += int(part[len(levels) + 2])
         listed += [(score, job_id, k) for job_id, score in _pairs(part[len(levels) + 3])]
-    dead, workers, infos = raw[1 + len(shards) * per_shard :]
+    queues = [QueueCounts(DEFAULT_QUEUE, tuple(counts), delayed)]
+    at = 1 + len(shards) * per_shard
+    queues += _queue_counts(others, raw[at : at + len(others) * (len(levels) + 1)])
+    counts = [sum(q.ready_by_priority[p] for q in queues) for p in levels]
+    delayed = sum(q.delayed for q in queues)
+    dead, workers, infos = raw[at + len(others) * (len(levels) + 1) :]
     listed = sorted(listed)[:limit]  # closest to expiry first, over all shards
     running = _running(client, listed, now_ms)
 
@@ -221,19 +246,37 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
         dead=int(dead),
         workers=tuple(live),
         stale_workers=stale,
+        queues=tuple(queues),
     )
 
 
-_MARKERS = [wheel_marker(bucket) for bucket in range(WHEEL_BUCKETS)]
+def _count_queues(pipe: Any, keys: Keys, queues: Sequence[str]) -> None:
+    """Queues the counts of each of ``queues`` (ready per priority, then delayed)."""
+    for queue in queues:
+        for priority in range(MIN_PRIORITY, MAX_PRIORITY + 1):
+            pipe.zcount(keys.ready_of(queue), *level_range(priority))
+        pipe.zcard(keys.due_of(queue))
 
-#: The name jobs' queue is shown under while every job of a namespace shares one `ready` set.
-DEFAULT_QUEUE = "default"
+
+def _queue_counts(queues: Sequence[str], raw: Sequence[Any]) -> list[QueueCounts]:
+    """The replies of `_count_queues`, per queue."""
+    width = MAX_PRIORITY - MIN_PRIORITY + 2
+    out = []
+    for i, queue in enumerate(queues):
+        part = raw[i * width : (i + 1) * width]
+        out.append(QueueCounts(queue, tuple(int(n) for n in part[:-1]), int(part[-1])))
+    return out
+
+
+_MARKERS = [wheel_marker(bucket) for bucket in range(WHEEL_BUCKETS)]
 
 
 def ready_by_queue(stats: QueueStats) -> dict[str, tuple[int, ...]]:
     """Ready jobs per queue, each indexed by priority 0..9 (what the dashboard and
     ``drumbeat_queue_ready{queue,priority}`` show)."""
-    return {DEFAULT_QUEUE: stats.ready_by_priority}
+    if not stats.queues:
+        return {DEFAULT_QUEUE: stats.ready_by_priority}
+    return {q.name: q.ready_by_priority for q in stats.queues}
 
 
 def _claimed_shards(app: App) -> list[Keys]:
@@ -361,7 +404,8 @@ def retry_dead(app: App, ids: Sequence[str] | None) -> int:
     Returns how many were requeued (ids not in the dead set, or without a job record, are
     skipped).
     """
-    return _apply(app, ids, app.scripts.revive)
+    queues = app.known_queues()
+    return _apply(app, ids, lambda batch: app.scripts.revive(batch, queues))
 
 
 def purge_dead(app: App, ids: Sequence[str] | None) -> int:

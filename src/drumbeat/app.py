@@ -14,7 +14,7 @@ from . import connections
 from .config import Settings
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .job import Job, encode_spec
-from .keys import Keys, check_name
+from .keys import DEFAULT_QUEUE, Keys, check_name
 from .resources import Hook, Register, Resources
 from .schedule import Mode
 from .scheduler import Schedule, ScheduleInfo, Scheduler
@@ -104,6 +104,7 @@ class App:
         result_ttl: float | None = None,
         backoff: float = 1.0,
         backoff_max: float = 600.0,
+        queue: str = "default",
     ) -> _Decorator: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, **config: Any) -> Any:
@@ -111,7 +112,8 @@ class App:
 
         Options: ``name`` (default ``module.qualname``), ``priority`` 0..9 (higher first),
         ``retries`` after the first failure, ``timeout`` seconds per attempt, ``result_ttl``
-        seconds the outcome is kept (0: not at all), ``backoff``/``backoff_max`` seconds.
+        seconds the outcome is kept (0: not at all), ``backoff``/``backoff_max`` seconds,
+        ``queue`` its jobs go to (default ``"default"``; workers serve named queues).
         """
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
@@ -354,8 +356,29 @@ class App:
         """A handle on an existing job."""
         return Job(self, job_id, created=False)
 
+    def queues(self) -> list[str]:
+        """The queues this app's tasks name (the default queue when it has no tasks), the
+        default queue first: what a worker serves unless told otherwise."""
+        named = {task.config.queue for task in self.tasks.values()} or {DEFAULT_QUEUE}
+        return sorted(named, key=lambda q: (q != DEFAULT_QUEUE, q))
+
+    def known_queues(self) -> list[str]:
+        """Every queue jobs were sent to on this namespace (the registry in Redis), and the
+        queues this app's tasks name."""
+        return self._with_local(self.redis.smembers(self.keys.queues))
+
+    async def aknown_queues(self) -> list[str]:
+        """`known_queues` for async callers."""
+        return self._with_local(await (await self.aredis()).smembers(self.keys.queues))
+
+    def _with_local(self, stored: Any) -> list[str]:
+        names = {_decoded(q) for q in stored} | set(self.queues())
+        return sorted(names, key=lambda q: (q != DEFAULT_QUEUE, q))
+
     def _enqueue_calls(self, jobs: Iterable[Prepared]) -> list[Call[Any]]:
-        groups: list[list[str | bytes | int]] = [[]]
+        # One call per run of consecutive jobs of one queue (the script writes to that
+        # queue's keys), at most `batch_limit` jobs each; replies keep the order given.
+        groups: list[tuple[str, list[str | bytes | int]]] = []
         limit = self.settings.max_payload_bytes
         for prepared in jobs:
             if not isinstance(prepared, Prepared):
@@ -372,10 +395,21 @@ class App:
             )
             check_size(spec, limit, f"job of task {prepared.task!r}")
             o = prepared.options
-            if len(groups[-1]) >= 6 * self.settings.batch_limit:
-                groups.append([])
-            groups[-1] += [os.urandom(16).hex(), spec, o.priority, o.delay_ms, o.at_ms, o.key or ""]
-        return [self.scripts.enqueue(g) for g in groups if g]
+            queue = o.queue or self._queue_of(prepared.task)
+            if (
+                not groups
+                or groups[-1][0] != queue
+                or (len(groups[-1][1]) >= 6 * self.settings.batch_limit)
+            ):
+                groups.append((queue, []))
+            groups[-1][1].extend(
+                (os.urandom(16).hex(), spec, o.priority, o.delay_ms, o.at_ms, o.key or "")
+            )
+        return [self.scripts.enqueue(g, queue) for queue, g in groups]
+
+    def _queue_of(self, task: str) -> str:
+        known = self.tasks.get(task)
+        return DEFAULT_QUEUE if known is None else known.config.queue
 
     def _jobs_of(self, results: Sequence[Any]) -> list[Job[Any]]:
         return [Job(self, e.id, e.created) for batch in results for e in batch]
@@ -400,3 +434,7 @@ def _check_task_name(name: str) -> None:
         check_name(name, "task name")
     except ValueError as exc:
         raise InvalidJob(str(exc)) from None
+
+
+def _decoded(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -105,6 +105,11 @@ class Settings:
     """Workers count settled jobs per task and outcome, and their run times, in Redis (for
     ``GET /metrics`` of ``drumbeat dashboard``); one extra command in each settle write."""
 
+    unknown_task_grace: float = 300.0
+    """Seconds a job whose task no worker that claimed it knew keeps being handed back (for a
+    worker of a newer deploy that knows it) before it is dead-lettered
+    (``DRUMBEAT_UNKNOWN_TASK_GRACE``)."""
+
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     """Free-form settings for extensions; ignored by the core."""
 
@@ -116,19 +121,16 @@ class Settings:
         ):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if self.progress_interval < 0:
-            raise ConfigurationError(
-                f"progress_interval must be >= 0, got {self.progress_interval!r}"
-            )
         if self.hang_timeout < 1.0:
             raise ConfigurationError(
                 f"hang_timeout must be >= 1.0 s (a shorter one takes a garbage collection or a "
                 f"busy machine for a hang), got {self.hang_timeout!r}"
             )
-        if self.scale_down_after < 0:
-            raise ConfigurationError(
-                f"scale_down_after must be >= 0, got {self.scale_down_after!r}"
-            )
+        for name in ("progress_interval", "scale_down_after", "unknown_task_grace"):
+            if getattr(self, name) < 0:
+                raise ConfigurationError(
+                    f"{name} must be >= 0 seconds, got {getattr(self, name)!r}"
+                )
         if self.min_interval <= 0:
             raise ConfigurationError(f"min_interval must be > 0, got {self.min_interval!r}")
         for name in ("max_payload_bytes", "schedule_shards"):

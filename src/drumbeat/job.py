@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -173,16 +174,20 @@ class Job(Generic[R]):
         """Cancels the job: a queued or delayed one is removed at once (status `cancelled`);
         a running one stops at its next checkpoint (an async task at once), its outcome is
         `cancelled` and it is never retried. Returns whether anything was cancelled."""
-        return bool(cancel_call(self.app, self.id).run(self.app.redis))
+        call = cancel_call(self.app, self.id, self.app.known_queues())
+        return bool(call.run(self.app.redis))
 
     async def acancel(self) -> bool:
-        return bool(await cancel_call(self.app, self.id).arun(await self.app.aredis()))
+        call = cancel_call(self.app, self.id, await self.app.aknown_queues())
+        return bool(await call.arun(await self.app.aredis()))
 
     def status(self) -> JobStatus:
-        return _status(self.app.scripts.job_status(self.id).run(self.app.redis))
+        call = self.app.scripts.job_status(self.id, queues=self.app.queues())
+        return _status(call.run(self.app.redis))
 
     async def astatus(self) -> JobStatus:
-        return _status(await self.app.scripts.job_status(self.id).arun(await self.app.aredis()))
+        call = self.app.scripts.job_status(self.id, queues=self.app.queues())
+        return _status(await call.arun(await self.app.aredis()))
 
     def result(self, timeout: float | None = None) -> R:
         """Wait for the job to finish and return its result, blocking in Redis (no polling).
@@ -216,9 +221,10 @@ class Job(Generic[R]):
             await blocking.blmove(done, done, wait, "RIGHT", "LEFT")  # type: ignore[arg-type]
 
 
-def cancel_call(app: App, job_id: str) -> Call[int]:
-    """1 cancelled (it waited), 2 cancel requested (it runs), 0 nothing to cancel."""
-    return app.scripts.cancel(job_id, round(app.settings.result_ttl * 1000))
+def cancel_call(app: App, job_id: str, queues: Sequence[str] = ()) -> Call[int]:
+    """1 cancelled (it waited), 2 cancel requested (it runs), 0 nothing to cancel; a waiting
+    job is found in the default queue and in ``queues``."""
+    return app.scripts.cancel(job_id, round(app.settings.result_ttl * 1000), queues)
 
 
 _PENDING = object()

@@ -49,7 +49,15 @@ SHARD_KEYS: dict[str, str] = {
     "supervisors": "zset",
     "supervisorinfo": "hash",
     "metrics": "hash",
+    "queues": "set",
 }
+
+#: The queue a job goes to unless its task or its call names another.
+DEFAULT_QUEUE = "default"
+
+#: Keys of one queue: ``<name>`` for the default queue (the names every namespace had before
+#: queues existed, so its data needs no migration), ``<name>:<queue>`` for any other.
+QUEUE_KEYS: dict[str, str] = {"ready": "zset", "due": "zset", "wake": "zset"}
 
 #: Keys of one bucket of a shard's schedule wheel, ``<name>:<bucket>``.
 BUCKET_KEYS: dict[str, str] = {"wheel": "zset", "schedules": "hash"}
@@ -176,6 +184,26 @@ class Keys:
     @property
     def workerinfo(self) -> str:
         return self.key("workerinfo")
+
+    def queue_key(self, name: str, queue: str) -> str:
+        """A key of one queue (`QUEUE_KEYS`); the default queue's has no suffix."""
+        if name not in QUEUE_KEYS:
+            raise KeyError(f"unknown queue key {name!r}")
+        suffix = "" if queue == DEFAULT_QUEUE else f":{queue}"
+        return f"{PREFIX}:{self.tag}:{name}{suffix}"
+
+    def ready_of(self, queue: str) -> str:
+        return self.queue_key("ready", queue)
+
+    def due_of(self, queue: str) -> str:
+        return self.queue_key("due", queue)
+
+    def wake_of(self, queue: str) -> str:
+        return self.queue_key("wake", queue)
+
+    @property
+    def queues(self) -> str:
+        return self.key("queues")
 
     def bucket_key(self, name: str, bucket: int) -> str:
         if name not in BUCKET_KEYS or not 0 <= bucket < WHEEL_BUCKETS:

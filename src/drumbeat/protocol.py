@@ -74,7 +74,14 @@ def bin_upper_ms(b: int) -> float:
 
 FIELD_SEP = "|"
 #: A job's (or a run's) entry in `state`. For a run, ``dedupkey`` holds RUN_STATE_FIELDS.
-JOB_STATE_FIELDS = ("attempt", "stalls", "priority", "seq", "dedupkey")
+#: ``unknown``: ms a worker lacking its task first handed it back, else 0; ``queue``: empty for
+#: the default queue.
+JOB_STATE_FIELDS = ("attempt", "stalls", "priority", "seq", "unknown", "queue", "dedupkey")
+#: The layout of a job of the default queue never handed back for want of its task (most jobs,
+#: and every state written before queues existed): unknown 0, queue empty.
+SHORT_JOB_STATE_FIELDS = ("attempt", "stalls", "priority", "seq", "dedupkey")
+#: The fields of JOB_STATE_FIELDS formatted as text (the rest are integers).
+JOB_STATE_TEXT_FIELDS = ("queue", "dedupkey")
 #: A run's place in its schedule, joined by RUN_STATE_SEP in the ``dedupkey`` field of its state
 #: (and in `Claimed.extra`); ``manual`` is 1 for a run queued by ``run_now``.
 RUN_STATE_FIELDS = ("due", "grid", "gen", "manual")

@@ -60,6 +60,12 @@ class HandBack:
 
 
 @dataclass(frozen=True, slots=True)
+class Unknown:
+    """This worker does not know the job's task (a rolling deploy): back to its queue, not
+    an attempt, after a wait (defer_unknown.lua), for a worker that knows it."""
+
+
+@dataclass(frozen=True, slots=True)
 class RunDone:
     """A schedule's run ended (or was skipped); where the schedule goes next."""
 
@@ -80,7 +86,7 @@ class _SyncCall:
     given_up: bool = False
 
 
-Outcome = Done | Again | Bury | RunDone | Cancelled | HandBack
+Outcome = Done | Again | Bury | RunDone | Cancelled | HandBack | Unknown
 
 
 class Named(Protocol):
@@ -138,7 +144,9 @@ class Runner:
             if named is not None:
                 named.task_name = spec.task
             task = self.app.get_task(spec.task)
-        except (SerializationError, UnknownTask) as exc:
+        except UnknownTask as exc:
+            return self._unknown(job, str(exc), now_ms())
+        except SerializationError as exc:
             return self._bury(job, str(exc), None, now_ms())
         ttl_ms = self._ttl_ms(task)
         if checkpoints is not None:
@@ -158,6 +166,23 @@ class Runner:
             return self._failure(job, task, exc, now_ms())
         finally:
             _current.reset(token)
+
+    def _unknown(self, job: Claimed, error: str, now_ms: int) -> Unknown | Bury:
+        """A job whose task this worker lacks goes back for one that knows it, until no worker
+        that claimed it knew the task for `Settings.unknown_task_grace`."""
+        grace_ms = round(self.app.settings.unknown_task_grace * 1000)
+        first = job.unknown_ms or now_ms
+        if now_ms - first < grace_ms:
+            return Unknown()
+        return self._bury(
+            job,
+            f"{error}; no worker that claimed it knew the task for "
+            f"{(now_ms - first) / 1000:.0f} s (unknown_task_grace is "
+            f"{self.app.settings.unknown_task_grace:g} s): deploy a worker that registers it, "
+            "then retry the dead letter",
+            None,
+            now_ms,
+        )
 
     def _failure(self, job: Claimed, task: Task[Any, Any], exc: Exception, now_ms: int) -> Outcome:
         """What follows an exception out of the task: a retry while its retries allow (an

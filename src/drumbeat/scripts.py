@@ -18,7 +18,7 @@ import redis
 import redis.asyncio as aredis
 from redis.exceptions import NoScriptError
 
-from .keys import Keys, bucket_of
+from .keys import DEFAULT_QUEUE, Keys, bucket_of
 
 T = TypeVar("T")
 
@@ -48,6 +48,7 @@ SCRIPT_NAMES = (
     "beat_supervisor",
     "tally",
     "count_schedules",
+    "defer_unknown",
 )
 
 
@@ -149,7 +150,7 @@ def _str(value: bytes | str) -> str:
 
 
 #: Fields per claimed item in a claim reply (see `take_all` in _lib.lua).
-CLAIMED_FIELDS = 8
+CLAIMED_FIELDS = 9
 
 
 @dataclass(slots=True)  # not frozen: a frozen init costs a setattr call per field, per job
@@ -166,6 +167,23 @@ class Claimed:
     """The dedup key of a job; "<due>:<grid>:<generation>:<manual>" of a schedule run."""
     progress: bytes | None = None
     """The progress the job last saved at a checkpoint (encoded), if any."""
+    where: bytes | str | None = None
+    """``<queue>|<unknown ms>`` as the claim replied, None for most jobs (the default queue,
+    never handed back for want of its task); read through `queue` and `unknown_ms`."""
+
+    @property
+    def queue(self) -> str:
+        """The queue the job belongs to."""
+        if not self.where:
+            return DEFAULT_QUEUE
+        return _str(self.where).partition("|")[0] or DEFAULT_QUEUE
+
+    @property
+    def unknown_ms(self) -> int:
+        """When a worker that lacked its task first handed it back (Redis ms), or 0."""
+        if not self.where:
+            return 0
+        return int(_str(self.where).partition("|")[2] or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +229,7 @@ def _claimed(raw: Any, start: int) -> list[Claimed]:
             priority=int(raw[i + 5]),
             extra=_str(raw[i + 6]),
             progress=raw[i + 7] or None,
+            where=raw[i + 8] or None,
         )
         for i in range(start, len(raw), CLAIMED_FIELDS)
     ]
@@ -258,24 +277,42 @@ class Scripts:
 
     def __init__(self, keys: Keys) -> None:
         self.k = keys
-        k = keys
-        # Built once: an enqueue of one job is the producer's hot path.
-        self._enqueue_keys = (k.ready, k.due, k.jobs, k.state, k.uniq, k.seq, k.wake, k.signals)
+        self._enqueue_keys: dict[str, tuple[str, ...]] = {}
 
-    def enqueue(self, groups: Sequence[str | bytes | int]) -> Call[list[Enqueued]]:
-        return Call("enqueue", self._enqueue_keys, groups, _parse_enqueue)
+    def enqueue(
+        self, groups: Sequence[str | bytes | int], queue: str = DEFAULT_QUEUE
+    ) -> Call[list[Enqueued]]:
+        """Jobs of one queue: groups of (id, spec, priority, delay_ms, at_ms, dedup key)."""
+        keys = self._enqueue_keys.get(queue)
+        if keys is None:  # built once per queue: an enqueue of one job is the hot path
+            k = self.k
+            keys = (k.ready_of(queue), k.due_of(queue), k.jobs, k.state, k.uniq, k.seq,
+                    k.wake_of(queue), k.signals, k.queues)  # fmt: skip
+            self._enqueue_keys[queue] = keys
+        return Call("enqueue", keys, [_queue_arg(queue), *groups], _parse_enqueue)
 
     def claim(
-        self, worker: str, limit: int, lease_ms: int, promote: int, buckets: Sequence[int] = ()
+        self,
+        worker: str,
+        limit: int,
+        lease_ms: int,
+        promote: int,
+        buckets: Sequence[int] = (),
+        *,
+        queues: Sequence[str] = (DEFAULT_QUEUE,),
     ) -> Call[ClaimResult]:
-        """``buckets``: schedule buckets whose due runs this claim takes (`upcoming` of the
-        last reply)."""
+        """Claims from ``queues`` (the default queue first, if served). ``buckets``: schedule
+        buckets whose due runs this claim takes (`upcoming` of the last reply; only with the
+        default queue first: schedules belong to it)."""
         k = self.k
-        keys = [k.ready, k.due, k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.wake]
-        keys += [k.lateness, k.tasks, k.progress]
+        keys = [k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.lateness, k.tasks]
+        keys.append(k.progress)
+        for queue in queues:
+            keys += [k.ready_of(queue), k.due_of(queue), k.wake_of(queue)]
         for bucket in buckets:
             keys += [k.wheel(bucket), k.schedules(bucket)]
-        return Call("claim", keys, [worker, limit, lease_ms, promote, *buckets], _parse_claim)
+        args: list[str | int] = [worker, limit, lease_ms, promote, len(queues), *buckets]
+        return Call("claim", keys, args, _parse_claim)
 
     def complete(self, items: Sequence[tuple[str, int, bytes, int, str]]) -> Call[list[int]]:
         """Items are (id, token, outcome, ttl_ms, dedup key as claimed: `Claimed.extra`)."""
@@ -287,10 +324,12 @@ class Scripts:
             args += [f"{job_id}|{token}|{ttl_ms}|{dedup_key}", outcome]
         return Call("complete", keys, args, _ints)
 
-    def retry(self, items: Sequence[tuple[str, int, int, int]]) -> Call[list[int]]:
-        """Items are (id, token, delay_ms, priority)."""
+    def retry(
+        self, items: Sequence[tuple[str, int, int, int]], queue: str = DEFAULT_QUEUE
+    ) -> Call[list[int]]:
+        """Items (of one queue) are (id, token, delay_ms, priority)."""
         k = self.k
-        keys = [k.leases, k.owners, k.due, k.wake, k.signals]
+        keys = [k.leases, k.owners, k.due_of(queue), k.wake_of(queue), k.signals]
         return Call("retry", keys, [x for item in items for x in item], _ints)
 
     def bury(self, items: Sequence[tuple[str, int, bytes, int]]) -> Call[list[int]]:
@@ -310,11 +349,28 @@ class Scripts:
         args += [x for pair in owned for x in pair]
         return Call("extend_leases", keys, args, _parse_renewed)
 
-    def handback(self, owned: Sequence[tuple[str, int]]) -> Call[list[int]]:
-        """Items are (id, token); one 1 (handed back) or 0 (lease lost) per item."""
+    def handback(
+        self, owned: Sequence[tuple[str, int]], queue: str = DEFAULT_QUEUE
+    ) -> Call[list[int]]:
+        """Items (of one queue) are (id, token); one 1 (handed back) or 0 (lease lost) each."""
         k = self.k
-        keys = [k.leases, k.owners, k.state, k.ready, k.wake, k.signals]
-        return Call("handback", keys, [x for pair in owned for x in pair], _ints)
+        keys = [k.leases, k.owners, k.state, k.ready_of(queue), k.wake_of(queue), k.signals]
+        args = [_queue_arg(queue), *(x for pair in owned for x in pair)]
+        return Call("handback", keys, args, _ints)
+
+    def defer_unknown(
+        self,
+        owned: Sequence[tuple[str, int]],
+        least_ms: int,
+        most_ms: int,
+        queue: str = DEFAULT_QUEUE,
+    ) -> Call[list[int]]:
+        """Hands back jobs (of one queue) whose task this worker lacks, to its `due` for
+        ``least_ms`` up to ``most_ms`` (see defer_unknown.lua); one 1 or 0 per item."""
+        k = self.k
+        keys = [k.leases, k.owners, k.state, k.due_of(queue), k.wake_of(queue)]
+        args = [_queue_arg(queue), least_ms, most_ms, *(x for pair in owned for x in pair)]
+        return Call("defer_unknown", keys, args, _ints)
 
     def reap(
         self,
@@ -324,28 +380,45 @@ class Scripts:
         dead_ttl_ms: int,
         worker_ttl_ms: int,
         result_ttl_ms: int,
+        queues: Sequence[str] = (),
     ) -> Call[Reaped]:
+        """``queues``: the queues other than the default one whose jobs may be requeued."""
         k = self.k
         keys = [
             k.leases, k.owners, k.state, k.ready, k.dead, k.errors, k.uniq,
             k.results, k.expires, k.jobs, k.wake, k.workers, k.workerinfo, k.waiting,
             k.cancels, k.progress, k.signals,
         ]  # fmt: skip
-        args = [max_stalls, limit, dead_ttl_ms, worker_ttl_ms, result_ttl_ms]
+        others = _others(queues)
+        for queue in others:
+            keys += [k.ready_of(queue), k.wake_of(queue)]
+        args: list[str | int] = [max_stalls, limit, dead_ttl_ms, worker_ttl_ms, result_ttl_ms]
+        args += others
         return Call("reap", keys, args, _parse_reap)
 
-    def job_status(self, job_id: str, wait_ms: int = 0) -> Call[JobState]:
+    def job_status(
+        self, job_id: str, wait_ms: int = 0, queues: Sequence[str] = ()
+    ) -> Call[JobState]:
         """Where the job is; with ``wait_ms``, its outcome is announced on `Keys.done` if it
-        comes within that time (else nobody pushes there)."""
+        comes within that time (else nobody pushes there). A job of a queue not in
+        ``queues`` (besides the default one) reads as queued while it waits."""
         k = self.k
         keys = [k.ready, k.due, k.leases, k.dead, k.results, k.state, k.waiting]
-        return Call("job_status", keys, [job_id, wait_ms], _parse_status)
+        others = _others(queues)
+        for queue in others:
+            keys += [k.ready_of(queue), k.due_of(queue)]
+        return Call("job_status", keys, [job_id, wait_ms, *others], _parse_status)
 
-    def revive(self, ids: Sequence[str]) -> Call[int]:
+    def revive(self, ids: Sequence[str], queues: Sequence[str] = ()) -> Call[int]:
+        """``queues``: the queues other than the default one the jobs may belong to (a job
+        of another queue is skipped)."""
         k = self.k
         keys = [k.dead, k.errors, k.state, k.ready, k.results, k.expires, k.seq, k.wake]
         keys += [k.uniq, k.jobs] + [k.done(i) for i in ids]
-        return Call("revive", keys, list(ids), int)
+        others = _others(queues)
+        for queue in others:
+            keys += [k.ready_of(queue), k.wake_of(queue)]
+        return Call("revive", keys, [len(ids), *ids, *others], int)
 
     def tally(self, fields: Sequence[str | int]) -> Call[int]:
         """Adds to the `metrics` counters: ``fields`` are pairs of field, increment."""
@@ -408,18 +481,30 @@ class Scripts:
         k = self.k
         return Call("save_progress", [k.owners, k.progress], [job_id, token, progress], int)
 
-    def claim_urgent(self, worker: str, min_priority: int, lease_ms: int) -> Call[Lent]:
-        """Claims the head of `ready` if its priority is at least ``min_priority``."""
+    def claim_urgent(
+        self,
+        worker: str,
+        min_priority: int,
+        lease_ms: int,
+        queues: Sequence[str] = (DEFAULT_QUEUE,),
+    ) -> Call[Lent]:
+        """Claims the best head of the ``queues``' `ready` keys if its priority is at least
+        ``min_priority``."""
         k = self.k
-        keys = [k.ready, k.jobs, k.state, k.owners, k.leases, k.fence, k.progress, k.lateness]
+        keys = [k.jobs, k.state, k.owners, k.leases, k.fence, k.progress, k.lateness]
+        keys += [k.ready_of(queue) for queue in queues]
         return Call("claim_urgent", keys, [worker, min_priority, lease_ms], _parse_lent)
 
-    def cancel(self, job_id: str, ttl_ms: int) -> Call[int]:
-        """1 cancelled (it waited), 2 cancel requested (it runs), 0 nothing to cancel."""
+    def cancel(self, job_id: str, ttl_ms: int, queues: Sequence[str] = ()) -> Call[int]:
+        """1 cancelled (it waited), 2 cancel requested (it runs), 0 nothing to cancel (or a
+        waiting job of a queue not in ``queues``, besides the default one)."""
         k = self.k
         keys = [k.ready, k.due, k.leases, k.jobs, k.state, k.uniq, k.results, k.expires]
         keys += [k.waiting, k.cancels, k.progress, k.signals, k.done(job_id)]
-        return Call("cancel", keys, [job_id, ttl_ms], int)
+        others = _others(queues)
+        for queue in others:
+            keys += [k.ready_of(queue), k.due_of(queue)]
+        return Call("cancel", keys, [job_id, ttl_ms, *others], int)
 
     def scale_signal(self, worker_ttl_ms: int, registrations: bool) -> Call[Any]:
         """What `autoscale.read_signal` sizes pools on (read-only; parsed there)."""
@@ -458,3 +543,13 @@ class Scripts:
             keys += [k.wheel(bucket), k.schedules(bucket)]
             packed.append(f"{member}|{token}|{outcome}|{ms}|{gen}|{grid}|{due}|{bucket}|{error}")
         return Call("finish_runs", keys, packed, _ints)
+
+
+def _queue_arg(queue: str) -> str:
+    """A queue's name as scripts store it in a job's state: empty for the default queue."""
+    return "" if queue == DEFAULT_QUEUE else queue
+
+
+def _others(queues: Sequence[str]) -> list[str]:
+    """The queues other than the default one, each once, in order."""
+    return [q for q in dict.fromkeys(queues) if q != DEFAULT_QUEUE]

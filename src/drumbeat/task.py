@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .errors import InvalidJob
 from .job import Job
-from .keys import check_name
+from .keys import DEFAULT_QUEUE, check_name
 from .protocol import MAX_PRIORITY as MAX_PRIORITY  # noqa: PLC0414 (the CLI imports it here)
 from .protocol import MIN_PRIORITY as MIN_PRIORITY  # noqa: PLC0414 (the CLI imports it here)
 
@@ -30,8 +30,13 @@ class Options:
     delay: float = 0.0
     at: datetime | None = None
     key: str | None = None
+    queue: str | None = None
+    """The queue the job goes to; ``None`` takes its task's (the default queue for a task
+    this process does not know)."""
 
     def __post_init__(self) -> None:
+        if self.queue is not None:
+            check_queue(self.queue)
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
             raise InvalidJob(f"priority must be an int, got {self.priority!r}")
         if not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
@@ -87,12 +92,15 @@ class TaskConfig:
     backoff: float = 1.0
     """First retry delay in seconds; doubled each failure, with jitter."""
     backoff_max: float = 600.0
+    queue: str = DEFAULT_QUEUE
+    """The queue its jobs go to, unless a call names another; workers serve named queues."""
 
     def __post_init__(self) -> None:
         try:
             check_name(self.name, "task name")
         except ValueError as exc:
             raise InvalidJob(str(exc)) from None
+        check_queue(self.queue)
         Options(priority=self.priority)
         if self.retries < 0:
             raise InvalidJob(f"retries must be >= 0, got {self.retries}")
@@ -131,7 +139,7 @@ class Task(Generic[P, R]):
         self.fn = fn
         self.config = config
         self.is_async = inspect.iscoroutinefunction(fn)
-        self._defaults = Options(priority=config.priority)
+        self._defaults = Options(priority=config.priority, queue=config.queue)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -152,9 +160,11 @@ class Task(Generic[P, R]):
         delay: float = 0.0,
         at: datetime | None = None,
         key: str | None = None,
+        queue: str | None = None,
     ) -> Bound[P, R]:
         prio = self.config.priority if priority is None else priority
-        return Bound(self, Options(priority=prio, delay=delay, at=at, key=key))
+        q = self.config.queue if queue is None else queue
+        return Bound(self, Options(priority=prio, delay=delay, at=at, key=key, queue=q))
 
     def prepare(self, *args: P.args, **kwargs: P.kwargs) -> Prepared:
         """A job for `App.enqueue_many`, with this task's default options."""
@@ -165,3 +175,11 @@ class Task(Generic[P, R]):
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         return (await self.app.aenqueue_many([self.prepare(*args, **kwargs)]))[0]
+
+
+def check_queue(queue: str) -> str:
+    """``queue`` if it is a valid queue name, else `InvalidJob` saying why."""
+    try:
+        return check_name(queue, "queue name")
+    except ValueError as exc:
+        raise InvalidJob(str(exc)) from None

@@ -239,6 +239,8 @@ async def test_dead_letters_of_a_msgpack_worker(redis_url: str, namespace: str) 
 async def _bury_unknown(app: drumbeat.App, n: int) -> list[str]:
     """``n`` jobs of a task no worker knows, run until they are dead letters."""
     jobs = await app.aenqueue_many([drumbeat.Prepared("no.such", [i], {}) for i in range(n)])
+    # No grace for an unknown task: dead-lettered at its first claim, not handed back.
+    app.settings = app.settings.replace(unknown_task_grace=0.0)
     async with running_worker(app):
         for job in jobs:
             with pytest.raises(drumbeat.JobFailed):
@@ -286,13 +288,13 @@ async def test_retry_all_stops_at_what_was_dead_when_it_began(
     original = app.scripts.revive
     late = uuid.uuid4().hex
 
-    def revive_while_another_dies(ids: Sequence[str]) -> Call[int]:
+    def revive_while_another_dies(ids: Sequence[str], queues: Sequence[str] = ()) -> Call[int]:
         # a job dying meanwhile (e.g. a retried one failing at once) lands after the snapshot
         client = app.redis
         if not client.zscore(app.keys.dead, late):
             client.zadd(app.keys.dead, {late: _now_ms(client) + 60_000})
             client.hset(app.keys.jobs, late, encode_spec(CODECS["json"], "x", b"[[],{}]"))
-        return original(ids)
+        return original(ids, queues)
 
     monkeypatch.setattr(app.scripts, "revive", revive_while_another_dies)
     assert admin.retry_dead(app, None) == 4

@@ -289,6 +289,8 @@ async def _make_dead(app: drumbeat.App) -> tuple[str, str]:
     explode = app.tasks.get("explode") or app.task(name="explode")(_explode)
     unknown = await app.aenqueue_many([drumbeat.Prepared("no.such.task", [1], {})])
     failing = await explode.aenqueue("now")
+    # No grace for an unknown task: dead-lettered at its first claim, not handed back.
+    app.settings = app.settings.replace(unknown_task_grace=0.0)
     async with running_worker(app, concurrency=2):
         for job in (unknown[0], failing):
             with pytest.raises(drumbeat.JobFailed):

@@ -88,6 +88,8 @@ async def _dead_letters(app: drumbeat.App, n: int) -> list[str]:
     failing = app.task(name=LONG_TASK)(_fail)
     jobs = [await failing.aenqueue(f"{LONG_ERROR}#{i}") for i in range(n)]
     jobs += await app.aenqueue_many([drumbeat.Prepared("no.such.task", [1], {})])
+    # No grace for an unknown task: dead-lettered at its first claim, not handed back.
+    app.settings = app.settings.replace(unknown_task_grace=0.0)
     async with running_worker(app, concurrency=2):
         for job in jobs:
             with pytest.raises(drumbeat.JobFailed):

@@ -16,6 +16,7 @@ from drumbeat.protocol import (
     RUN_STATE_FIELDS,
     RUN_STATE_SEP,
     SCHEDULE_FIELDS,
+    SHORT_JOB_STATE_FIELDS,
 )
 from drumbeat.schedule import Record, parse_record
 
@@ -32,14 +33,18 @@ def _state(fields: dict[str, object]) -> str:
 
 
 def _parse_state(raw: bytes) -> dict[str, str]:
-    return dict(zip(JOB_STATE_FIELDS, raw.decode().split(FIELD_SEP, 4), strict=True))
+    parts = raw.decode().split(FIELD_SEP, len(JOB_STATE_FIELDS) - 1)
+    if len(parts) < len(JOB_STATE_FIELDS):  # the short layout: default queue, never unknown
+        return {"unknown": "0", "queue": ""} | dict(zip(SHORT_JOB_STATE_FIELDS, parts, strict=True))
+    return dict(zip(JOB_STATE_FIELDS, parts, strict=True))
 
 
 def test_job_state_and_owner_round_trip_through_a_claim(app: drumbeat.App, r: redis.Redis) -> None:
     k = app.keys
     # Priority 12 is out of range: Lua clamps it to MAX_PRIORITY while it parses.
     for job_id, priority, seq in (("j1", 7, 5), ("j2", 12, 6)):
-        state = {"attempt": 2, "stalls": 1, "priority": priority, "seq": seq, "dedupkey": "k:1"}
+        state = {"attempt": 2, "stalls": 1, "priority": priority, "seq": seq, "unknown": 0,
+                 "queue": "", "dedupkey": "k:1"}  # fmt: skip
         r.hset(k.state, job_id, _state(state))
         r.hset(k.jobs, job_id, b"spec")
         r.zadd(k.ready, {job_id: protocol.ready_score(min(priority, protocol.MAX_PRIORITY), seq)})
@@ -59,6 +64,27 @@ def test_job_state_and_owner_round_trip_through_a_claim(app: drumbeat.App, r: re
         assert owner_raw is not None
         owner = protocol.parse_owner(owner_raw.decode())
         assert owner == protocol.Owner(job.token, "w-1", result.now_ms), owner_raw
+
+
+def test_a_state_keeps_the_short_layout_unless_it_needs_the_long_one(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    # The short layout (every state before queues existed): attempt|stalls|priority|seq|dedupkey.
+    r.hset(app.keys.state, "old", "2|1|5|7|k:2")
+    r.hset(app.keys.jobs, "old", b"spec")
+    r.zadd(app.keys.ready, {"old": protocol.ready_score(5, 7)})
+    # The long one: another queue, handed back once for want of its task.
+    r.hset(app.keys.state, "new", "0|0|5|8|1700000000000|builds|k:3")
+    r.hset(app.keys.jobs, "new", b"spec")
+    r.zadd(app.keys.ready_of("builds"), {"new": protocol.ready_score(5, 8)})
+    claim = app.scripts.claim("w-1", 10, 60_000, 100, queues=["default", "builds"])
+    old, new = claim.run(r).jobs
+    assert (old.id, old.attempt, old.stalls, old.priority, old.extra) == ("old", 3, 1, 5, "k:2")
+    assert (old.queue, old.unknown_ms) == ("default", 0)
+    assert r.hget(app.keys.state, "old") == b"3|1|5|7|k:2", "the short layout is kept"
+    assert (new.id, new.attempt, new.priority, new.extra) == ("new", 1, 5, "k:3")
+    assert (new.queue, new.unknown_ms) == ("builds", 1_700_000_000_000)
+    assert r.hget(app.keys.state, "new") == b"1|0|5|8|1700000000000|builds|k:3"
 
 
 def test_enqueue_scores_a_job_as_ready_score(app: drumbeat.App, r: redis.Redis) -> None:

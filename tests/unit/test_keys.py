@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from drumbeat.keys import BUCKET_KEYS, JOB_KEYS, SHARD_KEYS, WHEEL_BUCKETS, Keys, check_name
+from drumbeat.keys import (
+    BUCKET_KEYS,
+    JOB_KEYS,
+    QUEUE_KEYS,
+    SHARD_KEYS,
+    WHEEL_BUCKETS,
+    Keys,
+    check_name,
+)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "redis-keys.md"
 
@@ -48,6 +56,7 @@ def test_all_keys_of_a_shard_hash_to_one_slot(shard: int | None) -> None:
     keys = Keys("orders", shard)
     names = [keys.key(n) for n in SHARD_KEYS] + [keys.done("abc123")]
     names += [keys.bucket_key(n, b) for n in BUCKET_KEYS for b in (0, WHEEL_BUCKETS - 1)]
+    names += [keys.queue_key(n, q) for n in QUEUE_KEYS for q in ("default", "builds", "a:b")]
     assert len({_slot(k) for k in names}) == 1
     assert all(k.startswith(f"drumbeat:{keys.tag}:") for k in names)
 
@@ -71,3 +80,13 @@ def test_task_names_may_hold_locals() -> None:
     assert check_name("mod.f.<locals>.g", "task name")
     with pytest.raises(ValueError):
         check_name("mod.f.<locals>.g", "namespace")
+
+
+def test_the_default_queue_keeps_the_keys_it_had() -> None:
+    keys = Keys("orders")
+    assert [keys.ready_of("default"), keys.due_of("default"), keys.wake_of("default")] == [
+        keys.ready,
+        keys.due,
+        keys.wake,
+    ]
+    assert keys.ready_of("builds") == "drumbeat:{orders}:ready:builds"

@@ -15,10 +15,12 @@ from drumbeat import protocol
 from drumbeat.protocol import (
     FIELD_SEP,
     JOB_STATE_FIELDS,
+    JOB_STATE_TEXT_FIELDS,
     OWNER_FIELDS,
     RUN_STATE_FIELDS,
     RUN_STATE_SEP,
     SCHEDULE_FIELDS,
+    SHORT_JOB_STATE_FIELDS,
 )
 
 LIB = (Path(protocol.__file__).parent / "lua" / "_lib.lua").read_text()
@@ -43,6 +45,7 @@ LUA_ONLY = {"CALL_MANY_CHUNK"}
 
 LAYOUTS = {
     "JOB_STATE_FIELDS": FIELD_SEP.join(JOB_STATE_FIELDS),
+    "SHORT_JOB_STATE_FIELDS": FIELD_SEP.join(SHORT_JOB_STATE_FIELDS),
     "OWNER_FIELDS": FIELD_SEP.join(OWNER_FIELDS),
     "RUN_STATE_FIELDS": RUN_STATE_SEP.join(RUN_STATE_FIELDS),
     "SCHEDULE_FIELDS": FIELD_SEP.join(SCHEDULE_FIELDS),
@@ -93,10 +96,18 @@ def _captures(pattern: str) -> int:
 
 def test_lua_parsers_and_formatters_have_one_slot_per_field() -> None:
     # The patterns and format strings, not just the comments, have one slot per field.
-    state = re.search(r"string\.match\(s, '(.*?)'\)", _function("parse_state"))
-    assert state and _captures(state.group(1)) == len(JOB_STATE_FIELDS)
-    fmt = re.search(r"string\.format\('(.*?)'", _function("format_state"))
-    assert fmt and fmt.group(1).split(FIELD_SEP) == ["%d"] * (len(JOB_STATE_FIELDS) - 1) + ["%s"]
+    short = re.search(r"string\.match\(s, '(.*?)'\)", _function("parse_state"))
+    assert short and _captures(short.group(1)) == len(SHORT_JOB_STATE_FIELDS)
+    # The long layout: the short one's last field holds unknown|queue|dedupkey.
+    rest = re.search(r"string\.match\(k, '(.*?)'\)", _function("parse_state"))
+    assert rest and _captures(rest.group(1)) == len(JOB_STATE_FIELDS) - 4
+    short_fmt, long_fmt = re.findall(r"string\.format\('(.*?)'", _function("format_state"))
+    assert short_fmt.split(FIELD_SEP) == [
+        "%s" if f in JOB_STATE_TEXT_FIELDS else "%d" for f in SHORT_JOB_STATE_FIELDS
+    ]
+    assert long_fmt.split(FIELD_SEP) == [
+        "%s" if f in JOB_STATE_TEXT_FIELDS else "%d" for f in JOB_STATE_FIELDS
+    ]
     schedule = re.search(r"string\.match\(v,\s*'(.*?)'\)", _function("parse_schedule"), re.DOTALL)
     assert schedule and _captures(schedule.group(1)) == len(SCHEDULE_FIELDS)
     owner = re.search(r"string\.format\('(.*?)', token \+ i", _function("take_all"))

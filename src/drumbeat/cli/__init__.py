@@ -309,7 +309,7 @@ def cancel(app_spec: AppArg, job_id: Annotated[str, typer.Argument(help="The job
     checkpoint (an async task at once). A cancelled job is never retried. Exits 1 when there
     was nothing to cancel (the job finished, is dead, or does not exist)."""
     with _opened(app_spec) as app:
-        found = cancel_call(app, job_id).run(app.redis)
+        found = cancel_call(app, job_id, app.known_queues()).run(app.redis)
     if found == 1:
         typer.echo(f"cancelled {job_id}")
     elif found == 2:

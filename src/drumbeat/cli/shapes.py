@@ -159,6 +159,15 @@ def status_json(
             "running": stats.running_total,
             "dead": stats.dead,
         },
+        "queues": [
+            {
+                "name": queue.name,
+                "ready": queue.ready,
+                "ready_by_priority": list(queue.ready_by_priority),
+                "delayed": queue.delayed,
+            }
+            for queue in stats.queues
+        ],
         "running": [
             {
                 "id": job.id,

@@ -156,6 +156,26 @@ def priority_table(stats: admin.QueueStats) -> Table:
     return table
 
 
+def queues_table(stats: admin.QueueStats) -> Table:
+    """Per queue: ready jobs per priority level (highest first; empty levels left out), and
+    the delayed ones."""
+    table = Table(title="Queues", title_justify="left")
+    table.add_column("queue")
+    table.add_column("ready", justify="right")
+    table.add_column("by priority (high to low)")
+    table.add_column("delayed", justify="right")
+    for queue in stats.queues:
+        levels = [
+            f"{p}: {queue.ready_by_priority[p]}"
+            for p in range(MAX_PRIORITY, MIN_PRIORITY - 1, -1)
+            if queue.ready_by_priority[p]
+        ]
+        table.add_row(
+            escape(queue.name), str(queue.ready), ", ".join(levels) or "-", str(queue.delayed)
+        )
+    return table
+
+
 def running_table(stats: admin.QueueStats, *, wide: bool = False) -> Table:
     """Jobs under a lease, closest to expiry first; ``wide`` adds the progress each saved."""
     title = "Running"
@@ -208,6 +228,8 @@ def workers_table(stats: admin.QueueStats, *, wide: bool = False) -> Table:
 def status_tables(stats: admin.QueueStats, *, wide: bool = False) -> list[Table]:
     """Everything ``drumbeat status`` shows, in order; listings that are empty are left out."""
     tables = [summary_table(stats), priority_table(stats)]
+    if len(stats.queues) > 1:
+        tables.append(queues_table(stats))
     if stats.running:
         tables.append(running_table(stats, wide=wide))
     if stats.workers:

@@ -15,6 +15,7 @@ from rich.logging import RichHandler
 
 from drumbeat.autoscale import Autoscaler
 from drumbeat.cli import USAGE_ERROR, AppArg, _err, _fail, _opened, cli
+from drumbeat.keys import check_name
 from drumbeat.supervisor import Supervisor
 from drumbeat.worker import run_worker
 from drumbeat.worker.recycling import Budget
@@ -67,6 +68,16 @@ def worker(
             "dies (default: one worker, in this process).",
         ),
     ] = None,
+    queues: Annotated[
+        str | None,
+        typer.Option(
+            "--queues",
+            "-q",
+            metavar="Q1,Q2",
+            help="Claim only from these queues (comma-separated; default: every queue the "
+            "app's tasks name). Highest priority across them first, then enqueue order.",
+        ),
+    ] = None,
     autoscale: Annotated[
         str | None,
         typer.Option(
@@ -88,6 +99,7 @@ def worker(
     process retired on a scale-down finishes its jobs first. SIGHUP to a supervisor restarts
     its workers one at a time.
     """
+    served = None if queues is None else _queues(queues)
     bounds = None if autoscale is None else _bounds(autoscale, processes)
     if bounds is None and processes is not None:
         bounds = (processes, processes)
@@ -103,6 +115,8 @@ def worker(
                     argv += ["--max-jobs", str(max_jobs)]
                 if max_memory is not None:
                     argv += ["--max-memory", str(max_memory)]
+                if served is not None:
+                    argv += ["--queues", ",".join(served)]
                 lo, hi = bounds
                 s = app.settings
                 scaler = Autoscaler(
@@ -114,13 +128,29 @@ def worker(
                 )  # fmt: skip
                 raise typer.Exit(supervisor.run())
             ran = True
-            run_worker(app, concurrency=concurrency, budget=Budget(max_jobs, max_memory))
+            run_worker(
+                app, concurrency=concurrency, budget=Budget(max_jobs, max_memory), queues=served
+            )
     except typer.Exit as exc:
         code = exc.exit_code
         raise
     finally:
         if ran:
             _exit_if_threads_linger(code)
+
+
+def _queues(spec: str) -> list[str]:
+    """The queues of --queues, checked."""
+    names = [q.strip() for q in spec.split(",") if q.strip()]
+    if not names:
+        raise _fail(f"--queues expects queue names separated by commas, got {spec!r}",
+                    USAGE_ERROR)  # fmt: skip
+    for name in names:
+        try:
+            check_name(name, "queue name")
+        except ValueError as exc:
+            raise _fail(f"--queues: {exc}", USAGE_ERROR) from None
+    return names
 
 
 def _bounds(spec: str, processes: int | None) -> tuple[int, int]:

@@ -3,12 +3,17 @@
 -- names); tests/unit/test_protocol.py checks that they agree.
 --
 -- Per-job state lives in the `state` hash:
--- Layout (JOB_STATE_FIELDS): attempt|stalls|priority|seq|dedupkey
+-- Layout (JOB_STATE_FIELDS): attempt|stalls|priority|seq|unknown|queue|dedupkey
+-- Layout (SHORT_JOB_STATE_FIELDS): attempt|stalls|priority|seq|dedupkey
 --   attempt   claims so far (the running attempt's number while it runs)
 --   stalls    leases that expired under it (worker crashed or hung)
 --   priority  0..9, higher runs first
 --   seq       its place in line inside its priority level (FIFO)
+--   unknown   ms when a worker that lacked its task first handed it back, or 0
+--   queue     the queue it belongs to; empty for the default queue
 --   dedupkey  the dedup key it holds in `uniq`, or empty
+-- The short layout (every state before queues existed) is a job of the default queue never
+-- handed back for want of its task: most jobs, so they keep it.
 -- Owners live in the `owners` hash:
 -- Layout (OWNER_FIELDS): token|worker|claimed_ms
 
@@ -27,7 +32,7 @@ local function ready_score(priority, seq)
   return (MAX_PRIORITY - priority) * PRIORITY_SPAN + seq
 end
 
--- The priority of the best job waiting in `ready`, or -1 when it is empty.
+-- The priority of the best job waiting in a `ready` key, or -1 when it is empty.
 local function ready_priority(ready_key)
   local head = redis.call('ZRANGE', ready_key, 0, 0, 'WITHSCORES')
   if not head[2] then return -1 end
@@ -37,9 +42,18 @@ end
 -- Tells busy workers (on the shard's signals channel) that the best priority waiting in
 -- `ready` rose above `before`, so a checkpoint of a less urgent job can lend its slot. A job of
 -- the lowest priority can outrank no running job, so it is not announced (most jobs are).
-local function signal_if_better(ready_key, signals_key, before)
+-- Signals of a queue other than the default one name it (`r<priority>:<queue>`), so workers
+-- that do not serve it ignore them.
+local function ready_signal(best, queue)
+  if queue == nil or queue == '' then return 'r' .. best end
+  return 'r' .. best .. ':' .. queue
+end
+
+local function signal_if_better(ready_key, signals_key, before, queue)
   local best = ready_priority(ready_key)
-  if best > before and best > MIN_PRIORITY then redis.call('PUBLISH', signals_key, 'r' .. best) end
+  if best > before and best > MIN_PRIORITY then
+    redis.call('PUBLISH', signals_key, ready_signal(best, queue))
+  end
 end
 
 -- A missing or foreign state string must not break the script (one bad entry would stop every
@@ -50,14 +64,37 @@ local function parse_state(s)
     if a then
       local prio = tonumber(p)
       if prio > MAX_PRIORITY then prio = MAX_PRIORITY end
-      return {attempt = tonumber(a), stalls = tonumber(st), priority = prio, seq = tonumber(q), key = k}
+      local u, qu = 0, ''
+      -- A dedup key holds no `|`: one here means the longer layout (see format_state).
+      if string.find(k, '|', 1, true) then
+        local u2, qu2, k2 = string.match(k, '^(%d+)|([^|]*)|(.*)$')
+        if u2 then u, qu, k = tonumber(u2), qu2, k2 end
+      end
+      return {attempt = tonumber(a), stalls = tonumber(st), priority = prio, seq = tonumber(q),
+              unknown = u, queue = qu, key = k}
     end
   end
-  return {attempt = 0, stalls = 0, priority = 0, seq = 0, key = ''}
+  return {attempt = 0, stalls = 0, priority = 0, seq = 0, unknown = 0, queue = '', key = ''}
 end
 
+-- A job of the default queue never handed back for want of its task (most jobs) keeps the
+-- short layout, so it costs what it did before queues existed.
 local function format_state(s)
-  return string.format('%d|%d|%d|%d|%s', s.attempt, s.stalls, s.priority, s.seq, s.key)
+  if (s.unknown or 0) == 0 and (s.queue or '') == '' then
+    return string.format('%d|%d|%d|%d|%s', s.attempt, s.stalls, s.priority, s.seq, s.key)
+  end
+  return string.format('%d|%d|%d|%d|%d|%s|%s', s.attempt, s.stalls, s.priority, s.seq,
+    s.unknown, s.queue, s.key)
+end
+
+-- The position of `queue` (a state's queue field: empty is the default queue) in `names`, the
+-- queue names a script was given (ARGV; "default" for the default queue), or nil.
+local function queue_index(names, queue)
+  if queue == '' then queue = 'default' end
+  for i, name in ipairs(names) do
+    if name == queue then return i end
+  end
+  return nil
 end
 
 -- Runs `cmd key items...` once per 1,000 items rather than once per item (each redis.call costs
@@ -294,15 +331,22 @@ local function take_all(k, c, ids, specs, states)
     local m = #out
     out[m + 1], out[m + 2], out[m + 3], out[m + 4] = id, specs[i], s.attempt, s.stalls
     out[m + 5], out[m + 6], out[m + 7] = token + i, s.priority, s.key
-    out[m + 8] = progress[i] or false
+    -- Where it waits: false for the default queue when never handed back for want of its task
+    -- (most jobs: nothing to send), else "<queue>|<unknown ms>".
+    local where = false
+    if (s.queue and s.queue ~= '') or (s.unknown and s.unknown > 0) then
+      where = (s.queue or '') .. '|' .. (s.unknown or 0)
+    end
+    out[m + 8], out[m + 9] = progress[i] or false, where
   end
   call_many('HSET', k.state, state)
   call_many('HSET', k.owners, owners)
   call_many('ZADD', k.leases, leases)
 end
 
--- Puts `ids` in `ready` by priority with their states (and specs, if given), one call per key.
-local function queue_all(k, ids, specs, states)
+-- Puts `ids` in `ready_key` (default: `k.ready`) by priority with their states (and specs, if
+-- given), one call per key.
+local function queue_all(k, ids, specs, states, ready_key)
   local state, ready, jobs = {}, {}, {}
   for i, id in ipairs(ids) do
     state[2 * i - 1], state[2 * i] = id, format_state(states[i])
@@ -310,7 +354,7 @@ local function queue_all(k, ids, specs, states)
     if specs then jobs[2 * i - 1], jobs[2 * i] = id, specs[i] end
   end
   call_many('HSET', k.state, state)
-  call_many('ZADD', k.ready, ready)
+  call_many('ZADD', ready_key or k.ready, ready)
   call_many('HSET', k.jobs, jobs)
 end
 

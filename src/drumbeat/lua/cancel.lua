@@ -7,12 +7,18 @@
 -- KEYS[5] state (hash)    KEYS[6] uniq (hash)     KEYS[7] results (hash) KEYS[8] expires (zset)
 -- KEYS[9] waiting (zset)  KEYS[10] cancels (hash) KEYS[11] progress (hash)
 -- KEYS[12] signals (pub/sub channel)  KEYS[13] done:<id> (list)
--- ARGV[1] job id  ARGV[2] outcome ttl ms
+-- KEYS[12 + 2q] ready (zset), KEYS[13 + 2q] due (zset) of the q-th other queue (KEYS[1] and
+--          KEYS[2] are the default queue's)
+-- ARGV[1] job id  ARGV[2] outcome ttl ms  ARGV[2 + q] the q-th other queue's name
 -- Returns 1 cancelled (it was waiting), 2 cancel requested (it is running), 0 nothing to
 --         cancel (finished, dead, a schedule's run, or unknown)
 local id = ARGV[1]
 if run_schedule_id(id) then return 0 end
-if redis.call('ZREM', KEYS[1], id) == 1 or redis.call('ZREM', KEYS[2], id) == 1 then
+local names, ready, due = {'default'}, KEYS[1], KEYS[2]
+for q = 1, #ARGV - 2 do names[q + 1] = ARGV[2 + q] end
+local q = queue_index(names, parse_state(redis.call('HGET', KEYS[5], id)).queue)
+if q and q > 1 then ready, due = KEYS[12 + 2 * (q - 1)], KEYS[13 + 2 * (q - 1)] end
+if q and (redis.call('ZREM', ready, id) == 1 or redis.call('ZREM', due, id) == 1) then
   local ttl_ms = tonumber(ARGV[2])
   local k = {uniq = KEYS[6], jobs = KEYS[4], state = KEYS[5], progress = KEYS[11],
              results = KEYS[7], expires = KEYS[8]}

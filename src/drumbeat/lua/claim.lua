@@ -1,78 +1,146 @@
--- Claims up to `limit` runnable items for one worker: promotes what is due (delayed jobs and
--- retries), takes the best of `ready` by priority, and gives each a lease and a fresh fencing
--- token. Takes the due runs of the schedule buckets the worker passed (those that headed `due`
--- at its last call, see upcoming_buckets) and re-scores their markers that are due; reports
--- other due buckets, whose keys it cannot name, for promote_runs.lua. Records the lateness of
--- every schedule run it starts.
+-- Claims up to `limit` runnable items of the queues a worker serves for it: promotes what is
+-- due (delayed jobs and retries) in each served queue, takes the best of their `ready` keys by
+-- priority, then enqueue order, across queues (see pop_queues), and gives each a lease and a
+-- fresh fencing token. Takes the due runs of the schedule buckets the worker passed (those that
+-- headed `due` at its last call, see upcoming_buckets) and re-scores their markers that are
+-- due; reports other due buckets, whose keys it cannot name, for promote_runs.lua. Records the
+-- lateness of every schedule run it starts. Schedules belong to the default queue: their
+-- markers live in its `due`, and buckets are passed only when it is the first queue served.
 --
--- KEYS[1] ready (zset)  KEYS[2] due (zset)    KEYS[3] jobs (hash)   KEYS[4] state (hash)
--- KEYS[5] owners (hash) KEYS[6] leases (zset) KEYS[7] fence (string) KEYS[8] seq (string)
--- KEYS[9] wake (zset)   KEYS[10] lateness (hash) KEYS[11] tasks (hash) KEYS[12] progress (hash)
--- KEYS[11 + 2i] wheel:<b> (zset), KEYS[12 + 2i] schedules:<b> (hash) of the i-th passed bucket
+-- KEYS[1] jobs (hash)    KEYS[2] state (hash)   KEYS[3] owners (hash)   KEYS[4] leases (zset)
+-- KEYS[5] fence (string) KEYS[6] seq (string)   KEYS[7] lateness (hash) KEYS[8] tasks (hash)
+-- KEYS[9] progress (hash)
+-- KEYS[7 + 3q] ready, KEYS[8 + 3q] due, KEYS[9 + 3q] wake (zsets) of the q-th served queue
+-- KEYS[8 + 3n + 2i] wheel:<b> (zset), KEYS[9 + 3n + 2i] schedules:<b> (hash) of the i-th passed
+--          bucket (n = ARGV[5])
 -- ARGV[1] worker id   ARGV[2] limit   ARGV[3] lease_ms   ARGV[4] most due entries to promote
--- ARGV[4 + i] the i-th passed bucket number
+-- ARGV[5] number of served queues (n)   ARGV[5 + i] the i-th passed bucket number
 -- Returns {now_ms, next_due_ms or -1, {due bucket numbers to promote}, {upcoming bucket
---          numbers}, priority of the best job left in `ready` or -1, then per item: id, spec
---          or false, attempt, stalls, token, priority, extra, saved progress or false}; for a
---          schedule run the id is "s:<schedule id>", the spec "<task name>|<
---          arguments and cadence>" and extra "<due>:<grid>:<generation>:<manual>"
+--          numbers}, priority of the best job left in the served `ready` keys or -1, then per
+--          item: id, spec or false, attempt, stalls, token, priority, extra, saved progress or
+--          false, then false or "<queue ('' for the default one)>|<ms it was first handed back
+--          for want of its task, or 0>" (false: the default queue, never handed back)}; for a
+--          schedule run the id is "s:<schedule id>", the spec "<task name>|<arguments and
+--          cadence>" and extra "<due>:<grid>:<generation>:<manual>"
+
+-- (Defined here, not in _lib.lua: every script runs all of _lib's definitions on every call.)
+-- Pops the best `limit` entries across several `ready` keys and takes them: the lowest scores
+-- first, whichever queue holds them. A score is (9 - priority) * 2^42 + seq with one `seq` per
+-- shard, so it orders by priority, then by enqueue order, across queues too. The entries taken
+-- from one queue are a prefix of it, so each queue is read once and popped once.
+local function pop_queues(k, c, ready_keys, limit)
+  if #ready_keys == 1 then
+    k.ready = ready_keys[1]
+    return pop_ready(k, c, limit)
+  end
+  if limit <= 0 then return end
+  local heads = {}
+  for q, key in ipairs(ready_keys) do
+    local head = redis.call('ZRANGE', key, 0, limit - 1, 'WITHSCORES')
+    for j = 1, #head, 2 do heads[#heads + 1] = {tonumber(head[j + 1]), q, head[j]} end
+  end
+  if #heads == 0 then return end
+  table.sort(heads, function(a, b)
+    if a[1] ~= b[1] then return a[1] < b[1] end
+    return a[2] < b[2]
+  end)
+  local ids, taken = {}, {}
+  for i = 1, math.min(limit, #heads) do
+    ids[i] = heads[i][3]
+    taken[heads[i][2]] = (taken[heads[i][2]] or 0) + 1
+  end
+  for q, n in pairs(taken) do redis.call('ZPOPMIN', ready_keys[q], n) end
+  local specs = redis.call('HMGET', k.jobs, unpack(ids))
+  local raw = redis.call('HMGET', k.state, unpack(ids))
+  local states = {}
+  for i = 1, #ids do states[i] = parse_state(raw[i]) end
+  take_all(k, c, ids, specs, states)
+end
+
 local now = now_ms()
 local limit = tonumber(ARGV[2])
+local nq = tonumber(ARGV[5])
+local queues, readies = {}, {}
+for q = 1, nq do
+  queues[q] = {ready = KEYS[7 + 3 * q], due = KEYS[8 + 3 * q], wake = KEYS[9 + 3 * q]}
+  readies[q] = queues[q].ready
+end
 local buckets = {}
-local k = {ready = KEYS[1], jobs = KEYS[3], state = KEYS[4], owners = KEYS[5],
-           leases = KEYS[6], fence = KEYS[7], seq = KEYS[8], tasks = KEYS[11], due = KEYS[2],
-           progress = KEYS[12]}
+local k = {ready = queues[1].ready, jobs = KEYS[1], state = KEYS[2], owners = KEYS[3],
+           leases = KEYS[4], fence = KEYS[5], seq = KEYS[6], tasks = KEYS[8],
+           due = queues[1].due, progress = KEYS[9]}
 local c = {worker = ARGV[1], now = now, lease_ms = tonumber(ARGV[3]),
            out = {now, -1, buckets, {}, -1}, lateness = {}}
 local passed, is_passed = {}, {}
-for i = 1, #ARGV - 4 do
-  passed[i] = {ARGV[4 + i], KEYS[11 + 2 * i], KEYS[12 + 2 * i]}
-  is_passed[ARGV[4 + i]] = true
+local before_buckets = 8 + 3 * nq
+for i = 1, #ARGV - 5 do
+  passed[i] = {ARGV[5 + i], KEYS[before_buckets + 2 * i], KEYS[before_buckets + 2 * i + 1]}
+  is_passed[ARGV[5 + i]] = true
 end
-local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
-local members, held, passed_due = {}, {}, {}
-for _, member in ipairs(due) do
-  local bucket = wheel_bucket(member)
-  if bucket then
-    if is_passed[bucket] then  -- its runs are taken below, and its marker re-scored
-      passed_due[bucket] = true
+local passed_due = {}
+local direct = false
+for q, queue in ipairs(queues) do
+  local due = redis.call('ZRANGEBYSCORE', queue.due, '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
+  local members, held = {}, {}
+  for _, member in ipairs(due) do
+    local bucket = wheel_bucket(member)
+    if bucket then
+      if is_passed[bucket] then  -- its runs are taken below, and its marker re-scored
+        passed_due[bucket] = true
+      else
+        buckets[#buckets + 1] = bucket
+        held[#held + 1] = now + BUCKET_HOLD_MS
+        held[#held + 1] = member
+      end
     else
-      buckets[#buckets + 1] = bucket
-      held[#held + 1] = now + BUCKET_HOLD_MS
-      held[#held + 1] = member
+      members[#members + 1] = member
     end
-  else
-    members[#members + 1] = member
+  end
+  if #held > 0 then redis.call('ZADD', queue.due, unpack(held)) end
+  -- When everything due fits in this worker's free slots and nothing else waits, it is claimed
+  -- straight from `due`: the same result as promote-then-pop, without the detour through
+  -- `ready` (one queue only: across queues, pop_queues decides the order).
+  direct = nq == 1 and #members > 0 and #members <= limit
+    and redis.call('ZCARD', queue.ready) == 0
+  if #members > 0 then
+    local raw = redis.call('HMGET', KEYS[2], unpack(members))
+    local seq = redis.call('INCRBY', KEYS[6], #members) - #members
+    local states = {}
+    for i = 1, #members do
+      states[i] = parse_state(raw[i])
+      states[i].seq = seq + i
+    end
+    redis.call('ZREM', queue.due, unpack(members))
+    if direct then
+      take_all(k, c, members, redis.call('HMGET', KEYS[1], unpack(members)), states)
+    else
+      queue_all(k, members, nil, states, queue.ready)
+    end
   end
 end
-if #held > 0 then redis.call('ZADD', KEYS[2], unpack(held)) end
--- When everything due fits in this worker's free slots and nothing else waits, it is claimed
--- straight from `due`: the same result as promote-then-pop, without the detour through `ready`.
-local direct = #members > 0 and #members <= limit and redis.call('ZCARD', KEYS[1]) == 0
-if #members > 0 then
-  local raw = redis.call('HMGET', KEYS[4], unpack(members))
-  local seq = redis.call('INCRBY', KEYS[8], #members) - #members
-  local states = {}
-  for i = 1, #members do
-    states[i] = parse_state(raw[i])
-    states[i].seq = seq + i
-  end
-  redis.call('ZREM', KEYS[2], unpack(members))
-  if direct then
-    take_all(k, c, members, redis.call('HMGET', KEYS[3], unpack(members)), states)
-  else
-    queue_all(k, members, nil, states)
-  end
-end
-if not direct then pop_ready(k, c, limit) end
+if not direct then pop_queues(k, c, readies, limit) end
 local early = #passed > 0
-  and promote_buckets(k, c, passed, limit - (#c.out - 4) / 7, passed_due)
-record_lateness(KEYS[10], now, c.lateness)
+  and promote_buckets(k, c, passed, limit - (#c.out - 5) / 9, passed_due)
+record_lateness(KEYS[7], now, c.lateness)
 
 -- One marker woke this worker; pass it on so work left behind does not wait for a timeout.
-c.out[5] = ready_priority(KEYS[1])
-if early or c.out[5] >= 0 then wake(KEYS[9]) end
-local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if head[2] then c.out[2] = tonumber(head[2]) end
-c.out[4] = upcoming_buckets(KEYS[2], now)
+local next_due = nil
+if nq == 1 then
+  c.out[5] = ready_priority(queues[1].ready)
+  if early or c.out[5] >= 0 then wake(queues[1].wake) end
+  local head = redis.call('ZRANGE', queues[1].due, 0, 0, 'WITHSCORES')
+  if head[2] then next_due = tonumber(head[2]) end
+else
+  for q, queue in ipairs(queues) do
+    local p = ready_priority(queue.ready)
+    if p > c.out[5] then c.out[5] = p end
+    if p >= 0 or (early and q == 1) then wake(queue.wake) end
+    local head = redis.call('ZRANGE', queue.due, 0, 0, 'WITHSCORES')
+    if head[2] and (next_due == nil or tonumber(head[2]) < next_due) then
+      next_due = tonumber(head[2])
+    end
+  end
+end
+if next_due then c.out[2] = next_due end
+c.out[4] = upcoming_buckets(queues[1].due, now)
 return c.out

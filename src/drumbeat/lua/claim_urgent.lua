@@ -1,25 +1,33 @@
--- Lends a busy worker's slot: claims the most urgent ready job if its priority is at least
--- ARGV[2] (strictly above the priority of the job that lends its slot), with a lease and a
--- fresh fencing token like claim.lua. Promotes nothing and opens no schedule bucket: it only
--- looks at the head of `ready`.
+-- Lends a busy worker's slot: claims the most urgent ready job of the queues it serves if its
+-- priority is at least ARGV[2] (strictly above the priority of the job that lends its slot),
+-- with a lease and a fresh fencing token like claim.lua. Promotes nothing and opens no schedule
+-- bucket: it only looks at the heads of the served `ready` keys.
 --
--- KEYS[1] ready (zset)  KEYS[2] jobs (hash)   KEYS[3] state (hash)    KEYS[4] owners (hash)
--- KEYS[5] leases (zset) KEYS[6] fence (string) KEYS[7] progress (hash) KEYS[8] lateness (hash)
+-- KEYS[1] jobs (hash)   KEYS[2] state (hash)   KEYS[3] owners (hash)   KEYS[4] leases (zset)
+-- KEYS[5] fence (string) KEYS[6] progress (hash) KEYS[7] lateness (hash)
+-- KEYS[7 + q] ready (zset) of the q-th served queue
 -- ARGV[1] worker id  ARGV[2] lowest priority to take  ARGV[3] lease_ms
--- Returns {now_ms, priority of the best job left in `ready` or -1, then the item taken, if
---          any, as claim.lua returns items}
+-- Returns {now_ms, priority of the best job left in the served `ready` keys or -1, then the
+--          item taken, if any, as claim.lua returns items}
 local now = now_ms()
-local k = {ready = KEYS[1], jobs = KEYS[2], state = KEYS[3], owners = KEYS[4], leases = KEYS[5],
-           fence = KEYS[6], progress = KEYS[7]}
+local k = {jobs = KEYS[1], state = KEYS[2], owners = KEYS[3], leases = KEYS[4],
+           fence = KEYS[5], progress = KEYS[6]}
 local c = {worker = ARGV[1], now = now, lease_ms = tonumber(ARGV[3]), out = {now, -1},
            lateness = {}}
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if head[2] and tonumber(head[2]) < ready_score(tonumber(ARGV[2]) - 1, 0) then
-  redis.call('ZREM', KEYS[1], head[1])
-  local ids = {head[1]}
-  take_all(k, c, ids, redis.call('HMGET', KEYS[2], head[1]),
-           {parse_state(redis.call('HGET', KEYS[3], head[1]))})
-  record_lateness(KEYS[8], now, c.lateness)
+local readies = {}
+for q = 8, #KEYS do readies[#readies + 1] = KEYS[q] end
+local best_key, best_id, best_score = nil, nil, ready_score(tonumber(ARGV[2]) - 1, 0)
+for _, key in ipairs(readies) do
+  local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if head[2] and tonumber(head[2]) < best_score then
+    best_key, best_id, best_score = key, head[1], tonumber(head[2])
+  end
 end
-c.out[2] = ready_priority(KEYS[1])
+if best_key then
+  redis.call('ZREM', best_key, best_id)
+  take_all(k, c, {best_id}, redis.call('HMGET', KEYS[1], best_id),
+           {parse_state(redis.call('HGET', KEYS[2], best_id))})
+  record_lateness(KEYS[7], now, c.lateness)
+end
+for _, key in ipairs(readies) do c.out[2] = math.max(c.out[2], ready_priority(key)) end
 return c.out

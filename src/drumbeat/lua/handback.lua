@@ -1,13 +1,15 @@
--- Returns claimed jobs to the front of their priority level at once (graceful shutdown, or a
--- run stopped at a checkpoint), without spending an attempt. Fenced like complete.lua.
+-- Returns claimed jobs of one queue to the front of their priority level at once (graceful
+-- shutdown, or a run stopped at a checkpoint), without spending an attempt. Fenced like
+-- complete.lua.
 --
 -- KEYS[1] leases (zset)  KEYS[2] owners (hash)  KEYS[3] state (hash)  KEYS[4] ready (zset)
--- KEYS[5] wake (zset)    KEYS[6] signals (pub/sub channel)
--- ARGV    id, token pairs
+-- KEYS[5] wake (zset)    KEYS[6] signals (pub/sub channel)   (ready and wake: the jobs' queue)
+-- ARGV[1] the queue's name, empty for the default queue
+-- ARGV    then id, token pairs
 -- Returns one integer per job: 1 handed back, 0 refused (lease lost).
 local out, n = {}, 0
 local before = ready_priority(KEYS[4])
-for i = 1, #ARGV, 2 do
+for i = 2, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   if owns(KEYS[2], id, token) then
     local s = parse_state(redis.call('HGET', KEYS[3], id))
@@ -24,6 +26,6 @@ for i = 1, #ARGV, 2 do
 end
 if n > 0 then
   wake(KEYS[5])
-  signal_if_better(KEYS[4], KEYS[6], before)
+  signal_if_better(KEYS[4], KEYS[6], before, ARGV[1])
 end
 return out

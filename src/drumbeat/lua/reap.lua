@@ -10,8 +10,12 @@
 -- KEYS[9] expires (zset) KEYS[10] jobs (hash)    KEYS[11] wake (zset)   KEYS[12] workers (zset)
 -- KEYS[13] workerinfo (hash) KEYS[14] waiting (zset) KEYS[15] cancels (hash)
 -- KEYS[16] progress (hash) KEYS[17] signals (pub/sub channel)
+-- KEYS[16 + 2i] ready (zset), KEYS[17 + 2i] wake (zset) of the i-th other queue (ARGV[5 + i]);
+--          KEYS[4] and KEYS[11] are the default queue's
 -- ARGV[1] max stalls  ARGV[2] limit per sweep  ARGV[3] dead ttl ms  ARGV[4] worker ttl ms
--- ARGV[5] outcome ttl ms for jobs dead-lettered here
+-- ARGV[5] outcome ttl ms for jobs dead-lettered here  ARGV[5 + i] the i-th other queue's name
+-- A job of a queue not given (registered after the caller read `queues`) is left for the next
+-- sweep.
 -- Returns {requeued count, 1 if any sweep hit `limit` (call again) else 0, then the ids
 --          dead-lettered or cancelled here (their waiters need a wake-up)}
 -- A job whose cancel was requested while it ran is not requeued: its outcome is recorded as
@@ -19,43 +23,50 @@
 local now = now_ms()
 local max_stalls, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local out = {0, 0}
-local before = ready_priority(KEYS[4])
+local names, readies, wakes, before = {'default'}, {KEYS[4]}, {KEYS[11]}, {}
+for i = 1, #ARGV - 5 do
+  names[i + 1], readies[i + 1], wakes[i + 1] = ARGV[5 + i], KEYS[16 + 2 * i], KEYS[17 + 2 * i]
+end
 
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(expired) do
-  local owner = redis.call('HGET', KEYS[2], id) or '?|?|0'
-  local worker = string.match(owner, '^%d+|(.*)|%d+$') or '?'
-  redis.call('HDEL', KEYS[2], id)
-  redis.call('ZREM', KEYS[1], id)
   local s = parse_state(redis.call('HGET', KEYS[3], id))
-  s.stalls = s.stalls + 1
-  redis.call('HSET', KEYS[3], id, format_state(s))
-  if redis.call('HDEL', KEYS[15], id) == 1 then
-    local k = {uniq = KEYS[7], jobs = KEYS[10], state = KEYS[3], progress = KEYS[16],
-               results = KEYS[8], expires = KEYS[9]}
-    end_cancelled(k, id, s, now, tonumber(ARGV[5]))
-    out[#out + 1] = id
-  elseif s.stalls > max_stalls and not run_schedule_id(id) then
-    release_key(KEYS[7], id, s.key)
-    local err = cjson.encode({
-      error = string.format('lease expired %d times (worker %s crashed or hung)', s.stalls, worker),
-      attempt = s.attempt, stalls = s.stalls, at_ms = now})
-    redis.call('ZADD', KEYS[5], now, id)
-    redis.call('HSET', KEYS[6], id, err)
-    local ttl_ms = tonumber(ARGV[5])
-    if ttl_ms > 0 then
-      redis.call('HSET', KEYS[8], id, err)
-      redis.call('ZADD', KEYS[9], now + ttl_ms, id)
+  local q = queue_index(names, s.queue)
+  if q then
+    local owner = redis.call('HGET', KEYS[2], id) or '?|?|0'
+    local worker = string.match(owner, '^%d+|(.*)|%d+$') or '?'
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('ZREM', KEYS[1], id)
+    s.stalls = s.stalls + 1
+    redis.call('HSET', KEYS[3], id, format_state(s))
+    if redis.call('HDEL', KEYS[15], id) == 1 then
+      local k = {uniq = KEYS[7], jobs = KEYS[10], state = KEYS[3], progress = KEYS[16],
+                 results = KEYS[8], expires = KEYS[9]}
+      end_cancelled(k, id, s, now, tonumber(ARGV[5]))
+      out[#out + 1] = id
+    elseif s.stalls > max_stalls and not run_schedule_id(id) then
+      release_key(KEYS[7], id, s.key)
+      local err = cjson.encode({
+        error = string.format('lease expired %d times (worker %s crashed or hung)', s.stalls, worker),
+        attempt = s.attempt, stalls = s.stalls, at_ms = now})
+      redis.call('ZADD', KEYS[5], now, id)
+      redis.call('HSET', KEYS[6], id, err)
+      local ttl_ms = tonumber(ARGV[5])
+      if ttl_ms > 0 then
+        redis.call('HSET', KEYS[8], id, err)
+        redis.call('ZADD', KEYS[9], now + ttl_ms, id)
+      end
+      out[#out + 1] = id
+    else
+      if not before[q] then before[q] = ready_priority(readies[q]) end
+      redis.call('ZADD', readies[q], ready_score(s.priority, s.seq), id)
+      out[1] = out[1] + 1
     end
-    out[#out + 1] = id
-  else
-    redis.call('ZADD', KEYS[4], ready_score(s.priority, s.seq), id)
-    out[1] = out[1] + 1
   end
 end
-if out[1] > 0 then
-  wake(KEYS[11])
-  signal_if_better(KEYS[4], KEYS[17], before)
+for q, was in pairs(before) do
+  wake(wakes[q])
+  signal_if_better(readies[q], KEYS[17], was, q == 1 and '' or names[q])
 end
 
 if #expired == limit then out[2] = 1 end

@@ -1,7 +1,8 @@
--- Schedules failed jobs for another attempt after their backoff. Fenced like complete.lua.
+-- Schedules failed jobs of one queue for another attempt after their backoff. Fenced like
+-- complete.lua.
 --
 -- KEYS[1] leases (zset)  KEYS[2] owners (hash)  KEYS[3] due (zset)  KEYS[4] wake (zset)
--- KEYS[5] signals (pub/sub channel)
+-- KEYS[5] signals (pub/sub channel)   (due and wake: the jobs' queue)
 -- ARGV    groups of 4, one per job: id, token, delay_ms, priority
 -- Returns one integer per job: 1 scheduled, 0 refused (lease lost)
 local now = now_ms()

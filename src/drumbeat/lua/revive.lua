@@ -1,17 +1,29 @@
--- Requeues dead-lettered jobs with a fresh set of attempts (`drumbeat dead retry`).
+-- Requeues dead-lettered jobs with a fresh set of attempts (`drumbeat dead retry`), each in its
+-- queue.
 --
 -- KEYS[1] dead (zset)  KEYS[2] errors (hash)  KEYS[3] state (hash)  KEYS[4] ready (zset)
 -- KEYS[5] results (hash) KEYS[6] expires (zset) KEYS[7] seq (string) KEYS[8] wake (zset)
 -- KEYS[9] uniq (hash)  KEYS[10] jobs (hash)
 -- KEYS[10+i] done:<id> (list) of the i-th job: its old announcement must go, or a waiter would
 --          read "finished" from it again and again while the job is queued
--- ARGV    job ids
--- Returns the number of jobs requeued (ids not in the dead set, or without a record, are skipped).
+-- KEYS[10 + n + 2q - 1] ready (zset), KEYS[10 + n + 2q] wake (zset) of the q-th other queue
+--          (n ids; KEYS[4] and KEYS[8] are the default queue's)
+-- ARGV[1] n   ARGV[1 + i] the i-th job id   ARGV[1 + n + q] the q-th other queue's name
+-- Returns the number of jobs requeued (ids not in the dead set, without a record, or of a queue
+-- not given, are skipped).
+local n_ids = tonumber(ARGV[1])
+local names, readies, wakes, woken = {'default'}, {KEYS[4]}, {KEYS[8]}, {}
+for q = 1, #ARGV - 1 - n_ids do
+  names[q + 1] = ARGV[1 + n_ids + q]
+  readies[q + 1], wakes[q + 1] = KEYS[10 + n_ids + 2 * q - 1], KEYS[10 + n_ids + 2 * q]
+end
 local n = 0
-for i, id in ipairs(ARGV) do
-  if redis.call('ZSCORE', KEYS[1], id) and redis.call('HEXISTS', KEYS[10], id) == 1 then
-    local s = parse_state(redis.call('HGET', KEYS[3], id))
-    s.attempt, s.stalls, s.seq = 0, 0, redis.call('INCR', KEYS[7])
+for i = 1, n_ids do
+  local id = ARGV[1 + i]
+  local s = parse_state(redis.call('HGET', KEYS[3], id))
+  local q = queue_index(names, s.queue)
+  if q and redis.call('ZSCORE', KEYS[1], id) and redis.call('HEXISTS', KEYS[10], id) == 1 then
+    s.attempt, s.stalls, s.unknown, s.seq = 0, 0, 0, redis.call('INCR', KEYS[7])
     if s.key ~= '' and redis.call('HSETNX', KEYS[9], s.key, id) == 0 then s.key = '' end
     redis.call('HSET', KEYS[3], id, format_state(s))
     redis.call('ZREM', KEYS[1], id)
@@ -19,9 +31,10 @@ for i, id in ipairs(ARGV) do
     redis.call('HDEL', KEYS[5], id)
     redis.call('ZREM', KEYS[6], id)
     redis.call('DEL', KEYS[10 + i])
-    redis.call('ZADD', KEYS[4], ready_score(s.priority, s.seq), id)
+    redis.call('ZADD', readies[q], ready_score(s.priority, s.seq), id)
+    woken[q] = true
     n = n + 1
   end
 end
-if n > 0 then wake(KEYS[8]) end
+for q in pairs(woken) do wake(wakes[q]) end
 return n

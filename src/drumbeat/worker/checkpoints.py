@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from drumbeat.errors import Interrupted, LeaseLost
 from drumbeat.job import encode_progress
+from drumbeat.keys import DEFAULT_QUEUE
 from drumbeat.schedule import RUN_PREFIX
 
 from .claims import Claim, ClaimTable
@@ -49,8 +50,11 @@ class Lending:
         codec: Codec,
         start_lent: Callable[[int, Claimed], Claim],
         stopping: asyncio.Event,
+        queues: list[str] = [DEFAULT_QUEUE],  # noqa: B006 (never mutated)
     ) -> None:
         self.worker_id = worker_id
+        self.queues = queues
+        """The queues the worker serves: it lends its slots to their jobs only."""
         self.scripts = scripts
         self.table = table
         self.settings = settings
@@ -59,7 +63,8 @@ class Lending:
         self.stopping = stopping
         self.interval = settings.progress_interval
         self.best = NO_PRIORITY
-        """Priority of the most urgent job known to wait in `ready` (jobs' shard)."""
+        """Priority of the most urgent job known to wait in a served queue's `ready` (jobs'
+        shard)."""
         self.claiming = False
         """A lend's claim is in flight: other checkpoints do not race it for the same job."""
         self.retiring = False
@@ -85,9 +90,11 @@ class Lending:
         """A claim reply told the best priority left in `ready`: that replaces the view."""
         self.best = best
 
-    def heard(self, priority: int) -> None:
-        """A job of ``priority`` became ready (a signal); lending may pay off."""
-        self.best = max(self.best, priority)
+    def heard(self, priority: int, queue: str = DEFAULT_QUEUE) -> None:
+        """A job of ``priority`` became ready in ``queue`` (a signal); lending may pay off if
+        this worker serves that queue."""
+        if queue in self.queues:
+            self.best = max(self.best, priority)
 
     def control(self, claim: Claim) -> Control:
         return Control(self, claim)
@@ -114,7 +121,7 @@ class Lending:
         if self.claiming:
             return
         call = self.scripts.claim_urgent(
-            self.worker_id, control.priority + 1, self.settings.lease_ms
+            self.worker_id, control.priority + 1, self.settings.lease_ms, self.queues
         )
         self.claiming = True
         try:

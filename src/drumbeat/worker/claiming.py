@@ -2,8 +2,11 @@
 
 It claims shard after shard (starting at a rotating one, so none starves), at most as many
 items as slots are free (a busy worker never prefetches), takes the runs of the schedule
-buckets a claim reported, and blocks in Redis when there is nothing to do. It owns the claim
-connection (`Link`), the pipelined idle wait (`Waiter`) and the clock offset to Redis.
+buckets a claim reported, and blocks in Redis when there is nothing to do. It claims only from
+the queues the worker serves (one claim takes from all of them, best first); schedules belong
+to the default queue, so schedule shards are claimed from only when the worker serves it. It
+owns the claim connection (`Link`), the pipelined idle wait (`Waiter`) and the clock offset to
+Redis.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ import redis
 import redis.asyncio as aredis
 
 from drumbeat.config import Settings
-from drumbeat.keys import bucket_of
+from drumbeat.keys import DEFAULT_QUEUE, bucket_of
 from drumbeat.protocol import FIELD_SEP, RUN_PREFIX
 from drumbeat.schedule import parse_record
-from drumbeat.scripts import Claimed, ClaimResult, Scripts
+from drumbeat.scripts import Call, Claimed, ClaimResult, Scripts
 
 from .claims import ClaimTable
 from .link import Link
@@ -44,9 +47,13 @@ class Claimer:
         table: ClaimTable,
         start: Callable[[int, Claimed], None],
         stopping: asyncio.Event,
+        queues: list[str] = [DEFAULT_QUEUE],  # noqa: B006 (never mutated)
     ) -> None:
         self.worker_id = worker_id
-        self.shards = shards
+        self.queues = queues
+        """The queues served, the default one first if served."""
+        # Schedule shards hold only schedules, which belong to the default queue.
+        self.shards = shards if queues[0] == DEFAULT_QUEUE else shards[:1]
         self.settings = settings
         self.table = table
         self._start = start
@@ -75,7 +82,7 @@ class Claimer:
         self._client = client
         self._link = Link(client)
         if len(self.shards) == 1:  # the pipelined wait claims from one shard
-            self._waiter = Waiter(client, [self.shards[0].k.wake], self.settings.idle_block)
+            self._waiter = Waiter(client, self._wake_keys(), self.settings.idle_block)
 
     async def close(self) -> None:
         await self.cancel_block()
@@ -144,10 +151,7 @@ class Claimer:
         for waiting in pending:
             waiting.cancel()
         if not done:  # the next due time came: claim nothing, promote what came due
-            s = self.settings
-            call = self.shards[0].claim(
-                self.worker_id, 0, s.lease_ms, s.batch_limit, self._upcoming.get(0, ())
-            )
+            call = self._claim_call(0, 0)
             assert self._link is not None
             (result,) = await self._link.run([call])
             await self._took(0, result, 0)
@@ -156,16 +160,13 @@ class Claimer:
     async def _claim(self, free: int) -> tuple[int, int, int | None]:
         """Claims up to ``free`` items; returns (claimed, Redis now, earliest due time seen)."""
         assert self._link is not None
-        s, n = self.settings, len(self.shards)
+        n = len(self.shards)
         claimed, now_ms, next_due = 0, 0, None
         start = self._next_shard
         self._next_shard = (start + 1) % n
         for i in range(n):
             shard = (start + i) % n
-            call = self.shards[shard].claim(
-                self.worker_id, free - claimed, s.lease_ms, s.batch_limit,
-                self._upcoming.get(shard, ()),
-            )  # fmt: skip
+            call = self._claim_call(shard, free - claimed)
             (result,) = await self._link.run([call])
             took, result = await self._took(shard, result, free - claimed)
             claimed += took
@@ -248,9 +249,8 @@ class Claimer:
         ):
             return await self._wait_then_claim(free)
         if self._block is None or self._block.done():
-            wake_keys = [shard.k.wake for shard in self.shards]
             self._block = asyncio.ensure_future(
-                self._client.bzpopmin(wake_keys, self.settings.idle_block)
+                self._client.bzpopmin(self._wake_keys(), self.settings.idle_block)
             )
         stop = asyncio.ensure_future(self.stopping.wait())
         await asyncio.wait({self._block, stop}, timeout=timeout, return_when="FIRST_COMPLETED")
@@ -265,10 +265,7 @@ class Claimer:
         light load the loop wakeups a task and `asyncio.wait` add are most of the time from
         the reply to the job's start."""
         assert self._client is not None and self._waiter is not None
-        s = self.settings
-        call = self.shards[0].claim(
-            self.worker_id, free, s.lease_ms, s.batch_limit, self._upcoming.get(0, ())
-        )
+        call = self._claim_call(0, free)
         if self.stopping.is_set():  # set since the loop looked; `_unblock_on_stop` is done
             return None
         try:
@@ -292,6 +289,22 @@ class Claimer:
         # Fewer than `free` taken: `ready` was empty at the reply, so there is nothing to claim
         # before waiting again (a job enqueued since left a marker on `wake`).
         return last if took < free else None
+
+    def _claim_call(self, shard: int, limit: int) -> Call[ClaimResult]:
+        """A claim of up to ``limit`` items from one shard: the jobs' shard (0) claims from
+        every queue served, a schedule shard from its default queue (its schedules')."""
+        s = self.settings
+        queues = self.queues if shard == 0 else [DEFAULT_QUEUE]
+        # Schedule buckets live in the default queue's `due`: only with it first.
+        buckets = self._upcoming.get(shard, ()) if queues[0] == DEFAULT_QUEUE else ()
+        return self.shards[shard].claim(
+            self.worker_id, limit, s.lease_ms, s.batch_limit, buckets, queues=queues
+        )
+
+    def _wake_keys(self) -> list[str]:
+        """What an idle wait blocks on: a marker for any queue served, on any shard."""
+        keys = [self.shards[0].k.wake_of(q) for q in self.queues]
+        return keys + [shard.k.wake for shard in self.shards[1:]]
 
     async def cancel_block(self) -> None:
         """Drops the outstanding `BZPOPMIN` (a busy worker must not swallow wake markers meant

@@ -130,3 +130,11 @@ class ClaimTable:
         for claim in self._held.copy().values():
             by_shard[claim.shard].append(claim.key)
         return by_shard
+
+    def owned_by_queue(self) -> dict[tuple[int, str], list[ClaimKey]]:
+        """Per (shard, queue), the (id, token) of every claim held (a hand-back writes to
+        the job's queue)."""
+        grouped: dict[tuple[int, str], list[ClaimKey]] = defaultdict(list)
+        for claim in self._held.copy().values():
+            grouped[claim.shard, claim.job.queue].append(claim.key)
+        return grouped

@@ -2,7 +2,9 @@
 workers (`reap.lua`), and announcing the jobs it dead-lettered to their `Job.result` waiters.
 
 There is no leader: every worker reaps about once a `maintenance_interval`, jittered so many
-workers do not reap in lockstep; each pass is atomic, so two reaping at once is harmless.
+workers do not reap in lockstep; each pass is atomic, so two reaping at once is harmless. A
+worker reaps every queue, served or not (a crashed worker's jobs may be of any): it reads the
+registry of queues (`queues`) before each pass on the jobs' shard.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Sequence
 
 import redis
 import redis.asyncio as aredis
@@ -24,21 +27,32 @@ log = logging.getLogger("drumbeat.worker")
 
 
 class Housekeeper:
-    def __init__(self, shards: list[Scripts], settings: Settings, stopping: asyncio.Event) -> None:
+    def __init__(
+        self,
+        shards: list[Scripts],
+        settings: Settings,
+        stopping: asyncio.Event,
+        registry: str = "",
+        served: Sequence[str] = (),
+    ) -> None:
         self.shards = shards
         self.settings = settings
         self.stopping = stopping
-        s = settings
-        self._reaps = [
-            shard.reap(
-                max_stalls=s.max_stalls,
-                limit=s.batch_limit,
-                dead_ttl_ms=round(s.dead_ttl * 1000),
-                worker_ttl_ms=s.lease_ms * 3,
-                result_ttl_ms=round(s.result_ttl * 1000),
-            )
-            for shard in shards
-        ]
+        self.registry = registry
+        """The `queues` key of the jobs' shard ("" : reap the default queue only)."""
+        self.served = list(served)
+        self._reaps = [self._reap_call(shard, ()) for shard in shards]
+
+    def _reap_call(self, shard: Scripts, queues: Sequence[str]) -> Call[Reaped]:
+        s = self.settings
+        return shard.reap(
+            max_stalls=s.max_stalls,
+            limit=s.batch_limit,
+            dead_ttl_ms=round(s.dead_ttl * 1000),
+            worker_ttl_ms=s.lease_ms * 3,
+            result_ttl_ms=round(s.result_ttl * 1000),
+            queues=queues,
+        )
 
     async def run(self, client: aredis.Redis) -> None:
         """Reaps until the worker stops.
@@ -51,6 +65,10 @@ class Housekeeper:
         while not self.stopping.is_set():
             try:
                 more = False
+                if self.registry:
+                    stored = await client.smembers(self.registry)
+                    names = sorted({*self.served, *(_str(q) for q in stored)})
+                    self._reaps[0] = self._reap_call(self.shards[0], names)
                 for shard, reap in enumerate(self._reaps):
                     more = await self._reap(client, shard, reap) or more
                 backoff.reset()
@@ -83,3 +101,7 @@ class Housekeeper:
                 pipe.rpush(keys.done(job_id), 0)
                 pipe.pexpire(keys.done(job_id), ttl_ms)
             await pipe.execute()
+
+
+def _str(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -14,13 +14,14 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from drumbeat import connections, resources
 from drumbeat.config import check_concurrency
-from drumbeat.errors import WorkerCrashed
+from drumbeat.errors import ConfigurationError, WorkerCrashed
+from drumbeat.keys import DEFAULT_QUEUE, check_name
 from drumbeat.protocol import MAX_PRIORITY, MIN_PRIORITY
 from drumbeat.runner import Runner
 from drumbeat.scripts import Scripts
@@ -59,6 +60,7 @@ class Worker:
         hooks: code to run at the process's and each job's start and end.
         budget: when to retire (`recycling.Budget`: after so many jobs, or past a resident
             memory size); by default never.
+        queues: the queues it claims from; by default every queue the app's tasks name.
     """
 
     def __init__(
@@ -68,8 +70,10 @@ class Worker:
         concurrency: int | None = None,
         hooks: Hooks | None = None,
         budget: Budget | None = None,
+        queues: Sequence[str] | None = None,
     ) -> None:
         self.app = app
+        self.queues = served_queues(app, queues)
         self.settings = app.settings
         self.concurrency = concurrency or self.settings.concurrency
         check_concurrency(self.concurrency)
@@ -101,10 +105,12 @@ class Worker:
         self.runs = Runs(self.table, self.runner, self.settler, self.hooks)
         self.claimer = Claimer(
             worker_id=self.id, shards=self.shards, settings=self.settings, table=self.table,
-            start=self.runs.start, stopping=self._stopping,
+            start=self.runs.start, stopping=self._stopping, queues=self.queues,
         )  # fmt: skip
         self.runs.now_ms = self.claimer.now_ms
-        self.housekeeper = Housekeeper(self.shards, self.settings, self._stopping)
+        self.housekeeper = Housekeeper(
+            self.shards, self.settings, self._stopping, app.keys.queues, self.queues
+        )
         self.budget = budget or Budget()
         self.recycler = Recycler(
             self.budget, lambda: self.processed + self.failed, self.retire, self._stopping
@@ -112,6 +118,7 @@ class Worker:
         self.lending = Lending(
             worker_id=self.id, scripts=app.scripts, table=self.table, settings=self.settings,
             codec=app.codec, start_lent=self.runs.start_lent, stopping=self._stopping,
+            queues=self.queues,
         )  # fmt: skip
         self.runs.control = self.lending.control
         self.claimer.on_best = self.lending.seen
@@ -228,7 +235,8 @@ class Worker:
             if self.budget.limited:
                 parts.append(self._supervised("recycling", self.recycler.run))
             tasks = ", ".join(sorted(self.app.tasks)) or "none"
-            log.info("worker %s started: %d slots, tasks: %s", self.id, self.concurrency, tasks)
+            log.info("worker %s started: %d slots, queues: %s, tasks: %s", self.id,
+                     self.concurrency, ", ".join(self.queues), tasks)  # fmt: skip
             await self._supervised("claim loop", self.claimer.run)
         finally:
             await self._shutdown(client, parts)
@@ -338,12 +346,12 @@ class Worker:
             await asyncio.wait_for(flusher[0], 1.0 if self._hard else 10.0)
 
     async def _hand_back(self, client: Any) -> None:
-        owned = self.table.owned()
+        owned = self.table.owned_by_queue()
         if not owned or self._hard:
             return
         n = 0
-        for shard, keys in owned.items():
-            n += sum(await self.shards[shard].handback(keys).arun(client))
+        for (shard, queue), keys in owned.items():
+            n += sum(await self.shards[shard].handback(keys, queue).arun(client))
         log.info("handed %d unfinished jobs back to the queue", n)
 
     async def _deregister(self, client: Any) -> None:
@@ -353,10 +361,30 @@ class Worker:
             await pipe.execute()
 
 
-def run_worker(app: App, *, concurrency: int | None = None, budget: Budget | None = None) -> Worker:
+def served_queues(app: App, queues: Sequence[str] | None) -> list[str]:
+    """The queues a worker serves, checked, each once, the default one first (schedules, which
+    belong to it, are claimed with it); by default every queue the app's tasks name."""
+    if queues is None:
+        return app.queues()
+    if isinstance(queues, str) or not queues:
+        raise ConfigurationError(f"queues must be a non-empty list of queue names, got {queues!r}")
+    try:
+        names = [check_name(q, "queue name") for q in dict.fromkeys(queues)]
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    return sorted(names, key=lambda q: q != DEFAULT_QUEUE)
+
+
+def run_worker(
+    app: App,
+    *,
+    concurrency: int | None = None,
+    budget: Budget | None = None,
+    queues: Sequence[str] | None = None,
+) -> Worker:
     """Run a worker in this process until SIGTERM/SIGINT (or its `budget` is spent); returns
     it (for its counters)."""
-    worker = Worker(app, concurrency=concurrency, budget=budget)
+    worker = Worker(app, concurrency=concurrency, budget=budget, queues=queues)
 
     async def main() -> None:
         worker.install_signal_handlers()

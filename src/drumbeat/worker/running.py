@@ -10,7 +10,17 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from drumbeat.runner import Again, Bury, Cancelled, Done, HandBack, Outcome, RunDone, Runner
+from drumbeat.runner import (
+    Again,
+    Bury,
+    Cancelled,
+    Done,
+    HandBack,
+    Outcome,
+    RunDone,
+    Runner,
+    Unknown,
+)
 from drumbeat.scripts import Claimed
 
 from .claims import Claim, ClaimKey, ClaimTable
@@ -23,7 +33,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("drumbeat.worker")
 
 _END_NAMES: dict[type[Outcome], str] = {
-    Done: "done", Again: "retry", Bury: "dead", Cancelled: "cancelled", HandBack: "handback"
+    Done: "done", Again: "retry", Bury: "dead", Cancelled: "cancelled", HandBack: "handback",
+    Unknown: "handback",
 }  # fmt: skip
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from drumbeat.config import Settings
-from drumbeat.runner import Again, Bury, Cancelled, Done, HandBack, Outcome, RunDone
+from drumbeat.runner import Again, Bury, Cancelled, Done, HandBack, Outcome, RunDone, Unknown
 from drumbeat.scripts import Call, Claimed, Scripts
 
 from .claims import Claim, ClaimTable
@@ -36,41 +36,59 @@ class Kind:
 
     what: str
     """What settling does, for logs."""
-    script: Callable[[Scripts], Callable[[Sequence[Any]], Call[list[int]]]]
+    script: Callable[[Scripts, str, Settings], Callable[[Sequence[Any]], Call[list[int]]]]
+    """The script call for a batch of one shard (its `Scripts`) and one queue."""
     item: Callable[[Claimed, Any], tuple[Any, ...]]
     """The script's item for one claim and its outcome; its first two fields are id, token."""
     counts: Callable[[Any], tuple[int, int]]
     """(processed, failed) this outcome adds to the worker's counters."""
+    by_queue: bool = False
+    """Its script writes to the job's queue's keys: one call per queue."""
+
+
+def _unknown_wait(settings: Settings) -> tuple[int, int]:
+    """(least, most) ms a job whose task this worker lacks waits before it is claimed again:
+    a second at first, up to a tenth of the grace (at most 10 s), so a worker of a newer deploy
+    gets it soon and one lacking it claims it a few dozen times over the grace at most."""
+    grace_ms = round(settings.unknown_task_grace * 1000)
+    least = min(1000, grace_ms)
+    return least, max(least, min(10_000, grace_ms // 10))
 
 
 KINDS: dict[type[Outcome], Kind] = {
     Done: Kind(
-        "ack", lambda s: s.complete,
+        "ack", lambda s, q, cfg: s.complete,
         lambda j, o: (j.id, j.token, o.outcome, o.ttl_ms, j.extra),
         lambda o: (1, 0),
     ),
     Again: Kind(
-        "retry", lambda s: s.retry,
+        "retry", lambda s, q, cfg: lambda items: s.retry(items, q),
         lambda j, o: (j.id, j.token, o.delay_ms, j.priority),
-        lambda o: (0, 0),
+        lambda o: (0, 0), by_queue=True,
     ),
     Bury: Kind(
-        "dead-letter", lambda s: s.bury,
+        "dead-letter", lambda s, q, cfg: s.bury,
         lambda j, o: (j.id, j.token, o.record, o.ttl_ms),
         lambda o: (0, 1),
     ),
     Cancelled: Kind(
-        "cancel", lambda s: s.complete,
+        "cancel", lambda s, q, cfg: s.complete,
         lambda j, o: (j.id, j.token, o.record, o.ttl_ms, j.extra),
         lambda o: (0, 0),
     ),
     HandBack: Kind(
-        "hand-back", lambda s: s.handback,
+        "hand-back", lambda s, q, cfg: lambda items: s.handback(items, q),
         lambda j, o: (j.id, j.token),
-        lambda o: (0, 0),
+        lambda o: (0, 0), by_queue=True,
+    ),
+    Unknown: Kind(
+        "hand-back (task unknown here)",
+        lambda s, q, cfg: lambda items: s.defer_unknown(items, *_unknown_wait(cfg), queue=q),
+        lambda j, o: (j.id, j.token),
+        lambda o: (0, 0), by_queue=True,
     ),
     RunDone: Kind(
-        "reschedule", lambda s: s.finish_runs,
+        "reschedule", lambda s, q, cfg: s.finish_runs,
         lambda j, o: (j.id, j.token, o.outcome, o.duration_ms, o.generation, o.grid_ms,
                       o.due_ms, o.error),
         lambda o: (1, int(o.outcome == "fail")),
@@ -87,6 +105,7 @@ class Settler:
     def __init__(self, shards: list[Scripts], table: ClaimTable, settings: Settings) -> None:
         self.shards = shards
         self.table = table
+        self.settings = settings
         self.limit = settings.batch_limit
         self.pending: list[tuple[Claim, Outcome]] = []
         self.processed = 0
@@ -177,13 +196,16 @@ class Settler:
 
     def _calls(self, batch: Sequence[tuple[Claim, Outcome]]) -> list[_Batch]:
         """One script call per kind of outcome, per shard, per `batch_limit` items."""
-        groups: dict[tuple[int, type[Outcome]], list[tuple[Claim, Outcome]]] = defaultdict(list)
+        groups: dict[tuple[int, type[Outcome], str], list[tuple[Claim, Outcome]]]
+        groups = defaultdict(list)
         for claim, outcome in batch:
-            groups[claim.shard, type(outcome)].append((claim, outcome))
+            kind_of = type(outcome)
+            queue = claim.job.queue if KINDS[kind_of].by_queue else ""
+            groups[claim.shard, kind_of, queue].append((claim, outcome))
         calls: list[_Batch] = []
-        for (shard, kind_of), items in groups.items():
+        for (shard, kind_of, queue), items in groups.items():
             kind = KINDS[kind_of]
-            make = kind.script(self.shards[shard])
+            make = kind.script(self.shards[shard], queue, self.settings)
             for i in range(0, len(items), self.limit):
                 chunk = items[i : i + self.limit]
                 calls.append((make([kind.item(c.job, o) for c, o in chunk]), kind, chunk))

@@ -2,7 +2,8 @@
 
 - ``r<priority>``: a job became the head of `ready` (enqueued, handed back, requeued). A worker
   whose slots are all busy learns of urgent work here, so its checkpoints can lend a slot
-  without asking Redis.
+  without asking Redis. ``r<priority>:<queue>``: the same in a queue other than the default one
+  (a worker that does not serve it ignores it).
 - ``d<ms>``: a delayed job above the lowest priority became the next due, at ``ms``. A busy
   worker whose jobs checkpoint promotes it then, so a checkpoint can lend for it.
 - ``c<job id>``: `Job.cancel` of a running job. Its run stops at once (async) or at its next
@@ -20,6 +21,8 @@ from collections.abc import Callable
 
 import redis.asyncio as aredis
 
+from drumbeat.keys import DEFAULT_QUEUE
+
 from .retrying import Backoff, is_transient
 
 log = logging.getLogger("drumbeat.worker")
@@ -30,7 +33,7 @@ class Signals:
         self,
         channel: str,
         stopping: asyncio.Event,
-        on_ready: Callable[[int], None],
+        on_ready: Callable[[int, str], None],
         on_cancel: Callable[[str], None],
         on_due: Callable[[int], None],
     ) -> None:
@@ -67,8 +70,9 @@ class Signals:
     def handle(self, data: bytes | str) -> None:
         text = data.decode() if isinstance(data, bytes) else data
         kind, rest = text[:1], text[1:]
-        if kind == "r" and rest.isdigit():
-            self.on_ready(int(rest))
+        priority, _, queue = rest.partition(":")
+        if kind == "r" and priority.isdigit():
+            self.on_ready(int(priority), queue or DEFAULT_QUEUE)
         elif kind == "c" and rest:
             self.on_cancel(rest)
         elif kind == "d" and rest.isdigit():
