@@ -303,6 +303,11 @@ def test_status_counts_each_queue_per_priority(qapp: drumbeat.App) -> None:
     assert by_name["builds"].delayed == 1
     assert by_name["default"].ready_by_priority == (0, 0, 0, 1, 0, 0, 0, 0, 0, 0)
     assert stats.ready == 4 and stats.delayed == 1
+    # What the dashboard and drumbeat_queue_ready{queue,priority} show.
+    assert admin.ready_by_queue(stats) == {
+        "default": (0, 0, 0, 1, 0, 0, 0, 0, 0, 0),
+        "builds": (2, 0, 0, 0, 0, 0, 0, 1, 0, 0),
+    }
 
 
 def test_drumbeat_status_shows_the_queues(
