@@ -45,7 +45,7 @@ from redis.exceptions import NoScriptError
 
 from .admin import lateness_summary
 from .protocol import LATENESS_WINDOW_MS, MAX_PRIORITY, MIN_PRIORITY
-from .scripts import SHAS, Call, Scripts
+from .scripts import SHAS, Call
 
 if TYPE_CHECKING:
     from .app import App
@@ -169,14 +169,16 @@ def _supervisor(sid: str, expiry_ms: int, info: Mapping[str, Any]) -> Supervisor
     )
 
 
-def signal_calls(app: App) -> list[Call[Any]]:
+def signal_calls(app: App, queues: Sequence[str] | None = None) -> list[Call[Any]]:
     """The `scale_signal.lua` call of every shard workers claim from; the first (the jobs'
-    shard, where workers and supervisors register) reads the registrations too."""
-    shards: list[Scripts] = [app.scripts]
-    if app.settings.schedule_shards > 1:
-        shards += app.scheduler.scripts
+    shard, where workers and supervisors register) reads the registrations too, and counts
+    the backlog of ``queues`` (default: those the app's tasks name); schedule shards hold the
+    default queue's runs only."""
     lease = app.settings.lease_ms
-    return [s.scale_signal(lease, registrations=i == 0) for i, s in enumerate(shards)]
+    calls = [app.scripts.scale_signal(lease, True, queues or app.queues())]
+    if app.settings.schedule_shards > 1:
+        calls += [s.scale_signal(lease, False) for s in app.scheduler.scripts]
+    return calls
 
 
 def parse_signal(replies: Sequence[Any]) -> Signal:
@@ -241,8 +243,9 @@ def run_calls(client: redis.Redis, calls: Sequence[Call[Any]]) -> list[Any]:
 
 
 def read_signal(app: App) -> Signal:
-    """The signal now, for `drumbeat status` (one round trip, nothing written)."""
-    return parse_signal(run_calls(app.redis, signal_calls(app)))
+    """The signal now, for `drumbeat status`: over every queue jobs were sent to (two round
+    trips, nothing written)."""
+    return parse_signal(run_calls(app.redis, signal_calls(app, app.known_queues())))
 
 
 # -- the decision ------------------------------------------------------------------------------
@@ -407,8 +410,17 @@ class Autoscaler:
     fixed pool (registered all the same: `drumbeat status` shows it, other supervisors count
     its MAX)."""
 
-    def __init__(self, app: App, *, minimum: int, maximum: int, concurrency: int) -> None:
+    def __init__(
+        self,
+        app: App,
+        *,
+        minimum: int,
+        maximum: int,
+        concurrency: int,
+        queues: Sequence[str] | None = None,
+    ) -> None:
         self.app = app
+        self.queues = queues  # what its workers serve: the backlog it scales on
         self.settings = app.settings
         self.interval = self.settings.scale_interval
         self.concurrency = concurrency
@@ -461,7 +473,7 @@ class Autoscaler:
         info = json.dumps(self.info(live, desired, retiring)).encode()
         ttl = supervisor_ttl_ms(self.interval)
         calls: list[Call[Any]] = [self.app.scripts.beat_supervisor(self.id, info, ttl)]
-        calls += signal_calls(self.app)
+        calls += signal_calls(self.app, self.queues)
         try:
             replies = run_calls(self.app.redis, calls)
         except (redis.RedisError, OSError) as exc:

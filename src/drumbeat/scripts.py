@@ -506,11 +506,15 @@ class Scripts:
             keys += [k.ready_of(queue), k.due_of(queue)]
         return Call("cancel", keys, [job_id, ttl_ms, *others], int)
 
-    def scale_signal(self, worker_ttl_ms: int, registrations: bool) -> Call[Any]:
-        """What `autoscale.read_signal` sizes pools on (read-only; parsed there)."""
+    def scale_signal(
+        self, worker_ttl_ms: int, registrations: bool, queues: Sequence[str] = (DEFAULT_QUEUE,)
+    ) -> Call[Any]:
+        """What `autoscale.read_signal` sizes pools on (read-only; parsed there); the backlog
+        is summed over ``queues``."""
         k = self.k
-        keys = [k.ready, k.due, k.leases, k.lateness, k.workers, k.workerinfo]
-        keys += [k.supervisors, k.supervisorinfo]
+        keys = [k.leases, k.lateness, k.workers, k.workerinfo, k.supervisors, k.supervisorinfo]
+        for queue in queues:
+            keys += [k.ready_of(queue), k.due_of(queue)]
         args = [worker_ttl_ms, int(registrations)]
         return Call("scale_signal", keys, args, lambda raw: raw)
 

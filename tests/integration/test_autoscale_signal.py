@@ -106,3 +106,33 @@ async def test_without_redis_the_pool_stays_as_it_is(
     finally:
         scaler.close()
         await app.aclose()
+
+
+async def test_the_backlog_counts_every_queue_the_workers_serve(
+    own_redis: RedisServer, namespace: str
+) -> None:
+    app = drumbeat.App(own_redis.url, namespace=namespace)
+
+    @app.task(queue="builds")
+    def build() -> None: ...
+
+    @app.task
+    def mail() -> None: ...
+
+    try:
+        for _ in range(3):
+            await build.options(priority=2).aenqueue()
+        await mail.aenqueue()
+        await build.options(delay=0.001).aenqueue()
+        await asyncio.sleep(0.05)  # due now, not yet promoted
+        signal = read_signal(app)  # drumbeat status: every queue jobs went to
+        assert signal.ready_by_priority[2] == 3 and signal.ready == 4
+        assert signal.due_now == 1
+        scaler = Autoscaler(app, minimum=1, maximum=4, concurrency=2, queues=["builds"])
+        scaler.look(live=1, desired=1, retiring=0, now=0.0)
+        assert scaler.last is not None and scaler.last.ready == 3, (
+            "a supervisor of --queues builds should scale on that queue's backlog alone"
+        )
+        scaler.close()
+    finally:
+        await app.aclose()

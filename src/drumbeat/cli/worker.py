@@ -120,8 +120,9 @@ def worker(
                 lo, hi = bounds
                 s = app.settings
                 scaler = Autoscaler(
-                    app, minimum=lo, maximum=hi, concurrency=concurrency or s.concurrency
-                )
+                    app, minimum=lo, maximum=hi, concurrency=concurrency or s.concurrency,
+                    queues=served,
+                )  # fmt: skip
                 supervisor = Supervisor(
                     argv, lo, s.shutdown_grace, hang_timeout=s.hang_timeout, maximum=hi,
                     scaler=scaler,
