@@ -88,6 +88,18 @@ class Config:
     concurrency: int = 20
     quick: bool = False
     note: str = ""
+    processes: int = 0
+    """drumbeat only: each worker role is a supervisor of this many processes (0: the worker
+    runs in the role's process)."""
+    autoscale: str = ""
+    """drumbeat only: ``MIN:MAX``, each worker role a supervisor that autoscales."""
+    task_sleep: float = 0.0
+    """drumbeat only: seconds the task awaits after recording its start (a monitor's I/O)."""
+
+    def drumbeat_flags(self) -> list[str]:
+        flags = ["--processes", str(self.processes)] if self.processes else []
+        flags += ["--autoscale", self.autoscale] if self.autoscale else []
+        return flags + (["--task-sleep", f"{self.task_sleep:g}"] if self.task_sleep else [])
 
 
 @dataclass(slots=True)
@@ -288,7 +300,8 @@ class Trial:
         return [self.python, "-m", f"bench.periodic_peers.{self.spec.module}", role,
                 "--url", self.url, "--n", str(c.n), "--interval", f"{c.interval:g}",
                 "--anchor", f"{self.anchor:.0f}", "--runs-dir", str(self.runs_dir),
-                "--concurrency", str(self.cfg.concurrency)]  # fmt: skip
+                "--concurrency", str(self.cfg.concurrency),
+                *(self.cfg.drumbeat_flags() if self.spec.name == "drumbeat" else [])]  # fmt: skip
 
     def register(self) -> None:
         """The ``register`` step: write the N schedules, wait for it to exit, note memory."""
@@ -726,6 +739,16 @@ def header_lines(info: Mapping[str, Any], cfg: Config) -> list[str]:
         "concurrency, Taskiq's max_async_tasks, APScheduler's threads)"
         + (", --quick" if cfg.quick else ""),
     ]
+    if cfg.processes or cfg.autoscale:
+        how = f"--autoscale {cfg.autoscale}" if cfg.autoscale else f"--processes {cfg.processes}"
+        lines.append(
+            f"- drumbeat's worker role: `drumbeat worker APP {how} --concurrency "
+            f"{cfg.concurrency}`, a supervisor and its worker processes (each worker process "
+            f"has {cfg.concurrency} slots), {cfg.workers} such role process(es)"
+        )
+    if cfg.task_sleep:
+        lines.append(f"- task: records its start, then awaits `asyncio.sleep({cfg.task_sleep:g})` "
+                     "(I/O standing in for a monitor's HTTP search)")  # fmt: skip
     if cfg.note:
         lines.append(f"- note: {cfg.note}")
     if info.get("sources"):
@@ -851,6 +874,19 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
         help="drumbeat's concurrency, arq's max_jobs, SAQ's and streaq's concurrency, Taskiq's "
         "max_async_tasks, APScheduler's threads (default 20)",
     )
+    p.add_argument("--processes", type=int, default=0,
+                   help="drumbeat alone: each worker role runs `drumbeat worker APP --processes "
+                   "N` (a supervisor and N worker processes)")  # fmt: skip
+    p.add_argument("--autoscale", default="", metavar="MIN:MAX",
+                   help="drumbeat alone: each worker role runs `drumbeat worker APP --autoscale "
+                   "MIN:MAX`")  # fmt: skip
+    p.add_argument(
+        "--task-sleep",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="drumbeat alone: the task awaits S s once it recorded its start",
+    )
     p.add_argument("--out", type=Path, default=BENCH_DIR / "results", help="results directory")
     p.add_argument("--note", default="", help="free text recorded with the results")
     p.add_argument("--render", nargs="+", type=Path, metavar="JSON",
@@ -870,7 +906,13 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
     if repeat < 1 or a.workers < 1 or a.concurrency < 1:
         p.error("--repeat, --workers and --concurrency must be >= 1")
     duration = a.duration or (20.0 if a.quick else 60.0)
-    cfg = Config(systems, cases, duration, repeat, a.workers, a.concurrency, a.quick, a.note)
+    if (a.processes or a.autoscale or a.task_sleep) and systems != ("drumbeat",):
+        p.error("--processes, --autoscale and --task-sleep apply to drumbeat alone: add "
+                f"--systems drumbeat (got {', '.join(systems)})")  # fmt: skip
+    if a.processes and a.autoscale:
+        p.error("--processes and --autoscale exclude each other")
+    cfg = Config(systems, cases, duration, repeat, a.workers, a.concurrency, a.quick, a.note,
+                 a.processes, a.autoscale, a.task_sleep)  # fmt: skip
     return a, cfg
 
 
@@ -931,7 +973,8 @@ def report(out: Path, cfg: Config, info: Mapping[str, Any], outcomes: Sequence[O
     """Prints and writes the markdown, the JSON and the chart; the exit status."""
     specs = [spec(name) for name in dict.fromkeys(o.system for o in outcomes)]
     body = [
-        "# drumbeat periodic benchmark: N schedules, no-op task",
+        "# drumbeat periodic benchmark: N schedules, "
+        + (f"a task that awaits {cfg.task_sleep:g} s" if cfg.task_sleep else "no-op task"),
         "",
         *header_lines(info, cfg),
         "",
