@@ -229,6 +229,24 @@ def group_usage(pgids: Mapping[int, str]) -> dict[str, tuple[float, int]]:
     return found
 
 
+def group_counts(pgids: Mapping[int, str]) -> dict[str, int]:
+    """Live processes in the given process groups, per label (a supervisor's workers included)."""
+    found = dict.fromkeys(pgids.values(), 0)
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        rest = text[text.rindex(")") + 2 :].split()
+        label = pgids.get(int(rest[2]))
+        if label is not None and rest[0] != "Z":
+            found[label] += 1
+    return found
+
+
 # -- one run -----------------------------------------------------------------------------------
 
 
@@ -261,14 +279,19 @@ def _used_memory(client: Any) -> int:
     return int(client.info("memory")["used_memory"])
 
 
-def _sleep_until(t: float, procs: Sequence[Proc], outcome: Outcome) -> None:
-    """Sleep until wall-clock ``t``, noting any process that dies meanwhile."""
+def _sleep_until(
+    t: float, procs: Sequence[Proc], outcome: Outcome, tick: Callable[[], object] | None = None
+) -> None:
+    """Sleep until wall-clock ``t``, noting any process that dies meanwhile; ``tick`` is called
+    every half second."""
     dead = {p.label for p in procs if not p.alive()}
     while True:
         left = t - time.time()
         if left <= 0:
             return
         time.sleep(min(left, 0.5))
+        if tick is not None:
+            tick()
         for p in procs:
             if p.label not in dead and not p.alive():
                 dead.add(p.label)
@@ -356,7 +379,13 @@ class Trial:
         pgids = {p.pid: p.label.split()[1] for p in live}
         _sleep_until(window0, live, out)
         usage0, redis0 = group_usage(pgids), _redis_counters(self.client)
-        _sleep_until(window1, live, out)
+        counts: list[dict[str, int]] = []
+        _sleep_until(window1, live, out, lambda: counts.append(group_counts(pgids)))
+        for role in dict.fromkeys(pgids.values()):
+            seen = [c[role] for c in counts]
+            if seen:  # a supervisor's pool: how many processes it ran in the window
+                m[f"procs_{role}_max"] = max(seen)
+                m[f"procs_{role}_mean"] = statistics.fmean(seen)
         usage1, redis1 = group_usage(pgids), _redis_counters(self.client)
         died = {p.label.split()[1] for p in live if not p.alive()}  # its CPU time went with it
         m["memory_end"] = _used_memory(self.client)
@@ -607,8 +636,8 @@ def detail_lines(outcomes: Sequence[Outcome]) -> list[str]:
     lines = [
         "| system | schedules | CPU s by process | Redis commands/run | RSS MiB | "
         "schedules with no run in the window | runs the system skipped | lateness vs the "
-        "system's own due time p50 / p99 | startup s |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "system's own due time p50 / p99 | startup s | processes in the window, mean / max |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for system, case, group in grouped(outcomes):
         if group[0].skipped:
@@ -629,9 +658,18 @@ def detail_lines(outcomes: Sequence[Outcome]) -> list[str]:
         lines.append(
             f"| {system} | {case.label} | {cpu or '-'} | {_fmt(m.get('commands_per_run'), 1)} | "
             f"{_fmt(rss)} | {_fmt(m.get('starved'))} | {_fmt(skipped) if skipped else '0'} | "
-            f"{own} | {_fmt(m.get('startup_s'), 1)} |"
+            f"{own} | {_fmt(m.get('startup_s'), 1)} | {_procs(m)} |"
         )
     return lines
+
+
+def _procs(m: Mapping[str, float]) -> str:
+    """Processes of every role over the window (sampled every 0.5 s), mean / max."""
+    roles = sorted(k[6:-4] for k in m if k.startswith("procs_") and k.endswith("_max"))
+    if not roles:
+        return "-"
+    mean = sum(m[f"procs_{r}_mean"] for r in roles)
+    return f"{mean:.1f} / {sum(m[f'procs_{r}_max'] for r in roles):.0f}"
 
 
 def _late(seconds: float | None) -> str:
@@ -683,6 +721,8 @@ def method_lines(specs: Sequence[PeerSpec], cfg: Config) -> list[str]:
         "children included, from /proc) plus Redis (INFO used_cpu_user/sys).",
         "- Redis memory per schedule: used_memory after registering minus before, over N "
         "('in process': the schedules live only in a process's memory).",
+        "- Processes in the window: the live processes of the system's process groups (a "
+        "supervisor and its workers counted), sampled every 0.5 s.",
         "",
         "| system | settings | due time of a run |",
         "|---|---|---|",
