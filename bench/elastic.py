@@ -235,6 +235,12 @@ class Pool:
             start_new_session=True,
         )
 
+    def scaling(self) -> list[str]:
+        """The supervisor's log lines on scaling (why it grew or shrank), as written."""
+        self._stderr.seek(0)
+        text = self._stderr.read().decode(errors="replace").splitlines()
+        return [" ".join(x.split()) for x in text if "scaling" in x][:12]
+
     def tail(self, lines: int = 15) -> str:
         self._stderr.seek(0)
         text = self._stderr.read().decode(errors="replace").splitlines()[-lines:]
@@ -272,6 +278,7 @@ def run_one(policy: str, cfg: Config, url: str, repetition: int) -> RunResult:
         "DRUMBEAT_NAMESPACE": namespace,
         "DRUMBEAT_SCALE_DOWN_AFTER": f"{cfg.scale_down_after:g}",
         JOB_SECONDS_ENV: f"{cfg.job_ms / 1000:g}",
+        "COLUMNS": "400",  # the supervisor's log lines unwrapped, for `Pool.scaling`
     }
     env.pop("VIRTUAL_ENV", None)
     app = drumbeat.App(url, namespace=namespace)
@@ -287,6 +294,7 @@ def run_one(policy: str, cfg: Config, url: str, repetition: int) -> RunResult:
             if watch.idle():
                 watch.step(lambda: app.enqueue_many(task.prepare(i) for i in range(cfg.jobs)))
             out.done = int(app.redis.get(DONE_KEY) or 0)
+            out.notes += [f"supervisor: {x}" for x in pool.scaling()]
             code = pool.stop()
             if code != 0:
                 out.errors.append(f"the supervisor exited with {code} on SIGTERM\n{pool.tail()}")
@@ -510,8 +518,18 @@ def build_report(info: Mapping[str, Any], cfg: Config, runs: Sequence[RunResult]
         "",
     ]
     body += [f"- {p}: {describe(p, cfg)}" for p in table]
+    first = {}
+    for r in runs:
+        first.setdefault(r.policy, r)
+    logs = [f"- {r.policy} #{r.repetition}: {n}" for r in first.values() for n in r.notes]
+    if logs:
+        body += [
+            "",
+            "## What the supervisors logged on scaling (each policy's first run)",
+            "",
+            *logs,
+        ]
     problems = [f"- {r.policy} #{r.repetition}: {e}" for r in runs for e in r.errors]
-    problems += [f"- {r.policy} #{r.repetition}: {n}" for r in runs for n in r.notes]
     if problems:
         body += ["", "## Problems", "", *problems]
     return "\n".join(body) + "\n"
