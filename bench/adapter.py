@@ -35,6 +35,11 @@ HIGH_JOBS_ENV = "BENCH_HIGH_JOBS"
 """How many high-priority jobs a worker waits for before it says ``high_done``."""
 MARKS_URL_ENV = "BENCH_MARKS_URL"
 """The Redis a worker pushes its long jobs' start and end marks to (`MARKS_KEY`)."""
+SINK_DIR_ENV = "BENCH_SINK_DIR"
+"""A directory where every process that runs jobs writes what its `Sink` counted
+(``<pid>.json``, rewritten within `SINK_FLUSH` s of a change): how the harness counts the jobs
+of a pool whose processes it did not start itself (a supervisor's, a prefork master's)."""
+SINK_FLUSH = 0.05
 MARKS_KEY = "bench:long-marks"
 """A list of ``start``/``end``, one per long job's start and end, so the harness can tell when
 every slot is busy and when the long jobs are done whatever the system (two pushes per long
@@ -394,6 +399,33 @@ class Sink:
         self.long_starts: list[float] = []
         self.long_ends: list[float] = []
         self._marks: Any = None
+        self._dir = os.environ.get(SINK_DIR_ENV) or None
+        self._flushing = False
+
+    def _forked(self) -> None:
+        """In a forked child: count from zero, with a lock nobody holds, and flush anew."""
+        self.__init__()  # type: ignore[misc]
+
+    def _flush_soon(self) -> None:
+        """Starts this process's flushing thread (under the lock, on its first job)."""
+        if self._dir is None or self._flushing:
+            return
+        self._flushing = True
+        threading.Thread(target=self._flush_loop, name="bench-sink", daemon=True).start()
+
+    def _flush_loop(self) -> None:
+        assert self._dir is not None
+        path = os.path.join(self._dir, f"{os.getpid()}.json")
+        written = -1
+        while True:
+            with self._lock:
+                count, first_at = self.count, self.first_at
+            if count != written:
+                with open(path + ".tmp", "w") as f:
+                    json.dump({"pid": os.getpid(), "count": count, "first_at": first_at}, f)
+                os.replace(path + ".tmp", path)
+                written = count
+            time.sleep(SINK_FLUSH)
 
     def noop(self) -> None:
         """A no-op (low-priority) job started."""
@@ -402,6 +434,8 @@ class Sink:
                 self.first_at = time.time()
             self.count += 1
             self.low += 1
+            if not self._flushing:
+                self._flush_soon()
 
     def stamped(self, sent_at: float) -> None:
         """A job stamped with its send time started."""
@@ -450,6 +484,22 @@ class Sink:
 SINK = Sink()
 """The worker process's sink; a module global so a task module imported twice (as ``__main__``
 and by name) still records into one place."""
+os.register_at_fork(after_in_child=SINK._forked)
+
+
+def read_sink(directory: str) -> dict[int, dict[str, Any]]:
+    """What each process wrote to a `SINK_DIR_ENV` directory, by pid."""
+    found: dict[int, dict[str, Any]] = {}
+    for name in os.listdir(directory):
+        if name.endswith(".json"):
+            try:
+                with open(os.path.join(directory, name)) as f:
+                    entry = json.load(f)
+            except (OSError, ValueError):
+                continue  # replaced meanwhile: read again at the next look
+            found[int(entry["pid"])] = entry
+    return found
+
 
 _protocol: IO[str] = sys.stdout
 _emit_lock = threading.Lock()

@@ -2,6 +2,7 @@
 
     python -m bench.charts bench/results/core-<stamp>.json       # -<scenario>.png, -ratios.png
     python -m bench.charts bench/results/periodic-<stamp>.json   # <stamp>.png
+    python -m bench.charts bench/results/elastic-<stamp>.json    # <stamp>.png
 
 Writes the PNGs beside the JSON and prints their paths. Every system is drawn in its own style
 from `bench.styles`, the same in every chart.
@@ -23,7 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 
-from .styles import HALF, US, VERMILLION, legend_order, style, undelivered
+from .styles import BLACK, BLUE, GREEN, HALF, US, VERMILLION, legend_order, style, undelivered
 
 FLOOR = 1e-4
 """Seconds: a lateness of 0 (APScheduler's runs on its own grid) drawn on a log axis."""
@@ -202,9 +203,66 @@ def periodic_chart(json_path: Path, png_path: Path) -> Path:
     return png_path
 
 
+# -- elastic pool ------------------------------------------------------------------------------
+
+POLICY_STYLES = {
+    "autoscale": (VERMILLION, "-", 3.0),
+    "fixed-min": (BLUE, "--", 1.4),
+    "fixed-max": (GREEN, "-.", 1.4),
+    "original": (BLACK, ":", 1.8),
+}
+"""Colour, line style and width per policy: drumbeat's autoscaling in drumbeat's vermillion."""
+
+
+def _median_run(runs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The repetition whose drain time is the median one (the run the chart shows)."""
+
+    def drained(run: Mapping[str, Any]) -> float:
+        after = [s for s in run["samples"] if s["t"] >= 0]
+        return next((s["t"] for s in after if s["backlog"] == 0 and s["running"] == 0), 1e9)
+
+    good = sorted((r for r in runs if not r["errors"] and r["samples"]), key=drained)
+    return good[(len(good) - 1) // 2] if good else None
+
+
+def elastic_chart(json_path: Path, png_path: Path) -> Path:
+    """Processes (the supervisor's children) and backlog against time since the step, one line
+    per policy, from each policy's median repetition."""
+    data = json.loads(json_path.read_text())
+    cfg = data["config"]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7), sharex=True,
+                                   gridspec_kw={"height_ratios": [3, 2]})  # fmt: skip
+    for policy in cfg["policies"]:
+        run = _median_run([r for r in data["runs"] if r["policy"] == policy])
+        if run is None:
+            continue
+        color, line, width = POLICY_STYLES.get(policy, (BLUE, "-", 1.0))
+        ts = [s["t"] for s in run["samples"]]
+        ax1.step(ts, [s["processes"] for s in run["samples"]], where="post", color=color,
+                 linestyle=line, linewidth=width, label=policy)  # fmt: skip
+        ax2.plot(ts, [s["backlog"] + s["running"] for s in run["samples"]], color=color,
+                 linestyle=line, linewidth=width, label=policy)  # fmt: skip
+    ax1.set(ylabel="worker processes (supervisor's children)",
+            ylim=(0, cfg["maximum"] + 0.8), title=data["title"])  # fmt: skip
+    ax1.axvline(0, color="black", linewidth=0.6)
+    ax2.axvline(0, color="black", linewidth=0.6)
+    ax2.set(xlabel="seconds since the step (the median repetition of each policy)",
+            ylabel="jobs queued or running")  # fmt: skip
+    for ax in (ax1, ax2):
+        ax.grid(True, alpha=0.3)
+    ax1.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    return png_path
+
+
 def main(json_path: str) -> None:
     path = Path(json_path)
     data = json.loads(path.read_text())
+    if data.get("kind") == "elastic":  # bench.elastic's results
+        print(elastic_chart(path, path.with_suffix(".png")))
+        return
     if "table" in data:  # bench.periodic's results
         print(periodic_chart(path, path.with_suffix(".png")))
         return

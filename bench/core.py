@@ -43,11 +43,13 @@ from .adapter import (
     HIGH_JOBS_ENV,
     MARKS_KEY,
     MARKS_URL_ENV,
+    SINK_DIR_ENV,
     NotSupported,
     ScenarioFailed,
     System,
     WorkerProcess,
     WorkerReport,
+    read_sink,
 )
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -77,7 +79,9 @@ class Config:
     jobs: int = 20_000
     repeat: int = 3
     quick: bool = False
-    drain_processes: tuple[int, ...] = (1, 4)
+    drain_processes: tuple[int, ...] = (1, 2, 4)
+    """The drain scenarios' process counts: 1 is the system's one worker process, more run the
+    way the system runs several (`drain_pool`)."""
     latency_rate: float = 50.0
     """Jobs per second the latency producer sends."""
     latency_seconds: float = 10.0
@@ -200,6 +204,7 @@ class Meter:
         self.commands0 = stats.commands()
         self.cpu0 = time.process_time()
         self.t0 = time.perf_counter()
+        self.t0_wall = time.time()
         self._end: tuple[float, float, float, int] | None = None
 
     def mark(self) -> None:
@@ -242,10 +247,15 @@ class Workers:
         cfg: Config,
         priority: bool = False,
         argvs: Sequence[Sequence[str]] = (),
+        *,
+        sink: str | None = None,
     ) -> None:
         """``argvs``: these command lines, one process each, instead of ``processes`` copies of
-        the system's `worker_argv`."""
+        the system's `worker_argv`; ``sink``: a directory where every process that runs jobs
+        writes its counts (`bench.adapter.SINK_DIR_ENV`)."""
         env = {**os.environ, HIGH_JOBS_ENV: str(cfg.high_jobs), MARKS_URL_ENV: system.url}
+        if sink is not None:
+            env[SINK_DIR_ENV] = sink
         argvs = argvs or [system.worker_argv(priority)] * processes
         self.procs = [WorkerProcess(argv, env) for argv in argvs]
         try:
@@ -274,13 +284,73 @@ class Workers:
 
     def kill(self) -> None:
         for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                for pid in descendants([proc.proc.pid])[1:]:  # a pool's processes too
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
             proc.kill()
+
+    def tree(self) -> list[int]:
+        """The workers' processes and all their descendants (a pool's children)."""
+        return descendants([p.proc.pid for p in self.procs])
+
+    def signal_tree(self, signum: int) -> None:
+        _signal(self.tree(), signum)
 
     def __enter__(self) -> Workers:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+
+
+def _signal(pids: Sequence[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def descendants(roots: Sequence[int]) -> list[int]:
+    """``roots`` and every live process below them, parents first."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and (stat := _proc_stat(int(entry.name))) is not None:
+            children.setdefault(int(stat[1]), []).append(int(entry.name))
+    found, todo = [], list(roots)
+    while todo:
+        pid = todo.pop(0)
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_usage(pids: Sequence[int]) -> tuple[float, int]:
+    """CPU seconds (user + system, reaped children included) and the sum of the peak resident
+    sizes (``VmHWM``, KiB) of these processes."""
+    cpu, hwm = 0.0, 0
+    for pid in pids:
+        stat = _proc_stat(pid)
+        if stat is None or stat[0] == "Z":
+            continue
+        cpu += sum(int(x) for x in stat[11:15]) / _TICK
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    hwm += int(line.split()[1])
+    return cpu, hwm
 
 
 class TimeBound(ScenarioFailed):
@@ -369,6 +439,8 @@ def _watch_drain(system: System, workers: Workers, cfg: Config, n: int) -> tuple
 
 def drain(system: System, run: Run) -> Sample:
     n, processes, cfg = run.cfg.jobs, int(run.params["processes"]), run.cfg
+    if processes > 1:
+        return drain_pool(system, run)
     memory0 = run.stats.memory()
     system.fill(n)
     _expect_outstanding(system, n)
@@ -411,6 +483,118 @@ def drain(system: System, run: Run) -> Sample:
         "seconds": elapsed,
         "jobs_done": done,
         "bounded": float(left > 0),
+        **sample,
+    }
+
+
+def pool_workers(system: System, processes: int, cfg: Config, sink: str) -> Workers:
+    """``processes`` worker processes the way the system runs several: its own launcher if it
+    has one (`pool_argv`), else that many copies of its one-process worker."""
+    pool_argv = getattr(system, "pool_argv", None)
+    if pool_argv is not None:
+        return Workers(system, 1, cfg, argvs=[pool_argv(processes)], sink=sink)
+    return Workers(system, processes, cfg, sink=sink)
+
+
+def _warm_pool(system: System, workers: Workers, processes: int, sink: str) -> tuple[int, str]:
+    """Sends a no-op job every 20 ms until ``processes`` distinct processes have run one (every
+    process of the pool is up and claiming), at most `POOL_READY` s; returns the jobs sent and
+    a note if fewer processes took part."""
+    deadline = time.monotonic() + POOL_READY
+    sent = 0
+    while len(read_sink(sink)) < processes and time.monotonic() < deadline:
+        if not workers.alive():
+            raise ScenarioFailed("a worker process exited while the pool started")
+        system.fill(1)
+        sent += 1
+        time.sleep(0.02)
+    ran = len(read_sink(sink))
+    note = (
+        ""
+        if ran >= processes
+        else (f"only {ran} of {processes} processes had run a job {POOL_READY:g} s after the start")
+    )
+    return sent, note
+
+
+def _sink_total(sink: str, expected: int, timeout: float) -> dict[int, dict[str, Any]]:
+    """The processes' counts once they add up to ``expected`` (their flushes lag by up to
+    `bench.adapter.SINK_FLUSH` s), or as they are after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        counts = read_sink(sink)
+        if sum(int(c["count"]) for c in counts.values()) >= expected:
+            return counts
+        if time.monotonic() > deadline:
+            return counts
+        time.sleep(0.02)
+
+
+POOL_READY = 60.0
+
+
+def drain_pool(system: System, run: Run) -> Sample:
+    """The drain with several processes, started the system's way (`pool_workers`). The pool
+    starts on an empty queue and runs warm-up jobs until every process has run one; then its
+    processes are stopped (SIGSTOP), the jobs queued, and the processes resumed (SIGCONT), the
+    drain timed from there: a pool whose processes come up one after another is not timed
+    while it starts, and no system drains while it is being filled."""
+    n, processes, cfg = run.cfg.jobs, int(run.params["processes"]), run.cfg
+    with (
+        tempfile.TemporaryDirectory(prefix="drumbeat-bench-sink-") as sink,
+        pool_workers(system, processes, cfg, sink) as workers,
+    ):
+        warm, note = _warm_pool(system, workers, processes, sink)
+        if note:
+            run.notes.append(note)
+        wait_drained(system, workers, 60, cfg.poll_interval)
+        warm_counts = _sink_total(sink, warm, 5)
+        warmed = sum(int(c["count"]) for c in warm_counts.values())
+        memory0 = run.stats.memory()
+        workers.signal_tree(signal.SIGSTOP)
+        try:
+            # not checked against n: a consumer blocked on a pop when it was stopped may
+            # hold a job the system does not list yet (the end checks every job ran once)
+            system.fill(n)
+        finally:
+            tree = workers.tree()
+            cpu0, _ = tree_usage(tree)
+            meter = Meter(run.stats)
+            _signal(tree, signal.SIGCONT)
+        try:
+            _, end, left = _watch_drain(system, workers, cfg, n)
+        except ScenarioFailed as exc:
+            workers.stop(str(exc))
+            raise
+        meter.mark()
+        cpu1, hwm = tree_usage(workers.tree())
+        counts = _sink_total(sink, warmed + n - left, 5)
+        try:
+            reports = workers.stop()
+        except ScenarioFailed as exc:
+            if not left:
+                raise
+            reports = []
+            run.notes.append(f"after the bound: {exc}")
+    done = n - left
+    ran = sum(int(c["count"]) for c in counts.values()) - warmed
+    if left == 0 and ran != n:
+        raise ScenarioFailed(f"the workers ran {ran} jobs; {n} were enqueued")
+    elapsed, sample = meter.sample(max(done, 1), elapsed=end - meter.t0_wall, producer=False)
+    run.note_stderr(reports)
+    sample[WORKER_CPU.key] = 100 * (cpu1 - cpu0) / elapsed
+    sample[PEAK_RSS.key] = hwm / 1024
+    if left:
+        run.notes.append(f"stopped at the {cfg.drain_bound:.0f} s bound with {done:,} of {n:,} "
+                         "jobs done; the rate is over those")  # fmt: skip
+    return {
+        RATE.key: done / elapsed,
+        KEPT.key: (run.stats.memory() - memory0) / max(done, 1),
+        "seconds": elapsed,
+        "jobs_done": done,
+        "bounded": float(left > 0),
+        "processes_ran": float(sum(1 for c in counts.values() if int(c["count"]) > 0)),
+        "warm_up_jobs": float(warmed),
         **sample,
     }
 
@@ -541,9 +725,19 @@ def scenarios(cfg: Config) -> list[Scenario]:
                 (RATE, WORKER_CPU, REDIS_CPU, REDIS_COMMANDS, PEAK_RSS, KEPT),
                 (RATE,),
                 {"processes": p},
-                about="From the first job's start (worker startup excluded) until the harness "
-                "sees nothing queued or running (polled every 5 ms). Worker CPU and peak RSS "
-                "are summed over the processes.",
+                about=(
+                    "From the first job's start (worker startup excluded) until the harness "
+                    "sees nothing queued or running (polled every 5 ms). Worker CPU and peak "
+                    "RSS are summed over the processes."
+                    if p == 1
+                    else "The system's own way to run several processes (below). The pool "
+                    "starts on an empty queue and runs warm-up jobs until each of its "
+                    "processes has run one; then its processes are stopped (SIGSTOP), the "
+                    "jobs queued, the processes resumed (SIGCONT): timed from there until the "
+                    "harness sees nothing queued or running (polled every 5 ms). Worker CPU "
+                    "(from /proc: every process of the pool, its master or supervisor "
+                    "included) and peak RSS are summed over the processes."
+                ),
             )
         )
     found += [
@@ -620,6 +814,7 @@ def run_child(name: str, url: str, cfg: Config, out: dict[str, Any]) -> None:
         bulk=system.bulk,
         priority=system.priority,
         urgent_long=getattr(system, "urgent_long", None),
+        pool=getattr(system, "pool", None),
         python=f"{platform.python_version()} ({sys.executable})",
         scenarios={},
     )
@@ -898,6 +1093,16 @@ def scenario_lines(key: str, res: Mapping[str, Any], found: Sequence[Scenario]) 
     return lines
 
 
+def pool_lines(data: Mapping[str, Any]) -> list[str]:
+    """How each system ran the drains with several processes (`drain_pool`)."""
+    lines = ["How each system runs several processes (`drain_2`, `drain_4`; `drain_1` is its one "
+             "worker process, as in the systems table):", ""]  # fmt: skip
+    for name, reps in data["runs"].items():
+        how = next((r["pool"] for r in reps if r.get("pool")), None)
+        lines.append(f"- {name}: {how or 'N copies of its one-process worker'}")
+    return lines
+
+
 def urgent_long_lines(data: Mapping[str, Any]) -> list[str]:
     """How each system ran the urgent-behind-long scenario (`System.urgent_long`)."""
     lines = ["How each system runs it:", ""]
@@ -948,7 +1153,7 @@ def versus_ceiling_lines(ops: Mapping[str, Any], results: Mapping[str, Any]) -> 
         lines.append(f"- enqueue one by one: {one:,.0f} jobs/s = {share:.0f}% of one connection's "
                      f"EVALSHA round trips ({eval1['median']:,.0f}/s).")  # fmt: skip
     best = max((v["median"] for k, v in ops.items() if k.startswith("ZADD")), default=0.0)
-    for key in ("enqueue_bulk", "drain_1", "drain_4"):
+    for key in ("enqueue_bulk", "drain_1", "drain_2", "drain_4"):
         rate, cmds, cpu = (drumbeat(key, m.key) for m in (RATE, REDIS_COMMANDS, REDIS_CPU))
         if rate and cmds and best:
             lines.append(
@@ -1000,6 +1205,9 @@ def build_report(data: Mapping[str, Any], found: Sequence[Scenario]) -> Report:
         body += ["", *scenario_lines(key, res, found)]
         if key == "urgent_long":
             body += ["", *urgent_long_lines(data)]
+        drains = [k for k in results if k.startswith("drain_") and k != "drain_1"]
+        if drains and key == drains[-1]:
+            body += ["", *pool_lines(data)]
     if not data["config"]["scenarios"] or "ceiling" in data["config"]["scenarios"]:
         body += ["", *ceiling_lines(data, results)]
     problems = problem_lines(results, data)
@@ -1182,7 +1390,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--scenarios",
         help="comma-separated subset of: enqueue_one, enqueue_bulk, "
-        "drain_1, drain_4, latency, priority, urgent_long, ceiling",
+        "drain_1, drain_2, drain_4, latency, priority, urgent_long, ceiling",
     )
     p.add_argument("--out", type=Path, default=BENCH_DIR / "results", help="results directory")
     p.add_argument("--note", default="", help="free text recorded with the results")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ HIGH_PRIORITY = 9
 CONCURRENCY = 10
 """`drumbeat.Settings.concurrency`'s default: the worker's slots."""
 LONG_SLOTS = 4
+POOL_APP = "bench.drumbeat_pool_app:app"
 """The worker's slots in the urgent-behind-long scenario."""
 
 
@@ -148,6 +150,15 @@ class DrumbeatSystem:
     def worker_argv(self, priority: bool = False) -> list[str]:
         return worker_command(__name__, self.url, namespace=self.namespace, concurrency=CONCURRENCY)
 
+    pool = (
+        f"`drumbeat worker {POOL_APP} --processes N --concurrency {CONCURRENCY}`: a supervisor "
+        "and N worker processes (fresh interpreters)"
+    )
+
+    def pool_argv(self, processes: int) -> list[str]:
+        return worker_command(__name__, self.url, namespace=self.namespace,
+                              concurrency=CONCURRENCY, processes=processes)  # fmt: skip
+
     def close(self) -> None:
         if self.app is not None:
             self.app.close()
@@ -168,5 +179,21 @@ async def _worker(url: str, namespace: str, concurrency: int) -> None:
     started.report(processed=worker.processed, failed=worker.failed, worker_id=worker.id)
 
 
+def _pool(url: str, namespace: str, concurrency: int, processes: int) -> None:
+    """``drumbeat worker APP --processes N``, the supported way to run N processes, in this
+    process (so the harness sees the supervisor and its workers as this process's tree)."""
+    from drumbeat.cli import cli
+
+    os.environ.update(DRUMBEAT_REDIS_URL=url, DRUMBEAT_NAMESPACE=namespace)
+    started = Started()
+    code = cli(["worker", POOL_APP, "--processes", str(processes), "--concurrency",
+                str(concurrency), "--log-level", "warning"], standalone_mode=False)  # fmt: skip
+    started.report(exit_code=code)
+
+
 def worker_main(url: str, options: dict[str, Any]) -> None:
+    if options.get("processes"):
+        _pool(url, str(options["namespace"]), int(options["concurrency"]),
+              int(options["processes"]))  # fmt: skip
+        return
     asyncio.run(_worker(url, str(options["namespace"]), int(options["concurrency"])))

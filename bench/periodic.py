@@ -88,6 +88,18 @@ class Config:
     concurrency: int = 20
     quick: bool = False
     note: str = ""
+    processes: int = 0
+    """drumbeat only: each worker role is a supervisor of this many processes (0: the worker
+    runs in the role's process)."""
+    autoscale: str = ""
+    """drumbeat only: ``MIN:MAX``, each worker role a supervisor that autoscales."""
+    task_sleep: float = 0.0
+    """drumbeat only: seconds the task awaits after recording its start (a monitor's I/O)."""
+
+    def drumbeat_flags(self) -> list[str]:
+        flags = ["--processes", str(self.processes)] if self.processes else []
+        flags += ["--autoscale", self.autoscale] if self.autoscale else []
+        return flags + (["--task-sleep", f"{self.task_sleep:g}"] if self.task_sleep else [])
 
 
 @dataclass(slots=True)
@@ -217,6 +229,24 @@ def group_usage(pgids: Mapping[int, str]) -> dict[str, tuple[float, int]]:
     return found
 
 
+def group_counts(pgids: Mapping[int, str]) -> dict[str, int]:
+    """Live processes in the given process groups, per label (a supervisor's workers included)."""
+    found = dict.fromkeys(pgids.values(), 0)
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        rest = text[text.rindex(")") + 2 :].split()
+        label = pgids.get(int(rest[2]))
+        if label is not None and rest[0] != "Z":
+            found[label] += 1
+    return found
+
+
 # -- one run -----------------------------------------------------------------------------------
 
 
@@ -249,14 +279,19 @@ def _used_memory(client: Any) -> int:
     return int(client.info("memory")["used_memory"])
 
 
-def _sleep_until(t: float, procs: Sequence[Proc], outcome: Outcome) -> None:
-    """Sleep until wall-clock ``t``, noting any process that dies meanwhile."""
+def _sleep_until(
+    t: float, procs: Sequence[Proc], outcome: Outcome, tick: Callable[[], object] | None = None
+) -> None:
+    """Sleep until wall-clock ``t``, noting any process that dies meanwhile; ``tick`` is called
+    every half second."""
     dead = {p.label for p in procs if not p.alive()}
     while True:
         left = t - time.time()
         if left <= 0:
             return
         time.sleep(min(left, 0.5))
+        if tick is not None:
+            tick()
         for p in procs:
             if p.label not in dead and not p.alive():
                 dead.add(p.label)
@@ -288,7 +323,8 @@ class Trial:
         return [self.python, "-m", f"bench.periodic_peers.{self.spec.module}", role,
                 "--url", self.url, "--n", str(c.n), "--interval", f"{c.interval:g}",
                 "--anchor", f"{self.anchor:.0f}", "--runs-dir", str(self.runs_dir),
-                "--concurrency", str(self.cfg.concurrency)]  # fmt: skip
+                "--concurrency", str(self.cfg.concurrency),
+                *(self.cfg.drumbeat_flags() if self.spec.name == "drumbeat" else [])]  # fmt: skip
 
     def register(self) -> None:
         """The ``register`` step: write the N schedules, wait for it to exit, note memory."""
@@ -343,7 +379,13 @@ class Trial:
         pgids = {p.pid: p.label.split()[1] for p in live}
         _sleep_until(window0, live, out)
         usage0, redis0 = group_usage(pgids), _redis_counters(self.client)
-        _sleep_until(window1, live, out)
+        counts: list[dict[str, int]] = []
+        _sleep_until(window1, live, out, lambda: counts.append(group_counts(pgids)))
+        for role in dict.fromkeys(pgids.values()):
+            seen = [c[role] for c in counts]
+            if seen:  # a supervisor's pool: how many processes it ran in the window
+                m[f"procs_{role}_max"] = max(seen)
+                m[f"procs_{role}_mean"] = statistics.fmean(seen)
         usage1, redis1 = group_usage(pgids), _redis_counters(self.client)
         died = {p.label.split()[1] for p in live if not p.alive()}  # its CPU time went with it
         m["memory_end"] = _used_memory(self.client)
@@ -594,8 +636,8 @@ def detail_lines(outcomes: Sequence[Outcome]) -> list[str]:
     lines = [
         "| system | schedules | CPU s by process | Redis commands/run | RSS MiB | "
         "schedules with no run in the window | runs the system skipped | lateness vs the "
-        "system's own due time p50 / p99 | startup s |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "system's own due time p50 / p99 | startup s | processes in the window, mean / max |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for system, case, group in grouped(outcomes):
         if group[0].skipped:
@@ -616,9 +658,18 @@ def detail_lines(outcomes: Sequence[Outcome]) -> list[str]:
         lines.append(
             f"| {system} | {case.label} | {cpu or '-'} | {_fmt(m.get('commands_per_run'), 1)} | "
             f"{_fmt(rss)} | {_fmt(m.get('starved'))} | {_fmt(skipped) if skipped else '0'} | "
-            f"{own} | {_fmt(m.get('startup_s'), 1)} |"
+            f"{own} | {_fmt(m.get('startup_s'), 1)} | {_procs(m)} |"
         )
     return lines
+
+
+def _procs(m: Mapping[str, float]) -> str:
+    """Processes of every role over the window (sampled every 0.5 s), mean / max."""
+    roles = sorted(k[6:-4] for k in m if k.startswith("procs_") and k.endswith("_max"))
+    if not roles:
+        return "-"
+    mean = sum(m[f"procs_{r}_mean"] for r in roles)
+    return f"{mean:.1f} / {sum(m[f'procs_{r}_max'] for r in roles):.0f}"
 
 
 def _late(seconds: float | None) -> str:
@@ -670,6 +721,8 @@ def method_lines(specs: Sequence[PeerSpec], cfg: Config) -> list[str]:
         "children included, from /proc) plus Redis (INFO used_cpu_user/sys).",
         "- Redis memory per schedule: used_memory after registering minus before, over N "
         "('in process': the schedules live only in a process's memory).",
+        "- Processes in the window: the live processes of the system's process groups (a "
+        "supervisor and its workers counted), sampled every 0.5 s.",
         "",
         "| system | settings | due time of a run |",
         "|---|---|---|",
@@ -726,6 +779,16 @@ def header_lines(info: Mapping[str, Any], cfg: Config) -> list[str]:
         "concurrency, Taskiq's max_async_tasks, APScheduler's threads)"
         + (", --quick" if cfg.quick else ""),
     ]
+    if cfg.processes or cfg.autoscale:
+        how = f"--autoscale {cfg.autoscale}" if cfg.autoscale else f"--processes {cfg.processes}"
+        lines.append(
+            f"- drumbeat's worker role: `drumbeat worker APP {how} --concurrency "
+            f"{cfg.concurrency}`, a supervisor and its worker processes (each worker process "
+            f"has {cfg.concurrency} slots), {cfg.workers} such role process(es)"
+        )
+    if cfg.task_sleep:
+        lines.append(f"- task: records its start, then awaits `asyncio.sleep({cfg.task_sleep:g})` "
+                     "(I/O standing in for a monitor's HTTP search)")  # fmt: skip
     if cfg.note:
         lines.append(f"- note: {cfg.note}")
     if info.get("sources"):
@@ -851,6 +914,19 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
         help="drumbeat's concurrency, arq's max_jobs, SAQ's and streaq's concurrency, Taskiq's "
         "max_async_tasks, APScheduler's threads (default 20)",
     )
+    p.add_argument("--processes", type=int, default=0,
+                   help="drumbeat alone: each worker role runs `drumbeat worker APP --processes "
+                   "N` (a supervisor and N worker processes)")  # fmt: skip
+    p.add_argument("--autoscale", default="", metavar="MIN:MAX",
+                   help="drumbeat alone: each worker role runs `drumbeat worker APP --autoscale "
+                   "MIN:MAX`")  # fmt: skip
+    p.add_argument(
+        "--task-sleep",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="drumbeat alone: the task awaits S s once it recorded its start",
+    )
     p.add_argument("--out", type=Path, default=BENCH_DIR / "results", help="results directory")
     p.add_argument("--note", default="", help="free text recorded with the results")
     p.add_argument("--render", nargs="+", type=Path, metavar="JSON",
@@ -870,7 +946,13 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
     if repeat < 1 or a.workers < 1 or a.concurrency < 1:
         p.error("--repeat, --workers and --concurrency must be >= 1")
     duration = a.duration or (20.0 if a.quick else 60.0)
-    cfg = Config(systems, cases, duration, repeat, a.workers, a.concurrency, a.quick, a.note)
+    if (a.processes or a.autoscale or a.task_sleep) and systems != ("drumbeat",):
+        p.error("--processes, --autoscale and --task-sleep apply to drumbeat alone: add "
+                f"--systems drumbeat (got {', '.join(systems)})")  # fmt: skip
+    if a.processes and a.autoscale:
+        p.error("--processes and --autoscale exclude each other")
+    cfg = Config(systems, cases, duration, repeat, a.workers, a.concurrency, a.quick, a.note,
+                 a.processes, a.autoscale, a.task_sleep)  # fmt: skip
     return a, cfg
 
 
@@ -931,7 +1013,8 @@ def report(out: Path, cfg: Config, info: Mapping[str, Any], outcomes: Sequence[O
     """Prints and writes the markdown, the JSON and the chart; the exit status."""
     specs = [spec(name) for name in dict.fromkeys(o.system for o in outcomes)]
     body = [
-        "# drumbeat periodic benchmark: N schedules, no-op task",
+        "# drumbeat periodic benchmark: N schedules, "
+        + (f"a task that awaits {cfg.task_sleep:g} s" if cfg.task_sleep else "no-op task"),
         "",
         *header_lines(info, cfg),
         "",

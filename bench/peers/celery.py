@@ -131,6 +131,14 @@ class CelerySystem(Base):
     def worker_argv(self, priority: bool = False) -> list[str]:
         return worker_command(__name__, self.url)
 
+    pool = (
+        "`celery worker --pool=prefork --concurrency=N` (Celery's default pool: a master that "
+        "consumes and N forked children), prefetch multiplier 4 (default)"
+    )
+
+    def pool_argv(self, processes: int) -> list[str]:
+        return worker_command(__name__, self.url, pool="prefork", concurrency=processes)
+
     def close(self) -> None:
         app.close()
         super().close()
@@ -141,7 +149,8 @@ def worker_main(url: str, options: dict[str, Any]) -> None:
     started = Started()
     # SIGTERM: Celery's warm shutdown (finish the running task, requeue the prefetched ones)
     pool, concurrency = options.get("pool", "solo"), int(options.get("concurrency", 1))
-    prefetch = ["--prefetch-multiplier=1"] if concurrency > 1 else []
+    # threads for long tasks: Celery's advice, prefetch 1; prefork keeps the default
+    prefetch = ["--prefetch-multiplier=1"] if pool == "threads" else []
     with contextlib.suppress(SystemExit):
         app.worker_main(["--quiet", "worker", f"--pool={pool}", f"--concurrency={concurrency}",
                          *prefetch, "--loglevel=WARNING"])  # fmt: skip

@@ -122,13 +122,38 @@ class DramatiqSystem(Base):
     def worker_argv(self, priority: bool = False) -> list[str]:
         return worker_command(__name__, self.url)
 
+    pool = (
+        f"`dramatiq bench.peers.dramatiq --processes N --threads {THREADS}`: a main process and "
+        f"N forked worker processes of {THREADS} threads each"
+    )
+
+    def pool_argv(self, processes: int) -> list[str]:
+        return worker_command(__name__, self.url, processes=processes)
+
     def close(self) -> None:
         if BROKER is not None:
             BROKER.close()
         super().close()
 
 
+def _pool(url: str, processes: int) -> None:
+    """Dramatiq's command line (`dramatiq.cli.main`) in this process; its forked workers find
+    the broker `_declare` set."""
+    from dramatiq.cli import main, make_argument_parser
+
+    _declare(url)
+    args = make_argument_parser().parse_args(
+        [__name__, "--processes", str(processes), "--threads", str(THREADS)]
+    )
+    started = Started()
+    code = main(args)
+    started.report(exit_code=code)
+
+
 def worker_main(url: str, options: dict[str, Any]) -> None:
+    if options.get("processes"):
+        _pool(url, int(options["processes"]))
+        return
     _declare(url)
     assert BROKER is not None
     stop = threading.Event()

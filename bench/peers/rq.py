@@ -98,12 +98,33 @@ class RQSystem(Base):
         queues = ["high", "default"] if priority else ["default"]
         return worker_command(__name__, self.url, queues=queues)
 
+    pool = (
+        "`rq worker-pool -n N -w rq.worker.SimpleWorker default`: a pool process and N forked "
+        "SimpleWorkers (the same worker class as with one process)"
+    )
+
+    def pool_argv(self, processes: int) -> list[str]:
+        return worker_command(__name__, self.url, queues=["default"], processes=processes)
+
     def close(self) -> None:
         self.conn.close()
         super().close()
 
 
 def worker_main(url: str, options: dict[str, Any]) -> None:
+    if options.get("processes"):
+        from rq.worker_pool import WorkerPool
+
+        pool = WorkerPool(
+            options["queues"],
+            connection=redis.Redis.from_url(url),
+            num_workers=int(options["processes"]),
+            worker_class=SimpleWorker,
+        )
+        started = Started()
+        pool.start(logging_level="WARNING")  # SIGTERM: stops every worker, warm
+        started.report()
+        return
     conn = redis.Redis.from_url(url)
     worker = SimpleWorker([Queue(q, connection=conn) for q in options["queues"]], connection=conn)
     started = Started()

@@ -4,6 +4,9 @@ functions (SAQ passes job arguments as keywords)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import multiprocessing
+import os
 import signal
 from typing import Any, cast
 
@@ -119,6 +122,14 @@ class SaqSystem(Base):
     def worker_argv(self, priority: bool = False) -> list[str]:
         return worker_command(__name__, self.url)
 
+    pool = (
+        "`saq bench.peers.saq.pool_settings --workers N`: one worker in the main process and "
+        "N - 1 forked ones, concurrency=10 each"
+    )
+
+    def pool_argv(self, processes: int) -> list[str]:
+        return worker_command(__name__, self.url, processes=processes)
+
     def close(self) -> None:
         self.loop.run(self.queue.disconnect())
         self.loop.close()
@@ -154,7 +165,36 @@ async def _split(url: str) -> None:
     started.report()
 
 
+POOL_URL_ENV = "BENCH_SAQ_URL"
+
+
+def pool_settings() -> dict[str, Any]:
+    """The settings `saq` loads in each worker process of ``--workers N``."""
+    return {"queue": Queue.from_url(os.environ[POOL_URL_ENV]), "functions": [noop, stamped]}
+
+
+def _pool(url: str, processes: int) -> None:
+    """``saq bench.peers.saq.pool_settings --workers N`` (`saq.runner.run`) in this process. On
+    SIGTERM its main worker stops; the forked ones get it too, as from a process-group signal
+    (systemd's default), sent here."""
+    from saq.runner import run
+
+    os.environ[POOL_URL_ENV] = url
+    started = Started()
+    with contextlib.suppress(SystemExit):
+        run(f"{__name__}.pool_settings", workers=processes, quiet=True)
+    for child in multiprocessing.active_children():
+        if child.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGTERM)
+        child.join(20)
+    started.report()
+
+
 def worker_main(url: str, options: dict[str, Any]) -> None:
+    if options.get("processes"):
+        _pool(url, int(options["processes"]))
+        return
     if options.get("split"):
         asyncio.run(_split(url))
         return

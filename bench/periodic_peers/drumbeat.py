@@ -5,12 +5,23 @@ live system; drumbeat picks each schedule's phase itself (a stable hash of its i
 harness's anchor is not used. A run's due time is ``drumbeat.current_job().due_ms``.
 
     python -m bench.periodic_peers.drumbeat {register,worker} --url URL --n N --interval S ...
+        [--processes N | --autoscale MIN:MAX] [--task-sleep S]
+
+With ``--processes``/``--autoscale`` the worker role is ``drumbeat worker
+bench.periodic_peers.drumbeat_app:app --processes N`` (a supervisor and its worker processes,
+in this process's group); ``--task-sleep`` makes the task await that long after recording its
+start (a monitor's I/O).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
+import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ._common import Args, PeerSpec, Recorder, emit_registered, emit_started, parse_args
 
@@ -58,7 +69,66 @@ def register(args: Args) -> None:
     app.close()
 
 
-async def _worker(args: Args) -> None:
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """The drumbeat-only options: how the worker role runs, and the task's sleep."""
+
+    processes: int = 0
+    autoscale: str = ""
+    task_sleep: float = 0.0
+
+    def flags(self) -> list[str]:
+        """``drumbeat worker``'s options for this pool (none: one in-process worker)."""
+        if self.autoscale:
+            return ["--autoscale", self.autoscale]
+        return ["--processes", str(self.processes)] if self.processes else []
+
+
+def split_args(argv: Sequence[str]) -> tuple[Pool, list[str]]:
+    """This peer's own options, and the rest for `_common.parse_args`."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--processes", type=int, default=0)
+    p.add_argument("--autoscale", default="")
+    p.add_argument("--task-sleep", type=float, default=0.0)
+    own, rest = p.parse_known_args(list(argv))
+    return Pool(own.processes, own.autoscale, own.task_sleep), rest
+
+
+def _supervised(args: Args, pool: Pool) -> None:
+    """``drumbeat worker APP --processes N`` (or ``--autoscale``) in this process."""
+    from drumbeat.cli import cli
+
+    from .drumbeat_app import RUNS_DIR_ENV, SLEEP_ENV
+
+    os.environ.update(
+        {
+            "DRUMBEAT_REDIS_URL": args.url,
+            "DRUMBEAT_NAMESPACE": NAMESPACE,
+            RUNS_DIR_ENV: str(args.runs_dir),
+            SLEEP_ENV: f"{pool.task_sleep:g}",
+        }
+    )
+    emit_started()
+    code = cli(
+        [
+            "worker",
+            APP,
+            *pool.flags(),
+            "--concurrency",
+            str(args.concurrency),
+            "--log-level",
+            "warning",
+        ],
+        standalone_mode=False,
+    )
+    if code:
+        sys.exit(code)
+
+
+APP = "bench.periodic_peers.drumbeat_app:app"
+
+
+async def _worker(args: Args, pool: Pool) -> None:
     import drumbeat
 
     app = drumbeat.App(args.url, namespace=NAMESPACE)
@@ -68,6 +138,8 @@ async def _worker(args: Args) -> None:
     async def noop(i: int) -> None:
         due_ms = drumbeat.current_job().due_ms
         recorder.record(i, due_ms / 1000 if due_ms is not None else float("nan"), time.time())
+        if pool.task_sleep:
+            await asyncio.sleep(pool.task_sleep)
 
     worker = drumbeat.Worker(app, concurrency=args.concurrency)
     worker.install_signal_handlers()
@@ -78,11 +150,14 @@ async def _worker(args: Args) -> None:
 
 
 def main() -> None:
-    args = parse_args(("register", "worker"))
+    pool, rest = split_args(sys.argv[1:])
+    args = parse_args(("register", "worker"), rest)
     if args.role == "register":
         register(args)
+    elif pool.flags():
+        _supervised(args, pool)
     else:
-        asyncio.run(_worker(args))
+        asyncio.run(_worker(args, pool))
 
 
 if __name__ == "__main__":
