@@ -75,7 +75,7 @@ def test_jobs_go_to_their_tasks_queue_or_the_one_a_call_names(
     assert [r.zscore(k.ready, j.id) is not None for j in jobs] == [0, 1, 0, 1]
     delayed = build.options(delay=60).enqueue()
     assert r.zscore(k.due_of("builds"), delayed.id) is not None
-    assert r.smembers(k.queues) == {b"builds"}
+    assert set(r.smembers(k.queues)) == {b"builds"}  # a list on redis-py 5
     assert [j.status() for j in (*jobs, delayed)] == ["queued"] * 4 + ["scheduled"]
     assert qapp.queues() == ["default", "builds"]
     # Cancel finds a waiting job in its queue, delayed or not.
@@ -381,8 +381,10 @@ async def test_an_unknown_task_is_handed_back_then_run_by_a_worker_that_knows_it
             assert state["attempt"] == "0", "a hand-back for an unknown task spent an attempt"
             assert await job.astatus() in ("scheduled", "queued", "running")
             assert r.zscore(old.keys.dead, job.id) is None
-            async with running_worker(new) as new_worker:
-                result = await job.aresult(timeout=20)
+        # The old worker has left (while it stays, it may win the job again and again: each
+        # win hands it back for longer; seen in CI), and a worker that knows the task runs it.
+        async with running_worker(new) as new_worker:
+            result = await job.aresult(timeout=20)
         assert result == f"7 attempt 1 on {new_worker.id}", result
         assert old_worker.failed == 0
     finally:
