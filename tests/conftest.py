@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import shutil
 import socket
@@ -89,6 +90,16 @@ class RedisServer:
 def server_binary() -> str:
     """`DRUMBEAT_TEST_REDIS_SERVER`, else what the embedded Redis would use."""
     return os.environ.get("DRUMBEAT_TEST_REDIS_SERVER") or str(embedded.find_binary())
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage() -> Iterator[None]:
+    """Collects garbage after each test, so an unclosed client fails the test that leaked it.
+
+    Otherwise its ResourceWarning surfaces whenever the collector happens to run, in some later,
+    unrelated test."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="session")
