@@ -16,6 +16,11 @@ The rule (README and docs/deploy.md say the same):
   longer than one interval and is waiting longer than at the last look, or the lateness p99 of
   the last 20 s exceeds one interval: at most once per 20 s) at least 1.5 times the processes
   the supervisors run now;
+- and, since a process is one event loop under one GIL, at least enough processes for the CPU
+  the live workers use: ``ceil(sum of each worker's share of a core, capped at 1 /
+  CPU_TARGET)`` less the workers no supervisor runs. A process that runs many short I/O-bound
+  runs (the monitoring workload) saturates its core with free slots and an empty backlog; only
+  its CPU shows it;
 - this supervisor's share = ``ceil(processes needed * its MAX / sum of the MAXes of the live
   supervisors)``, within its MIN..MAX. Each supervisor takes a share of one shared figure, so
   two of them seeing the same backlog do not both jump to MAX;
@@ -68,6 +73,10 @@ log = logging.getLogger("drumbeat.autoscale")
 RECENT_WINDOWS = 2
 #: Under pressure the supervisors together grow by at least this factor.
 PRESSURE_GROWTH = 1.5
+#: The share of a core a worker process should use at most: a process busier than this starts
+#: its runs late (its loop is behind), so the pool grows until the CPU its workers use fits in
+#: this share of each. Lower wastes processes; higher waits for lateness before growing.
+CPU_TARGET = 0.7
 
 
 def supervisor_ttl_ms(scale_interval: float) -> int:
@@ -120,7 +129,9 @@ class Signal:
     workers: int
     processed: Mapping[str, int]
     """Jobs each live worker has finished, for `CompletionRate`."""
-    lateness_p99_ms: float | None
+    cpu: float = 0.0
+    """The cores the live workers use, each capped at one (from their last heartbeat)."""
+    lateness_p99_ms: float | None = None
     """Schedule runs' start lateness p99 over the last `RECENT_WINDOWS` windows."""
     supervisors: tuple[SupervisorInfo, ...] = ()
 
@@ -199,11 +210,14 @@ def parse_signal(replies: Sequence[Any]) -> Signal:
             name = _str(flat[k])
             lateness[f"{name[0]}{i}.{name[1:]}"] = _str(flat[k + 1])
     workers, sups = replies[0][6], replies[0][7]
-    slots, processed = 0, {}
+    slots, processed, cpu = 0, {}, 0.0
     for k in range(0, len(workers), 2):
         info = _json(workers[k + 1])
         slots += _int(info.get("concurrency"), 0)
         processed[_str(workers[k])] = _int(info.get("processed"), 0)
+        share = info.get("cpu")
+        if isinstance(share, int | float) and not isinstance(share, bool) and share > 0:
+            cpu += min(1.0, float(share))  # threads in C code use more, but one loop no more
     supervisors = tuple(
         _supervisor(_str(sups[k]), int(float(sups[k + 1])), _json(sups[k + 2]))
         for k in range(0, len(sups), 3)
@@ -219,6 +233,7 @@ def parse_signal(replies: Sequence[Any]) -> Signal:
         slots=slots,
         workers=len(processed),
         processed=processed,
+        cpu=cpu,
         lateness_p99_ms=late.p99_ms,
         supervisors=supervisors,
     )
@@ -308,6 +323,8 @@ def plan(
     startable = (rate or 0.0) * interval
     needed_slots = signal.running + max(0, math.ceil(signal.backlog - startable))
     processes = math.ceil(max(0, needed_slots - unsupervised) / concurrency)
+    unsupervised_workers = max(0, signal.workers - supervised_live)
+    processes = max(processes, math.ceil(signal.cpu / CPU_TARGET) - unsupervised_workers)
     if pressure:
         processes = max(processes, math.ceil(max(1, supervised_live) * PRESSURE_GROWTH))
     mine = math.ceil(processes * maximum / sum_max)
@@ -322,7 +339,8 @@ def describe(signal: Signal, p: Plan, rate: float | None, pressure: str | None) 
     done = "?" if rate is None else f"{rate:.0f}"
     why = f"; {pressure}" if pressure else ""
     return (
-        f"{ready}{due}, {signal.running} of {signal.slots} slots busy, {done} jobs/s done{why}"
+        f"{ready}{due}, {signal.running} of {signal.slots} slots busy, {done} jobs/s done, "
+        f"cpu {signal.cpu:.2f} of {signal.workers} workers{why}"
         f" → {p.processes} processes in all, {p.mine} here (share {p.share})"
     )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import redis
 
@@ -31,3 +32,16 @@ async def work(n: int, seconds: float) -> int:
     _log.rpush(KEY, f"ran|{n}|{drumbeat.current_job().attempt}|{os.getpid()}")
     await asyncio.sleep(seconds)
     return os.getpid()
+
+
+@app.task
+async def burn(seconds: float) -> None:
+    """Keeps its process's core busy for ``seconds``, yielding to the loop every few ms (a
+    process running many short runs at once looks like this: busy, never blocked)."""
+    _log.rpush(KEY, f"burn|{os.getpid()}")
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        stop = time.monotonic() + 0.005
+        while time.monotonic() < stop:
+            pass
+        await asyncio.sleep(0)

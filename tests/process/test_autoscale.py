@@ -5,6 +5,7 @@ backlog by their MAXes."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 import redis
 
 import drumbeat
-from drumbeat.autoscale import read_signal
+from drumbeat.autoscale import CPU_TARGET, read_signal
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.process
@@ -111,6 +112,38 @@ def test_autoscale_grows_for_a_backlog_and_shrinks_to_min_once_idle_finishing_ev
         stops = {int(e[1]) for e in _events(r, namespace) if e[0] == "stop"}
         assert len(starts) >= 3, starts
         assert stops == starts - _children(sup.pid), "each retired process stopped gracefully"
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(30) == 0
+    finally:
+        app.close()
+
+
+def test_autoscale_grows_for_a_saturated_core_with_free_slots_and_shrinks_once_it_cools(
+    redis_url: str, namespace: str, started: list[subprocess.Popen[bytes]]
+) -> None:
+    # One job keeps its worker's core busy while 1 of 2 slots is free and nothing waits: only
+    # the CPU the worker reports shows that this process cannot start more on time.
+    env = _env(redis_url, namespace, DRUMBEAT_SCALE_DOWN_AFTER="1.0")
+    sup = _supervise(started, env, "1:2")
+    wait_for(lambda: len(_children(sup.pid)), until=lambda n: n == 1,
+             message="autoscale 1:2 should start at MIN, one worker process")  # fmt: skip
+    app = drumbeat.App(redis_url, namespace=namespace)
+    try:
+        job = app.enqueue("tests.apps.scale_app.burn", 8.0)
+
+        def reasons() -> list[str]:
+            assert sup.poll() is None, "the supervisor exited"
+            return [s.reason for s in read_signal(app).supervisors if s.desired == 2]
+
+        why = wait_for(reasons, until=bool, timeout=30,
+                       message="a worker using its whole core should get a sibling")  # fmt: skip
+        # It scaled with nothing waiting, on the CPU the worker reported.
+        assert why[0].startswith("0 ready"), why
+        used = re.search(r"cpu (\d+\.\d+)", why[0])
+        assert used and float(used[1]) > CPU_TARGET, why
+        job.result(timeout=60)
+        wait_for(lambda: len(_children(sup.pid)), until=lambda n: n == 1, timeout=40,
+                 message="once the core cools, the pool should shrink back to MIN")  # fmt: skip
         sup.send_signal(signal.SIGTERM)
         assert sup.wait(30) == 0
     finally:

@@ -19,13 +19,14 @@ def signal(
     lag_ms: int = 0,
     p99: float | None = None,
     supervisors: tuple[SupervisorInfo, ...] = (),
+    cpu: float = 0.0,
 ) -> Signal:
     counts = [0] * 10
     counts[priority] = ready
     return Signal(
         now_ms=1_000_000, ready_by_priority=tuple(counts), due_now=due_now, lag_ms=lag_ms,
         running=running, slots=slots, workers=slots // 4, processed={},
-        lateness_p99_ms=p99, supervisors=supervisors,
+        lateness_p99_ms=p99, supervisors=supervisors, cpu=cpu,
     )  # fmt: skip
 
 
@@ -57,6 +58,16 @@ def test_what_the_busy_slots_will_start_within_an_interval_needs_no_new_process(
 def test_idle_pool_stays_at_min_and_busy_slots_alone_size_it() -> None:
     assert mine(signal(0, running=0), minimum=2) == 2
     assert mine(signal(0, running=9, slots=12), live=3, slots=12) == 3
+
+
+def test_a_saturated_core_asks_for_a_process_though_slots_are_free_and_nothing_waits() -> None:
+    # One worker of 4 slots, 1 busy, nothing waiting: its core at 95 % starts runs late.
+    assert mine(signal(0, running=1, slots=4, cpu=0.95)) == 2
+    # Two workers using 1.2 cores between them still fit in two; 0.6 fits in one.
+    assert mine(signal(0, running=1, slots=8, cpu=1.2), live=2, slots=8) == 2
+    assert mine(signal(0, running=1, slots=8, cpu=0.6), live=2, slots=8) == 1
+    # A worker no supervisor runs carries its own CPU.
+    assert mine(signal(0, running=1, slots=8, cpu=1.3), live=1, slots=4) == 1
 
 
 def test_every_priority_and_unpromoted_due_entries_count_as_backlog() -> None:

@@ -132,3 +132,21 @@ class Liveness:
                 # leases and a supervisor kill the worker, with this error unseen until the end.
                 log.exception("a liveness tick failed; ticking on")
             await asyncio.sleep(self.interval)
+
+
+class CpuMeter:
+    """The share of one core this process used between two readings: how an autoscaler tells
+    a saturated process (its one event loop and its GIL cannot start more, although slots are
+    free and nothing waits in Redis yet) from an idle one."""
+
+    def __init__(self) -> None:
+        self._wall = time.monotonic()
+        self._cpu = time.process_time()
+
+    def read(self) -> float:
+        """CPU seconds per second since the last reading (threads included, so above 1.0 when
+        tasks run C code that releases the GIL)."""
+        wall, cpu = time.monotonic(), time.process_time()
+        share = (cpu - self._cpu) / (wall - self._wall) if wall > self._wall else 0.0
+        self._wall, self._cpu = wall, cpu
+        return share

@@ -33,7 +33,7 @@ from .hooks import Hooks
 from .housekeeping import Housekeeper
 from .leases import Heartbeat
 from .link import Link
-from .liveness import SUPERVISOR_FD, TICK, Liveness
+from .liveness import SUPERVISOR_FD, TICK, CpuMeter, Liveness
 from .recycling import Budget, Recycler
 from .retrying import is_transient, supervise
 from .running import Runs
@@ -84,6 +84,7 @@ class Worker:
         self.hooks.on_stop.extend(app.shutdown_hooks)
         self.hooks.on_stop.append(app.resources.aclose)  # last: the hooks may still use them
         self.started_ms = int(time.time() * 1000)
+        self.cpu = CpuMeter()
         # Every shard this worker serves: jobs' shard first, then schedule shards if apart.
         self.shards: list[Scripts] = [app.scripts]
         if app.settings.schedule_shards > 1:
@@ -281,6 +282,7 @@ class Worker:
             "host": socket.gethostname(), "pid": os.getpid(),
             "concurrency": self.concurrency, "running": self.table.running,
             "started_ms": self.started_ms, "processed": self.processed,
+            "cpu": round(self.cpu.read(), 3),
         }).encode()  # fmt: skip
 
     # -- shutdown --------------------------------------------------------------------------
