@@ -17,7 +17,6 @@ import logging
 import os
 import threading
 import warnings
-import weakref
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -143,6 +142,23 @@ def _warn_if_evicting(config: dict[Any, Any], stacklevel: int) -> None:
 # -- the producer's hot path -----------------------------------------------------------------
 
 
+class _Held:
+    """A thread's connection, as its thread-local value: freed by reference counting when the
+    thread ends, and closing the connection then. (A redis-py connection sits in reference
+    cycles; left to the garbage collector, its socket may be finalized before it, unclosed.)"""
+
+    __slots__ = ("_live", "conn")
+
+    def __init__(self, conn: redis.Connection, live: set[redis.Connection]) -> None:
+        self.conn, self._live = conn, live
+        live.add(conn)
+
+    def __del__(self) -> None:
+        self._live.discard(self.conn)
+        with contextlib.suppress(Exception):  # at interpreter exit, say: nothing to report
+            self.conn.disconnect()  # type: ignore[no-untyped-call]
+
+
 class Direct:
     """A connection per thread, kept for the thread's next call instead of checked out of the
     pool for each one: the path of a single enqueue, the call producers make most.
@@ -152,36 +168,35 @@ class Direct:
     work on an enqueue. The connection is redis-py's, made from the client's pool settings
     (URL options, TLS, auth, hiredis, the client's timeouts). One that fails is dropped; the
     caller then runs the call through the client, whose retry policy applies. A thread's
-    connection closes when the thread ends (redis-py closes a collected connection), and one
-    inherited across a fork is never used: the child opens its own.
+    connection closes when the thread ends (`_Held`), and one inherited across a fork is never
+    used: the child opens its own.
     """
 
     def __init__(self, client: Redis) -> None:
         self._pool = client.connection_pool
         self._local = threading.local()
-        self._made: weakref.WeakSet[redis.Connection] = weakref.WeakSet()
+        self._live: set[redis.Connection] = set()
 
     def execute(self, *args: Any) -> Any:
         """Sends one command and returns its reply; an error reply raises (the connection stays
         in step), any other failure drops the connection and raises."""
-        conn: redis.Connection | None = getattr(self._local, "conn", None)
-        if conn is None or conn.pid != os.getpid():
+        held: _Held | None = getattr(self._local, "held", None)
+        if held is None or held.conn.pid != os.getpid():
             conn = self._pool.connection_class(**self._pool.connection_kwargs)
-            self._local.conn = conn
-            self._made.add(conn)
+            held = self._local.held = _Held(conn, self._live)
+        conn = held.conn
         try:
             conn.send_packed_command(conn.pack_command(*args), check_health=False)
             return conn.read_response()
         except redis.ResponseError:
             raise
         except BaseException:
-            self._local.conn = None
-            conn.disconnect()
+            self._local.held = None  # closes it
             raise
 
     def close(self) -> None:
         """Closes every thread's connection (each reconnects on its next call)."""
-        for conn in list(self._made):
+        for conn in list(self._live):
             if conn.pid == os.getpid():
                 conn.disconnect()  # type: ignore[no-untyped-call]
 

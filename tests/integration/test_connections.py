@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import threading
 import time
@@ -157,6 +158,25 @@ async def test_each_producer_thread_enqueues_on_a_connection_of_its_own(
                  message="closing the app should close every thread's connection")  # fmt: skip
     assert len(ids) == threads * per_thread, "every enqueue should return a job of its own"
     assert own_r.hlen(own_app.keys.jobs) == threads * per_thread
+
+
+async def test_a_producer_thread_that_ends_closes_its_connection_without_the_collector(
+    own_app: drumbeat.App, own_r: redis.Redis
+) -> None:
+    @own_app.task
+    def work() -> None: ...
+
+    own_r.script_load(SOURCES["enqueue"])
+    gc.disable()  # a connection left to the collector stays open (or warns when collected)
+    try:
+        thread = threading.Thread(target=work.enqueue)
+        thread.start()
+        thread.join()
+        wait_for(lambda: _direct_ids(own_r), lambda ids: not ids,
+                 message="a thread's own connection should close when the thread ends")  # fmt: skip
+    finally:
+        gc.enable()
+    assert own_r.hlen(own_app.keys.jobs) == 1
 
 
 async def test_a_killed_producer_connection_costs_no_enqueue(
