@@ -186,7 +186,8 @@ class Direct:
             held = self._local.held = _Held(conn, self._live)
         conn = held.conn
         try:
-            conn.send_packed_command(conn.pack_command(*args), check_health=False)
+            packed = conn.pack_command(*args)  # type: ignore[no-untyped-call]
+            conn.send_packed_command(packed, check_health=False)  # type: ignore[no-untyped-call]
             return conn.read_response()
         except redis.ResponseError:
             raise
