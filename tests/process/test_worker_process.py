@@ -89,6 +89,35 @@ def test_kill_9_mid_job_runs_again_elsewhere_after_the_lease(
     app.close()
 
 
+def test_a_worker_frozen_past_its_lease_then_resumed_cannot_overwrite_the_outcome(
+    redis_url: str, namespace: str, r: redis.Redis, procs: list[Proc]
+) -> None:
+    # SIGSTOP: the process, its heartbeat thread included, stops; its lease lapses, another
+    # worker runs the job. Resumed, the first finishes its run too, and its outcome is refused.
+    app = _app(redis_url, namespace, lease=1.0)
+    job = app.enqueue("tests.apps.proc_app.whoami", 1.0)
+    frozen = Proc(redis_url, namespace, lease=1.0)
+    procs.append(frozen)
+    _wait_for_starts(r, namespace, 1)
+    frozen.signal(signal.SIGSTOP)
+    other = Proc(redis_url, namespace, lease=1.0, maintenance_interval=0.2)
+    procs.append(other)
+    assert job.result(timeout=30) == other.popen.pid, "the second worker should run the job"
+    frozen.signal(signal.SIGCONT)
+    stale_end = ["end", job.id, "1", str(frozen.popen.pid)]
+    wait_for(lambda: _log(r, namespace), lambda log: stale_end in log,
+             message="the resumed worker should finish its (stale) run")  # fmt: skip
+    frozen.signal(signal.SIGTERM)  # it settles what it holds before it exits
+    assert frozen.wait(15) == 0
+    assert job.result(timeout=5) == other.popen.pid, "a stale worker overwrote the outcome"
+    # (The frozen worker's idle claim, already sent, may take the job back while it is still
+    # stopped: that claim's lease lapses too, and the run it starts on resuming is cancelled.)
+    ran = {(e[0], e[3]) for e in _log(r, namespace)}
+    assert {("start", str(other.popen.pid)), ("end", str(other.popen.pid))} <= ran
+    assert r.zcard(app.keys.dead) == 0
+    app.close()
+
+
 def test_sigterm_lets_running_jobs_finish(
     redis_url: str, namespace: str, r: redis.Redis, procs: list[Proc]
 ) -> None:
