@@ -421,8 +421,9 @@ class Scripts:
         return Call("revive", keys, [len(ids), *ids, *others], int)
 
     def tally(self, fields: Sequence[str | int]) -> Call[int]:
-        """Adds to the `metrics` counters: ``fields`` are pairs of field, increment."""
-        return Call("tally", [self.k.metrics], fields, int)
+        """Adds to the `metrics` counters and the `throughput` series: ``fields`` are pairs
+        of field, increment."""
+        return Call("tally", [self.k.metrics, self.k.throughput], fields, int)
 
     def count_schedules(self, buckets: Sequence[int]) -> Call[int]:
         """How many schedules the given wheel buckets of this shard hold."""

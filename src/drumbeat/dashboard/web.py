@@ -27,6 +27,7 @@ from starlette.types import ASGIApp
 from drumbeat import admin, autoscale, metrics
 from drumbeat.cli import shapes
 
+from . import charts
 from .security import CSRF_FIELD, CSRF_HEADER, Guard
 
 if TYPE_CHECKING:
@@ -53,7 +54,8 @@ _SECURITY_HEADERS = {
 
 
 def overview_json(app: App) -> dict[str, Any]:
-    """``drumbeat status --json``, plus ready jobs per queue and priority."""
+    """``drumbeat status --json``, plus ready jobs per queue and priority, and the last 15
+    minutes' throughput and schedule lateness (`charts.series_json`)."""
     stats = admin.queue_stats(app)
     schedules = admin.schedule_stats(app)
     signal = autoscale.read_signal(app)
@@ -61,6 +63,7 @@ def overview_json(app: App) -> dict[str, Any]:
         app.settings.namespace, stats, schedules, signal, app.settings.concurrency
     )
     out["queues"] = {q: list(counts) for q, counts in admin.ready_by_queue(stats).items()}
+    out["charts"] = charts.series_json(app)
     return out
 
 
@@ -146,7 +149,8 @@ class Pages:
 
     async def overview(self, request: Request) -> Response:
         data = await run_in_threadpool(overview_json, self.app)
-        return self.page(request, "overview.html", {"o": data, "page": "overview"})
+        drawn = charts.overview_charts(data["charts"])
+        return self.page(request, "overview.html", {"o": data, "page": "overview", "charts": drawn})
 
     async def dead(self, request: Request) -> Response:
         data = await run_in_threadpool(dead_json, self.app, DEAD_PAGE)
