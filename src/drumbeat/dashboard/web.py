@@ -28,6 +28,7 @@ from drumbeat import admin, autoscale, metrics
 from drumbeat.cli import shapes
 
 from . import charts
+from .jobs import JobsPages
 from .security import CSRF_FIELD, CSRF_HEADER, Guard
 
 if TYPE_CHECKING:
@@ -224,6 +225,7 @@ def create_app(app: App, guard: Guard) -> Starlette:
     """The ASGI app serving ``app``'s dashboard, guarded by ``guard``."""
     pages = Pages(app, guard)
     routes = [
+        *JobsPages(pages).routes(),
         Route("/", pages.overview),
         Route("/dead", pages.dead),
         Route("/dead/{action:str}", pages.dead_action, methods=["POST"]),
