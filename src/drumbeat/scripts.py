@@ -49,6 +49,7 @@ SCRIPT_NAMES = (
     "tally",
     "count_schedules",
     "defer_unknown",
+    "find_schedules",
 )
 
 
@@ -147,6 +148,23 @@ def _parse_renewed(raw: Any) -> Renewed:
 
 def _str(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A page of `Scripts.find_schedules`."""
+
+    stopped: int
+    """Index (from 0) of the bucket where the page filled; -1 when every bucket was read."""
+    seen: int
+    """Matches of that bucket the page took or skipped."""
+    entries: list[tuple[str, bytes]]
+    """(schedule id, record), in the buckets' order."""
+
+
+def _parse_found(raw: Any) -> Found:
+    entries = [(_str(raw[i]), raw[i + 1]) for i in range(2, len(raw), 2)]
+    return Found(int(raw[0]) - 1, int(raw[1]), entries)
 
 
 #: Fields per claimed item in a claim reply (see `take_all` in _lib.lua).
@@ -428,6 +446,14 @@ class Scripts:
     def count_schedules(self, buckets: Sequence[int]) -> Call[int]:
         """How many schedules the given wheel buckets of this shard hold."""
         return Call("count_schedules", [self.k.schedules(b) for b in buckets], [], int)
+
+    def find_schedules(
+        self, buckets: Sequence[int], pattern: str, skip: int, limit: int
+    ) -> Call[Found]:
+        """Up to ``limit`` schedules whose id matches ``pattern`` (a Redis glob) in the given
+        consecutive wheel buckets, skipping the first ``skip`` matches of the first bucket."""
+        keys = [self.k.schedules(b) for b in buckets]
+        return Call("find_schedules", keys, [pattern, skip, limit], _parse_found)
 
     def purge(self, ids: Sequence[str]) -> Call[int]:
         k = self.k

@@ -29,6 +29,7 @@ from drumbeat.cli import shapes
 
 from . import charts
 from .jobs import JobsPages
+from .schedules import SchedulesPages
 from .security import CSRF_FIELD, CSRF_HEADER, Guard
 
 if TYPE_CHECKING:
@@ -177,7 +178,7 @@ class Pages:
         if action not in ("retry", "purge"):
             return JSONResponse({"error": "expected /dead/retry or /dead/purge"}, 404)
         form = await request.form()
-        refused = self._csrf_refused(request, form)
+        refused = self.csrf_refused(request, form)
         if refused is not None:
             return refused
         ids = [v for v in form.getlist("id") if isinstance(v, str)]
@@ -191,7 +192,7 @@ class Pages:
         verb = "requeued" if action == "retry" else "purged"
         return RedirectResponse(f"/dead?done={quote(f'{done} {verb}')}", status_code=303)
 
-    def _csrf_refused(self, request: Request, form: FormData) -> Response | None:
+    def csrf_refused(self, request: Request, form: FormData) -> Response | None:
         """Every action checks the CSRF token the pages embed (form field or header)."""
         given = request.headers.get(CSRF_HEADER) or form.get(CSRF_FIELD, "")
         if isinstance(given, str) and self.guard.csrf_ok(given):
@@ -226,6 +227,7 @@ def create_app(app: App, guard: Guard) -> Starlette:
     pages = Pages(app, guard)
     routes = [
         *JobsPages(pages).routes(),
+        *SchedulesPages(pages).routes(),
         Route("/", pages.overview),
         Route("/dead", pages.dead),
         Route("/dead/{action:str}", pages.dead_action, methods=["POST"]),
