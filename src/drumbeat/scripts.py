@@ -158,13 +158,15 @@ class Found:
     """Index (from 0) of the bucket where the page filled; -1 when every bucket was read."""
     seen: int
     """Matches of that bucket the page took or skipped."""
+    examined: int
+    """Schedules in the buckets read (matching or not)."""
     entries: list[tuple[str, bytes]]
     """(schedule id, record), in the buckets' order."""
 
 
 def _parse_found(raw: Any) -> Found:
-    entries = [(_str(raw[i]), raw[i + 1]) for i in range(2, len(raw), 2)]
-    return Found(int(raw[0]) - 1, int(raw[1]), entries)
+    entries = [(_str(raw[i]), raw[i + 1]) for i in range(3, len(raw), 2)]
+    return Found(int(raw[0]) - 1, int(raw[1]), int(raw[2]), entries)
 
 
 #: Fields per claimed item in a claim reply (see `take_all` in _lib.lua).

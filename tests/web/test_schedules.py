@@ -80,7 +80,9 @@ def test_pause_resume_run_now_and_remove_from_the_page(app: drumbeat.App, page: 
     assert app.scheduler.count(app.redis) == 3
 
 
-def test_search_pages_cover_every_match_once(app: drumbeat.App) -> None:
+def test_search_pages_cover_every_match_once(
+    app: drumbeat.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _make(app, [f"p:{i}" for i in range(300)] + [f"q:{i}" for i in range(20)])
     with serve(app) as served:
 
@@ -106,6 +108,16 @@ def test_search_pages_cover_every_match_once(app: drumbeat.App) -> None:
         # Glob characters in a prefix are matched literally (no id holds them).
         for prefix in ("p*", "[pq]", "?:", "\\"):
             assert walk(prefix, 50)[0] == [], prefix
+
+        # A prefix matching few examines about EXAMINED_PER_PAGE schedules per request.
+        monkeypatch.setattr(pages, "EXAMINED_PER_PAGE", 100)
+        ids, read = walk("q:1", 50)
+        assert sorted(ids) == sorted(["q:1", *(f"q:{i}" for i in range(10, 20))])
+        assert read >= 3, "320 schedules over at least 3 requests of ~100"
+        partial = httpx.get(served.url + "/api/schedules", params={"prefix": "zz"}).json()
+        assert partial["schedules"] == [] and partial["next"] is not None
+        assert 0 < partial["searched"] < 1
+        monkeypatch.undo()
 
         first = httpx.get(served.url + "/api/schedules", params={"limit": "5"}).json()
         assert first["total"] == 320 and len(first["schedules"]) == 5

@@ -7,12 +7,14 @@
 -- ARGV[1] MATCH pattern (the prefix, glob-escaped, then *)
 -- ARGV[2] matches of KEYS[1] to skip (a previous page ended inside that bucket)
 -- ARGV[3] most matches to return
--- Returns {i, seen, id, record, id, record, ...}: the page filled at KEYS[i], after `seen`
---         matches of it (skipped ones included); i = 0 when every bucket was read
+-- Returns {i, seen, examined, id, record, id, record, ...}: the page filled at KEYS[i], after
+--         `seen` matches of it (skipped ones included); i = 0 when every bucket was read.
+--         `examined`: the schedules in the buckets read (what the walk cost)
 local pattern, skip, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local out = {0, 0}
+local out = {0, 0, 0}
 local found = 0
 for i = 1, #KEYS do
+  out[3] = out[3] + redis.call('HLEN', KEYS[i])
   local cursor, seen = '0', 0
   repeat
     local reply = redis.call('HSCAN', KEYS[i], cursor, 'MATCH', pattern, 'COUNT', 1000)
