@@ -1,7 +1,8 @@
-"""The dashboard's routes: server-rendered pages (Jinja2, autoescaped), the JSON they show
-(``/api/...``, the shapes ``--json`` prints in the CLI), ``/metrics``, and the dead-letter
-actions (POST with a CSRF token). Reads go through `drumbeat.admin` in a worker thread, so a
-slow Redis never stalls the event loop.
+"""The dashboard's app: the guard in front of every route, the Overview and Dead-letters pages
+(server-rendered with Jinja2, autoescaped), the JSON they show (``/api/...``, the shapes
+``--json`` prints in the CLI), ``/metrics``, login, and the dead-letter actions (POST with a
+CSRF token). The Jobs and Schedules pages live in `jobs` and `schedules`, the overview's
+charts in `charts`. Reads run in a worker thread, so a slow Redis never stalls the event loop.
 """
 
 from __future__ import annotations
