@@ -41,7 +41,7 @@ PATHS = (
     ("/jobs?priority=0&after={after}", "Jobs: a page deep in priority 0"),
     ("/schedules", "Schedules: first page, with the total"),
     ("/schedules?prefix=mon:4242", "Schedules: a prefix matching 11 of 1,000,000"),
-    ("/schedules?prefix=nomatch", "Schedules: a prefix matching none (first 250,000 examined)"),
+    ("/schedules?prefix=nomatch", "Schedules: a prefix matching none (first ~125,000 examined)"),
     ("/dead", "Dead letters"),
     ("/api/overview", "JSON of the overview"),
     ("/api/jobs/queued?priority=5", "JSON: a page of queued jobs"),
