@@ -38,11 +38,11 @@ __all__ = ["ACTIONS", "PAGE", "Cursor", "SchedulesPages", "find", "schedule_json
 
 #: Schedules listed on one page.
 PAGE = 50
-#: Wheel buckets one `find_schedules` call walks: ~62,000 schedules of a million, ~10 ms.
+#: Wheel buckets one `find_schedules` call walks (~62,000 schedules of a million).
 BUCKETS_PER_CALL = 1024
 #: Schedules one page examines at most (the call that passes it finishes): a prefix that
 #: matches few of a million gets a short page and a cursor to search on from, so that no
-#: request walks them all (~250 ms on a loaded 2-core machine; this many take ~50 ms).
+#: request walks them all (~200 ms on a loaded 2-core machine; this many, ~40 ms).
 EXAMINED_PER_PAGE = 125_000
 #: What a schedule's record does not hold, said on the page and in the JSON.
 NOT_RECORDED = (
