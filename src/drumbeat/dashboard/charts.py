@@ -44,7 +44,8 @@ def _str(value: bytes | str) -> str:
 
 
 def _held(fields: Mapping[str, str], current: int) -> dict[int, int]:
-    """Slot -> window number, for the slots that hold one of the last `WINDOWS` windows."""
+    """Slot -> window number, for the slots of the `lateness` ring that hold one of the last
+    `WINDOWS` windows."""
     out = {}
     for name, value in fields.items():
         if name.startswith("w") and name[1:].isdigit() and current - int(value) < WINDOWS:
@@ -53,11 +54,15 @@ def _held(fields: Mapping[str, str], current: int) -> dict[int, int]:
 
 
 def _throughput(fields: Mapping[str, str], now_ms: int) -> list[dict[str, Any]]:
+    """The `throughput` ring: ``<slot>`` -> ``<window>|<completed>|<failed>``."""
     current = now_ms // WINDOW_MS
-    by_window = {
-        window: (int(fields.get(f"c{slot}", 0)), int(fields.get(f"f{slot}", 0)))
-        for slot, window in _held(fields, current).items()
-    }
+    by_window: dict[int, tuple[int, int]] = {}
+    for value in fields.values():
+        parts = value.split("|")
+        if len(parts) == 3 and all(p.lstrip("-").isdigit() for p in parts):
+            window, completed, failed = map(int, parts)
+            if current - WINDOWS < window <= current:
+                by_window[window] = (completed, failed)
     points = []
     for window in range(current - WINDOWS + 1, current + 1):
         completed, failed = by_window.get(window, (0, 0))

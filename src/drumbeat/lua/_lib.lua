@@ -302,8 +302,9 @@ local function record_lateness(key, now, samples)
 end
 
 -- Throughput series (tally.lua): a ring of THROUGHPUT_WINDOWS windows of THROUGHPUT_WINDOW_MS
--- each, in one hash: "w<slot>" the window number held, "c<slot>" attempts completed, "f<slot>"
--- attempts that raised (failed, retried or dead). A slot is zeroed when a new window reuses it.
+-- each, in one hash: field "<slot>", value "<window>|<completed>|<failed>" (attempts completed;
+-- attempts that raised: failed, retried or dead). Every slot is made at the first write (window
+-- -1), so the hash has a fixed size; a slot starts from zero when a new window reuses it.
 local THROUGHPUT_WINDOW_MS = 10000
 local THROUGHPUT_WINDOWS = 91
 

@@ -16,12 +16,21 @@ for i = 1, #ARGV, 2 do
   end
 end
 if completed ~= 0 or failed ~= 0 then
+  -- Every slot is made at the first write, so the hash never grows afterwards.
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    local empty = {}
+    for slot = 0, THROUGHPUT_WINDOWS - 1 do
+      empty[#empty + 1] = slot
+      empty[#empty + 1] = '-1|0|0'
+    end
+    redis.call('HSET', KEYS[2], unpack(empty))
+  end
   local window = math.floor(now_ms() / THROUGHPUT_WINDOW_MS)
   local slot = window % THROUGHPUT_WINDOWS
-  if tonumber(redis.call('HGET', KEYS[2], 'w' .. slot)) ~= window then
-    redis.call('HSET', KEYS[2], 'w' .. slot, window, 'c' .. slot, 0, 'f' .. slot, 0)
-  end
-  if completed ~= 0 then redis.call('HINCRBY', KEYS[2], 'c' .. slot, completed) end
-  if failed ~= 0 then redis.call('HINCRBY', KEYS[2], 'f' .. slot, failed) end
+  local held = redis.call('HGET', KEYS[2], slot) or '-1|0|0'
+  local w, c, f = string.match(held, '^(-?%d+)|(-?%d+)|(-?%d+)$')
+  if tonumber(w) ~= window then c, f = 0, 0 end
+  redis.call('HSET', KEYS[2], slot, string.format('%d|%d|%d', window,
+    (tonumber(c) or 0) + completed, (tonumber(f) or 0) + failed))
 end
 return #ARGV / 2
