@@ -46,6 +46,7 @@ __all__ = [
     "queue_stats",
     "ready_by_queue",
     "retry_dead",
+    "running_jobs",
 ]
 
 #: A worker whose heartbeat is older than this many leases is reaped as gone (as `Worker` does).
@@ -248,6 +249,25 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
         stale_workers=stale,
         queues=tuple(queues),
     )
+
+
+def running_jobs(app: App, limit: int = 100) -> tuple[int, int, list[RunningJob]]:
+    """``(now_ms, leases held, the limit leases closest to expiry)`` over every shard workers
+    claim from, in two round trips (the leases, then their owners and progress)."""
+    shards = _claimed_shards(app)
+    start, stop = (0, limit - 1) if limit > 0 else (1, 0)  # 1..0: empty
+    with app.redis.pipeline(transaction=len(shards) == 1) as pipe:
+        pipe.time()
+        for k in shards:
+            pipe.zcard(k.leases)
+            pipe.zrange(k.leases, start, stop, withscores=True)
+        raw = pipe.execute()
+    now_ms = _time_ms(raw[0])
+    total = sum(int(n) for n in raw[1::2])
+    listed = [(score, job_id, k) for k, part in zip(shards, raw[2::2], strict=True)
+              for job_id, score in _pairs(part)]  # fmt: skip
+    listed = sorted(listed)[: max(0, limit)]
+    return now_ms, total, _running(app.redis, listed, now_ms)
 
 
 def _count_queues(pipe: Any, keys: Keys, queues: Sequence[str]) -> None:

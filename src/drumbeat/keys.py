@@ -49,6 +49,7 @@ SHARD_KEYS: dict[str, str] = {
     "supervisors": "zset",
     "supervisorinfo": "hash",
     "metrics": "hash",
+    "throughput": "hash",
     "queues": "set",
 }
 
@@ -252,6 +253,11 @@ class Keys:
     def metrics(self) -> str:
         """Counters of settled jobs for ``GET /metrics`` (tally.lua), on the jobs' shard."""
         return self.key("metrics")
+
+    @property
+    def throughput(self) -> str:
+        """Attempts settled per 10 s over the last 15 minutes (tally.lua), for the overview."""
+        return self.key("throughput")
 
     @property
     def signals(self) -> str:

@@ -50,10 +50,10 @@ UPCOMING_MS = 100
 
 # -- the lateness histogram (`lateness` hash) --------------------------------------------------
 
-#: A ring of LATENESS_WINDOWS windows of LATENESS_WINDOW_MS each; one more than a minute holds,
-#: so the last full minute is there beside the window being filled.
+#: A ring of LATENESS_WINDOWS windows of LATENESS_WINDOW_MS each: fifteen minutes (the overview's
+#: chart) and the window being filled. Status and the autoscaler read the last minute of it.
 LATENESS_WINDOW_MS = 10_000
-LATENESS_WINDOWS = 7
+LATENESS_WINDOWS = 91
 #: Bin ``b`` holds lateness below ``2 ** ((b + 1) / LATENESS_BINS_PER_DOUBLING) - 1`` ms
 #: (about 19 % wide).
 LATENESS_BINS_PER_DOUBLING = 4
@@ -69,6 +69,13 @@ def bin_upper_ms(b: int) -> float:
     """Upper bound of lateness bin ``b``."""
     return float(2 ** ((b + 1) / LATENESS_BINS_PER_DOUBLING) - 1)
 
+
+# -- the throughput series (`throughput` hash) -------------------------------------------------
+
+#: A ring of THROUGHPUT_WINDOWS windows of THROUGHPUT_WINDOW_MS each, counting settled attempts
+#: (tally.lua): fifteen minutes and the window being filled, for the overview's chart.
+THROUGHPUT_WINDOW_MS = 10_000
+THROUGHPUT_WINDOWS = 91
 
 # -- record layouts: fields joined by FIELD_SEP, in this order ---------------------------------
 

@@ -49,6 +49,7 @@ SCRIPT_NAMES = (
     "tally",
     "count_schedules",
     "defer_unknown",
+    "find_schedules",
 )
 
 
@@ -147,6 +148,25 @@ def _parse_renewed(raw: Any) -> Renewed:
 
 def _str(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A page of `Scripts.find_schedules`."""
+
+    stopped: int
+    """Index (from 0) of the bucket where the page filled; -1 when every bucket was read."""
+    seen: int
+    """Matches of that bucket the page took or skipped."""
+    examined: int
+    """Schedules in the buckets read (matching or not)."""
+    entries: list[tuple[str, bytes]]
+    """(schedule id, record), in the buckets' order."""
+
+
+def _parse_found(raw: Any) -> Found:
+    entries = [(_str(raw[i]), raw[i + 1]) for i in range(3, len(raw), 2)]
+    return Found(int(raw[0]) - 1, int(raw[1]), int(raw[2]), entries)
 
 
 #: Fields per claimed item in a claim reply (see `take_all` in _lib.lua).
@@ -421,12 +441,21 @@ class Scripts:
         return Call("revive", keys, [len(ids), *ids, *others], int)
 
     def tally(self, fields: Sequence[str | int]) -> Call[int]:
-        """Adds to the `metrics` counters: ``fields`` are pairs of field, increment."""
-        return Call("tally", [self.k.metrics], fields, int)
+        """Adds to the `metrics` counters and the `throughput` series: ``fields`` are pairs
+        of field, increment."""
+        return Call("tally", [self.k.metrics, self.k.throughput], fields, int)
 
     def count_schedules(self, buckets: Sequence[int]) -> Call[int]:
         """How many schedules the given wheel buckets of this shard hold."""
         return Call("count_schedules", [self.k.schedules(b) for b in buckets], [], int)
+
+    def find_schedules(
+        self, buckets: Sequence[int], pattern: str, skip: int, limit: int
+    ) -> Call[Found]:
+        """Up to ``limit`` schedules whose id matches ``pattern`` (a Redis glob) in the given
+        consecutive wheel buckets, skipping the first ``skip`` matches of the first bucket."""
+        keys = [self.k.schedules(b) for b in buckets]
+        return Call("find_schedules", keys, [pattern, skip, limit], _parse_found)
 
     def purge(self, ids: Sequence[str]) -> Call[int]:
         k = self.k

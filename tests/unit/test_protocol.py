@@ -38,6 +38,8 @@ SHARED = [
     "LATENESS_WINDOW_MS",
     "LATENESS_WINDOWS",
     "LATENESS_BINS_PER_DOUBLING",
+    "THROUGHPUT_WINDOW_MS",
+    "THROUGHPUT_WINDOWS",
     "PAUSED_FLAG",
 ]
 #: Constants only Lua needs (a new one must be placed in one of the two lists).

@@ -1,5 +1,7 @@
-"""``drumbeat dashboard``: a small web UI over one App (Overview, Dead letters), its JSON
-(``/api/...``) and its Prometheus metrics (``/metrics``). Needs ``drumbeat[dashboard]``.
+"""``drumbeat dashboard``: a small web UI over one App (Overview with its charts, Jobs,
+Schedules, Dead letters), its JSON (``/api/...``) and its Prometheus metrics (``/metrics``).
+Needs ``drumbeat[dashboard]``. One module per page: `web` (the app, Overview, Dead letters,
+login), `jobs`, `schedules`, `charts`.
 
 Loopback only by default; see `security` for tokens, CSRF and ``--read-only``.
 """

@@ -1,7 +1,8 @@
-"""The dashboard's routes: server-rendered pages (Jinja2, autoescaped), the JSON they show
-(``/api/...``, the shapes ``--json`` prints in the CLI), ``/metrics``, and the dead-letter
-actions (POST with a CSRF token). Reads go through `drumbeat.admin` in a worker thread, so a
-slow Redis never stalls the event loop.
+"""The dashboard's app: the guard in front of every route, the Overview and Dead-letters pages
+(server-rendered with Jinja2, autoescaped), the JSON they show (``/api/...``, the shapes
+``--json`` prints in the CLI), ``/metrics``, login, and the dead-letter actions (POST with a
+CSRF token). The Jobs and Schedules pages live in `jobs` and `schedules`, the overview's
+charts in `charts`. Reads run in a worker thread, so a slow Redis never stalls the event loop.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from starlette.types import ASGIApp
 from drumbeat import admin, autoscale, metrics
 from drumbeat.cli import shapes
 
+from . import charts
+from .jobs import JobsPages
+from .schedules import SchedulesPages
 from .security import CSRF_FIELD, CSRF_HEADER, Guard
 
 if TYPE_CHECKING:
@@ -53,7 +57,8 @@ _SECURITY_HEADERS = {
 
 
 def overview_json(app: App) -> dict[str, Any]:
-    """``drumbeat status --json``, plus ready jobs per queue and priority."""
+    """``drumbeat status --json``, plus ready jobs per queue and priority, and the last 15
+    minutes' throughput and schedule lateness (`charts.series_json`)."""
     stats = admin.queue_stats(app)
     schedules = admin.schedule_stats(app)
     signal = autoscale.read_signal(app)
@@ -61,6 +66,7 @@ def overview_json(app: App) -> dict[str, Any]:
         app.settings.namespace, stats, schedules, signal, app.settings.concurrency
     )
     out["queues"] = {q: list(counts) for q, counts in admin.ready_by_queue(stats).items()}
+    out["charts"] = charts.series_json(app)
     return out
 
 
@@ -146,7 +152,8 @@ class Pages:
 
     async def overview(self, request: Request) -> Response:
         data = await run_in_threadpool(overview_json, self.app)
-        return self.page(request, "overview.html", {"o": data, "page": "overview"})
+        drawn = charts.overview_charts(data["charts"])
+        return self.page(request, "overview.html", {"o": data, "page": "overview", "charts": drawn})
 
     async def dead(self, request: Request) -> Response:
         data = await run_in_threadpool(dead_json, self.app, DEAD_PAGE)
@@ -172,7 +179,7 @@ class Pages:
         if action not in ("retry", "purge"):
             return JSONResponse({"error": "expected /dead/retry or /dead/purge"}, 404)
         form = await request.form()
-        refused = self._csrf_refused(request, form)
+        refused = self.csrf_refused(request, form)
         if refused is not None:
             return refused
         ids = [v for v in form.getlist("id") if isinstance(v, str)]
@@ -186,7 +193,7 @@ class Pages:
         verb = "requeued" if action == "retry" else "purged"
         return RedirectResponse(f"/dead?done={quote(f'{done} {verb}')}", status_code=303)
 
-    def _csrf_refused(self, request: Request, form: FormData) -> Response | None:
+    def csrf_refused(self, request: Request, form: FormData) -> Response | None:
         """Every action checks the CSRF token the pages embed (form field or header)."""
         given = request.headers.get(CSRF_HEADER) or form.get(CSRF_FIELD, "")
         if isinstance(given, str) and self.guard.csrf_ok(given):
@@ -220,6 +227,8 @@ def create_app(app: App, guard: Guard) -> Starlette:
     """The ASGI app serving ``app``'s dashboard, guarded by ``guard``."""
     pages = Pages(app, guard)
     routes = [
+        *JobsPages(pages).routes(),
+        *SchedulesPages(pages).routes(),
         Route("/", pages.overview),
         Route("/dead", pages.dead),
         Route("/dead/{action:str}", pages.dead_action, methods=["POST"]),

@@ -266,7 +266,7 @@ end
 -- "c<bin>" and "cs" count every run since the start and sum their lateness (ms), for the
 -- Prometheus histogram (counters that never go back).
 local LATENESS_WINDOW_MS = 10000
-local LATENESS_WINDOWS = 7
+local LATENESS_WINDOWS = 91
 local LATENESS_BINS_PER_DOUBLING = 4
 
 local function record_lateness(key, now, samples)
@@ -300,6 +300,13 @@ local function record_lateness(key, now, samples)
   local old_max = tonumber(redis.call('HGET', key, 'm' .. slot)) or -1
   if max > old_max then redis.call('HSET', key, 'm' .. slot, max) end
 end
+
+-- Throughput series (tally.lua): a ring of THROUGHPUT_WINDOWS windows of THROUGHPUT_WINDOW_MS
+-- each, in one hash: field "<slot>", value "<window>|<completed>|<failed>" (attempts completed;
+-- attempts that raised: failed, retried or dead). Every slot is made at the first write (window
+-- -1), so the hash has a fixed size; a slot starts from zero when a new window reuses it.
+local THROUGHPUT_WINDOW_MS = 10000
+local THROUGHPUT_WINDOWS = 91
 
 -- Claiming, shared by claim.lua and promote_runs.lua. `k` names the keys: state, owners,
 -- leases, fence, ready, jobs. `c` is the claim: worker, now, lease_ms, and what it gathers: the
