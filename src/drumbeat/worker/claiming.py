@@ -73,6 +73,9 @@ class Claimer:
         """Whether a running job checkpoints (so promoting what comes due may let it lend)."""
         self.on_best: Callable[[int], None] = lambda best: None
         """Told the priority of the best job left in the jobs' `ready` after each claim."""
+        self.release_limits: Callable[[int, str, list[str]], Call[int]] | None = None
+        """Makes the call that moves on the jobs parked on limiter keys whose markers a claim
+        found due (`limiting.Gate.release_call`)."""
 
     def now_ms(self) -> int:
         """Redis server time in ms, as last seen by a claim (worker clocks drift)."""
@@ -194,6 +197,9 @@ class Claimer:
             for job in result.jobs:
                 self._start(shard, job)
             took += len(result.jobs)
+            if result.limiters and self.release_limits is not None:
+                # The claim stepped these markers aside for a second: move their jobs on now.
+                await self._link.run([self.release_limits(shard, "", result.limiters)])
             if not result.buckets:
                 return took, result
             # The claim stepped these buckets aside for a second: promote them now.

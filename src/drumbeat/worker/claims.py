@@ -43,6 +43,8 @@ class Claim:
     """The task, once the runner decoded the record (for the metrics counters)."""
     seconds: float = 0.0
     """How long the run took, once it ended."""
+    held_limits: list[str] = field(default_factory=list)
+    """Limiter keys whose concurrency permits the run holds (released when it ends)."""
 
     @property
     def key(self) -> ClaimKey:
