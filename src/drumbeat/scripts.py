@@ -423,9 +423,10 @@ class Scripts:
         horizon_ms: int,
         lease_ms: int,
         batch: int,
-    ) -> Call[int]:
+    ) -> Call[list[int]]:
         """Drops ``job_id``'s permits (if given) on the limiter keys ``names`` and moves parked
-        jobs of ``queues`` on (see release_limits.lua); returns how many moved."""
+        jobs of ``queues`` on (see release_limits.lua); returns [how many moved, the earliest
+        time it wrote to a `due`, or -1]."""
         k = self.k
         keys = [k.leases, k.state]
         for queue in queues:
@@ -434,7 +435,7 @@ class Scripts:
             keys += [k.limit(name), k.permits(name), k.parked(name)]
         args: list[str | int] = [job_id, len(queues), horizon_ms, lease_ms, batch]
         args += [*queues, *names]
-        return Call("release_limits", keys, args, int)
+        return Call("release_limits", keys, args, _ints)
 
     def reap(
         self,

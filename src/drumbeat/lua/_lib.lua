@@ -481,15 +481,16 @@ local function limit_config(l)
 end
 
 -- The permits held on the key. When they reach its concurrency, lapsed ones are looked at
--- first: renewed to their job's lease deadline while it holds a lease, else dropped (its worker
--- crashed, or a ticket's job went elsewhere).
+-- first: renewed to their job's lease deadline while it holds a live lease, else dropped (its
+-- worker crashed: the reaper requeues the job, which acquires again; or a ticket's job went
+-- elsewhere).
 local function permits_held(l, now)
   local n = redis.call('ZCARD', l.permits)
   if l.concurrency > 0 and n < l.concurrency then return n end
   local lapsed = redis.call('ZRANGEBYSCORE', l.permits, '-inf', now, 'LIMIT', 0, LIMIT_PURGE)
   for _, m in ipairs(lapsed) do
-    local lease = redis.call('ZSCORE', l.leases, m)
-    if lease then
+    local lease = tonumber(redis.call('ZSCORE', l.leases, m))
+    if lease and lease > now then
       redis.call('ZADD', l.permits, lease, m)
     else
       redis.call('ZREM', l.permits, m)

@@ -19,7 +19,8 @@
 -- ARGV[5 + n + i] name of the i-th key
 -- A parked job of a queue not given stays parked (a worker serving it moves it on: the marker
 -- also goes to the due of any queue given that holds one).
--- Returns the number of jobs moved on.
+-- Returns {jobs moved on, the earliest time it wrote to a `due` (a booked start or a marker), or
+--          -1}: a worker whose claim reply came before this call must not sleep past it.
 local now = now_ms()
 local id, nq = ARGV[1], tonumber(ARGV[2])
 local horizon, lease_ms, batch = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -28,7 +29,10 @@ for q = 1, nq do
   names[q] = ARGV[5 + q]
   queues[q] = {ready = KEYS[3 * q], due = KEYS[3 * q + 1], wake = KEYS[3 * q + 2]}
 end
-local woken, moved = {}, 0
+local woken, moved, earliest = {}, 0, -1
+local function wrote_due(at)
+  if earliest < 0 or at < earliest then earliest = at end
+end
 local base = 3 * nq
 for i = 1, #ARGV - 5 - nq do
   local l = {name = ARGV[5 + nq + i], limit = KEYS[base + 3 * i], permits = KEYS[base + 3 * i + 1],
@@ -59,6 +63,7 @@ for i = 1, #ARGV - 5 - nq do
         woken[q] = true
       else
         redis.call('ZADD', queues[q].due, start, job)
+        wrote_due(start)
         if redis.call('ZRANGE', queues[q].due, 0, 0)[1] == job then woken[q] = true end
       end
       moved = moved + 1
@@ -68,6 +73,7 @@ for i = 1, #ARGV - 5 - nq do
   l.tat = tat
   if redis.call('ZCARD', l.parked) > 0 then
     local at = limit_attention(l, now, horizon)
+    wrote_due(at)
     local head = redis.call('ZRANGE', l.parked, 0, 0)[1]
     local hq = queue_index(names, parse_state(redis.call('HGET', KEYS[2], head)).queue)
     for q, queue in ipairs(queues) do
@@ -83,4 +89,4 @@ for i = 1, #ARGV - 5 - nq do
   end
 end
 for q in pairs(woken) do wake(queues[q].wake) end
-return moved
+return {moved, earliest}

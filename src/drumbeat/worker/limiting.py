@@ -100,7 +100,7 @@ class Gate:
             self.parked += 1
         return False
 
-    def release_call(self, shard: int, job_id: str, names: Sequence[str]) -> Call[int]:
+    def release_call(self, shard: int, job_id: str, names: Sequence[str]) -> Call[list[int]]:
         return self.shards[shard].release_limits(
             job_id, names, queues=self.queues, horizon_ms=HORIZON_MS, lease_ms=self.lease_ms,
             batch=RELEASE_BATCH,
