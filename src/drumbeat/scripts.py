@@ -404,8 +404,8 @@ class Scripts:
         limits: Sequence[tuple[str, Sequence[str | int]]],
     ) -> Call[list[int]]:
         """Acquires every limiter key of a claimed job (see acquire_limits.lua): ``limits`` are
-        (key name, `Limit.args()`). Returns [1] granted, [2, start ms] reserved, [3, i] parked
-        on the i-th key, [0] lease lost."""
+        (key name, `Limit.args()`). Returns [1, ms to wait] granted, [2, start ms] reserved,
+        [3, i] parked on the i-th key, [0] lease lost."""
         k = self.k
         keys = [k.leases, k.owners, k.state, k.due_of(queue), k.wake_of(queue)]
         args: list[str | int] = [job_id, token, lease_ms, horizon_ms]

@@ -1,31 +1,39 @@
 -- Acquires the limits a claimed job runs under, all or nothing, or gives up its claim (not an
 -- attempt) to wait for them: the worker calls it right after claiming a job of a limited task,
 -- with every limiter key of the job (computed from its task and its limit_by argument, which
--- claim.lua cannot see). Per key: a rate (GCRA: starts spaced by `interval`, `tolerance` ahead
--- for a burst) and a concurrency (at most that many members in `permits`).
---  granted  (1): the rate's arrival time advances, the job's permit is (re)written, it runs now;
+-- claim.lua cannot see). Per key: a rate (GCRA on the starts themselves: `tat`, the theoretical
+-- arrival time, moves `interval` on per start, a start may come `tolerance` early for a burst)
+-- and a concurrency (at most that many members in `permits`).
+--  granted  (1): the rate's arrival time advances, the job's permit is (re)written, it runs now,
+--                or, when its rate allows it within LIMIT_NEAR_MS, at that time: the worker
+--                waits those few ms holding its claim (cheaper and closer to the rate than a
+--                trip through `due`, whose claim would come about that late anyway);
 --  reserved (2): every key allows it, but a rate only at a time within `horizon` ms: that start
---                is booked (arrival time advanced, permit written as a ticket) and the job
---                waits in its queue's `due` until then, where a claim promotes it like a delayed
---                job and this script grants it on its ticket without checking again;
+--                is booked (the key's booking pointer `book` moves on, a permit is written as a
+--                ticket) and the job waits in its queue's `due` until then, where a claim
+--                promotes it like a delayed job; at its start it skips the line and the
+--                concurrency (settled by its ticket), and the rate is checked again (a booked
+--                job that starts late must not let the next one start on its heels: one that
+--                then comes more than half an interval early is booked again, at the back);
 --  parked   (3): some key is full (or a better job waits on it): the job waits in that key's
 --                `parked` (scored as in `ready`: priority, then order) and a marker
 --                "l:<key name>" in its queue's `due` says when a worker should call
 --                release_limits.lua for it (a rate's next booking time; a permit's expiry).
--- A job with a permit (or ticket) on a key is granted on that key without checking again, so a
--- job moved on by release_limits.lua runs without parking twice.
+-- A job with a permit (or ticket) on a key is not parked on that key again, so a job moved on
+-- by release_limits.lua runs without parking twice.
 -- A permit's score is when it lapses unless renewed: a run's lease deadline, a ticket's start
 -- plus lease_ms. Lapsed permits whose job holds no lease (a crashed worker, a ticket whose job
 -- was cancelled) are purged before a full key refuses. Fenced like complete.lua.
 --
 -- KEYS[1] leases (zset)  KEYS[2] owners (hash)  KEYS[3] state (hash)
 -- KEYS[4] due (zset)     KEYS[5] wake (zset)    (due and wake: the job's queue)
--- KEYS[3 + 3i] limit:<key> (hash: tat, interval, tolerance, concurrency)
+-- KEYS[3 + 3i] limit:<key> (hash: tat, book, interval, tolerance, concurrency)
 -- KEYS[4 + 3i] permits:<key> (zset)  KEYS[5 + 3i] parked:<key> (zset) of the i-th key
 -- ARGV[1] job id  ARGV[2] token  ARGV[3] lease_ms  ARGV[4] horizon_ms
 -- ARGV[1 + 4i] name of the i-th key, then its interval ms (0: no rate), tolerance ms,
 --          concurrency (0: none)
--- Returns {1} granted, {2, start ms} reserved, {3, i} parked on the i-th key, {0} lease lost
+-- Returns {1, ms to wait} granted, {2, start ms} reserved, {3, i} parked on the i-th key,
+--          {0} lease lost
 local now = now_ms()
 local id, token = ARGV[1], ARGV[2]
 local lease_ms, horizon = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -45,31 +53,48 @@ for i = 1, (#ARGV - 4) / 4 do
   lims[i] = l
 end
 
--- Decide per key: nil (park), or the earliest start it allows.
+-- Decide per key: park on it, or the earliest start it allows (now, or a later booking).
 local park, start = nil, now
 for i, l in ipairs(lims) do
   l.ticket = redis.call('ZSCORE', l.permits, id)
-  if not l.ticket then
+  local at = now
+  if l.ticket then
+    -- Booked (or moved on) earlier: its place in line is settled, but a rate is checked again
+    -- at the start itself, so starts stay spaced even when booked jobs start late. One that
+    -- comes early (a late start before it moved the rate on) starts at its turn if that is
+    -- near, else it is booked again, at the back (many booked jobs started late at once).
+    local ok_at = l.tat - l.tolerance
+    if l.interval > 0 and ok_at > now then
+      at = ok_at
+      if ok_at - now > LIMIT_NEAR_MS then
+        l.rebook = true
+        at = booking_at(l, now)
+      end
+    end
+  else
     local head = redis.call('ZRANGE', l.parked, 0, 0, 'WITHSCORES')
-    local at = now
     if head[2] and tonumber(head[2]) < my_score then at = nil end  -- a better job waits
     if at and l.concurrency > 0 and permits_held(l, now) >= l.concurrency then at = nil end
     if at and l.interval > 0 then
-      at = math.max(now, l.tat - l.tolerance)
+      at = booking_at(l, now)
       if at - now > horizon then at = nil end
     end
-    if at == nil then
-      park = i
-      break
-    end
-    start = math.max(start, at)
   end
+  if at == nil then
+    park = i
+    break
+  end
+  start = math.max(start, at)
 end
 
-if park == nil and start <= now then
+if park == nil and start <= now + LIMIT_NEAR_MS then
   for _, l in ipairs(lims) do
-    if not l.ticket and l.interval > 0 then
-      redis.call('HSET', l.limit, 'tat', string.format('%.3f', math.max(l.tat, now) + l.interval))
+    if l.interval > 0 then
+      local fields = {'tat', string.format('%.3f', math.max(l.tat, start) + l.interval)}
+      if l.rebook or not l.ticket then  -- a ticket's booking was counted when it was booked
+        fields[3], fields[4] = 'book', string.format('%.3f', math.max(l.book, start) + l.interval)
+      end
+      redis.call('HSET', l.limit, unpack(fields))
     end
     if l.concurrency > 0 then
       redis.call('ZADD', l.permits, now + lease_ms, id)
@@ -77,7 +102,7 @@ if park == nil and start <= now then
       redis.call('ZREM', l.permits, id)  -- a rate's ticket is spent by the start it booked
     end
   end
-  return {1}
+  return {1, math.max(0, math.ceil(start - now))}
 end
 
 -- Not now: the claim goes (the attempt it counted is given back), like defer_unknown.lua.
@@ -87,8 +112,8 @@ redis.call('HDEL', KEYS[2], id)
 redis.call('ZREM', KEYS[1], id)
 if park == nil then
   for _, l in ipairs(lims) do
-    if not l.ticket and l.interval > 0 then
-      redis.call('HSET', l.limit, 'tat', string.format('%.3f', math.max(l.tat, start) + l.interval))
+    if l.interval > 0 and (l.rebook or not l.ticket) then
+      redis.call('HSET', l.limit, 'book', string.format('%.3f', math.max(l.book, start) + l.interval))
     end
     redis.call('ZADD', l.permits, start + lease_ms, id)
   end

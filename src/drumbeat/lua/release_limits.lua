@@ -43,19 +43,22 @@ for i = 1, #ARGV - 5 - nq do
   local member = LIMIT_PREFIX .. l.name
   local candidates = redis.call('ZRANGE', l.parked, 0, batch - 1)
   local states = #candidates > 0 and redis.call('HMGET', KEYS[2], unpack(candidates)) or {}
-  local tat = l.tat
+  local book = l.book
   for j, job in ipairs(candidates) do
     if l.concurrency > 0 and held >= l.concurrency then break end
     local start = now
     if l.interval > 0 then
-      start = math.max(now, tat - l.tolerance)
+      start = booking_at(l, now)
       if start - now > horizon then break end
     end
     local s = parse_state(states[j])
     local q = queue_index(names, s.queue)
     if q ~= nil then
       redis.call('ZREM', l.parked, job)
-      if l.interval > 0 then tat = math.max(tat, start) + l.interval end
+      if l.interval > 0 then
+        book = math.max(book, start) + l.interval
+        l.book = book
+      end
       redis.call('ZADD', l.permits, start + lease_ms, job)
       held = held + 1
       if start <= now then
@@ -69,8 +72,9 @@ for i = 1, #ARGV - 5 - nq do
       moved = moved + 1
     end
   end
-  if tat ~= l.tat then redis.call('HSET', l.limit, 'tat', string.format('%.3f', tat)) end
-  l.tat = tat
+  if moved > 0 and l.interval > 0 then
+    redis.call('HSET', l.limit, 'book', string.format('%.3f', book))
+  end
   if redis.call('ZCARD', l.parked) > 0 then
     local at = limit_attention(l, now, horizon)
     wrote_due(at)

@@ -12,6 +12,7 @@ unlimited tasks never come here: they cost what they cost before limits existed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -93,6 +94,8 @@ class Gate:
         )  # fmt: skip
         reply = await call.arun(self.client)
         if reply[0] == 1:
+            if reply[1] > 0:  # granted for a start a few ms ahead (LIMIT_NEAR_MS)
+                await asyncio.sleep(reply[1] / 1000)
             return True
         if reply[0] == 0:
             log.warning("job %s: its lease was taken over before its limits were acquired", job.id)
