@@ -131,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"CPU: {_cpu()}, {os.cpu_count()} cores; load average before: "
           f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")  # fmt: skip
     runs, n, commands = _drain(args, "rate")
+    if os.environ.get("BENCH_LIMITS_DUMP"):  # every start, for a closer look
+        Path(os.environ["BENCH_LIMITS_DUMP"]).write_text(json.dumps(sorted(r[1] for r in runs)))
     span, rate, worst = rate_figures([r[1] for r in runs])
     print(f"rate_limit={args.rate!r}, {args.processes} processes x {args.slots} slots, "
           f"{n:,} jobs: {rate:.1f} starts/s over {span:.2f} s (first start to last); most starts "

@@ -408,6 +408,7 @@ class Scripts:
         [3, i] parked on the i-th key, [0] lease lost."""
         k = self.k
         keys = [k.leases, k.owners, k.state, k.due_of(queue), k.wake_of(queue)]
+        keys.append(k.ready_of(queue))
         args: list[str | int] = [job_id, token, lease_ms, horizon_ms]
         for name, limit in limits:
             keys += [k.limit(name), k.permits(name), k.parked(name)]
@@ -565,7 +566,7 @@ class Scripts:
         waiting job of a queue not in ``queues``, besides the default one)."""
         k = self.k
         keys = [k.ready, k.due, k.leases, k.jobs, k.state, k.uniq, k.results, k.expires]
-        keys += [k.waiting, k.cancels, k.progress, k.signals, k.done(job_id)]
+        keys += [k.waiting, k.cancels, k.progress, k.signals, k.done(job_id), k.dead]
         others = _others(queues)
         for queue in others:
             keys += [k.ready_of(queue), k.due_of(queue)]

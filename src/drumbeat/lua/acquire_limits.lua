@@ -26,14 +26,42 @@
 -- was cancelled) are purged before a full key refuses. Fenced like complete.lua.
 --
 -- KEYS[1] leases (zset)  KEYS[2] owners (hash)  KEYS[3] state (hash)
--- KEYS[4] due (zset)     KEYS[5] wake (zset)    (due and wake: the job's queue)
--- KEYS[3 + 3i] limit:<key> (hash: tat, book, interval, tolerance, concurrency)
--- KEYS[4 + 3i] permits:<key> (zset)  KEYS[5 + 3i] parked:<key> (zset) of the i-th key
+-- KEYS[4] due (zset)     KEYS[5] wake (zset)    KEYS[6] ready (zset)   (the job's queue's)
+-- KEYS[4 + 3i] limit:<key> (hash: tat, book, interval, tolerance, concurrency)
+-- KEYS[5 + 3i] permits:<key> (zset)  KEYS[6 + 3i] parked:<key> (zset) of the i-th key
 -- ARGV[1] job id  ARGV[2] token  ARGV[3] lease_ms  ARGV[4] horizon_ms
 -- ARGV[1 + 4i] name of the i-th key, then its interval ms (0: no rate), tolerance ms,
 --          concurrency (0: none)
 -- Returns {1, ms to wait} granted, {2, start ms} reserved, {3, i} parked on the i-th key,
 --          {0} lease lost
+-- The key has room now for the better job parked ahead of this one (`l.behind`, of the same
+-- queue): it moves on to `ready` with a ticket (it keeps its place: its score), instead of
+-- this job starting out of turn. So while a backlog of new jobs is claimed and parked, the
+-- key's rate is still spent, on the jobs first in line.
+local function move_head_on(l, now, lease_ms, queue)
+  if l.concurrency > 0 and permits_held(l, now) >= l.concurrency then return end
+  local at = now
+  if l.interval > 0 then
+    at = booking_at(l, now)
+    if at - now > LIMIT_NEAR_MS then return end
+  end
+  local hs = parse_state(redis.call('HGET', KEYS[3], l.behind))
+  if hs.queue ~= queue then return end
+  redis.call('ZREM', l.parked, l.behind)
+  if l.interval > 0 then
+    redis.call('HSET', l.limit, 'book', string.format('%.3f', math.max(l.book, at) + l.interval))
+  end
+  redis.call('ZADD', l.permits, at + lease_ms, l.behind)
+  redis.call('ZADD', KEYS[6], ready_score(hs.priority, hs.seq), l.behind)
+  wake(KEYS[5])
+end
+
+local backlog_size = nil
+local function backlog()
+  if backlog_size == nil then backlog_size = redis.call('ZCARD', KEYS[6]) end
+  return backlog_size > 0
+end
+
 local now = now_ms()
 local id, token = ARGV[1], ARGV[2]
 local lease_ms, horizon = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -47,7 +75,7 @@ for i = 1, (#ARGV - 4) / 4 do
   local b = 4 * i
   local l = {name = ARGV[b + 1], interval = tonumber(ARGV[b + 2]),
              tolerance = tonumber(ARGV[b + 3]), concurrency = tonumber(ARGV[b + 4]),
-             limit = KEYS[3 + 3 * i], permits = KEYS[4 + 3 * i], parked = KEYS[5 + 3 * i],
+             limit = KEYS[4 + 3 * i], permits = KEYS[5 + 3 * i], parked = KEYS[6 + 3 * i],
              leases = KEYS[1]}
   limit_config(l)
   lims[i] = l
@@ -73,11 +101,16 @@ for i, l in ipairs(lims) do
     end
   else
     local head = redis.call('ZRANGE', l.parked, 0, 0, 'WITHSCORES')
-    if head[2] and tonumber(head[2]) < my_score then at = nil end  -- a better job waits
+    if head[2] and tonumber(head[2]) < my_score then  -- a better job waits
+      at = nil
+      l.behind = head[1]
+    end
     if at and l.concurrency > 0 and permits_held(l, now) >= l.concurrency then at = nil end
     if at and l.interval > 0 then
       at = booking_at(l, now)
-      if at - now > horizon then at = nil end
+      -- A start booked in `due` would come back behind a backlog in `ready` (a claim queues
+      -- what comes due behind what waits), late: with one, only a near start is booked.
+      if at - now > horizon or (at - now > LIMIT_NEAR_MS and backlog()) then at = nil end
     end
   end
   if at == nil then
@@ -126,6 +159,7 @@ for i, other in ipairs(lims) do
   if i ~= park and other.ticket and other.concurrency > 0 then redis.call('ZREM', other.permits, id) end
 end
 local l = lims[park]
+if l.behind then move_head_on(l, now, lease_ms, s.queue) end
 redis.call('ZADD', l.parked, my_score, id)
 local member = LIMIT_PREFIX .. l.name
 redis.call('ZADD', KEYS[4], 'LT', limit_attention(l, now, horizon), member)

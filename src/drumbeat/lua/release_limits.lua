@@ -29,6 +29,11 @@ for q = 1, nq do
   names[q] = ARGV[5 + q]
   queues[q] = {ready = KEYS[3 * q], due = KEYS[3 * q + 1], wake = KEYS[3 * q + 2]}
 end
+local sizes = {}
+local function backlog(q)
+  if sizes[q] == nil then sizes[q] = redis.call('ZCARD', queues[q].ready) end
+  return sizes[q] > 0
+end
 local woken, moved, earliest = {}, 0, -1
 local function wrote_due(at)
   if earliest < 0 or at < earliest then earliest = at end
@@ -53,7 +58,12 @@ for i = 1, #ARGV - 5 - nq do
     end
     local s = parse_state(states[j])
     local q = queue_index(names, s.queue)
-    if q ~= nil then
+    -- As in acquire_limits.lua: a start booked in `due` would come back behind a backlog in
+    -- `ready`, late; with one, only a start due now or near moves on (to `ready`, in place).
+    if q and start - now > LIMIT_NEAR_MS and backlog(q) then break end
+    if not states[j] then
+      redis.call('ZREM', l.parked, job)  -- cancelled while parked (cancel.lua)
+    elseif q ~= nil then
       redis.call('ZREM', l.parked, job)
       if l.interval > 0 then
         book = math.max(book, start) + l.interval
@@ -61,8 +71,9 @@ for i = 1, #ARGV - 5 - nq do
       end
       redis.call('ZADD', l.permits, start + lease_ms, job)
       held = held + 1
-      if start <= now then
+      if start <= now + LIMIT_NEAR_MS then  -- acquire_limits.lua grants a near start
         redis.call('ZADD', queues[q].ready, ready_score(s.priority, s.seq), job)
+        sizes[q] = (sizes[q] or 0) + 1
         woken[q] = true
       else
         redis.call('ZADD', queues[q].due, start, job)
