@@ -200,3 +200,39 @@ async def test_a_hand_back_releases_the_permit(lapp: drumbeat.App, r: redis.Redi
             lambda: sorted(started) == ["first", "first", "second"],
             message="both jobs run on the next worker",
         )
+
+
+async def test_parked_jobs_keep_priority_and_order_and_can_be_cancelled(
+    lapp: drumbeat.App, r: redis.Redis
+) -> None:
+    """Jobs parked on a key move on best first (priority, then enqueue order), whatever order
+    they parked in; a parked job can be cancelled; a call's own limits (Task.options) apply."""
+    release = asyncio.Event()
+    ran: list[str] = []
+
+    @lapp.task
+    async def step(tag: str) -> None:
+        ran.append(tag)
+        if tag == "blocker":
+            await release.wait()
+
+    one = step.options(concurrency_limit=1)  # the task has no limits: this call has
+    await one.aenqueue("blocker")
+    async with running_worker(lapp, concurrency=4):
+        await wait_for_async(lambda: ran == ["blocker"], message="the blocker should start")
+        low = [await one.aenqueue(f"low{i}") for i in range(3)]
+        high = await step.options(concurrency_limit=1, priority=5).aenqueue("high")
+        gone = await one.aenqueue("cancelled")
+        key = f"t:{step.name}"
+        await wait_for_async(
+            lambda: r.zcard(lapp.keys.parked(key)) == 5, message="all five should park"
+        )
+        assert await gone.acancel() is True
+        assert await gone.astatus() == "cancelled"
+        await step.aenqueue("free")  # the task itself is unlimited
+        await wait_for_async(lambda: "free" in ran, message="an unlimited call runs at once")
+        release.set()
+        await wait_for_async(lambda: len(ran) == 6, message="the parked jobs should all run")
+    assert ran == ["blocker", "free", "high", "low0", "low1", "low2"]
+    assert [await j.astatus() for j in (*low, high)] == ["complete"] * 4
+    assert r.zcard(lapp.keys.parked(key)) == 0 and r.zcard(lapp.keys.permits(key)) == 0
