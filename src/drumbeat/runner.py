@@ -275,8 +275,9 @@ class Runner:
         now_ms: Callable[[], int],
         checkpoints: Checkpoints | None,
         named: Named | None = None,
-    ) -> RunDone:
-        """Runs one due run of a schedule; never raises, so a failure never stops the schedule."""
+    ) -> RunDone | Parked:
+        """Runs one due run of a schedule (once its task's limits let it start); never raises,
+        so a failure never stops the schedule."""
         start_ms, started = now_ms(), time.monotonic()
         schedule_id = job.id[len(RUN_PREFIX) :]
         gen = -1
@@ -311,6 +312,12 @@ class Runner:
             task = self.app.get_task(task_name.decode())
         except UnknownTask as exc:  # keeps its cadence: the task may be deployed later
             return next_slot("fail", str(exc))
+        if self.gate is not None and task.limits:
+            held_back = await self._acquire(job, task, Spec(task.name, args, kwargs), named, now_ms)
+            if isinstance(held_back, Bury):  # a limiter this worker lacks: the run fails
+                return next_slot("fail", held_back.reason)
+            if held_back is not None:
+                return held_back
         if checkpoints is not None:
             checkpoints.is_async = task.is_async
         ctx = Context(job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,

@@ -236,3 +236,25 @@ async def test_parked_jobs_keep_priority_and_order_and_can_be_cancelled(
     assert ran == ["blocker", "free", "high", "low0", "low1", "low2"]
     assert [await j.astatus() for j in (*low, high)] == ["complete"] * 4
     assert r.zcard(lapp.keys.parked(key)) == 0 and r.zcard(lapp.keys.permits(key)) == 0
+
+
+async def test_schedule_runs_are_limited_too(redis_url: str, namespace: str) -> None:
+    lapp = drumbeat.App(redis_url, namespace=namespace, idle_block=0.5, min_interval=0.05)
+    running, peak, done = 0, 0, 0
+
+    @lapp.task(concurrency_limit=1)
+    async def poll(n: int) -> None:
+        nonlocal running, peak, done
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+        done += 1
+
+    for i in range(3):
+        await lapp.aschedule(f"poll{i}", poll, every=0.1, args=[i])
+    async with running_worker(lapp, concurrency=4):
+        await wait_for_async(lambda: done >= 8, message="the schedules should run", timeout=20)
+        await lapp.aunschedule("poll0", "poll1", "poll2")
+    await lapp.aclose()
+    assert peak == 1, f"at most one run of the concurrency-1 task at once, saw {peak}"
