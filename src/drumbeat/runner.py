@@ -209,6 +209,31 @@ class Runner:
                 return held_back
         return task, spec
 
+    async def _schedule_task(
+        self,
+        job: Claimed,
+        name: str,
+        *,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        named: Named | None,
+        now_ms: Callable[[], int],
+    ) -> Task[Any, Any] | Parked | str:
+        """The task of a schedule's run, once its limits let it start; else `Parked`, or why
+        the run fails (its task is unknown here: it keeps its cadence, the task may be
+        deployed later; or it names a limiter this worker lacks)."""
+        try:
+            task = self.app.get_task(name)
+        except UnknownTask as exc:
+            return str(exc)
+        if self.gate is not None and task.limits:
+            held_back = await self._acquire(job, task, Spec(task.name, args, kwargs), named, now_ms)
+            if isinstance(held_back, Bury):
+                return held_back.reason
+            if held_back is not None:
+                return held_back
+        return task
+
     async def _acquire(
         self,
         job: Claimed,
@@ -308,16 +333,12 @@ class Runner:
         not_run = self._not_run(job, due, start_ms, cadence.grace_ms)
         if not_run is not None:
             return next_slot(*not_run)
-        try:
-            task = self.app.get_task(task_name.decode())
-        except UnknownTask as exc:  # keeps its cadence: the task may be deployed later
-            return next_slot("fail", str(exc))
-        if self.gate is not None and task.limits:
-            held_back = await self._acquire(job, task, Spec(task.name, args, kwargs), named, now_ms)
-            if isinstance(held_back, Bury):  # a limiter this worker lacks: the run fails
-                return next_slot("fail", held_back.reason)
-            if held_back is not None:
-                return held_back
+        found = await self._schedule_task(
+            job, task_name.decode(), args=args, kwargs=kwargs, named=named, now_ms=now_ms
+        )
+        if isinstance(found, str | Parked):
+            return next_slot("fail", found) if isinstance(found, str) else found
+        task = found
         if checkpoints is not None:
             checkpoints.is_async = task.is_async
         ctx = Context(job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
