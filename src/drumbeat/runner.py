@@ -111,6 +111,7 @@ class Named(Protocol):
     task_name: str
     shard: int
     held_limits: list[str]
+    acquiring: bool
 
 
 class Gate(Protocol):
@@ -250,7 +251,14 @@ class Runner:
             return self._bury(job, f"cannot acquire its limits: {exc}", None, now_ms())
         if not keyed:
             return None
-        if not await self.gate.acquire(named.shard if named else 0, job, keyed):
+        if named is not None:
+            named.acquiring = True
+        try:
+            granted = await self.gate.acquire(named.shard if named else 0, job, keyed)
+        finally:
+            if named is not None:
+                named.acquiring = False
+        if not granted:
             return Parked()
         if named is not None:
             named.held_limits = [name for name, limit in keyed if limit.concurrency]

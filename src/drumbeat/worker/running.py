@@ -129,6 +129,8 @@ class Runs:
         """Leases taken over (fencing): those runs may no longer settle anything."""
         for key in lost:
             claim = self.table.lose(key)
+            if claim is not None and claim.acquiring:
+                continue  # given up to wait for its limits (or lost: the gate logs that)
             if claim is not None and claim.task is not None and not claim.task.done():
                 log.warning("lease on job %s (token %s) was taken over; cancelling this run",
                             *key)  # fmt: skip
