@@ -126,26 +126,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=0.01)
     parser.add_argument("--timeout", type=float, default=300)
     args = parser.parse_args(argv)
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
     load = os.getloadavg()
-    print(f"# bench.limits: {' '.join(sys.argv[1:]) or '(defaults)'}")
-    print(f"CPU: {_cpu()}, {os.cpu_count()} cores; load average before: "
-          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")  # fmt: skip
+    say(f"# bench.limits: python -m bench.limits {' '.join(sys.argv[1:])}".rstrip())
+    say(f"CPU: {_cpu()}, {os.cpu_count()} cores; load average before: "
+        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")  # fmt: skip
     runs, n, commands = _drain(args, "rate")
     if os.environ.get("BENCH_LIMITS_DUMP"):  # every start, for a closer look
         Path(os.environ["BENCH_LIMITS_DUMP"]).write_text(json.dumps(sorted(r[1] for r in runs)))
     span, rate, worst = rate_figures([r[1] for r in runs])
-    print(f"rate_limit={args.rate!r}, {args.processes} processes x {args.slots} slots, "
+    say(f"rate_limit={args.rate!r}, {args.processes} processes x {args.slots} slots, "
           f"{n:,} jobs: {rate:.1f} starts/s over {span:.2f} s (first start to last); most starts "
           f"in a 1-s window: {worst} (as the tasks saw them start); "
           f"Redis commands/job: {commands / n:.1f}")  # fmt: skip
     runs, n, commands = _drain(args, "concurrency")
     peaks = peak_overlap(runs)
-    print(f"concurrency_limit={args.per_user} by user_id, {len(peaks)} users, {n:,} jobs of "
+    say(f"concurrency_limit={args.per_user} by user_id, {len(peaks)} users, {n:,} jobs of "
           f"{args.seconds * 1000:.0f} ms: most runs of one user at once: {max(peaks.values())} "
           f"(the least any user reached: {min(peaks.values())}); "
           f"Redis commands/job: {commands / n:.1f}")  # fmt: skip
     load = os.getloadavg()
-    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    say(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = REPO / "bench" / "results" / f"limits-{stamp}.md"
+    out.write_text("\n\n".join(lines) + "\n")
+    print(f"wrote {out}")
     return 0
 
 
