@@ -119,7 +119,13 @@ class Gate(Protocol):
 
     def keys_of(self, task: Task[Any, Any], spec: Spec) -> list[tuple[str, Limit]]: ...
 
-    async def acquire(self, shard: int, job: Claimed, keyed: list[tuple[str, Limit]]) -> bool: ...
+    async def acquire(
+        self,
+        shard: int,
+        job: Claimed,
+        keyed: list[tuple[str, Limit]],
+        now_ms: Callable[[], int],
+    ) -> bool: ...
 
 
 # A schedule record that cannot be read still comes back this much later, so it cannot spin.
@@ -254,7 +260,7 @@ class Runner:
         if named is not None:
             named.acquiring = True
         try:
-            granted = await self.gate.acquire(named.shard if named else 0, job, keyed)
+            granted = await self.gate.acquire(named.shard if named else 0, job, keyed, now_ms)
         finally:
             if named is not None:
                 named.acquiring = False

@@ -404,7 +404,7 @@ class Scripts:
         limits: Sequence[tuple[str, Sequence[str | int]]],
     ) -> Call[list[int]]:
         """Acquires every limiter key of a claimed job (see acquire_limits.lua): ``limits`` are
-        (key name, `Limit.args()`). Returns [1, ms to wait] granted, [2, start ms] reserved,
+        (key name, `Limit.args()`). Returns [1, start ms] granted, [2, start ms] reserved,
         [3, i] parked on the i-th key, [0] lease lost."""
         k = self.k
         keys = [k.leases, k.owners, k.state, k.due_of(queue), k.wake_of(queue)]

@@ -468,7 +468,7 @@ local LIMIT_PURGE = 16
 local LIMIT_RECHECK_MS = 5
 -- A start the rate allows within this many ms is granted for that time: the worker waits for it
 -- holding its claim (see acquire_limits.lua).
-local LIMIT_NEAR_MS = 10
+local LIMIT_NEAR_MS = 20
 
 -- Reads the key's state into `l`; writes the limit given (`l.interval` set) when it changed.
 local function limit_config(l)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aredis
@@ -84,9 +84,16 @@ class Gate:
             keyed.append((limiter_key(limits.limiter), limit))
         return keyed
 
-    async def acquire(self, shard: int, job: Claimed, keyed: list[tuple[str, Limit]]) -> bool:
+    async def acquire(
+        self,
+        shard: int,
+        job: Claimed,
+        keyed: list[tuple[str, Limit]],
+        now_ms: Callable[[], int],
+    ) -> bool:
         """True: the run may start now. False: the job gave up its claim to wait (or its
-        lease was lost), so the run must not start."""
+        lease was lost), so the run must not start. ``now_ms``: Redis time, as the worker
+        knows it."""
         assert self.client is not None
         call = self.shards[shard].acquire_limits(
             job.id, job.token, queue=job.queue, lease_ms=self.lease_ms, horizon_ms=HORIZON_MS,
@@ -94,8 +101,11 @@ class Gate:
         )  # fmt: skip
         reply = await call.arun(self.client)
         if reply[0] == 1:
-            if reply[1] > 0:  # granted for a start a few ms ahead (LIMIT_NEAR_MS)
-                await asyncio.sleep(reply[1] / 1000)
+            # Granted for a start a few ms ahead (LIMIT_NEAR_MS): wait for that time itself
+            # (Redis' clock), not for a delay from the call, whose reply may come late.
+            delay = reply[1] - now_ms()
+            if delay > 0:
+                await asyncio.sleep(delay / 1000)
             return True
         if reply[0] == 0:
             log.warning("job %s: its lease was taken over before its limits were acquired", job.id)
