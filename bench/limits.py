@@ -133,7 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines.append(line)
 
     load = os.getloadavg()
-    say(f"# bench.limits: python -m bench.limits {' '.join(sys.argv[1:])}".rstrip())
+    say("# Rate and concurrency limits under load (bench.limits)")
+    say(f"- command: `{' '.join(['python -m bench.limits', *sys.argv[1:]])}`")
     say(f"CPU: {_cpu()}, {os.cpu_count()} cores; load average before: "
         f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")  # fmt: skip
     runs, n, commands = _drain(args, "rate")

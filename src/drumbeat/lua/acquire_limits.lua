@@ -14,11 +14,15 @@
 --                promotes it like a delayed job; at its start it skips the line and the
 --                concurrency (settled by its ticket), and the rate is checked again (a booked
 --                job that starts late must not let the next one start on its heels: one that
---                then comes more than half an interval early is booked again, at the back);
+--                then comes early starts at its turn if that is within LIMIT_NEAR_MS, else it
+--                is booked again, at the back). With a backlog in its queue's `ready`, only a
+--                start within LIMIT_NEAR_MS is booked: a claim queues what comes due behind
+--                what waits, so a later one would come back late;
 --  parked   (3): some key is full (or a better job waits on it): the job waits in that key's
 --                `parked` (scored as in `ready`: priority, then order) and a marker
 --                "l:<key name>" in its queue's `due` says when a worker should call
 --                release_limits.lua for it (a rate's next booking time; a permit's expiry).
+--                Parking behind a better job while the key has room moves that job on.
 -- A job with a permit (or ticket) on a key is not parked on that key again, so a job moved on
 -- by release_limits.lua runs without parking twice.
 -- A permit's score is when it lapses unless renewed: a run's lease deadline, a ticket's start
@@ -34,6 +38,7 @@
 --          concurrency (0: none)
 -- Returns {1, start ms} granted, {2, start ms} reserved, {3, i} parked on the i-th key,
 --          {0} lease lost
+
 -- The key has room now for the better job parked ahead of this one (`l.behind`, of the same
 -- queue): it moves on to `ready` with a ticket (it keeps its place: its score), instead of
 -- this job starting out of turn. So while a backlog of new jobs is claimed and parked, the

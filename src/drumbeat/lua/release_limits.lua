@@ -4,10 +4,12 @@
 -- a key's marker "l:<key name>" due (without an id: a rate can book more starts, or a permit may
 -- have lapsed with its crashed worker's lease). Per key, it purges lapsed permits whose job
 -- holds no lease, then moves the best parked jobs (priority, then order) while the key allows:
--- each gets a permit (a ticket: acquire_limits.lua grants it without checking again, so no job
--- parks twice on one key) and goes to its queue's `ready` (a rate that allows it now), or to
--- its `due` at its booked start (within `horizon` ms), at most `batch` per key. The key's marker
--- is re-scored for when it next needs a look, or dropped when nothing is parked.
+-- each gets a permit (a ticket: acquire_limits.lua does not park it on that key again, and
+-- checks only its rate at the start) and goes to its queue's `ready` at its own score (a rate
+-- that allows it now, or within LIMIT_NEAR_MS), or to its `due` at its booked start (within
+-- `horizon` ms; not while a backlog waits in that `ready`, see acquire_limits.lua), at most
+-- `batch` per key. The key's marker is re-scored for when it next needs a look, or dropped
+-- when nothing is parked.
 --
 -- KEYS[1] leases (zset)  KEYS[2] state (hash)
 -- KEYS[3q], KEYS[3q + 1], KEYS[3q + 2] ready, due, wake (zsets) of the q-th queue (n = ARGV[2])
