@@ -15,6 +15,7 @@ from .config import Settings
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .job import Job, encode_spec
 from .keys import DEFAULT_QUEUE, Keys, check_name
+from .limits import Limit, Limits, argument_value, make_limit, make_limits
 from .resources import Hook, Register, Resources
 from .schedule import Mode
 from .scheduler import Schedule, ScheduleInfo, Scheduler
@@ -58,6 +59,8 @@ class App:
         self.scripts = Scripts(self.keys)
         self.codec: Codec = CODECS[self.settings.codec]
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.limiters: dict[str, Limit] = {}
+        """Named budgets (`limiter`) that tasks share."""
         self.startup_hooks: list[Callable[[], Any]] = []
         self.shutdown_hooks: list[Callable[[], Any]] = []
         self.resources = Resources()
@@ -105,6 +108,11 @@ class App:
         backoff: float = 1.0,
         backoff_max: float = 600.0,
         queue: str = "default",
+        rate_limit: str | None = None,
+        rate_burst: int | None = None,
+        concurrency_limit: int | None = None,
+        limit_by: str | None = None,
+        limiter: str | None = None,
     ) -> _Decorator: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, **config: Any) -> Any:
@@ -113,7 +121,12 @@ class App:
         Options: ``name`` (default ``module.qualname``), ``priority`` 0..9 (higher first),
         ``retries`` after the first failure, ``timeout`` seconds per attempt, ``result_ttl``
         seconds the outcome is kept (0: not at all), ``backoff``/``backoff_max`` seconds,
-        ``queue`` its jobs go to (default ``"default"``; workers serve named queues).
+        ``queue`` its jobs go to (default ``"default"``; workers serve named queues);
+        ``rate_limit`` (``"N/s"``, ``"N/m"``, ``"N/h"``: starts across all workers, spaced
+        evenly) with ``rate_burst`` (default 1), ``concurrency_limit`` (runs at once across all
+        workers), both per value of argument ``limit_by`` if given, and ``limiter``: a named
+        budget (`limiter`) shared with other tasks, which may be declared after the task (its
+        name is checked when a job is enqueued, and when a worker starts).
         """
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
@@ -125,6 +138,35 @@ class App:
             return task
 
         return register(fn) if fn is not None else register
+
+    def limiter(
+        self,
+        name: str,
+        *,
+        rate: str | None = None,
+        concurrency: int | None = None,
+        burst: int | None = None,
+    ) -> None:
+        """Declare a named budget that tasks share with ``@app.task(limiter=name)``: at most
+        ``rate`` starts (``"N/s"``, ``"N/m"``, ``"N/h"``, with ``burst``) and ``concurrency``
+        runs at once, counted over all its tasks across all workers."""
+        make_limits(what=f"limiter {name!r}", limiter=name)  # checks the name
+        if rate is None and concurrency is None:
+            raise InvalidJob(f"limiter {name!r} needs rate= or concurrency= (or both)")
+        self.limiters[name] = make_limit(rate, burst, concurrency, f"limiter {name!r}")
+
+    def limits_of(self, limits: Limits, task: Task[Any, Any], args: Any, kwargs: Any) -> None:
+        """Refuses a call whose limits cannot be acquired: an unknown limiter, or a limit_by
+        argument the call does not pass."""
+        if limits.limiter is not None and limits.limiter not in self.limiters:
+            known = ", ".join(sorted(self.limiters)) or "none"
+            raise InvalidJob(
+                f"task {task.name!r} names limiter {limits.limiter!r}, which is not declared; "
+                f"call app.limiter({limits.limiter!r}, rate=..., concurrency=...) first "
+                f"(declared: {known})"
+            )
+        if limits.limit_by is not None:
+            argument_value(task.fn, limits.limit_by, args, kwargs)
 
     def on_startup(self, fn: H) -> H:
         """Decorator: ``fn`` (sync or async, no arguments) runs in each worker process before
@@ -386,15 +428,21 @@ class App:
                     f"enqueue_many takes jobs made by task.prepare(...) or "
                     f"task.options(...).prepare(...), got {type(prepared).__name__}"
                 )
-            if prepared.task not in self.tasks:
+            o = prepared.options
+            known = self.tasks.get(prepared.task)
+            if known is None:
                 _check_task_name(prepared.task)
+            else:
+                limits = o.limits or known.limits
+                if limits:
+                    self.limits_of(limits, known, prepared.args, prepared.kwargs)
             spec = encode_spec(
                 self.codec,
                 prepared.task,
                 encode_call(self.codec, prepared.args, prepared.kwargs, limit),
+                None if o.limits is None else o.limits.to_record(),
             )
             check_size(spec, limit, f"job of task {prepared.task!r}")
-            o = prepared.options
             queue = o.queue or self._queue_of(prepared.task)
             if (
                 not groups

@@ -49,6 +49,8 @@ class Spec:
     task: str
     args: list[Any]
     kwargs: dict[str, Any]
+    limits: Any = None
+    """The call's own limits (`limits.Limits.to_record`), or None: its task's."""
 
 
 def codec_of(data: bytes) -> Codec:
@@ -60,11 +62,16 @@ def codec_of(data: bytes) -> Codec:
     return CODECS["json"] if data[:1] == b"{" else CODECS["msgpack"]
 
 
-def encode_spec(codec: Codec, task: str, args_blob: bytes) -> bytes:
-    """The stored spec: ``{"t": task, "c": [args, kwargs]}``, arguments already encoded."""
+def encode_spec(codec: Codec, task: str, args_blob: bytes, limits: Any = None) -> bytes:
+    """The stored spec: ``{"t": task, "c": [args, kwargs]}``, arguments already encoded, and
+    ``"l"``: the call's own limits when it has them."""
     if codec.name == "json":
-        return b'{"t":' + json.dumps(task).encode() + b',"c":' + args_blob + b"}"
-    return codec.dumps({"t": task, "c": codec.loads(args_blob)})
+        tail = b"}" if limits is None else b',"l":' + json.dumps(limits).encode() + b"}"
+        return b'{"t":' + json.dumps(task).encode() + b',"c":' + args_blob + tail
+    record = {"t": task, "c": codec.loads(args_blob)}
+    if limits is not None:
+        record["l"] = limits
+    return codec.dumps(record)
 
 
 def decode_spec(data: bytes) -> Spec:
@@ -86,7 +93,7 @@ def decode_spec(data: bytes) -> Spec:
             'malformed job record: expected {"t": task name, "c": [args list, kwargs dict]}, '
             f"got {str(raw)[:200]!r}"
         )
-    return Spec(raw["t"], call[0], call[1])
+    return Spec(raw["t"], call[0], call[1], raw.get("l"))
 
 
 _NONE_OUTCOMES = {name: codec.dumps({"ok": True, "result": None}) for name, codec in CODECS.items()}

@@ -75,6 +75,10 @@ def bucket_of(schedule_id: str) -> int:
     return int.from_bytes(digest, "big") % WHEEL_BUCKETS
 
 
+#: Keys of one limiter key (limits.py: ``t:<task>[=<value>]`` or ``n:<limiter>``),
+#: ``<name>:<limiter key>``.
+LIMIT_KEYS: dict[str, str] = {"limit": "hash", "permits": "zset", "parked": "zset"}
+
 #: Keys made per job; each one has a Redis expiry.
 JOB_KEYS: dict[str, str] = {"done": "list"}
 
@@ -216,6 +220,24 @@ class Keys:
 
     def schedules(self, bucket: int) -> str:
         return self.bucket_key("schedules", bucket)
+
+    def limit_key(self, name: str, limiter: str) -> str:
+        """A key of one limiter key (`LIMIT_KEYS`)."""
+        if name not in LIMIT_KEYS:
+            raise KeyError(f"unknown limit key {name!r}")
+        return f"{PREFIX}:{self.tag}:{name}:{limiter}"
+
+    def limit(self, limiter: str) -> str:
+        """GCRA state and the limit of one limiter key."""
+        return self.limit_key("limit", limiter)
+
+    def permits(self, limiter: str) -> str:
+        """Runs (and tickets) holding one limiter key."""
+        return self.limit_key("permits", limiter)
+
+    def parked(self, limiter: str) -> str:
+        """Jobs waiting for one limiter key."""
+        return self.limit_key("parked", limiter)
 
     @property
     def tasks(self) -> str:

@@ -36,6 +36,10 @@ RUN_PREFIX = "s:"
 WHEEL_PREFIX = "w:"
 
 
+#: Marks a limiter key's marker among the job ids in `due`: ``l:<key name>`` (see limits.py).
+LIMIT_PREFIX = "l:"
+
+
 def wheel_marker(bucket: int) -> str:
     return f"{WHEEL_PREFIX}{bucket}"
 

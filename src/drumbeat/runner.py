@@ -16,8 +16,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .context import Checkpoints, Context, _current
-from .errors import Interrupted, Retry, SerializationError, UnknownTask
-from .job import decode_progress, decode_spec, encode_cancelled, encode_failure, encode_success
+from .errors import Interrupted, InvalidJob, Retry, SerializationError, UnknownTask
+from .job import (
+    Spec,
+    decode_progress,
+    decode_spec,
+    encode_cancelled,
+    encode_failure,
+    encode_success,
+)
+from .limits import Limit
 from .protocol import FIELD_SEP, RUN_PREFIX, RUN_STATE_SEP
 from .schedule import decode_schedule_spec, is_misfire, jitter_ms
 from .scripts import Claimed
@@ -66,6 +74,12 @@ class Unknown:
 
 
 @dataclass(frozen=True, slots=True)
+class Parked:
+    """Its limits do not let it start now: acquire_limits.lua gave up its claim (not an
+    attempt) and it waits in Redis for its turn. Nothing to settle."""
+
+
+@dataclass(frozen=True, slots=True)
 class RunDone:
     """A schedule's run ended (or was skipped); where the schedule goes next."""
 
@@ -86,14 +100,32 @@ class _SyncCall:
     given_up: bool = False
 
 
-Outcome = Done | Again | Bury | RunDone | Cancelled | HandBack | Unknown
+Outcome = Done | Again | Bury | RunDone | Cancelled | HandBack | Unknown | Parked
 
 
 class Named(Protocol):
     """Where `Runner.run` notes the task name it decoded (for the metrics counters), so the
-    record is decoded once."""
+    record is decoded once, and the limiter keys whose permits the run holds (released when it
+    ends)."""
 
     task_name: str
+    shard: int
+    held_limits: list[str]
+    acquiring: bool
+
+
+class Gate(Protocol):
+    """What the runner asks before starting a job of a limited task (`worker.limiting.Gate`)."""
+
+    def keys_of(self, task: Task[Any, Any], spec: Spec) -> list[tuple[str, Limit]]: ...
+
+    async def acquire(
+        self,
+        shard: int,
+        job: Claimed,
+        keyed: list[tuple[str, Limit]],
+        now_ms: Callable[[], int],
+    ) -> bool: ...
 
 
 # A schedule record that cannot be read still comes back this much later, so it cannot spin.
@@ -123,6 +155,8 @@ class Runner:
         self.limit = app.settings.max_payload_bytes
         self.default_ttl_ms = round(app.settings.result_ttl * 1000)
         self.rand = random.random
+        self.gate: Gate | None = None
+        """Acquires the limits of jobs of limited tasks (None: limits are not checked)."""
         self.abandoned = 0
         """Threads still running a sync call this runner gave up on (timed out or cancelled):
         a thread cannot be stopped, so each holds a thread of the pool until its call returns."""
@@ -137,17 +171,10 @@ class Runner:
     ) -> Outcome:
         if job.id.startswith(RUN_PREFIX):
             return await self._run_schedule(job, now_ms, checkpoints, named)
-        try:
-            if job.spec is None:
-                raise SerializationError("no job record: a foreign or corrupt entry in the queue")
-            spec = decode_spec(job.spec)
-            if named is not None:
-                named.task_name = spec.task
-            task = self.app.get_task(spec.task)
-        except UnknownTask as exc:
-            return self._unknown(job, str(exc), now_ms())
-        except SerializationError as exc:
-            return self._bury(job, str(exc), None, now_ms())
+        found = await self._task_of(job, now_ms, named)
+        if not isinstance(found, tuple):
+            return found
+        task, spec = found
         ttl_ms = self._ttl_ms(task)
         if checkpoints is not None:
             checkpoints.is_async = task.is_async
@@ -166,6 +193,82 @@ class Runner:
             return self._failure(job, task, exc, now_ms())
         finally:
             _current.reset(token)
+
+    async def _task_of(
+        self, job: Claimed, now_ms: Callable[[], int], named: Named | None
+    ) -> tuple[Task[Any, Any], Spec] | Outcome:
+        """The job's task and call, once it may run; else what becomes of it (its task is
+        unknown here, its record unreadable, or its limits do not let it start now)."""
+        try:
+            if job.spec is None:
+                raise SerializationError("no job record: a foreign or corrupt entry in the queue")
+            spec = decode_spec(job.spec)
+            if named is not None:
+                named.task_name = spec.task
+            task = self.app.get_task(spec.task)
+        except UnknownTask as exc:
+            return self._unknown(job, str(exc), now_ms())
+        except SerializationError as exc:
+            return self._bury(job, str(exc), None, now_ms())
+        if self.gate is not None and (task.limits or spec.limits is not None):
+            held_back = await self._acquire(job, task, spec, named, now_ms)
+            if held_back is not None:
+                return held_back
+        return task, spec
+
+    async def _schedule_task(
+        self,
+        job: Claimed,
+        name: str,
+        *,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        named: Named | None,
+        now_ms: Callable[[], int],
+    ) -> Task[Any, Any] | Parked | str:
+        """The task of a schedule's run, once its limits let it start; else `Parked`, or why
+        the run fails (its task is unknown here: it keeps its cadence, the task may be
+        deployed later; or it names a limiter this worker lacks)."""
+        try:
+            task = self.app.get_task(name)
+        except UnknownTask as exc:
+            return str(exc)
+        if self.gate is not None and task.limits:
+            held_back = await self._acquire(job, task, Spec(task.name, args, kwargs), named, now_ms)
+            if isinstance(held_back, Bury):
+                return held_back.reason
+            if held_back is not None:
+                return held_back
+        return task
+
+    async def _acquire(
+        self,
+        job: Claimed,
+        task: Task[Any, Any],
+        spec: Spec,
+        named: Named | None,
+        now_ms: Callable[[], int],
+    ) -> Parked | Bury | None:
+        """Acquires the limits of a job of a limited task: None when it may run now."""
+        assert self.gate is not None
+        try:
+            keyed = self.gate.keys_of(task, spec)
+        except InvalidJob as exc:
+            return self._bury(job, f"cannot acquire its limits: {exc}", None, now_ms())
+        if not keyed:
+            return None
+        if named is not None:
+            named.acquiring = True
+        try:
+            granted = await self.gate.acquire(named.shard if named else 0, job, keyed, now_ms)
+        finally:
+            if named is not None:
+                named.acquiring = False
+        if not granted:
+            return Parked()
+        if named is not None:
+            named.held_limits = [name for name, limit in keyed if limit.concurrency]
+        return None
 
     def _unknown(self, job: Claimed, error: str, now_ms: int) -> Unknown | Bury:
         """A job whose task this worker lacks goes back for one that knows it, until no worker
@@ -211,8 +314,9 @@ class Runner:
         now_ms: Callable[[], int],
         checkpoints: Checkpoints | None,
         named: Named | None = None,
-    ) -> RunDone:
-        """Runs one due run of a schedule; never raises, so a failure never stops the schedule."""
+    ) -> RunDone | Parked:
+        """Runs one due run of a schedule (once its task's limits let it start); never raises,
+        so a failure never stops the schedule."""
         start_ms, started = now_ms(), time.monotonic()
         schedule_id = job.id[len(RUN_PREFIX) :]
         gen = -1
@@ -243,10 +347,12 @@ class Runner:
         not_run = self._not_run(job, due, start_ms, cadence.grace_ms)
         if not_run is not None:
             return next_slot(*not_run)
-        try:
-            task = self.app.get_task(task_name.decode())
-        except UnknownTask as exc:  # keeps its cadence: the task may be deployed later
-            return next_slot("fail", str(exc))
+        found = await self._schedule_task(
+            job, task_name.decode(), args=args, kwargs=kwargs, named=named, now_ms=now_ms
+        )
+        if isinstance(found, str | Parked):
+            return next_slot("fail", found) if isinstance(found, str) else found
+        task = found
         if checkpoints is not None:
             checkpoints.is_async = task.is_async
         ctx = Context(job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,

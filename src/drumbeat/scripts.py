@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Generic, TypeVar
 
@@ -19,6 +19,7 @@ import redis.asyncio as aredis
 from redis.exceptions import NoScriptError
 
 from .keys import DEFAULT_QUEUE, Keys, bucket_of
+from .protocol import LIMIT_PREFIX
 
 T = TypeVar("T")
 
@@ -50,6 +51,8 @@ SCRIPT_NAMES = (
     "count_schedules",
     "defer_unknown",
     "find_schedules",
+    "acquire_limits",
+    "release_limits",
 )
 
 
@@ -217,15 +220,33 @@ class ClaimResult:
     best: int
     """Priority of the best job left in `ready` after the claim; -1 when it is empty."""
     jobs: list[Claimed]
+    limiters: list[str] = field(default_factory=list)
+    """Limiter keys whose markers came due, for `Scripts.release_limits`."""
 
 
 def _parse_claim(raw: Any) -> ClaimResult:
     next_due = int(raw[1])
-    buckets = [int(b) for b in raw[2]]
+    buckets: list[int] = []
+    limiters: list[str] = []
+    for b in raw[2]:
+        if isinstance(b, int):
+            buckets.append(b)
+        else:
+            text = _str(b)
+            if text.startswith(LIMIT_PREFIX):
+                limiters.append(text[len(LIMIT_PREFIX) :])
+            else:
+                buckets.append(int(text))
     upcoming = [int(b) for b in raw[3]]
     jobs = _claimed(raw, 5)
     return ClaimResult(
-        int(raw[0]), None if next_due < 0 else next_due, buckets, upcoming, int(raw[4]), jobs
+        int(raw[0]),
+        None if next_due < 0 else next_due,
+        buckets,
+        upcoming,
+        int(raw[4]),
+        jobs,
+        limiters,
     )
 
 
@@ -392,6 +413,51 @@ class Scripts:
         args = [_queue_arg(queue), least_ms, most_ms, *(x for pair in owned for x in pair)]
         return Call("defer_unknown", keys, args, _ints)
 
+    def acquire_limits(
+        self,
+        job_id: str,
+        token: int,
+        *,
+        queue: str,
+        lease_ms: int,
+        horizon_ms: int,
+        limits: Sequence[tuple[str, Sequence[str | int]]],
+    ) -> Call[list[int]]:
+        """Acquires every limiter key of a claimed job (see acquire_limits.lua): ``limits`` are
+        (key name, `Limit.args()`). Returns [1, start ms] granted, [2, start ms] reserved,
+        [3, i] parked on the i-th key, [0] lease lost."""
+        k = self.k
+        keys = [k.leases, k.owners, k.state, k.due_of(queue), k.wake_of(queue)]
+        keys.append(k.ready_of(queue))
+        args: list[str | int] = [job_id, token, lease_ms, horizon_ms]
+        for name, limit in limits:
+            keys += [k.limit(name), k.permits(name), k.parked(name)]
+            args += [name, *limit]
+        return Call("acquire_limits", keys, args, _ints)
+
+    def release_limits(
+        self,
+        job_id: str,
+        names: Sequence[str],
+        *,
+        queues: Sequence[str],
+        horizon_ms: int,
+        lease_ms: int,
+        batch: int,
+    ) -> Call[list[int]]:
+        """Drops ``job_id``'s permits (if given) on the limiter keys ``names`` and moves parked
+        jobs of ``queues`` on (see release_limits.lua); returns [how many moved, the earliest
+        time it wrote to a `due`, or -1]."""
+        k = self.k
+        keys = [k.leases, k.state]
+        for queue in queues:
+            keys += [k.ready_of(queue), k.due_of(queue), k.wake_of(queue)]
+        for name in names:
+            keys += [k.limit(name), k.permits(name), k.parked(name)]
+        args: list[str | int] = [job_id, len(queues), horizon_ms, lease_ms, batch]
+        args += [*queues, *names]
+        return Call("release_limits", keys, args, _ints)
+
     def reap(
         self,
         *,
@@ -529,7 +595,7 @@ class Scripts:
         waiting job of a queue not in ``queues``, besides the default one)."""
         k = self.k
         keys = [k.ready, k.due, k.leases, k.jobs, k.state, k.uniq, k.results, k.expires]
-        keys += [k.waiting, k.cancels, k.progress, k.signals, k.done(job_id)]
+        keys += [k.waiting, k.cancels, k.progress, k.signals, k.done(job_id), k.dead]
         others = _others(queues)
         for queue in others:
             keys += [k.ready_of(queue), k.due_of(queue)]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 from .errors import InvalidJob
 from .job import Job
 from .keys import DEFAULT_QUEUE, check_name
+from .limits import Limits, make_limits
 from .protocol import MAX_PRIORITY as MAX_PRIORITY  # noqa: PLC0414 (the CLI imports it here)
 from .protocol import MIN_PRIORITY as MIN_PRIORITY  # noqa: PLC0414 (the CLI imports it here)
 
@@ -33,6 +34,9 @@ class Options:
     queue: str | None = None
     """The queue the job goes to; ``None`` takes its task's (the default queue for a task
     this process does not know)."""
+    limits: Limits | None = None
+    """Limits of this call in place of its task's (carried in the job's record); ``None``: the
+    task's, as the worker that runs it knows them."""
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -94,6 +98,17 @@ class TaskConfig:
     backoff_max: float = 600.0
     queue: str = DEFAULT_QUEUE
     """The queue its jobs go to, unless a call names another; workers serve named queues."""
+    rate_limit: str | None = None
+    """At most this many starts (``"N/s"``, ``"N/m"``, ``"N/h"``) across all workers, spaced
+    evenly (per value of ``limit_by`` if set)."""
+    rate_burst: int | None = None
+    """Starts that may come at once after a pause (default 1: none early)."""
+    concurrency_limit: int | None = None
+    """At most this many runs at once across all workers (per value of ``limit_by`` if set)."""
+    limit_by: str | None = None
+    """An argument of the task whose value keys its own limits (one budget per value)."""
+    limiter: str | None = None
+    """A named budget (`App.limiter`) shared with other tasks."""
 
     def __post_init__(self) -> None:
         try:
@@ -110,6 +125,19 @@ class TaskConfig:
             raise InvalidJob(f"result_ttl must be >= 0 seconds or None, got {self.result_ttl}")
         if self.backoff < 0 or self.backoff_max < 0:
             raise InvalidJob("backoff and backoff_max must be >= 0 seconds")
+        self.make_limits()
+
+    def make_limits(self, fn: Callable[..., Any] | None = None) -> Limits:
+        """The task's checked limits (``fn``: its function, whose arguments limit_by names)."""
+        return make_limits(
+            what=f"task {self.name!r}",
+            rate_limit=self.rate_limit,
+            rate_burst=self.rate_burst,
+            concurrency_limit=self.concurrency_limit,
+            limit_by=self.limit_by,
+            limiter=self.limiter,
+            fn=fn,
+        )
 
 
 class Bound(Generic[P, R]):
@@ -139,6 +167,8 @@ class Task(Generic[P, R]):
         self.fn = fn
         self.config = config
         self.is_async = inspect.iscoroutinefunction(fn)
+        self.limits = config.make_limits(fn)
+        """What its runs acquire (empty: unlimited, the worker adds no round trip)."""
         self._defaults = Options(priority=config.priority, queue=config.queue)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -161,10 +191,35 @@ class Task(Generic[P, R]):
         at: datetime | None = None,
         key: str | None = None,
         queue: str | None = None,
+        rate_limit: str | None = None,
+        rate_burst: int | None = None,
+        concurrency_limit: int | None = None,
+        limit_by: str | None = None,
+        limiter: str | None = None,
     ) -> Bound[P, R]:
+        """Per-call options. A limit given here replaces the task's for this call: the rate
+        options together, ``concurrency_limit``, ``limit_by`` and ``limiter`` each on its own
+        (the others stay the task's)."""
         prio = self.config.priority if priority is None else priority
         q = self.config.queue if queue is None else queue
-        return Bound(self, Options(priority=prio, delay=delay, at=at, key=key, queue=q))
+        limits = None
+        given = (rate_limit, rate_burst, concurrency_limit, limit_by, limiter)
+        if any(v is not None for v in given):
+            c = self.config
+            rated = rate_limit is not None or rate_burst is not None
+            limits = make_limits(
+                what=f"{self.name}.options(...)",
+                rate_limit=rate_limit if rated else c.rate_limit,
+                rate_burst=rate_burst if rated else c.rate_burst,
+                concurrency_limit=c.concurrency_limit
+                if concurrency_limit is None
+                else concurrency_limit,
+                limit_by=c.limit_by if limit_by is None else limit_by,
+                limiter=c.limiter if limiter is None else limiter,
+                fn=self.fn,
+            )
+        options = Options(priority=prio, delay=delay, at=at, key=key, queue=q, limits=limits)
+        return Bound(self, options)
 
     def prepare(self, *args: P.args, **kwargs: P.kwargs) -> Prepared:
         """A job for `App.enqueue_many`, with this task's default options."""

@@ -13,7 +13,9 @@ REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
 DOCS = [REPO / "README.md", REPO / "bench" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 CITED = re.compile(r"bench/results/([\w.-]*\w)")
-RUN = re.compile(r"(?:core|periodic|schedule-memory|checkpoints|elastic)-(?:quick-)?\d{8}T\d{6}Z")
+RUN = re.compile(
+    r"(?:core|periodic|schedule-memory|checkpoints|elastic|limits)-(?:quick-)?\d{8}T\d{6}Z"
+)
 SOURCE = re.compile(r"\((periodic-\d{8}T\d{6}Z\.json)\)")
 """How a report rebuilt with ``bench.periodic --render`` names each run it was rebuilt from."""
 

@@ -41,9 +41,10 @@ SHARED = [
     "THROUGHPUT_WINDOW_MS",
     "THROUGHPUT_WINDOWS",
     "PAUSED_FLAG",
+    "LIMIT_PREFIX",
 ]
 #: Constants only Lua needs (a new one must be placed in one of the two lists).
-LUA_ONLY = {"CALL_MANY_CHUNK"}
+LUA_ONLY = {"CALL_MANY_CHUNK", "LIMIT_PURGE", "LIMIT_RECHECK_MS", "LIMIT_NEAR_MS"}
 
 LAYOUTS = {
     "JOB_STATE_FIELDS": FIELD_SEP.join(JOB_STATE_FIELDS),

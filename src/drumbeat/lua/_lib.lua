@@ -460,3 +460,75 @@ local function upcoming_buckets(due_key, now)
   end
   return out
 end
+
+-- Limits (acquire_limits.lua, release_limits.lua). A limiter key's `limit:<key>` hash holds
+-- its GCRA theoretical arrival time (`tat`, ms: of the starts themselves), its booking pointer
+-- (`book`, ms: the same for the starts booked ahead, which may come late) and its limit as the
+-- last worker that acquired it knew it (`interval` ms between starts, 0 for no rate; `tolerance` ms; `concurrency`, 0 for
+-- none), so a worker that only releases it needs no configuration. Its marker in a queue's
+-- `due` is "l:<key name>".
+local LIMIT_PREFIX = 'l:'
+-- Lapsed permits looked at per call (each costs a lease lookup).
+local LIMIT_PURGE = 16
+-- A key's marker comes due at least this far ahead, so a key that can do nothing yet (its
+-- parked jobs belong to queues the caller did not pass) is not looked at on every claim.
+local LIMIT_RECHECK_MS = 5
+-- A start the rate allows within this many ms is granted for that time: the worker waits for it
+-- holding its claim (see acquire_limits.lua).
+local LIMIT_NEAR_MS = 20
+
+-- Reads the key's state into `l`; writes the limit given (`l.interval` set) when it changed.
+local function limit_config(l)
+  local raw = redis.call('HMGET', l.limit, 'tat', 'book', 'interval', 'tolerance', 'concurrency')
+  l.tat, l.book = tonumber(raw[1]) or 0, tonumber(raw[2]) or 0
+  if l.interval == nil then
+    l.interval, l.tolerance = tonumber(raw[3]) or 0, tonumber(raw[4]) or 0
+    l.concurrency = tonumber(raw[5]) or 0
+  elseif l.interval ~= tonumber(raw[3]) or l.tolerance ~= tonumber(raw[4])
+      or l.concurrency ~= tonumber(raw[5]) then
+    redis.call('HSET', l.limit, 'interval', string.format('%.6f', l.interval),
+      'tolerance', string.format('%.6f', l.tolerance), 'concurrency', l.concurrency)
+  end
+end
+
+-- The permits held on the key. When they reach its concurrency, lapsed ones are looked at
+-- first: renewed to their job's lease deadline while it holds a live lease, else dropped (its
+-- worker crashed: the reaper requeues the job, which acquires again; or a ticket's job went
+-- elsewhere).
+local function permits_held(l, now)
+  local n = redis.call('ZCARD', l.permits)
+  if l.concurrency > 0 and n < l.concurrency then return n end
+  local lapsed = redis.call('ZRANGEBYSCORE', l.permits, '-inf', now, 'LIMIT', 0, LIMIT_PURGE)
+  for _, m in ipairs(lapsed) do
+    local lease = tonumber(redis.call('ZSCORE', l.leases, m))
+    if lease and lease > now then
+      redis.call('ZADD', l.permits, lease, m)
+    else
+      redis.call('ZREM', l.permits, m)
+      n = n - 1
+    end
+  end
+  return n
+end
+
+-- The earliest time a start can be booked on a key with a rate: after every start booked and
+-- every start made (either may be ahead, when booked jobs start late).
+local function booking_at(l, now)
+  return math.max(now, math.max(l.book, l.tat) - l.tolerance)
+end
+
+-- When a worker should next call release_limits.lua for a key with parked jobs: when its rate
+-- can book starts again (half a horizon ahead, so each call books a batch), or when its
+-- earliest permit lapses (a crashed run frees its permit with its lease), whichever is first.
+local function limit_attention(l, now, horizon)
+  local at = nil
+  if l.concurrency > 0 then
+    local head = redis.call('ZRANGE', l.permits, 0, 0, 'WITHSCORES')
+    at = head[2] and tonumber(head[2]) or now
+  end
+  if l.interval > 0 then
+    local rate_at = math.max(l.book, l.tat) - l.tolerance - horizon / 2
+    if at == nil or rate_at < at then at = rate_at end
+  end
+  return math.floor(math.max(at or now, now + LIMIT_RECHECK_MS))
+end

@@ -3,7 +3,9 @@
 -- priority, then enqueue order, across queues (see pop_queues), and gives each a lease and a
 -- fresh fencing token. Takes the due runs of the schedule buckets the worker passed (those that
 -- headed `due` at its last call, see upcoming_buckets) and re-scores their markers that are
--- due; reports other due buckets, whose keys it cannot name, for promote_runs.lua. Records the
+-- due; reports other due buckets, whose keys it cannot name, for promote_runs.lua, and the due
+-- markers of limiter keys ("l:<key name>", whose keys it cannot name either), for
+-- release_limits.lua; both step aside for BUCKET_HOLD_MS. Records the
 -- lateness of every schedule run it starts. Schedules belong to the default queue: their
 -- markers live in its `due`, and buckets are passed only when it is the first queue served.
 --
@@ -15,7 +17,8 @@
 --          bucket (n = ARGV[5])
 -- ARGV[1] worker id   ARGV[2] limit   ARGV[3] lease_ms   ARGV[4] most due entries to promote
 -- ARGV[5] number of served queues (n)   ARGV[5 + i] the i-th passed bucket number
--- Returns {now_ms, next_due_ms or -1, {due bucket numbers to promote}, {upcoming bucket
+-- Returns {now_ms, next_due_ms or -1, {due bucket numbers to promote, and due limiter markers
+--          "l:<key name>"}, {upcoming bucket
 --          numbers}, priority of the best job left in the served `ready` keys or -1, then per
 --          item: id, spec or false, attempt, stalls, token, priority, extra, saved progress or
 --          false, then false or "<queue ('' for the default one)>|<ms it was first handed back
@@ -83,8 +86,9 @@ for q, queue in ipairs(queues) do
   local due = redis.call('ZRANGEBYSCORE', queue.due, '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
   local members, held = {}, {}
   for _, member in ipairs(due) do
-    local bucket = wheel_bucket(member)
-    if bucket then
+    local prefix = string.sub(member, 1, 2)
+    if prefix == WHEEL_PREFIX then
+      local bucket = string.sub(member, 3)
       if is_passed[bucket] then  -- its runs are taken below, and its marker re-scored
         passed_due[bucket] = true
       else
@@ -92,6 +96,10 @@ for q, queue in ipairs(queues) do
         held[#held + 1] = now + BUCKET_HOLD_MS
         held[#held + 1] = member
       end
+    elseif prefix == LIMIT_PREFIX then  -- reported whole, for release_limits.lua
+      buckets[#buckets + 1] = member
+      held[#held + 1] = now + BUCKET_HOLD_MS
+      held[#held + 1] = member
     else
       members[#members + 1] = member
     end

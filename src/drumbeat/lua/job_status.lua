@@ -27,8 +27,9 @@ elseif redis.call('ZSCORE', ready, id) then status = 'queued'
 elseif redis.call('ZSCORE', due, id) then status = 'scheduled'
 elseif redis.call('ZSCORE', KEYS[4], id) then status = 'dead'
 elseif outcome then status = 'finished'
--- A job of a queue the caller did not name waits in that queue's `ready` or `due`.
-elseif state and ready == KEYS[1] and parse_state(state).queue ~= '' then status = 'queued'
+-- A job of a queue the caller did not name waits in that queue's `ready` or `due`; a job with
+-- a state in none of these is parked on a limiter key (`parked:<key>`): it waits too.
+elseif state then status = 'queued'
 end
 local wait_ms = tonumber(ARGV[2]) or 0
 if wait_ms > 0 and (status == 'running' or status == 'queued' or status == 'scheduled') then

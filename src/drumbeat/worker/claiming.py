@@ -12,6 +12,7 @@ Redis.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -73,6 +74,9 @@ class Claimer:
         """Whether a running job checkpoints (so promoting what comes due may let it lend)."""
         self.on_best: Callable[[int], None] = lambda best: None
         """Told the priority of the best job left in the jobs' `ready` after each claim."""
+        self.release_limits: Callable[[int, str, list[str]], Call[list[int]]] | None = None
+        """Makes the call that moves on the jobs parked on limiter keys whose markers a claim
+        found due (`limiting.Gate.release_call`)."""
 
     def now_ms(self) -> int:
         """Redis server time in ms, as last seen by a claim (worker clocks drift)."""
@@ -194,6 +198,15 @@ class Claimer:
             for job in result.jobs:
                 self._start(shard, job)
             took += len(result.jobs)
+            if result.limiters and self.release_limits is not None:
+                # The claim stepped these markers aside for a second: move their jobs on now,
+                # and wake for the first start that booked (the reply predates it).
+                (released,) = await self._link.run(
+                    [self.release_limits(shard, "", result.limiters)]
+                )
+                due = released[1]
+                if due >= 0 and (result.next_due_ms is None or due < result.next_due_ms):
+                    result = dataclasses.replace(result, next_due_ms=due)
             if not result.buckets:
                 return took, result
             # The claim stepped these buckets aside for a second: promote them now.

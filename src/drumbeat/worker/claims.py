@@ -43,6 +43,11 @@ class Claim:
     """The task, once the runner decoded the record (for the metrics counters)."""
     seconds: float = 0.0
     """How long the run took, once it ended."""
+    held_limits: list[str] = field(default_factory=list)
+    """Limiter keys whose concurrency permits the run holds (released when it ends)."""
+    acquiring: bool = False
+    """Its limits are being acquired: a lease the heartbeat finds gone meanwhile was given up
+    by acquire_limits.lua (the job waits for its limits), not taken over."""
 
     @property
     def key(self) -> ClaimKey:

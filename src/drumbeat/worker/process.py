@@ -32,6 +32,7 @@ from .claims import ClaimTable
 from .hooks import Hooks
 from .housekeeping import Housekeeper
 from .leases import Heartbeat
+from .limiting import Gate
 from .link import Link
 from .liveness import SUPERVISOR_FD, TICK, CpuMeter, Liveness
 from .recycling import Budget, Recycler
@@ -109,6 +110,11 @@ class Worker:
             start=self.runs.start, stopping=self._stopping, queues=self.queues,
         )  # fmt: skip
         self.runs.now_ms = self.claimer.now_ms
+        self.gate = Gate(app, self.shards, self.queues)
+        self.gate.check()
+        self.runner.gate = self.gate
+        self.runs.release = self.gate.release
+        self.claimer.release_limits = self.gate.release_call
         self.housekeeper = Housekeeper(
             self.shards, self.settings, self._stopping, app.keys.queues, self.queues
         )
@@ -224,6 +230,7 @@ class Worker:
         try:
             await connections.acheck_server(client)
             await self.claimer.open(client)
+            self.gate.client = client
             self.lending.open(client)
             self.heartbeat.start()
             # Registered (visible to `drumbeat status` and the reaper) before it claims.

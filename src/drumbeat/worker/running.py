@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from drumbeat.runner import (
@@ -17,6 +17,7 @@ from drumbeat.runner import (
     Done,
     HandBack,
     Outcome,
+    Parked,
     RunDone,
     Runner,
     Unknown,
@@ -34,7 +35,7 @@ log = logging.getLogger("drumbeat.worker")
 
 _END_NAMES: dict[type[Outcome], str] = {
     Done: "done", Again: "retry", Bury: "dead", Cancelled: "cancelled", HandBack: "handback",
-    Unknown: "handback",
+    Unknown: "handback", Parked: "limited",
 }  # fmt: skip
 
 
@@ -55,6 +56,8 @@ class Runs:
         """Redis time (the claimer's clock)."""
         self.control: Callable[[Claim], Control] | None = None
         """Makes each run's checkpoints (`checkpoints.Lending.control`)."""
+        self.release: Callable[[int, str, list[str]], Awaitable[None]] | None = None
+        """Frees the concurrency permits of a run that ended (`limiting.Gate.release`)."""
 
     def start(self, shard: int, job: Claimed) -> None:
         claim = self.table.hold(shard, job)
@@ -89,7 +92,9 @@ class Runs:
             claim.seconds = time.monotonic() - started
             if isinstance(outcome, Bury):
                 log.error("job %s dead-lettered: %s", job.id, outcome.reason)
-            if not claim.lost:
+            if isinstance(outcome, Parked):  # no longer claimed: nothing to settle
+                self.table.release(claim)
+            elif not claim.lost:
                 self.settler.add(claim, outcome)
         except asyncio.CancelledError:
             end = "cancelled"
@@ -102,6 +107,8 @@ class Runs:
             self.table.release(claim)
         finally:
             self.table.ended(claim)
+            if claim.held_limits and not claim.lost and self.release is not None:
+                await self.release(claim.shard, job.id, claim.held_limits)
             if hooks.per_job:
                 await hooks.after(JobEnd(job, end, time.monotonic() - started))
 
@@ -122,6 +129,8 @@ class Runs:
         """Leases taken over (fencing): those runs may no longer settle anything."""
         for key in lost:
             claim = self.table.lose(key)
+            if claim is not None and claim.acquiring:
+                continue  # given up to wait for its limits (or lost: the gate logs that)
             if claim is not None and claim.task is not None and not claim.task.done():
                 log.warning("lease on job %s (token %s) was taken over; cancelling this run",
                             *key)  # fmt: skip

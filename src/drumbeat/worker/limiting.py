@@ -1,0 +1,130 @@
+"""Limiting: the rate and concurrency limits a claimed job must acquire before it runs.
+
+A claim cannot check limits itself: a job's limiter keys depend on its task and on the value of
+its ``limit_by`` argument (one key per user, say: unbounded, so no script can name them before
+it runs). So the runner, once it has decoded a job of a limited task, asks `Gate.acquire`
+(acquire_limits.lua, one round trip): the job runs, or it gives up its claim (not an attempt)
+and waits in Redis, in `due` until a booked start or parked on a key until a release moves it
+on. When the run ends in any way, `Gate.release` frees its concurrency permits and moves parked
+jobs on (release_limits.lua); a claim that finds a key's marker due calls it too. Jobs of
+unlimited tasks never come here: they cost what they cost before limits existed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio as aredis
+
+from drumbeat.errors import InvalidJob
+from drumbeat.job import Spec
+from drumbeat.limits import Limit, Limits, argument_value, limiter_key, task_key, value_key
+from drumbeat.scripts import Call, Claimed, Scripts
+
+if TYPE_CHECKING:
+    from drumbeat.app import App
+    from drumbeat.task import Task
+
+log = logging.getLogger("drumbeat.worker")
+
+#: How far ahead a rate limit books starts: a job whose start is due within this goes to
+#: `due` for that time (a claim promotes it then, on time); a later one is parked, and the key's
+#: marker comes due when a release can book a batch (half a horizon's worth) again.
+HORIZON_MS = 200
+#: At most this many parked jobs are moved on per key per release call.
+RELEASE_BATCH = 100
+
+
+class Gate:
+    """Acquires and releases the limiter keys of a worker's runs."""
+
+    def __init__(self, app: App, shards: Sequence[Scripts], queues: Sequence[str]) -> None:
+        self.app = app
+        self.shards = shards
+        self.lease_ms = app.settings.lease_ms
+        # Parked jobs of these queues can be moved on by this worker: the ones it serves and
+        # the ones its tasks name.
+        self.queues = list(dict.fromkeys([*queues, *app.queues()]))
+        self.client: aredis.Redis | None = None
+        self.parked = 0
+        """Runs that gave up their claim to wait for a limit (booked or parked)."""
+
+    def check(self) -> None:
+        """Refuses to start a worker whose tasks name a limiter the app does not declare."""
+        for task in self.app.tasks.values():
+            name = task.limits.limiter
+            if name is not None and name not in self.app.limiters:
+                raise InvalidJob(
+                    f"task {task.name!r} names limiter {name!r}, which is not declared; call "
+                    f"app.limiter({name!r}, rate=..., concurrency=...) where the tasks are"
+                )
+
+    def keys_of(self, task: Task[Any, Any], spec: Spec) -> list[tuple[str, Limit]]:
+        """The limiter keys a run of ``task`` with this call must hold (empty: unlimited)."""
+        limits = task.limits if spec.limits is None else Limits.from_record(spec.limits)
+        if not limits:
+            return []
+        keyed: list[tuple[str, Limit]] = []
+        if limits.own is not None:
+            name = task_key(task.name)
+            if limits.limit_by is not None:
+                value = argument_value(task.fn, limits.limit_by, spec.args, spec.kwargs)
+                name += value_key(value)
+            keyed.append((name, limits.own))
+        if limits.limiter is not None:
+            limit = self.app.limiters.get(limits.limiter)
+            if limit is None:
+                raise InvalidJob(
+                    f"limiter {limits.limiter!r} is not declared in this worker's app; "
+                    f"declare it with app.limiter({limits.limiter!r}, ...)"
+                )
+            keyed.append((limiter_key(limits.limiter), limit))
+        return keyed
+
+    async def acquire(
+        self,
+        shard: int,
+        job: Claimed,
+        keyed: list[tuple[str, Limit]],
+        now_ms: Callable[[], int],
+    ) -> bool:
+        """True: the run may start now. False: the job gave up its claim to wait (or its
+        lease was lost), so the run must not start. ``now_ms``: Redis time, as the worker
+        knows it."""
+        assert self.client is not None
+        call = self.shards[shard].acquire_limits(
+            job.id, job.token, queue=job.queue, lease_ms=self.lease_ms, horizon_ms=HORIZON_MS,
+            limits=[(name, limit.args()) for name, limit in keyed],
+        )  # fmt: skip
+        reply = await call.arun(self.client)
+        if reply[0] == 1:
+            # Granted for a start a few ms ahead (LIMIT_NEAR_MS): wait for that time itself
+            # (Redis' clock), not for a delay from the call, whose reply may come late.
+            delay = reply[1] - now_ms()
+            if delay > 0:
+                await asyncio.sleep(delay / 1000)
+            return True
+        if reply[0] == 0:
+            log.warning("job %s: its lease was taken over before its limits were acquired", job.id)
+        else:
+            self.parked += 1
+        return False
+
+    def release_call(self, shard: int, job_id: str, names: Sequence[str]) -> Call[list[int]]:
+        return self.shards[shard].release_limits(
+            job_id, names, queues=self.queues, horizon_ms=HORIZON_MS, lease_ms=self.lease_ms,
+            batch=RELEASE_BATCH,
+        )  # fmt: skip
+
+    async def release(self, shard: int, job_id: str, names: Sequence[str]) -> None:
+        """Frees ``job_id``'s permits on ``names`` (its run ended) and moves parked jobs on.
+        Best effort: a permit left behind lapses with the job's lease and is purged."""
+        assert self.client is not None
+        try:
+            await self.release_call(shard, job_id, names).arun(self.client)
+        except Exception as exc:
+            log.warning("releasing the limits of job %s failed (%s: %s); they lapse with its "
+                        "lease", job_id, type(exc).__name__, exc)  # fmt: skip

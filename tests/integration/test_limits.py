@@ -1,0 +1,261 @@
+"""Rate and concurrency limits on workers of the test's loop: options checked where they are
+given, a limited job holding no slot and no attempt while it waits, permits released on a
+hand-back, a named limiter shared by two tasks. Across worker processes (windows, load, kill -9):
+tests/process/test_limits_process.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import redis
+
+import drumbeat
+from drumbeat.errors import InvalidJob
+from tests.conftest import running_worker
+from tests.helpers import wait_for_async
+
+
+@pytest.fixture
+async def lapp(redis_url: str, namespace: str) -> AsyncIterator[drumbeat.App]:
+    app = drumbeat.App(redis_url, namespace=namespace, idle_block=0.5, maintenance_interval=0.2)
+    yield app
+    await app.aclose()
+
+
+def test_bad_limits_are_refused_where_they_are_given(lapp: drumbeat.App) -> None:
+    for rate, expected in [("0/s", "more than 0"), ("-3/s", "malformed"), ("5/d", "malformed"),
+                           ("fast", "malformed"), ("", "malformed")]:  # fmt: skip
+        with pytest.raises(InvalidJob, match=expected):
+            lapp.task(name=f"r{len(rate)}", rate_limit=rate)(lambda: None)
+    with pytest.raises(InvalidJob, match="limit_by='user' is not an argument of"):
+
+        @lapp.task(concurrency_limit=1, limit_by="user")
+        def place(user_id: int) -> None: ...
+
+    with pytest.raises(InvalidJob, match="concurrency limit must be an int >= 1, got 0"):
+        lapp.task(name="c0", concurrency_limit=0)(lambda: None)
+    with pytest.raises(InvalidJob, match="rate_burst=3 needs a rate limit"):
+        lapp.task(name="b3", rate_burst=3)(lambda: None)
+    with pytest.raises(InvalidJob, match="limit_by='x' keys the task's own limits"):
+        lapp.task(name="lb", limit_by="x")(lambda x: None)
+    with pytest.raises(InvalidJob, match="needs rate= or concurrency="):
+        lapp.limiter("empty")
+    with pytest.raises(InvalidJob, match="limiter 'bad': rate limit 'bad/s' is malformed"):
+        lapp.limiter("bad", rate="bad/s")
+
+    @lapp.task(limiter="later")
+    def fetch() -> None: ...
+
+    @lapp.task(concurrency_limit=1, limit_by="user_id")
+    def order(user_id: int, item: str = "") -> None: ...
+
+    # A limiter may be declared after its tasks; a job is refused until it is.
+    with pytest.raises(InvalidJob, match="names limiter 'later', which is not declared"):
+        fetch.enqueue()
+    with pytest.raises(InvalidJob, match="not declared"):
+        drumbeat.Worker(lapp)
+    with pytest.raises(InvalidJob, match="no value for limit_by argument 'user_id'"):
+        order.enqueue(item="x")  # type: ignore[call-arg]
+    with pytest.raises(InvalidJob, match=r"options\(\.\.\.\): rate limit '1/y' is malformed"):
+        order.options(rate_limit="1/y")
+    with pytest.raises(InvalidJob, match="limiter 'nope', which is not declared"):
+        order.options(limiter="nope").enqueue(1)
+    lapp.limiter("later", rate="5/s", concurrency=2)
+    fetch.enqueue()
+    order.enqueue(7)
+    order.enqueue(user_id=8)
+
+
+async def test_a_waiting_limited_job_takes_no_slot_and_no_attempt(
+    lapp: drumbeat.App, r: redis.Redis
+) -> None:
+    """One slot: the second job of a concurrency-1 task waits in Redis while the first runs;
+    an unlimited job enqueued after it still runs at once, and the waiting one runs later on
+    its first attempt."""
+    release = asyncio.Event()
+    attempts: dict[str, int] = {}
+
+    @lapp.task(concurrency_limit=1)
+    async def held(tag: str) -> None:
+        attempts[tag] = drumbeat.current_job().attempt
+        if tag == "first":
+            await release.wait()
+
+    @lapp.task
+    async def free() -> None:
+        attempts["free"] = drumbeat.current_job().attempt
+
+    first = await held.aenqueue("first")
+    async with running_worker(lapp, concurrency=2):
+        await wait_for_async(lambda: "first" in attempts, message="the first job should start")
+        second = await held.aenqueue("second")
+        await wait_for_async(
+            lambda: r.zcard(lapp.keys.parked(f"t:{held.name}")) == 1,
+            message="the second job should wait parked on the task's limiter key",
+        )
+        assert r.zscore(lapp.keys.leases, second.id) is None, "a parked job holds no lease"
+        # The worker's other slot is free: an unlimited job runs while the limited one waits.
+        other = await free.aenqueue()
+        await wait_for_async(lambda: "free" in attempts, message="the unlimited job should run")
+        assert await other.astatus() == "finished" or "free" in attempts
+        assert await second.astatus() == "queued"
+        assert "second" not in attempts
+        release.set()
+        await wait_for_async(lambda: "second" in attempts, message="the second should run next")
+    assert attempts == {"first": 1, "free": 1, "second": 1}
+    assert r.zcard(lapp.keys.permits(f"t:{held.name}")) == 0, "every permit is released"
+    assert await first.aresult(timeout=5) is None
+
+
+async def test_one_slot_worker_runs_an_unlimited_job_while_a_limited_one_waits(
+    lapp: drumbeat.App, r: redis.Redis
+) -> None:
+    """A 1-slot worker: the limited job cannot start (its key's only permit is held elsewhere),
+    and it must not keep the slot: the unlimited job behind it runs."""
+    ran: list[str] = []
+
+    @lapp.task(concurrency_limit=1)
+    async def held() -> None:
+        ran.append("held")
+
+    @lapp.task
+    async def free() -> None:
+        ran.append("free")
+
+    key = f"t:{held.name}"
+    r.zadd(lapp.keys.permits(key), {"elsewhere": 9e15})  # a run on another worker holds it
+    job = await held.aenqueue()
+    await free.aenqueue()
+    async with running_worker(lapp, concurrency=1):
+        await wait_for_async(lambda: ran == ["free"], message="the unlimited job should run")
+        state = r.hget(lapp.keys.state, job.id)
+        assert state is not None and state.decode().startswith("0|"), "no attempt is counted"
+        assert r.zscore(lapp.keys.parked(key), job.id) is not None
+        r.zrem(lapp.keys.permits(key), "elsewhere")
+        # Released as a run's end releases it: the parked job is moved on and runs.
+        await lapp.scripts.release_limits(
+            "", [key], queues=["default"], horizon_ms=200, lease_ms=30_000, batch=10
+        ).arun(await lapp.aredis())
+        await wait_for_async(lambda: ran == ["free", "held"], message="then the limited one")
+
+
+async def test_a_named_limiter_is_shared_by_its_tasks(lapp: drumbeat.App, r: redis.Redis) -> None:
+    lapp.limiter("shop", concurrency=2)
+    running, peak, done = 0, 0, 0
+
+    async def work() -> None:
+        nonlocal running, peak, done
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+        done += 1
+
+    @lapp.task(limiter="shop")
+    async def fetch_a() -> None:
+        await work()
+
+    @lapp.task(limiter="shop")
+    async def fetch_b() -> None:
+        await work()
+
+    await lapp.aenqueue_many([t.prepare() for _ in range(10) for t in (fetch_a, fetch_b)])
+    async with running_worker(lapp, concurrency=8):
+        await wait_for_async(lambda: done == 20, message="all 20 jobs should run", timeout=20)
+    assert peak == 2, f"at most 2 runs of the shared limiter at once, saw {peak}"
+    assert r.zcard(lapp.keys.permits("n:shop")) == 0
+
+
+async def test_a_hand_back_releases_the_permit(lapp: drumbeat.App, r: redis.Redis) -> None:
+    """A run stopped at a checkpoint by the worker's shutdown is handed back: its permit goes
+    with it, so the job waiting on the key runs on the next worker."""
+    started: list[str] = []
+
+    @lapp.task(concurrency_limit=1)
+    async def long(tag: str) -> None:
+        started.append(tag)
+        if tag == "first" and len(started) == 1:
+            while True:
+                await drumbeat.acheckpoint()
+                await asyncio.sleep(0.02)
+
+    key = f"t:{long.name}"
+    first = await long.aenqueue("first")
+    second = await long.aenqueue("second")
+    async with running_worker(lapp, concurrency=2) as worker:
+        await wait_for_async(
+            lambda: r.zcard(lapp.keys.parked(key)) == 1, message="the second job should wait"
+        )
+        worker.stop()  # graceful: the first stops at its checkpoint and is handed back
+    # Released: the permit went on to the waiting job (a ticket it runs on, without parking
+    # again), which no longer waits on the key.
+    permits = [m.decode() for m in r.zrange(lapp.keys.permits(key), 0, -1)]
+    assert first.id not in permits, f"the first job's permit should be released: {permits}"
+    assert r.zcard(lapp.keys.parked(key)) == 0
+    assert await first.astatus() == "queued", "the first job should be handed back"
+    assert second.id in permits or await second.astatus() == "complete"
+    async with running_worker(lapp, concurrency=2):
+        await wait_for_async(
+            lambda: sorted(started) == ["first", "first", "second"],
+            message="both jobs run on the next worker",
+        )
+
+
+async def test_parked_jobs_keep_priority_and_order_and_can_be_cancelled(
+    lapp: drumbeat.App, r: redis.Redis
+) -> None:
+    """Jobs parked on a key move on best first (priority, then enqueue order), whatever order
+    they parked in; a parked job can be cancelled; a call's own limits (Task.options) apply."""
+    release = asyncio.Event()
+    ran: list[str] = []
+
+    @lapp.task
+    async def step(tag: str) -> None:
+        ran.append(tag)
+        if tag == "blocker":
+            await release.wait()
+
+    one = step.options(concurrency_limit=1)  # the task has no limits: this call has
+    await one.aenqueue("blocker")
+    async with running_worker(lapp, concurrency=4):
+        await wait_for_async(lambda: ran == ["blocker"], message="the blocker should start")
+        low = [await one.aenqueue(f"low{i}") for i in range(3)]
+        high = await step.options(concurrency_limit=1, priority=5).aenqueue("high")
+        gone = await one.aenqueue("cancelled")
+        key = f"t:{step.name}"
+        await wait_for_async(
+            lambda: r.zcard(lapp.keys.parked(key)) == 5, message="all five should park"
+        )
+        assert await gone.acancel() is True
+        assert await gone.astatus() == "cancelled"
+        await step.aenqueue("free")  # the task itself is unlimited
+        await wait_for_async(lambda: "free" in ran, message="an unlimited call runs at once")
+        release.set()
+        await wait_for_async(lambda: len(ran) == 6, message="the parked jobs should all run")
+    assert ran == ["blocker", "free", "high", "low0", "low1", "low2"]
+    assert [await j.astatus() for j in (*low, high)] == ["complete"] * 4
+    assert r.zcard(lapp.keys.parked(key)) == 0 and r.zcard(lapp.keys.permits(key)) == 0
+
+
+async def test_schedule_runs_are_limited_too(redis_url: str, namespace: str) -> None:
+    lapp = drumbeat.App(redis_url, namespace=namespace, idle_block=0.5, min_interval=0.05)
+    running, peak, done = 0, 0, 0
+
+    @lapp.task(concurrency_limit=1)
+    async def poll(n: int) -> None:
+        nonlocal running, peak, done
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+        done += 1
+
+    for i in range(3):
+        await lapp.aschedule(f"poll{i}", poll, every=0.1, args=[i])
+    async with running_worker(lapp, concurrency=4):
+        await wait_for_async(lambda: done >= 8, message="the schedules should run", timeout=20)
+        await lapp.aunschedule("poll0", "poll1", "poll2")
+    await lapp.aclose()
+    assert peak == 1, f"at most one run of the concurrency-1 task at once, saw {peak}"
