@@ -10,8 +10,11 @@ monitor runs to be ordered. Exits 0 only if every check of the summary passed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import math
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -40,11 +43,15 @@ LATENESS_P99_MS = 200.0
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m examples.marketplace", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--monitors", type=int, default=3000, help="user monitors (default 3000)")
+    p.add_argument("--monitors", type=int, default=2000, help="user monitors (default 2000)")
     p.add_argument("--seconds", type=float, default=60.0, help="how long to run (default 60)")
     p.add_argument("--listings-per-s", type=float, default=3.0, help="new listings a second")
     p.add_argument("--autoscale", default="1:4", help="worker processes MIN:MAX (default 1:4)")
     p.add_argument("--concurrency", type=int, default=50, help="slots per worker process")
+    p.add_argument("--max-p99-ms", type=float, default=LATENESS_P99_MS,
+                   help="the run lateness p99 to stay under (default 200, the original "
+                   "system's figure)")  # fmt: skip
+    p.add_argument("--report", type=Path, help="also write the summary's checks here, as JSON")
     args = p.parse_args(argv)
     if args.monitors < 1:
         p.error(f"--monitors must be at least 1, got {args.monitors}")
@@ -111,8 +118,8 @@ class Check:
 
 
 def _checks(
-    last: view.Snapshot, monitors: list[catalog.Monitor], market: Market, elapsed: float,
-    worker_code: int,
+    last: view.Snapshot, monitors: list[catalog.Monitor], market: Market, elapsed: float, *,
+    worker_code: int, max_p99_ms: float,
 ) -> list[Check]:  # fmt: skip
     expected = catalog.expected_orders(monitors, market.listings())
     placed = set(market.orders())
@@ -127,7 +134,7 @@ def _checks(
         Check(
             "run lateness p50 / p99 / max (drumbeat)",
             f"{view.ms(late.p50_ms)} / {view.ms(late.p99_ms)} / {view.ms(late.max_bin_ms)}",
-            late.p99_ms is not None and late.p99_ms < LATENESS_P99_MS,
+            late.p99_ms is not None and late.p99_ms < max_p99_ms,
         ),
         Check(
             "searches / peak in any 1 s (budget)",
@@ -148,7 +155,15 @@ def _checks(
             m.peak_user_orders <= 1 or not one_per_user,
         ),
         Check("workers stopped cleanly (exit code)", str(worker_code), worker_code == 0),
+        Check("CPU of the worker processes, per monitor run", _cpu_per_run(late.runs), True),
     ]
+
+
+def _cpu_per_run(runs: int) -> str:
+    # The supervisor waited for its workers and we for it: their CPU time is counted here.
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime
+    return f"{cpu:.1f} s, {1000 * cpu / max(1, runs):.2f} ms"
 
 
 def _summary(checks: list[Check]) -> Table:
@@ -205,7 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         worker_code = _stop(workers)
     last = view.snapshot(app, market, time.monotonic())
     server.stop()
-    checks = _checks(last, monitors, market, elapsed, worker_code)
+    checks = _checks(
+        last, monitors, market, elapsed, worker_code=worker_code, max_p99_ms=args.max_p99_ms
+    )
+    if args.report:
+        args.report.write_text(json.dumps([dataclasses.asdict(c) for c in checks], indent=1))
     console.print(_summary(checks))
     passed = all(c.ok for c in checks)
     log = logs / "workers.log"

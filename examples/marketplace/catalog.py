@@ -23,9 +23,10 @@ SEARCH_CEILING = MONITOR_PRICES[1]
 
 #: Seconds between two runs of one monitor.
 EVERY = 5.0
-#: A search of a keyword is reused for this long: at most one search per keyword starts per
-#: this many seconds, so the marketplace sees at most len(KEYWORDS) / FRESH searches a second
-#: (40 / 0.5 = 80 < 200) whatever the number of monitors.
+#: A search of a keyword is reused for this long: searches of one keyword start at least FRESH
+#: seconds apart (by the Redis clock), so the marketplace sees about len(KEYWORDS) / FRESH = 80
+#: searches a second whatever the number of monitors (a request delayed on its way can put a
+#: third search of a keyword in one second: 120 at worst, under the 200/s budget).
 FRESH = 0.5
 
 

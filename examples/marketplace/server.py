@@ -34,7 +34,8 @@ from .catalog import KEYWORDS, LISTING_PRICES, Listing
 SEARCH_BUDGET = 200
 #: Listings a search returns at most, newest first.
 PAGE = 100
-#: How long an order takes to place: long enough for two of one user's orders to overlap.
+#: How long an order takes to confirm after it is recorded: long enough for two of one user's
+#: orders to overlap.
 ORDER_SECONDS = 0.02
 
 
@@ -127,21 +128,21 @@ class Market:
         with self._lock:
             return item_id in self._ids
 
-    def begin_order(self, user_id: int) -> None:
+    def begin_order(self, user_id: int, item_id: str) -> bool:
+        """Records the order as it arrives; True if the user had ordered this item already."""
         with self._lock:
             self._in_flight[user_id] += 1
             self._peak_user = max(self._peak_user, self._in_flight[user_id])
-
-    def end_order(self, user_id: int, item_id: str) -> bool:
-        """Records the order; True if the user had ordered this item already."""
-        with self._lock:
-            self._in_flight[user_id] -= 1
             self._order_count += 1
             key = (user_id, item_id)
             self._orders[key] = self._orders.get(key, 0) + 1
             duplicate = self._orders[key] > 1
             self._duplicates += duplicate
             return duplicate
+
+    def end_order(self, user_id: int) -> None:
+        with self._lock:
+            self._in_flight[user_id] -= 1
 
     def ordered(self, user_id: int, item_id: str) -> int:
         with self._lock:
@@ -190,9 +191,11 @@ def routes(market: Market) -> Starlette:
             return JSONResponse({"error": 'expected {"user_id": int, "item_id": str}'}, 400)
         if not market.known(item_id):
             return JSONResponse({"error": f"no listing {item_id!r}"}, 404)
-        market.begin_order(user_id)
-        await asyncio.sleep(ORDER_SECONDS)
-        duplicate = market.end_order(user_id, item_id)
+        duplicate = market.begin_order(user_id, item_id)
+        try:
+            await asyncio.sleep(ORDER_SECONDS)
+        finally:
+            market.end_order(user_id)
         return JSONResponse({"ordered": item_id, "duplicate": duplicate}, 201)
 
     async def lookup(request: Request) -> JSONResponse:
