@@ -2,9 +2,11 @@
 
 Starts the fake marketplace (server.py) on loopback, a supervisor with autoscaled worker
 processes (``drumbeat worker examples.marketplace:app --autoscale 1:4``), registers the users'
-monitors with ``schedule_many``, shows the figures live, and after ``--seconds`` prints a
-summary. Listings stop appearing `SETTLE` seconds before the end, so every match has had two
-monitor runs to be ordered. Exits 0 only if every check of the summary passed.
+monitors with ``schedule_many`` and shows the figures live: first ``--warmup`` seconds of
+monitor runs alone (the pool scales to the load and opens its connections; reported apart),
+then ``--seconds`` with listings appearing, which stop `SETTLE` seconds before the end so that
+every match has had two monitor runs to be ordered. Then it prints a summary, and exits 0 only
+if every check of the summary passed.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--monitors", type=int, default=2000, help="user monitors (default 2000)")
     p.add_argument("--seconds", type=float, default=60.0, help="how long to run (default 60)")
+    p.add_argument("--warmup", type=float, default=2 * catalog.EVERY,
+                   help="seconds of monitor runs before the measured ones (default 10): the "
+                   "pool scales to the load and opens its connections; shown apart")  # fmt: skip
     p.add_argument("--listings-per-s", type=float, default=3.0, help="new listings a second")
     p.add_argument("--autoscale", default="1:4", help="worker processes MIN:MAX (default 1:4)")
     p.add_argument("--concurrency", type=int, default=50, help="slots per worker process")
@@ -101,6 +106,34 @@ def _first_searches(timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
+def _watch(
+    console: Console, market: Market, workers: subprocess.Popen[bytes], warmup: float,
+    seconds: float,
+) -> tuple[view.Snapshot, float]:  # fmt: skip
+    """Shows the figures live: ``warmup`` seconds of monitor runs alone, then ``seconds`` with
+    listings appearing (they stop `SETTLE` s before the end). Returns the snapshot taken as
+    the warm-up ended and the seconds measured after it."""
+    start = time.monotonic()
+    before = now = mark = view.snapshot(app, market, start)
+    t0: float | None = None
+    with Live(console=console, refresh_per_second=4, transient=False) as live:
+        while (t0 is None or time.monotonic() - t0 < seconds) and workers.poll() is None:
+            if t0 is None and time.monotonic() - start >= warmup:
+                t0, mark = time.monotonic(), now
+                market.publishing.set()
+            if t0 is not None and time.monotonic() - t0 >= seconds - SETTLE:
+                market.publishing.clear()
+            time.sleep(1.0)
+            before, now = now, view.snapshot(app, market, time.monotonic())
+            phase = (f"warming up {time.monotonic() - start:3.0f} / {warmup:.0f} s" if t0 is None
+                     else f"{time.monotonic() - t0:4.0f} / {seconds:.0f} s")  # fmt: skip
+            live.update(view.live(now, before, phase))
+    console.print()
+    if workers.poll() is not None:
+        console.print(f"[red]the workers exited early (exit code {workers.returncode})[/]")
+    return mark, 0.0 if t0 is None else time.monotonic() - t0
+
+
 def _stop(workers: subprocess.Popen[bytes]) -> int:
     workers.send_signal(signal.SIGTERM)
     try:
@@ -118,18 +151,25 @@ class Check:
 
 
 def _checks(
-    last: view.Snapshot, monitors: list[catalog.Monitor], market: Market, elapsed: float, *,
-    worker_code: int, max_p99_ms: float,
+    mark: view.Snapshot, last: view.Snapshot, monitors: list[catalog.Monitor], market: Market,
+    elapsed: float, *, worker_code: int, max_p99_ms: float, warmup: float,
 ) -> list[Check]:  # fmt: skip
     expected = catalog.expected_orders(monitors, market.listings())
     placed = set(market.orders())
     missed, unasked = expected - placed, placed - expected
-    m, late = last.market, last.total
-    # Every monitor has at least floor(elapsed / EVERY) slots in the run; its last one may
-    # still have been queued when the workers stopped.
+    m = last.market
+    warm, late = view.run_lateness(mark.bins), view.run_lateness(last.bins, since=mark.bins)
+    # Every monitor has at least floor(elapsed / EVERY) slots in the measured time; its last
+    # one may still have been queued when the workers stopped.
     due = len(monitors) * max(0, math.floor(elapsed / catalog.EVERY) - 1)
     one_per_user = "concurrency_limit" in LIMITS["place_order"]
     return [
+        Check(
+            f"warm-up ({warmup:.0f} s): runs, lateness p50 / p99 / max",
+            f"{warm.runs:,}: {view.ms(warm.p50_ms)} / {view.ms(warm.p99_ms)} / "
+            f"{view.ms(warm.max_bin_ms)}",
+            True,
+        ),
         Check("monitor runs started (at least)", f"{late.runs:,} ({due:,})", late.runs >= due),
         Check(
             "run lateness p50 / p99 / max (drumbeat)",
@@ -155,7 +195,11 @@ def _checks(
             m.peak_user_orders <= 1 or not one_per_user,
         ),
         Check("workers stopped cleanly (exit code)", str(worker_code), worker_code == 0),
-        Check("CPU of the worker processes, per monitor run", _cpu_per_run(late.runs), True),
+        Check(
+            "CPU of the worker processes (with start-up), per run",
+            _cpu_per_run(warm.runs + late.runs),
+            True,
+        ),
     ]
 
 
@@ -201,27 +245,21 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"marketplace at [cyan]{server.url}[/]; {len(monitors):,} monitors of "
                       f"{len({m.user_id for m in monitors}):,} users registered in "
                       f"{1000 * (time.monotonic() - t0):.0f} ms; workers' log: {logs}")  # fmt: skip
-        market.publishing.set()
-        before = now = view.snapshot(app, market, time.monotonic())
-        with Live(console=console, refresh_per_second=4, transient=False) as live:
-            while (elapsed := time.monotonic() - t0) < args.seconds:
-                if elapsed >= args.seconds - SETTLE:
-                    market.publishing.clear()
-                if workers.poll() is not None:
-                    console.print(f"[red]the workers exited early ({workers.returncode})[/]")
-                    break
-                time.sleep(1.0)
-                before, now = now, view.snapshot(app, market, time.monotonic())
-                live.update(view.live(now, before, elapsed, args.seconds))
-        console.print()
-        elapsed = time.monotonic() - t0
+        mark, elapsed = _watch(console, market, workers, args.warmup, args.seconds)
     finally:
         market.publishing.clear()
         worker_code = _stop(workers)
     last = view.snapshot(app, market, time.monotonic())
     server.stop()
     checks = _checks(
-        last, monitors, market, elapsed, worker_code=worker_code, max_p99_ms=args.max_p99_ms
+        mark,
+        last,
+        monitors,
+        market,
+        elapsed,
+        worker_code=worker_code,
+        max_p99_ms=args.max_p99_ms,
+        warmup=args.warmup,
     )
     if args.report:
         args.report.write_text(json.dumps([dataclasses.asdict(c) for c in checks], indent=1))

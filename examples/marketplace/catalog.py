@@ -24,10 +24,11 @@ SEARCH_CEILING = MONITOR_PRICES[1]
 #: Seconds between two runs of one monitor.
 EVERY = 5.0
 #: A search of a keyword is reused for this long: searches of one keyword start at least FRESH
-#: seconds apart (by the Redis clock), so the marketplace sees about len(KEYWORDS) / FRESH = 80
-#: searches a second whatever the number of monitors (a request delayed on its way can put a
-#: third search of a keyword in one second: 120 at worst, under the 200/s budget).
-FRESH = 0.5
+#: seconds apart (by the Redis clock), so the marketplace sees at most about len(KEYWORDS) /
+#: FRESH = 40 searches a second whatever the number of monitors (a request delayed on its way
+#: can put a second search of a keyword in one 1-s window: 80 at worst, under the 200/s budget).
+#: A monitor runs every 5 s, so a result up to a second old is fresh enough for it.
+FRESH = 1.0
 
 
 @dataclass(frozen=True, slots=True)

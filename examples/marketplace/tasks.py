@@ -29,7 +29,7 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 
 # limits: enabled when issue 13's limits land (uncomment the limiter and the two option dicts).
 # Until then searches stay under the marketplace's 200/s by construction (one per keyword per
-# FRESH s: 40 / 0.5 = 80/s, see catalog.FRESH), and two orders of one user may overlap (the
+# FRESH s: 40 / 1 s = 40/s, see catalog.FRESH), and two orders of one user may overlap (the
 # summary shows the most in flight at once; it must be 1 once place_order has its limit).
 # app.limiter("marketplace", rate="200/s")  # server.SEARCH_BUDGET
 LIMITS: dict[str, dict[str, Any]] = {

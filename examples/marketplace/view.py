@@ -36,7 +36,8 @@ class Snapshot:
     schedules: int
     recent: admin.Lateness
     """Lateness over the last minute, as `drumbeat status` shows it."""
-    total: RunLateness
+    bins: Mapping[int, int]
+    """Runs per lateness bin since the demo began (`lateness_bins`)."""
     ready: int
     processes: int
     desired: int
@@ -45,14 +46,22 @@ class Snapshot:
     market: Stats
 
 
-def run_lateness(shards: list[Mapping[Any, Any]]) -> RunLateness:
-    """Merges the ``c<bin>`` counters of each shard's `lateness` hash."""
+def lateness_bins(shards: list[Mapping[Any, Any]]) -> dict[int, int]:
+    """Runs per lateness bin since the namespace began: the ``c<bin>`` counters of each
+    shard's `lateness` hash, merged."""
     counts: defaultdict[int, int] = defaultdict(int)
     for fields in shards:
         for raw, value in fields.items():
             name = raw.decode() if isinstance(raw, bytes) else str(raw)
             if name.startswith("c") and name[1:].isdigit():
                 counts[int(name[1:])] += int(value)
+    return dict(counts)
+
+
+def run_lateness(bins: Mapping[int, int], since: Mapping[int, int] | None = None) -> RunLateness:
+    """The runs of ``bins`` (those after ``since``, when given) and their percentiles."""
+    counts = {b: n - (since or {}).get(b, 0) for b, n in bins.items()}
+    counts = {b: n for b, n in counts.items() if n > 0}
     total = sum(counts.values())
     if not total:
         return RunLateness(0, None, None, None)
@@ -81,7 +90,7 @@ def snapshot(app: App, market: Market, at: float) -> Snapshot:
         at=at,
         schedules=stats.total,
         recent=stats.lateness,
-        total=run_lateness(raw[:-1]),
+        bins=lateness_bins(raw[:-1]),
         ready=signal.ready,
         processes=sum(s.live for s in sups),
         desired=sum(s.desired for s in sups),
@@ -95,13 +104,12 @@ def ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:,.0f} ms"
 
 
-def live(now: Snapshot, before: Snapshot | None, elapsed: float, seconds: float) -> Table:
+def live(now: Snapshot, before: Snapshot, phase: str) -> Table:
     """The live view: one row per figure, rates over the time since ``before``."""
-    dt = max(1e-3, now.at - before.at) if before else 0.0
-    runs_s = (now.total.runs - before.total.runs) / dt if before else 0.0
+    dt = max(1e-3, now.at - before.at)
+    runs_s = run_lateness(now.bins, since=before.bins).runs / dt
     m = now.market
-    table = Table(title=f"drumbeat marketplace monitor  {elapsed:4.0f} / {seconds:.0f} s",
-                  show_header=False, min_width=64)  # fmt: skip
+    table = Table(title=f"drumbeat marketplace monitor  {phase}", show_header=False, min_width=64)
     table.add_column(style="bold")
     table.add_column(justify="right")
     table.add_row("monitors (schedules, every 5 s)", f"{now.schedules:,}")
