@@ -80,8 +80,11 @@ def _start_workers(args: argparse.Namespace, url: str, log: Path) -> subprocess.
            "--log-level", "info"]  # fmt: skip
     env = {**os.environ, "MARKETPLACE_URL": url, "DRUMBEAT_REDIS_URL": app.url,
            "DRUMBEAT_NAMESPACE": ledger.NAMESPACE, "PYTHONPATH": str(ROOT)}  # fmt: skip
+    # A session of its own: a terminal's Ctrl-C reaches this process alone, which stops the
+    # supervisor with one SIGTERM (a second signal would stop its workers at once).
     with log.open("wb") as out:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
 
 
 def _wait_for_workers(workers: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
@@ -246,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"{len({m.user_id for m in monitors}):,} users registered in "
                       f"{1000 * (time.monotonic() - t0):.0f} ms; workers' log: {logs}")  # fmt: skip
         mark, elapsed = _watch(console, market, workers, args.warmup, args.seconds)
+    except KeyboardInterrupt:
+        console.print("\n[yellow]interrupted: stopping the workers[/]")
+        return 130
     finally:
         market.publishing.clear()
         worker_code = _stop(workers)
