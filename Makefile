@@ -11,7 +11,7 @@ VENV_MIN ?= .venv-min
 PY_MIN := $(VENV_MIN)/bin/python
 STAMP_MIN := $(VENV_MIN)/.installed-stamp
 
-.PHONY: install demo demo-builds test test-chaos test-embedded test-min-deps lint bench bench-periodic bench-quick clean
+.PHONY: install demo demo-priorities demo-builds test test-chaos test-embedded test-min-deps lint bench bench-periodic bench-quick clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "drumbeat needs Python 3.11+; set PYTHON=python3.11 or newer" or 0)'
@@ -32,7 +32,15 @@ $(STAMP_MIN): pyproject.toml .ci/lower_bounds.py
 	$(PY_MIN) -m pip install --quiet --constraint $(VENV_MIN)/lower-bounds.txt -e '.[dev]'
 	@touch $@
 
+# The marketplace monitor (issue 13): a fake marketplace on loopback, thousands of monitors
+# every 5 s, urgent orders exactly once, autoscaled workers; about a minute, then a summary.
+# DEMO_ARGS scales it, e.g. make demo DEMO_ARGS="--monitors 300 --seconds 20".
+DEMO_ARGS ?=
 demo: $(STAMP)
+	$(PY) -m examples.marketplace $(DEMO_ARGS)
+
+# Jobs of several priorities: urgent ones enqueued last still run first.
+demo-priorities: $(STAMP)
 	$(PY) examples/demo.py
 
 # A long low-priority job lending its slot to urgent builds at its checkpoints (issue 11's seed).

@@ -1,4 +1,5 @@
-"""`make demo`: jobs of several priorities on the embedded Redis, run by a worker process.
+"""`make demo-priorities`: jobs of several priorities on the embedded Redis, run by a worker
+process.
 
 The producer enqueues low-priority jobs first and urgent ones last, then starts a worker
 (`drumbeat worker examples.demo:app`) in a separate process. The urgent jobs still run first,

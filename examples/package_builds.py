@@ -98,7 +98,7 @@ def main() -> int:
     table.add_column("t (s)", justify="right")
     table.add_column("event")
     for line in app.redis.lrange(TIMELINE, 0, -1):
-        at, what = line.decode().split(" ", 1)
+        at, what = (line.decode() if isinstance(line, bytes) else line).split(" ", 1)
         table.add_row(f"{float(at) - t0:.2f}", what)
     console.print(table)
     console.print(
