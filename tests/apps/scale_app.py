@@ -20,6 +20,10 @@ KEY = f"test:{{{app.keys.namespace}}}:scale"
 @app.on_startup
 def opened() -> None:
     _log.rpush(KEY, f"start|{os.getpid()}")
+    # A busy start (imports, warming caches): DRUMBEAT_TEST_STARTUP_BURN seconds of CPU.
+    end = time.monotonic() + float(os.environ.get("DRUMBEAT_TEST_STARTUP_BURN", "0"))
+    while time.monotonic() < end:
+        pass
 
 
 @app.on_shutdown

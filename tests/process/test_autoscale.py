@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,6 +145,33 @@ def test_autoscale_grows_for_a_saturated_core_with_free_slots_and_shrinks_once_i
         job.result(timeout=60)
         wait_for(lambda: len(_children(sup.pid)), until=lambda n: n == 1, timeout=40,
                  message="once the core cools, the pool should shrink back to MIN")  # fmt: skip
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(30) == 0
+    finally:
+        app.close()
+
+
+def test_a_busy_start_is_not_taken_for_a_saturated_worker(
+    redis_url: str, namespace: str, r: redis.Redis, started: list[subprocess.Popen[bytes]]
+) -> None:
+    # Each process burns a core for 1.5 s while it starts, then idles. Read as load, that start
+    # would grow the pool, and each new process's start would grow it again, up to MAX.
+    env = _env(redis_url, namespace, DRUMBEAT_TEST_STARTUP_BURN="1.5")
+    sup = _supervise(started, env, "1:3")
+    app = drumbeat.App(redis_url, namespace=namespace)
+    try:
+        wait_for(lambda: read_signal(app).workers, until=lambda n: n == 1, timeout=30,
+                 message="the first worker should register")  # fmt: skip
+        seen = 0
+        deadline = time.monotonic() + 4.0  # a dozen worker beats and twenty decisions
+        while time.monotonic() < deadline:
+            assert sup.poll() is None, "the supervisor exited"
+            seen = max(
+                seen, len(_children(sup.pid)), *(s.desired for s in read_signal(app).supervisors)
+            )
+            time.sleep(0.05)
+        starts = [e for e in _events(r, namespace) if e[0] == "start"]
+        assert seen == 1 and len(starts) == 1, f"an idle pool grew to {seen} ({starts})"
         sup.send_signal(signal.SIGTERM)
         assert sup.wait(30) == 0
     finally:

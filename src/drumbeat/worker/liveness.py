@@ -140,13 +140,15 @@ class CpuMeter:
     free and nothing waits in Redis yet) from an idle one."""
 
     def __init__(self) -> None:
-        self._wall = time.monotonic()
-        self._cpu = time.process_time()
+        self._last: tuple[float, float] | None = None
 
-    def read(self) -> float:
+    def read(self) -> float | None:
         """CPU seconds per second since the last reading (threads included, so above 1.0 when
-        tasks run C code that releases the GIL)."""
-        wall, cpu = time.monotonic(), time.process_time()
-        share = (cpu - self._cpu) / (wall - self._wall) if wall > self._wall else 0.0
-        self._wall, self._cpu = wall, cpu
-        return share
+        tasks run C code that releases the GIL); None at the first reading, which only starts
+        the count: before it the process was starting (connecting, running its start-up hooks),
+        and that busy second would read as a saturated worker and grow every pool it joins."""
+        now = (time.monotonic(), time.process_time())
+        last, self._last = self._last, now
+        if last is None or now[0] <= last[0]:
+            return None
+        return (now[1] - last[1]) / (now[0] - last[0])

@@ -285,12 +285,15 @@ class Worker:
         return on_loop
 
     def _info(self) -> bytes:
-        return json.dumps({
+        info: dict[str, Any] = {
             "host": socket.gethostname(), "pid": os.getpid(),
             "concurrency": self.concurrency, "running": self.table.running,
             "started_ms": self.started_ms, "processed": self.processed,
-            "cpu": round(self.cpu.read(), 3),
-        }).encode()  # fmt: skip
+        }  # fmt: skip
+        cpu = self.cpu.read()
+        if cpu is not None:
+            info["cpu"] = round(cpu, 3)
+        return json.dumps(info).encode()
 
     # -- shutdown --------------------------------------------------------------------------
 
