@@ -27,14 +27,13 @@ app = drumbeat.App(namespace=ledger.NAMESPACE)
 # httpx logs every request at INFO: hundreds of lines a second in the workers' log.
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
-# limits: enabled when issue 13's limits land (uncomment the limiter and the two option dicts).
-# Until then searches stay under the marketplace's 200/s by construction (one per keyword per
-# FRESH s: 40 / 1 s = 40/s, see catalog.FRESH), and two orders of one user may overlap (the
-# summary shows the most in flight at once; it must be 1 once place_order has its limit).
-# app.limiter("marketplace", rate="200/s")  # server.SEARCH_BUDGET
+# The marketplace's search budget, shared by every worker process; one order at a time per
+# user. (Searches also stay under the budget by construction, one per keyword per FRESH s, so
+# the limiter rarely has to hold one back at the default sizes.)
+app.limiter("marketplace", rate="200/s")  # server.SEARCH_BUDGET
 LIMITS: dict[str, dict[str, Any]] = {
-    "search": {},  # {"limiter": "marketplace"}
-    "place_order": {},  # {"concurrency_limit": 1, "limit_by": "user_id"}
+    "search": {"limiter": "marketplace"},
+    "place_order": {"concurrency_limit": 1, "limit_by": "user_id"},
 }
 
 
