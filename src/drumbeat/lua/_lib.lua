@@ -187,8 +187,11 @@ local BUCKET_HOLD_MS = 1000
 -- claim: enough for a few claim cycles at 20,000 runs/s, few at low rates.
 local UPCOMING = 128
 local UPCOMING_MS = 100
--- Entries of a bucket a claim reads at once (see promote_buckets).
-local WHEEL_READ = 16
+-- Entries of a bucket a claim reads at once (see promote_buckets): a claim reaches a bucket when
+-- its marker (its earliest due time) comes due, so most often one run is due there; two entries
+-- give that run and the bucket's next due time in one call. Each entry read costs (a score
+-- formatted by Redis and parsed by Lua), so not more.
+local WHEEL_READ = 2
 
 local function run_schedule_id(member)
   if string.sub(member, 1, 2) == RUN_PREFIX then return string.sub(member, 3) end
@@ -407,9 +410,9 @@ local function promote_buckets(k, c, buckets, limit, settle)
   -- written in one call for all buckets, not one per bucket.
   local marks, gone = {}, {}
   for _, b in ipairs(buckets) do
-    -- One read gives the due entries and the bucket's next due time after them (a bucket holds
-    -- a few schedules: n / WHEEL_BUCKETS); only a bucket with more than WHEEL_READ - 1 due
-    -- entries needs a second read (and a third for its new head).
+    -- One read gives the due entries and the bucket's next due time after them, unless more
+    -- than WHEEL_READ - 1 are due (a backlog): then the due ones are read, and the new head
+    -- after they leave.
     local head = redis.call('ZRANGE', b[2], 0, WHEEL_READ - 1, 'WITHSCORES')
     local found, dues, next_due = {}, {}, nil
     for j = 1, #head, 2 do
