@@ -236,15 +236,16 @@ local function format_schedule(s)
     s.task) .. s.spec
 end
 
--- What a run needs of a record (the record parser's result without its counters): generation,
--- grid slot, flags (numbers), task code and spec, or nil when unreadable. A claim reads every
--- record of every run it starts, so it does not build a table of all its fields.
+-- What a run needs of a record (the record parser's result without its counters): generation
+-- and grid slot (as written), flags (a number), task code and spec, or nil when unreadable. A
+-- claim reads every record of every run it starts, so it does not build a table of all its
+-- fields nor convert what it only copies.
 local function schedule_run_fields(v)
   if not v then return nil end
   local gen, grid, flags, task, spec = string.match(v,
     '^(%d+)|(%-?%d+)|(%d+)|%d+|%d+|%d+|%-?%d*|%d+|(%d+)|(.*)$')
   if not gen then return nil end
-  return tonumber(gen), tonumber(grid), tonumber(flags), task, spec
+  return gen, grid, tonumber(flags), task, spec
 end
 
 -- Task names are interned per shard (`tasks`: name -> code, "#<code>" -> name, "#" the last
@@ -336,15 +337,18 @@ local function take_all(k, c, ids, specs, states)
   -- What is written goes out in one call per key (see call_many), not three calls per item.
   local state, owners, leases = {}, {}, {}
   local out = c.out
+  -- Numbers passed to redis.call are formatted with %.17g on the way (and scores parsed back):
+  -- the lease deadline, the same for every item, is formatted once, as an integer.
+  local lease_at = string.format('%d', c.now + c.lease_ms)
   for i, id in ipairs(ids) do
     local s = states[i]
     s.attempt = s.attempt + 1
     state[2 * i - 1], state[2 * i] = id, format_state(s)
     owners[2 * i - 1] = id
     owners[2 * i] = string.format('%d|%s|%d', token + i, c.worker, c.now)
-    leases[2 * i - 1], leases[2 * i] = c.now + c.lease_ms, id
+    leases[2 * i - 1], leases[2 * i] = lease_at, id
     if s.attempt == 1 and run_schedule_id(id) then
-      local run_due = tonumber(string.match(s.key, '^(%-?%d+):'))
+      local run_due = s.due or tonumber(string.match(s.key, '^(%-?%d+):'))
       if run_due then c.lateness[#c.lateness + 1] = math.max(0, c.now - run_due) end
     end
     local m = #out
@@ -369,7 +373,8 @@ local function queue_all(k, ids, specs, states, ready_key)
   local state, ready, jobs = {}, {}, {}
   for i, id in ipairs(ids) do
     state[2 * i - 1], state[2 * i] = id, format_state(states[i])
-    ready[2 * i - 1], ready[2 * i] = ready_score(states[i].priority, states[i].seq), id
+    ready[2 * i - 1] = string.format('%d', ready_score(states[i].priority, states[i].seq))
+    ready[2 * i] = id
     if specs then jobs[2 * i - 1], jobs[2 * i] = id, specs[i] end
   end
   call_many('HSET', k.state, state)
@@ -413,18 +418,24 @@ local function promote_buckets(k, c, buckets, limit, settle)
     -- One read gives the due entries and the bucket's next due time after them, unless more
     -- than WHEEL_READ - 1 are due (a backlog): then the due ones are read, and the new head
     -- after they leave.
+    -- Scores stay the strings Redis sent (integers: ms) where they are only copied: into the
+    -- run's state and back into `due` (a number would be formatted again on the way).
     local head = redis.call('ZRANGE', b[2], 0, WHEEL_READ - 1, 'WITHSCORES')
-    local found, dues, next_due = {}, {}, nil
+    local found, dues, raw, next_due, next_raw = {}, {}, {}, nil, nil
     for j = 1, #head, 2 do
       local score = tonumber(head[j + 1])
-      if score > c.now then next_due = score break end
-      found[#found + 1], dues[#dues + 1] = head[j], score
+      if score > c.now then next_due, next_raw = score, head[j + 1] break end
+      local m = #found + 1
+      found[m], dues[m], raw[m] = head[j], score, head[j + 1]
     end
     local whole = next_due ~= nil or #head < 2 * WHEEL_READ
     if not whole then
       local due = redis.call('ZRANGEBYSCORE', b[2], '-inf', c.now, 'WITHSCORES')
-      found, dues = {}, {}
-      for j = 1, #due, 2 do found[#found + 1], dues[#dues + 1] = due[j], tonumber(due[j + 1]) end
+      found, dues, raw = {}, {}, {}
+      for j = 1, #due, 2 do
+        local m = #found + 1
+        found[m], dues[m], raw[m] = due[j], tonumber(due[j + 1]), due[j + 1]
+      end
     end
     if #found > 0 then
       local records = redis.call('HMGET', b[3], unpack(found))
@@ -436,8 +447,8 @@ local function promote_buckets(k, c, buckets, limit, settle)
           end
           ids[#ids + 1] = RUN_PREFIX .. id
           specs[#ids] = names[task] .. '|' .. spec
-          states[#ids] = {attempt = 0, stalls = 0, priority = flags, seq = 0,
-                          key = string.format('%d:%d:%d:0', dues[j], grid, gen)}
+          states[#ids] = {attempt = 0, stalls = 0, priority = flags, seq = 0, due = dues[j],
+                          key = raw[j] .. ':' .. grid .. ':' .. gen .. ':0'}
         end
       end
       redis.call('ZREM', b[2], unpack(found))
@@ -445,10 +456,10 @@ local function promote_buckets(k, c, buckets, limit, settle)
     if #found > 0 or settle == true or settle[b[1]] then
       if not whole then
         local after = redis.call('ZRANGE', b[2], 0, 0, 'WITHSCORES')
-        next_due = after[2] and tonumber(after[2]) or nil
+        next_due, next_raw = after[2] and tonumber(after[2]) or nil, after[2]
       end
       if next_due then
-        marks[#marks + 1], marks[#marks + 2] = next_due, WHEEL_PREFIX .. b[1]
+        marks[#marks + 1], marks[#marks + 2] = next_raw, WHEEL_PREFIX .. b[1]
         if next_due < c.now + BUCKET_HOLD_MS then early = true end
       else
         gone[#gone + 1] = WHEEL_PREFIX .. b[1]

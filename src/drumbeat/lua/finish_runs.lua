@@ -31,13 +31,16 @@ local function after_run(v, run)
     runs, last_start, last_ms = runs + 1, run.started, run.ms
     if run.outcome == 'fail' then fails = fails + 1 end
   end
-  local next_due = grid
-  if tonumber(gen) == run.gen then grid, next_due = run.grid, run.due end
+  -- The next due time goes to ZADD as the string it came as (a number is formatted with %.17g).
+  local next_due, next_raw = grid, nil
+  if tonumber(gen) == run.gen then
+    grid, next_due, next_raw = run.grid, run.due, run.due_raw
+  end
   rel = last_start > 0 and string.format('%d', last_start - grid) or ''
   local record = string.format('%d|%d|%d|%d|%d|%d|%s|%d|', gen, grid, flags, runs, fails, misf,
     rel, last_ms) .. tail
-  if tonumber(flags) >= PAUSED_FLAG then next_due = nil end
-  return record, next_due
+  if tonumber(flags) >= PAUSED_FLAG then return record, nil, nil end
+  return record, next_due, next_raw or string.format('%d', next_due)
 end
 
 local out = {}
@@ -46,7 +49,7 @@ for i, packed in ipairs(ARGV) do
   local member, token, outcome, ms, gen, grid, due, bucket, err = string.match(packed,
     '^([^|]+)|(%d+)|(%a+)|(%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%d+)|(.*)$')
   runs[i] = {member = member, token = token, outcome = outcome, ms = ms, gen = tonumber(gen),
-             grid = tonumber(grid), due = tonumber(due), bucket = bucket, err = err}
+             grid = tonumber(grid), due = tonumber(due), due_raw = due, bucket = bucket, err = err}
   members[i] = member or ''
 end
 
@@ -78,24 +81,24 @@ for bucket, group in pairs(buckets) do
   local ids = {}
   for j, run in ipairs(group.runs) do ids[j] = run_schedule_id(run.member) end
   local records = redis.call('HMGET', group.schedules, unpack(ids))
-  local writes, waits, first = {}, {}, nil
+  local writes, waits, first, first_raw = {}, {}, nil, nil
   for j, run in ipairs(group.runs) do
-    local record, next_due = after_run(records[j], run)
+    local record, next_due, next_raw = after_run(records[j], run)
     if record then
       if run.outcome == 'fail' then
         faults[#faults + 1], faults[#faults + 2] = ids[j], run.err
       end
       writes[#writes + 1], writes[#writes + 2] = ids[j], record
       if next_due then
-        waits[#waits + 1], waits[#waits + 2] = next_due, ids[j]
-        if not first or next_due < first then first = next_due end
+        waits[#waits + 1], waits[#waits + 2] = next_raw, ids[j]
+        if not first or next_due < first then first, first_raw = next_due, next_raw end
       end
     end
   end
   call_many('HSET', group.schedules, writes)
   if first then
     call_many('ZADD', group.wheel, waits)
-    marks[#marks + 1], marks[#marks + 2] = first, WHEEL_PREFIX .. bucket
+    marks[#marks + 1], marks[#marks + 2] = first_raw, WHEEL_PREFIX .. bucket
     if not earliest or first < earliest then earliest = first end
   end
 end
