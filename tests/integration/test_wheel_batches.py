@@ -71,6 +71,14 @@ def test_a_bucket_with_more_due_runs_than_one_read_gives_them_all(
     assert r.zscore(keys.due, protocol.wheel_marker(bucket)) == later, (
         "the bucket's marker should be at its next due time"
     )
+    # Each run's lateness is counted from its due time (at least 1,000 ms here).
+    held = {k.decode(): int(v) for k, v in r.hgetall(keys.lateness).items()}
+    counted = sum(v for k, v in held.items() if k.startswith("c") and k != "cs")
+    assert counted == len(ids) - 1, f"one lateness sample per run, got {held}"
+    late = held["cs"] / (len(ids) - 1)
+    assert 1000 <= late < 60_000, f"lateness from each run's due time (>= 1 s ago): {late} ms"
+    run = next(j for j in result.jobs if j.id == protocol.RUN_PREFIX + ids[0])
+    assert run.extra == f"{now - 1000}:{now - 1000}:1:0", "the run's due:grid:gen:manual"
 
 
 def test_markers_of_every_bucket_a_claim_passes_are_rescored_or_dropped(
