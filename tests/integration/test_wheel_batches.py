@@ -41,14 +41,16 @@ def _ids_in_bucket(count: int, bucket: int | None = None) -> list[str]:
     return found
 
 
-def _put(app: drumbeat.App, r: redis.Redis, due: dict[str, int], gen: int = 1) -> None:
+def _put(
+    app: drumbeat.App, r: redis.Redis, due: dict[str, int], gen: int = 1, priority: int = 0
+) -> None:
     """Schedules ``due`` (id -> due ms) of the ping task, markers at their buckets' earliest."""
     keys = app.scheduler.shards[0]
     r.hset(keys.tasks, mapping={TASK: 7, "#7": TASK, "#": 7})
     for schedule_id, at in due.items():
         b = bucket_of(schedule_id)
         # gen|grid|flags|runs|failures|misfires|last_start|last_ms|task|spec
-        r.hset(keys.schedules(b), schedule_id, f"{gen}|{at}|0|3|1|2||5|7|[[],{{}}]")
+        r.hset(keys.schedules(b), schedule_id, f"{gen}|{at}|{priority}|3|1|2||5|7|[[],{{}}]")
         r.zadd(keys.wheel(b), {schedule_id: at})
         r.zadd(keys.due, {protocol.wheel_marker(b): at}, lt=True)
 
@@ -79,6 +81,20 @@ def test_a_bucket_with_more_due_runs_than_one_read_gives_them_all(
     assert 1000 <= late < 60_000, f"lateness from each run's due time (>= 1 s ago): {late} ms"
     run = next(j for j in result.jobs if j.id == protocol.RUN_PREFIX + ids[0])
     assert run.extra == f"{now - 1000}:{now - 1000}:1:0", "the run's due:grid:gen:manual"
+
+
+def test_runs_of_mixed_priorities_are_taken_best_first_and_the_rest_queued(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
+    now = _now_ms(r)
+    ids = _ids_in_bucket(4)
+    # The due order is ids[0] first; the priority 5 ones come later and must still go first.
+    _put(app, r, {ids[0]: now - 4000, ids[1]: now - 3000})
+    _put(app, r, {ids[2]: now - 2000, ids[3]: now - 1000}, priority=5)
+    taken = scripts.promote_runs([bucket_of(ids[0])], "w1", 2, 60_000).run(r).jobs
+    assert [j.id for j in taken] == ["s:" + ids[2], "s:" + ids[3]], "priority 5 first, in order"
+    assert r.zrange(keys.ready, 0, -1) == [b"s:" + ids[0].encode(), b"s:" + ids[1].encode()]
 
 
 def test_markers_of_every_bucket_a_claim_passes_are_rescored_or_dropped(

@@ -475,14 +475,21 @@ local function promote_buckets(k, c, buckets, limit, settle)
     -- The best `limit` (priority, then order) at once; only the rest are queued, with a copy
     -- of their spec for whoever claims them (a run taken here has none: a worker that claims
     -- it again reads its record).
-    local order = {}
-    for i = 1, #ids do order[i] = i end
-    table.sort(order, function(a, b)
-      if states[a].priority ~= states[b].priority then
-        return states[a].priority > states[b].priority
-      end
-      return a < b
-    end)
+    local order, mixed = {}, false
+    for i = 1, #ids do
+      order[i] = i
+      if states[i].priority ~= states[1].priority then mixed = true end
+    end
+    -- Most schedules share one priority: then the order is already right, and the sort (a Lua
+    -- comparison per step) is skipped.
+    if mixed then
+      table.sort(order, function(a, b)
+        if states[a].priority ~= states[b].priority then
+          return states[a].priority > states[b].priority
+        end
+        return a < b
+      end)
+    end
     local take, rest = {{}, {}, {}}, {{}, {}, {}}
     for n, i in ipairs(order) do
       local into = n <= limit and take or rest
