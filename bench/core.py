@@ -125,6 +125,8 @@ PRODUCER_CPU = Metric("producer_cpu", "producer CPU", "% of a core")
 WORKER_CPU = Metric("worker_cpu", "worker CPU", "% of a core")
 REDIS_CPU = Metric("redis_cpu", "Redis CPU", "% of a core")
 REDIS_COMMANDS = Metric("redis_commands", "Redis cmds/job", "commands", 1, False)
+REDIS_US = Metric("redis_us", "Redis CPU/job", "µs", 1, False)
+"""Redis CPU seconds over the span per job: the ceiling of one Redis core is 1e6 / this jobs/s."""
 PEAK_RSS = Metric("peak_rss", "worker peak RSS", "MiB", 1, False)
 KEPT = Metric("kept_bytes", "Redis bytes kept/job", "bytes", 0, False)
 P50 = Metric("p50", "p50", "ms", 2, False)
@@ -224,6 +226,7 @@ class Meter:
         sample: Sample = {
             REDIS_CPU.key: 100 * (server_cpu1 - self.server_cpu0) / elapsed,
             REDIS_COMMANDS.key: (commands1 - self.commands0) / jobs,
+            REDIS_US.key: 1e6 * (server_cpu1 - self.server_cpu0) / jobs,
         }
         if producer:
             sample[PRODUCER_CPU.key] = 100 * (cpu1 - self.cpu0) / elapsed
@@ -703,7 +706,7 @@ def urgent_long(system: System, run: Run) -> Sample:
     }
 
 
-ENQUEUE_EXTRA = (PRODUCER_CPU, REDIS_CPU, REDIS_COMMANDS)
+ENQUEUE_EXTRA = (PRODUCER_CPU, REDIS_CPU, REDIS_US, REDIS_COMMANDS)
 
 
 def scenarios(cfg: Config) -> list[Scenario]:
@@ -722,7 +725,7 @@ def scenarios(cfg: Config) -> list[Scenario]:
                 f"drain_{p}",
                 f"2. Drain {n} queued no-op jobs, {p} worker process{'es' if p > 1 else ''}",
                 drain,
-                (RATE, WORKER_CPU, REDIS_CPU, REDIS_COMMANDS, PEAK_RSS, KEPT),
+                (RATE, WORKER_CPU, REDIS_CPU, REDIS_US, REDIS_COMMANDS, PEAK_RSS, KEPT),
                 (RATE,),
                 {"processes": p},
                 about=(
@@ -1155,12 +1158,14 @@ def versus_ceiling_lines(ops: Mapping[str, Any], results: Mapping[str, Any]) -> 
     best = max((v["median"] for k, v in ops.items() if k.startswith("ZADD")), default=0.0)
     for key in ("enqueue_bulk", "drain_1", "drain_2", "drain_4"):
         rate, cmds, cpu = (drumbeat(key, m.key) for m in (RATE, REDIS_COMMANDS, REDIS_CPU))
+        us = drumbeat(key, REDIS_US.key)
         if rate and cmds and best:
+            per_job = f", {us:.1f} µs of Redis CPU per job" if us else ""
             lines.append(
                 f"- {results[key]['title'].split(' ', 1)[1]}: {rate:,.0f} jobs/s x {cmds:.1f} "
                 f"Redis commands/job = {rate * cmds:,.0f} commands/s, with Redis at "
-                f"{cpu or 0:.0f}% of a core (Redis runs commands on one core); pipelined ZADD "
-                f"peaks at {best:,.0f}/s."
+                f"{cpu or 0:.0f}% of a core{per_job} (Redis runs commands on one core); "
+                f"pipelined ZADD peaks at {best:,.0f}/s."
             )
     return lines if len(lines) > 2 else []
 

@@ -268,11 +268,16 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _redis_counters(client: Any) -> tuple[float, int]:
-    """Redis's CPU seconds (user + system) and commands run so far (inside scripts too)."""
+def _redis_counters(client: Any) -> tuple[float, int, dict[str, tuple[int, int]]]:
+    """Redis's CPU seconds (user + system), commands run so far (inside scripts too), and
+    (calls, usec) per command (`INFO commandstats`; EVALSHA's usec includes its inner calls)."""
     cpu = client.info("cpu")
-    commands = sum(int(v["calls"]) for v in client.info("commandstats").values())
-    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), commands
+    stats = {
+        name.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
+        for name, v in client.info("commandstats").items()
+    }
+    commands = sum(calls for calls, _ in stats.values())
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), commands, stats
 
 
 def _used_memory(client: Any) -> int:
@@ -399,6 +404,11 @@ class Trial:
             m[f"rss_{role}_mib"] = rss1 / 2**20
         m["redis_cpu_s"] = redis1[0] - redis0[0]
         m["redis_commands"] = redis1[1] - redis0[1]
+        for name, (calls1, usec1) in redis1[2].items():
+            calls0, usec0 = redis0[2].get(name, (0, 0))
+            if calls1 > calls0:  # per command in the window, for the breakdown per run
+                m[f"cmd_calls_{name}"] = calls1 - calls0
+                m[f"cmd_usec_{name}"] = usec1 - usec0
         return window0, window1
 
 
@@ -554,6 +564,8 @@ def analyse(
             )
         return
     m["commands_per_run"] = m.get("redis_commands", 0) / len(lateness)
+    if "redis_cpu_s" in m:  # the ceiling of one Redis core: runs/s = 1e6 / this
+        m["redis_us_per_run"] = m["redis_cpu_s"] * 1e6 / len(lateness)
     for prefix, values in (
         ("late", lateness),
         ("late_own", own if s.due_match != "exposed" else []),
@@ -604,13 +616,13 @@ def grouped(outcomes: Sequence[Outcome]) -> Iterator[tuple[str, Case, list[Outco
 def table_lines(outcomes: Sequence[Outcome]) -> list[str]:
     lines = [
         "| system | schedules | ideal runs/s | achieved runs/s | % of ideal | duplicates | "
-        "lateness p50 | p99 | max | CPU s (system + Redis) | Redis B/schedule | "
-        "register s | load 1m | runs |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "lateness p50 | p99 | max | CPU s (system + Redis) | Redis CPU µs/run | "
+        "Redis B/schedule | register s | load 1m | runs |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for system, case, group in grouped(outcomes):
         if group[0].skipped:
-            lines.append(f"| {system} | {case.label} | not run: {group[0].skipped} |||||||||||||")
+            lines.append(f"| {system} | {case.label} | not run: {group[0].skipped} ||||||||||||||")
             continue
 
         def med(key: str, group: list[Outcome] = group) -> float | None:
@@ -624,7 +636,8 @@ def table_lines(outcomes: Sequence[Outcome]) -> list[str]:
             f"| {system} | {case.label} | {_fmt(med('ideal_rate'))} | {_fmt(med('rate'))} | "
             f"{_fmt(med('pct_ideal'), 1)} | {_fmt(med('duplicates'))} | "
             f"{_late(med('late_p50'))} | {_late(med('late_p99'))} | {_late(med('late_max'))} | "
-            f"{cpu} | {_fmt(memory) if memory is not None else 'in process'} | "
+            f"{cpu} | {_fmt(med('redis_us_per_run'), 1)} | "
+            f"{_fmt(memory) if memory is not None else 'in process'} | "
             f"{_fmt(med('register_s'), 1)} | {_fmt(med('load_1m_start'), 2)} | "
             f"{ok}/{len(group)}{' **failed**' if ok < len(group) else ''} |"
         )
@@ -660,6 +673,39 @@ def detail_lines(outcomes: Sequence[Outcome]) -> list[str]:
             f"{_fmt(rss)} | {_fmt(m.get('starved'))} | {_fmt(skipped) if skipped else '0'} | "
             f"{own} | {_fmt(m.get('startup_s'), 1)} | {_procs(m)} |"
         )
+    return lines
+
+
+def command_lines(outcomes: Sequence[Outcome], top: int = 12) -> list[str]:
+    """Where Redis's time went, per run: `INFO commandstats` over the window (median
+    repetition). A script's usec (evalsha) includes the commands it runs, which are listed too;
+    Redis CPU beyond the commands' usec is reading, parsing and replying."""
+    lines: list[str] = []
+    for system, case, group in grouped(outcomes):
+        done = [o for o in group if o.metrics.get("runs") and "cmd_calls_evalsha" in o.metrics]
+        if not done:
+            continue
+        m = done[len(done) // 2].metrics
+        runs = m["runs"]
+        names = sorted(
+            (k.removeprefix("cmd_usec_") for k in m if k.startswith("cmd_usec_")),
+            key=lambda name: -m[f"cmd_usec_{name}"],
+        )
+        if not lines:
+            lines = [
+                "| system | schedules | command | calls/run | µs/run | µs/call |",
+                "|---|---:|---|---:|---:|---:|",
+            ]
+        lines.append(
+            f"| {system} | {case.label} | Redis CPU (INFO used_cpu) | | "
+            f"{_fmt(m.get('redis_us_per_run'), 1)} | |"
+        )
+        for name in names[:top]:
+            calls, usec = m[f"cmd_calls_{name}"], m[f"cmd_usec_{name}"]
+            lines.append(
+                f"| {system} | {case.label} | {name} | {calls / runs:.2f} | "
+                f"{usec / runs:.2f} | {usec / calls:.2f} |"
+            )
     return lines
 
 
@@ -839,7 +885,8 @@ def chart(json_path: Path) -> str | None:
 def summary_rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
     keys = ("ideal_rate", "rate", "pct_ideal", "duplicates", "late_p50", "late_p99", "late_max",
             "cpu_total_s", "cpu_procs_s", "redis_cpu_s", "memory_per_schedule", "register_s",
-            "starved", "missed", "commands_per_run", "load_1m_start")  # fmt: skip
+            "starved", "missed", "commands_per_run", "redis_us_per_run",
+            "load_1m_start")  # fmt: skip
     rows = []
     for system, case, group in grouped(outcomes):
         row: dict[str, Any] = {"system": system, "n": case.n, "interval": case.interval}
@@ -1026,6 +1073,10 @@ def report(out: Path, cfg: Config, info: Mapping[str, Any], outcomes: Sequence[O
         "## Details",
         "",
         *detail_lines(outcomes),
+        "",
+        "## Redis time per run",
+        "",
+        *(command_lines(outcomes) or ["(no command statistics in these results)"]),
         "",
         "## Method and settings",
         "",

@@ -187,6 +187,11 @@ local BUCKET_HOLD_MS = 1000
 -- claim: enough for a few claim cycles at 20,000 runs/s, few at low rates.
 local UPCOMING = 128
 local UPCOMING_MS = 100
+-- Entries of a bucket a claim reads at once (see promote_buckets): a claim reaches a bucket when
+-- its marker (its earliest due time) comes due, so most often one run is due there; two entries
+-- give that run and the bucket's next due time in one call. Each entry read costs (a score
+-- formatted by Redis and parsed by Lua), so not more.
+local WHEEL_READ = 2
 
 local function run_schedule_id(member)
   if string.sub(member, 1, 2) == RUN_PREFIX then return string.sub(member, 3) end
@@ -203,18 +208,6 @@ end
 local function wheel_add(due_key, wheel_key, bucket, id, due)
   redis.call('ZADD', wheel_key, due, id)
   redis.call('ZADD', due_key, 'LT', due, WHEEL_PREFIX .. bucket)
-end
-
--- Scores the bucket's marker at its earliest due time, or drops it when nothing waits there.
--- Returns the new score, or nil.
-local function wheel_settle(due_key, wheel_key, bucket)
-  local head = redis.call('ZRANGE', wheel_key, 0, 0, 'WITHSCORES')
-  if head[2] then
-    redis.call('ZADD', due_key, head[2], WHEEL_PREFIX .. bucket)
-    return tonumber(head[2])
-  end
-  redis.call('ZREM', due_key, WHEEL_PREFIX .. bucket)
-  return nil
 end
 
 -- A schedule's record (see schedule.py), kept under 64 bytes for a typical monitor so its
@@ -241,6 +234,18 @@ local function format_schedule(s)
   return string.format('%d|%d|%d|%d|%d|%d|%s|%d|%s|', s.gen, s.grid,
     s.priority + (s.paused and PAUSED_FLAG or 0), s.runs, s.failures, s.misfires, rel, s.last_ms,
     s.task) .. s.spec
+end
+
+-- What a run needs of a record (the record parser's result without its counters): generation
+-- and grid slot (as written), flags (a number), task code and spec, or nil when unreadable. A
+-- claim reads every record of every run it starts, so it does not build a table of all its
+-- fields nor convert what it only copies.
+local function schedule_run_fields(v)
+  if not v then return nil end
+  local gen, grid, flags, task, spec = string.match(v,
+    '^(%d+)|(%-?%d+)|(%d+)|%d+|%d+|%d+|%-?%d*|%d+|(%d+)|(.*)$')
+  if not gen then return nil end
+  return gen, grid, tonumber(flags), task, spec
 end
 
 -- Task names are interned per shard (`tasks`: name -> code, "#<code>" -> name, "#" the last
@@ -273,32 +278,47 @@ local function record_lateness(key, now, samples)
   if #samples == 0 then return end
   local window = math.floor(now / LATENESS_WINDOW_MS)
   local slot = window % LATENESS_WINDOWS
-  local held = tonumber(redis.call('HGET', key, 'w' .. slot))
-  if held ~= window then
-    local fields = redis.call('HKEYS', key)
-    local prefix_b, prefix_m = 'b' .. slot .. ':', 'm' .. slot
-    local stale = {}
-    for _, f in ipairs(fields) do
-      if string.sub(f, 1, #prefix_b) == prefix_b or f == prefix_m then stale[#stale + 1] = f end
-    end
-    if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
-    redis.call('HSET', key, 'w' .. slot, window)
-  end
-  local counts, max, sum = {}, 0, 0
+  local counts, bins, max, sum = {}, {}, 0, 0
   for _, ms in ipairs(samples) do
     local bin = math.floor(LATENESS_BINS_PER_DOUBLING * math.log(ms + 1) / math.log(2))
-    counts[bin] = (counts[bin] or 0) + 1
+    if not counts[bin] then counts[bin], bins[#bins + 1] = 0, bin end
+    counts[bin] = counts[bin] + 1
     sum = sum + ms
     if ms > max then max = ms end
   end
-  for bin, c in pairs(counts) do
-    redis.call('HINCRBY', key, 'b' .. slot .. ':' .. bin, c)
-    redis.call('HINCRBY', key, 'c' .. bin, c)
+  -- One read of every field this touches and one write, not an HINCRBY per bin (two per bin:
+  -- the window's and the cumulative count); only the sum keeps its HINCRBY (exact past 2^53).
+  local prefix_b = 'b' .. slot .. ':'
+  local fields = {'w' .. slot, 'm' .. slot}
+  for _, bin in ipairs(bins) do
+    fields[#fields + 1], fields[#fields + 2] = prefix_b .. bin, 'c' .. bin
   end
+  local old = redis.call('HMGET', key, unpack(fields))
+  local writes = {}
+  local fresh = tonumber(old[1]) ~= window
+  if fresh then
+    -- The slot held an older window: its counts and max go (a slot is reused every
+    -- LATENESS_WINDOWS windows, so the hash never grows).
+    local stale = {}
+    for _, f in ipairs(redis.call('HKEYS', key)) do
+      if string.sub(f, 1, #prefix_b) == prefix_b or f == fields[2] then stale[#stale + 1] = f end
+    end
+    if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
+    writes[1], writes[2] = fields[1], window
+  end
+  local old_max = (not fresh and tonumber(old[2])) or -1
+  if max > old_max then writes[#writes + 1], writes[#writes + 2] = fields[2], max end
+  for i, bin in ipairs(bins) do
+    local in_window = (not fresh and tonumber(old[1 + 2 * i])) or 0
+    -- %.0f: a count past 14 digits would otherwise reach Redis with an exponent.
+    writes[#writes + 1] = fields[1 + 2 * i]
+    writes[#writes + 1] = string.format('%.0f', in_window + counts[bin])
+    writes[#writes + 1] = fields[2 + 2 * i]
+    writes[#writes + 1] = string.format('%.0f', (tonumber(old[2 + 2 * i]) or 0) + counts[bin])
+  end
+  redis.call('HSET', key, unpack(writes))
   -- %.0f: a number past 17 digits would reach Redis with an exponent, which HINCRBY refuses.
   redis.call('HINCRBY', key, 'cs', string.format('%.0f', sum))
-  local old_max = tonumber(redis.call('HGET', key, 'm' .. slot)) or -1
-  if max > old_max then redis.call('HSET', key, 'm' .. slot, max) end
 end
 
 -- Throughput series (tally.lua): a ring of THROUGHPUT_WINDOWS windows of THROUGHPUT_WINDOW_MS
@@ -324,15 +344,18 @@ local function take_all(k, c, ids, specs, states)
   -- What is written goes out in one call per key (see call_many), not three calls per item.
   local state, owners, leases = {}, {}, {}
   local out = c.out
+  -- Numbers passed to redis.call are formatted with %.17g on the way (and scores parsed back):
+  -- the lease deadline, the same for every item, is formatted once, as an integer.
+  local lease_at = string.format('%d', c.now + c.lease_ms)
   for i, id in ipairs(ids) do
     local s = states[i]
     s.attempt = s.attempt + 1
     state[2 * i - 1], state[2 * i] = id, format_state(s)
     owners[2 * i - 1] = id
     owners[2 * i] = string.format('%d|%s|%d', token + i, c.worker, c.now)
-    leases[2 * i - 1], leases[2 * i] = c.now + c.lease_ms, id
+    leases[2 * i - 1], leases[2 * i] = lease_at, id
     if s.attempt == 1 and run_schedule_id(id) then
-      local run_due = tonumber(string.match(s.key, '^(%-?%d+):'))
+      local run_due = s.due or tonumber(string.match(s.key, '^(%-?%d+):'))
       if run_due then c.lateness[#c.lateness + 1] = math.max(0, c.now - run_due) end
     end
     local m = #out
@@ -357,7 +380,8 @@ local function queue_all(k, ids, specs, states, ready_key)
   local state, ready, jobs = {}, {}, {}
   for i, id in ipairs(ids) do
     state[2 * i - 1], state[2 * i] = id, format_state(states[i])
-    ready[2 * i - 1], ready[2 * i] = ready_score(states[i].priority, states[i].seq), id
+    ready[2 * i - 1] = string.format('%d', ready_score(states[i].priority, states[i].seq))
+    ready[2 * i] = id
     if specs then jobs[2 * i - 1], jobs[2 * i] = id, specs[i] end
   end
   call_many('HSET', k.state, state)
@@ -394,31 +418,63 @@ end
 -- is (no re-scoring on every claim).
 local function promote_buckets(k, c, buckets, limit, settle)
   local names, ids, specs, states, early = {}, {}, {}, {}, false
+  -- The markers' new scores (score, marker pairs) and the markers of emptied buckets, each
+  -- written in one call for all buckets, not one per bucket.
+  local marks, gone = {}, {}
   for _, b in ipairs(buckets) do
-    local due = redis.call('ZRANGEBYSCORE', b[2], '-inf', c.now, 'WITHSCORES')
-    if #due > 0 then
-      local found = {}
-      for j = 1, #due, 2 do found[#found + 1] = due[j] end
+    -- One read gives the due entries and the bucket's next due time after them, unless more
+    -- than WHEEL_READ - 1 are due (a backlog): then the due ones are read, and the new head
+    -- after they leave.
+    -- Scores stay the strings Redis sent (integers: ms) where they are only copied: into the
+    -- run's state and back into `due` (a number would be formatted again on the way).
+    local head = redis.call('ZRANGE', b[2], 0, WHEEL_READ - 1, 'WITHSCORES')
+    local found, dues, raw, next_due, next_raw = {}, {}, {}, nil, nil
+    for j = 1, #head, 2 do
+      local score = tonumber(head[j + 1])
+      if score > c.now then next_due, next_raw = score, head[j + 1] break end
+      local m = #found + 1
+      found[m], dues[m], raw[m] = head[j], score, head[j + 1]
+    end
+    local whole = next_due ~= nil or #head < 2 * WHEEL_READ
+    if not whole then
+      local due = redis.call('ZRANGEBYSCORE', b[2], '-inf', c.now, 'WITHSCORES')
+      found, dues, raw = {}, {}, {}
+      for j = 1, #due, 2 do
+        local m = #found + 1
+        found[m], dues[m], raw[m] = due[j], tonumber(due[j + 1]), due[j + 1]
+      end
+    end
+    if #found > 0 then
       local records = redis.call('HMGET', b[3], unpack(found))
       for j, id in ipairs(found) do
-        local s = parse_schedule(records[j])
-        if s and not s.paused then
-          if names[s.task] == nil then
-            names[s.task] = redis.call('HGET', k.tasks, '#' .. s.task) or '?'
+        local gen, grid, flags, task, spec = schedule_run_fields(records[j])
+        if gen and flags < PAUSED_FLAG then
+          if names[task] == nil then
+            names[task] = redis.call('HGET', k.tasks, '#' .. task) or '?'
           end
           ids[#ids + 1] = RUN_PREFIX .. id
-          specs[#ids] = names[s.task] .. '|' .. s.spec
-          states[#ids] = {attempt = 0, stalls = 0, priority = s.priority, seq = 0,
-                          key = string.format('%d:%d:%d:0', tonumber(due[j * 2]), s.grid, s.gen)}
+          specs[#ids] = names[task] .. '|' .. spec
+          states[#ids] = {attempt = 0, stalls = 0, priority = flags, seq = 0, due = dues[j],
+                          key = raw[j] .. ':' .. grid .. ':' .. gen .. ':0'}
         end
       end
       redis.call('ZREM', b[2], unpack(found))
     end
-    if #due > 0 or settle == true or settle[b[1]] then
-      local next_due = wheel_settle(k.due, b[2], b[1])
-      if next_due and next_due < c.now + BUCKET_HOLD_MS then early = true end
+    if #found > 0 or settle == true or settle[b[1]] then
+      if not whole then
+        local after = redis.call('ZRANGE', b[2], 0, 0, 'WITHSCORES')
+        next_due, next_raw = after[2] and tonumber(after[2]) or nil, after[2]
+      end
+      if next_due then
+        marks[#marks + 1], marks[#marks + 2] = next_raw, WHEEL_PREFIX .. b[1]
+        if next_due < c.now + BUCKET_HOLD_MS then early = true end
+      else
+        gone[#gone + 1] = WHEEL_PREFIX .. b[1]
+      end
     end
   end
+  call_many('ZADD', k.due, marks)
+  call_many('ZREM', k.due, gone)
   if #ids == 0 then return early end
   local seq = redis.call('INCRBY', k.seq, #ids) - #ids
   for i = 1, #ids do states[i].seq = seq + i end
@@ -426,14 +482,21 @@ local function promote_buckets(k, c, buckets, limit, settle)
     -- The best `limit` (priority, then order) at once; only the rest are queued, with a copy
     -- of their spec for whoever claims them (a run taken here has none: a worker that claims
     -- it again reads its record).
-    local order = {}
-    for i = 1, #ids do order[i] = i end
-    table.sort(order, function(a, b)
-      if states[a].priority ~= states[b].priority then
-        return states[a].priority > states[b].priority
-      end
-      return a < b
-    end)
+    local order, mixed = {}, false
+    for i = 1, #ids do
+      order[i] = i
+      if states[i].priority ~= states[1].priority then mixed = true end
+    end
+    -- Most schedules share one priority: then the order is already right, and the sort (a Lua
+    -- comparison per step) is skipped.
+    if mixed then
+      table.sort(order, function(a, b)
+        if states[a].priority ~= states[b].priority then
+          return states[a].priority > states[b].priority
+        end
+        return a < b
+      end)
+    end
     local take, rest = {{}, {}, {}}, {{}, {}, {}}
     for n, i in ipairs(order) do
       local into = n <= limit and take or rest

@@ -81,6 +81,8 @@ for i = 1, #ARGV - 5 do
   is_passed[ARGV[5 + i]] = true
 end
 local passed_due = {}
+-- A held marker's score, formatted once (a number is formatted with %.17g per redis.call arg).
+local hold_until = string.format('%d', now + BUCKET_HOLD_MS)
 local direct = false
 for q, queue in ipairs(queues) do
   local due = redis.call('ZRANGEBYSCORE', queue.due, '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
@@ -93,7 +95,7 @@ for q, queue in ipairs(queues) do
         passed_due[bucket] = true
       else
         buckets[#buckets + 1] = bucket
-        held[#held + 1] = now + BUCKET_HOLD_MS
+        held[#held + 1] = hold_until
         held[#held + 1] = member
       end
     elseif prefix == LIMIT_PREFIX then  -- reported whole, for release_limits.lua

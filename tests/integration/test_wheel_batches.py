@@ -1,0 +1,215 @@
+"""The schedule scripts' batched writes (issue 15, Redis CPU per run) keep what the per-item
+writes did: a bucket with more due runs than one read takes them all, bucket markers end at each
+bucket's earliest due time, a settled run's record is what the full parse and format gave, and
+the lateness histogram adds up across calls and windows."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import redis
+
+import drumbeat
+from drumbeat import protocol
+from drumbeat.keys import bucket_of
+from drumbeat.schedule import Record, parse_record
+from drumbeat.scripts import Claimed, Scripts
+
+LIB = (Path(protocol.__file__).parent / "lua" / "_lib.lua").read_text()
+WHEEL_READ = int(re.search(r"^local WHEEL_READ = (\d+)", LIB, re.M).group(1))  # type: ignore[union-attr]
+TASK = "tasks.ping"
+
+
+def _now_ms(r: redis.Redis) -> int:
+    sec, usec = r.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def _ids_in_bucket(count: int, bucket: int | None = None) -> list[str]:
+    """``count`` schedule ids that share one wheel bucket (``bucket``, or the first id's)."""
+    found: list[str] = []
+    i = 0
+    while len(found) < count:
+        candidate = f"b{i}"
+        i += 1
+        b = bucket_of(candidate)
+        if bucket is None:
+            bucket = b
+        if b == bucket:
+            found.append(candidate)
+    return found
+
+
+def _put(
+    app: drumbeat.App, r: redis.Redis, due: dict[str, int], gen: int = 1, priority: int = 0
+) -> None:
+    """Schedules ``due`` (id -> due ms) of the ping task, markers at their buckets' earliest."""
+    keys = app.scheduler.shards[0]
+    r.hset(keys.tasks, mapping={TASK: 7, "#7": TASK, "#": 7})
+    for schedule_id, at in due.items():
+        b = bucket_of(schedule_id)
+        # gen|grid|flags|runs|failures|misfires|last_start|last_ms|task|spec
+        r.hset(keys.schedules(b), schedule_id, f"{gen}|{at}|{priority}|3|1|2||5|7|[[],{{}}]")
+        r.zadd(keys.wheel(b), {schedule_id: at})
+        r.zadd(keys.due, {protocol.wheel_marker(b): at}, lt=True)
+
+
+def test_a_bucket_with_more_due_runs_than_one_read_gives_them_all(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
+    now = _now_ms(r)
+    ids = _ids_in_bucket(WHEEL_READ + 5)
+    bucket = bucket_of(ids[0])
+    later = now + 3_600_000
+    _put(app, r, {i: now - 1000 - n for n, i in enumerate(ids[:-1])} | {ids[-1]: later})
+    result = scripts.promote_runs([bucket], "w1", 100, 60_000).run(r)
+    taken = sorted(job.id for job in result.jobs)
+    assert taken == sorted(protocol.RUN_PREFIX + i for i in ids[:-1]), (
+        f"every due run of the bucket ({len(ids) - 1}), got {len(taken)}"
+    )
+    assert r.zrange(keys.wheel(bucket), 0, -1) == [ids[-1].encode()], "only the later one waits"
+    assert r.zscore(keys.due, protocol.wheel_marker(bucket)) == later, (
+        "the bucket's marker should be at its next due time"
+    )
+    # Each run's lateness is counted from its due time (at least 1,000 ms here).
+    held = {k.decode(): int(v) for k, v in r.hgetall(keys.lateness).items()}
+    counted = sum(v for k, v in held.items() if k.startswith("c") and k != "cs")
+    assert counted == len(ids) - 1, f"one lateness sample per run, got {held}"
+    late = held["cs"] / (len(ids) - 1)
+    assert 1000 <= late < 60_000, f"lateness from each run's due time (>= 1 s ago): {late} ms"
+    run = next(j for j in result.jobs if j.id == protocol.RUN_PREFIX + ids[0])
+    assert run.extra == f"{now - 1000}:{now - 1000}:1:0", "the run's due:grid:gen:manual"
+
+
+def test_runs_of_mixed_priorities_are_taken_best_first_and_the_rest_queued(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
+    now = _now_ms(r)
+    ids = _ids_in_bucket(4)
+    # The due order is ids[0] first; the priority 5 ones come later and must still go first.
+    _put(app, r, {ids[0]: now - 4000, ids[1]: now - 3000})
+    _put(app, r, {ids[2]: now - 2000, ids[3]: now - 1000}, priority=5)
+    taken = scripts.promote_runs([bucket_of(ids[0])], "w1", 2, 60_000).run(r).jobs
+    assert [j.id for j in taken] == ["s:" + ids[2], "s:" + ids[3]], "priority 5 first, in order"
+    assert r.zrange(keys.ready, 0, -1) == [b"s:" + ids[0].encode(), b"s:" + ids[1].encode()]
+
+
+def test_markers_of_every_bucket_a_claim_passes_are_rescored_or_dropped(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
+    now = _now_ms(r)
+    a, a_later = _ids_in_bucket(2)
+    b = next(i for i in (f"c{n}" for n in range(10_000)) if bucket_of(i) != bucket_of(a))
+    later = now + 3_600_000
+    _put(app, r, {a: now - 2000, a_later: later, b: now - 1000})
+    result = scripts.promote_runs([bucket_of(a), bucket_of(b)], "w1", 100, 60_000).run(r)
+    assert sorted(job.id for job in result.jobs) == ["s:" + a, "s:" + b]
+    assert r.zscore(keys.due, protocol.wheel_marker(bucket_of(a))) == later
+    assert r.zscore(keys.due, protocol.wheel_marker(bucket_of(b))) is None, (
+        "an emptied bucket's marker should go"
+    )
+
+
+def _finish(
+    app: drumbeat.App, r: redis.Redis, job: Claimed, outcome: str, next_grid: int
+) -> list[int]:
+    """Settles ``job`` (a run of generation 1) after 42 ms, its next run at ``next_grid`` + 7."""
+    scripts = Scripts(app.scheduler.shards[0])
+    item = (job.id, job.token, outcome, 42, 1, next_grid, next_grid + 7, "boom")
+    return scripts.finish_runs([item]).run(r)
+
+
+def test_a_settled_run_rewrites_its_record_field_by_field(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
+    now = _now_ms(r)
+    ok, fail, skip, regen, other = _ids_in_bucket(5)
+    bucket = bucket_of(ok)
+    grid = now - 1000
+    _put(app, r, {ok: grid, fail: grid, skip: grid, regen: grid})
+    # A schedule of another bucket due earlier than these runs' next ones keeps its marker.
+    elsewhere = next(i for i in (f"e{n}" for n in range(10_000)) if bucket_of(i) != bucket)
+    _put(app, r, {elsewhere: now + 1000, other: now + 3_600_000})
+    jobs = {j.id[2:]: j for j in scripts.promote_runs([bucket], "w1", 100, 60_000).run(r).jobs}
+    assert set(jobs) == {ok, fail, skip, regen}
+    owners = {i: r.hget(keys.owners, "s:" + i) for i in jobs}
+    started = {i: int(o.decode().rsplit("|", 1)[1]) for i, o in owners.items() if o}
+    r.zadd(keys.due, {protocol.wheel_marker(bucket_of(elsewhere)): now + 1000})
+    next_grid = now + 10_000
+    # Bump the generation of `regen` while its run is in flight (a changed definition).
+    raw = r.hget(keys.schedules(bucket), regen)
+    assert raw is not None
+    r.hset(keys.schedules(bucket), regen, b"2" + raw[1:])
+    # The earliest next run first: later ones must not push the bucket's marker back (LT).
+    assert _finish(app, r, jobs[regen], "ok", next_grid) == [1]
+    assert _finish(app, r, jobs[ok], "ok", next_grid) == [1]
+    assert _finish(app, r, jobs[fail], "fail", next_grid) == [1]
+    assert _finish(app, r, jobs[skip], "skip", next_grid) == [1]
+
+    def record(i: str) -> Record:
+        raw = r.hget(keys.schedules(bucket), i)
+        assert raw is not None
+        return parse_record(raw)
+
+    spec = b"[[],{}]"
+    assert record(ok) == Record(1, next_grid, 0, False, 4, 1, 2, started[ok], 42, "7", spec)
+    assert record(fail) == Record(1, next_grid, 0, False, 4, 2, 2, started[fail], 42, "7", spec)
+    assert record(skip) == Record(1, next_grid, 0, False, 3, 1, 3, None, 5, "7", spec)
+    # Another generation: the grid stays, its next run is due at its own grid slot.
+    assert record(regen) == Record(2, grid, 0, False, 4, 1, 2, started[regen], 42, "7", spec)
+    assert r.hget(keys.faults, fail) == b"boom"
+    wheel = dict(r.zrange(keys.wheel(bucket), 0, -1, withscores=True))
+    assert wheel == {
+        ok.encode(): next_grid + 7,
+        fail.encode(): next_grid + 7,
+        skip.encode(): next_grid + 7,
+        regen.encode(): grid,
+        other.encode(): now + 3_600_000,
+    }
+    assert r.zscore(keys.due, protocol.wheel_marker(bucket)) == grid, (
+        "pulled forward to the earliest"
+    )
+    assert r.zscore(keys.due, protocol.wheel_marker(bucket_of(elsewhere))) == now + 1000
+
+
+def test_lateness_adds_up_within_a_window_and_a_reused_slot_starts_over(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    body = """
+      local samples = {}
+      for i = 2, #ARGV do samples[#samples + 1] = tonumber(ARGV[i]) end
+      record_lateness(KEYS[1], tonumber(ARGV[1]), samples)
+    """
+    key = app.keys.lateness
+
+    def record(now: int, *samples: int) -> None:
+        r.eval(LIB + "\n" + body, 1, key, now, *samples)
+
+    span = protocol.LATENESS_WINDOW_MS
+    now = 1_700_000_120_000  # the start of a window
+    window, slot = now // span, (now // span) % protocol.LATENESS_WINDOWS
+    record(now, 5, 100)
+    record(now + 1, 5, 3000)
+    record(now + 2, 50)  # below the window's max, which stays
+    record(now + span, 9)  # the next slot
+    bin_ = protocol.lateness_bin
+    held = {k.decode(): int(v) for k, v in r.hgetall(key).items()}
+    assert held[f"w{slot}"] == window and held[f"m{slot}"] == 3000
+    assert held[f"b{slot}:{bin_(5)}"] == 2 and held[f"b{slot}:{bin_(3000)}"] == 1
+    assert held[f"c{bin_(5)}"] == 2 and held["cs"] == 5 + 100 + 5 + 3000 + 50 + 9
+    # The same slot, LATENESS_WINDOWS windows later: its counts and max start over.
+    later = now + protocol.LATENESS_WINDOWS * span
+    record(later, 7)
+    held = {k.decode(): int(v) for k, v in r.hgetall(key).items()}
+    mine = {k: v for k, v in held.items() if k.startswith((f"b{slot}:", f"m{slot}", f"w{slot}"))}
+    assert mine == {f"w{slot}": window + protocol.LATENESS_WINDOWS, f"m{slot}": 7,
+                    f"b{slot}:{bin_(7)}": 1}  # fmt: skip
+    nxt = (slot + 1) % protocol.LATENESS_WINDOWS
+    assert held[f"m{nxt}"] == 9, "another slot's window is kept"
+    assert held[f"c{bin_(5)}"] == 2 and held[f"c{bin_(7)}"] == 1, "cumulative counts keep all"
+    assert held["cs"] == 5 + 100 + 5 + 3000 + 50 + 9 + 7
