@@ -93,7 +93,7 @@ def test_a_worker_frozen_past_its_lease_then_resumed_cannot_overwrite_the_outcom
     redis_url: str, namespace: str, r: redis.Redis, procs: list[Proc]
 ) -> None:
     # SIGSTOP: the process, its heartbeat thread included, stops; its lease lapses, another
-    # worker runs the job. Resumed, the first finishes its run too, and its outcome is refused.
+    # worker runs the job. Resumed, the first cannot change the outcome.
     app = _app(redis_url, namespace, lease=1.0)
     job = app.enqueue("tests.apps.proc_app.whoami", 1.0)
     frozen = Proc(redis_url, namespace, lease=1.0)
@@ -103,12 +103,12 @@ def test_a_worker_frozen_past_its_lease_then_resumed_cannot_overwrite_the_outcom
     other = Proc(redis_url, namespace, lease=1.0, maintenance_interval=0.2)
     procs.append(other)
     assert job.result(timeout=30) == other.popen.pid, "the second worker should run the job"
+    # Resumed, then stopped: its stale run finishes, or is cancelled once it finds its lease
+    # taken over (which comes first depends on timing); either way it settles what it holds
+    # (refused) before it exits.
     frozen.signal(signal.SIGCONT)
-    stale_end = ["end", job.id, "1", str(frozen.popen.pid)]
-    wait_for(lambda: _log(r, namespace), lambda log: stale_end in log,
-             message="the resumed worker should finish its (stale) run")  # fmt: skip
-    frozen.signal(signal.SIGTERM)  # it settles what it holds before it exits
-    assert frozen.wait(15) == 0
+    frozen.signal(signal.SIGTERM)
+    assert frozen.wait(30) == 0
     assert job.result(timeout=5) == other.popen.pid, "a stale worker overwrote the outcome"
     # (The frozen worker's idle claim, already sent, may take the job back while it is still
     # stopped: that claim's lease lapses too, and the run it starts on resuming is cancelled.)
