@@ -22,7 +22,7 @@ from .protocol import (
     MAX_PRIORITY,
     MIN_PRIORITY,
     PRIORITY_SPAN,
-    bin_upper_ms,
+    bin_percentile_ms,
     parse_owner,
     ready_score,
     wheel_marker,
@@ -503,16 +503,7 @@ def lateness_summary(
     total = sum(counts.values())
     if not total:
         return Lateness(0, None, None, None)
-
-    def pct(q: float) -> float:
-        seen = 0
-        for b in sorted(counts):
-            seen += counts[b]
-            if seen >= q * total:
-                return bin_upper_ms(b)
-        return bin_upper_ms(max(counts))
-
-    return Lateness(total, pct(0.50), pct(0.99), top)
+    return Lateness(total, bin_percentile_ms(counts, 0.50), bin_percentile_ms(counts, 0.99), top)
 
 
 def schedule_stats(app: App) -> ScheduleStats:
