@@ -540,6 +540,19 @@ local LIMIT_RECHECK_MS = 5
 -- holding its claim (see acquire_limits.lua).
 local LIMIT_NEAR_MS = 20
 
+-- The `parking` hash of a shard counts, per queue ("default" for the default one), the jobs
+-- parked on limiter keys ("p|<queue>") and the limiter markers in the queue's `due`
+-- ("m|<queue>"), so status, metrics and the autoscaler read them without scanning `due` or
+-- every `parked:<key>`. acquire_limits, release_limits and cancel keep them, each on the
+-- reply of the ZADD / ZREM that changed what it counts.
+local PARKED_FIELD = 'p|'
+local MARKERS_FIELD = 'm|'
+local function count_parking(key, field, queue, delta)
+  if delta == 0 then return end
+  if queue == nil or queue == '' then queue = 'default' end
+  redis.call('HINCRBY', key, field .. queue, delta)
+end
+
 -- Reads the key's state into `l`; writes the limit given (`l.interval` set) when it changed.
 local function limit_config(l)
   local raw = redis.call('HMGET', l.limit, 'tat', 'book', 'interval', 'tolerance', 'concurrency')
