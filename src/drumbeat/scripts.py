@@ -428,7 +428,7 @@ class Scripts:
         [3, i] parked on the i-th key, [0] lease lost."""
         k = self.k
         keys = [k.leases, k.owners, k.state, k.due_of(queue), k.wake_of(queue)]
-        keys += [k.ready_of(queue), k.parking]
+        keys += [k.ready_of(queue), k.parking, k.lateness]
         args: list[str | int] = [job_id, token, lease_ms, horizon_ms]
         for name, limit in limits:
             keys += [k.limit(name), k.permits(name), k.parked(name)]

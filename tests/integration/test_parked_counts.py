@@ -1,6 +1,7 @@
 """Jobs parked on limiter keys in `drumbeat status` (text and --json), `/metrics` and the
 autoscaler's signal: counted per queue from the `parking` counters the limit scripts keep, the
-limiter markers in `due` counted neither as delayed jobs nor as backlog."""
+limiter markers in `due` counted neither as delayed jobs nor as backlog; a parked schedule run's
+lateness counted once."""
 
 from __future__ import annotations
 
@@ -132,3 +133,41 @@ def test_a_due_limiter_marker_is_no_backlog_nor_lag(lapp: drumbeat.App, r: redis
     assert r.zrange(lapp.keys.due, 0, -1) == [f"{LIMIT_PREFIX}t:later".encode()]
     signal = autoscale.read_signal(lapp)
     assert (signal.due_now, signal.lag_ms) == (0, 0), signal
+
+
+async def test_a_parked_schedule_run_counts_its_lateness_once(
+    lapp: drumbeat.App, r: redis.Redis
+) -> None:
+    """A run of a concurrency-1 task parks while another run holds the key: it is counted as
+    parked, and its lateness is counted once, when it starts (so at least as long as it
+    waited parked), not also when its first claim parked it."""
+    release = asyncio.Event()
+    started: list[int] = []
+
+    @lapp.task(concurrency_limit=1)
+    async def poll(n: int) -> None:
+        started.append(n)
+        if n == 0:
+            await release.wait()
+
+    await lapp.aschedule("poll0", poll, every=3600, args=[0])
+    await lapp.aschedule("poll1", poll, every=3600, args=[1])
+    async with running_worker(lapp, concurrency=4):
+        await lapp.arun_now("poll0")
+        await wait_for_async(lambda: 0 in started, message="poll0's run should start")
+        await lapp.arun_now("poll1")
+        await wait_for_async(
+            lambda: r.zcard(lapp.keys.parked(f"t:{poll.name}")),
+            lambda n: n == 1,
+            message="poll1's run should park behind poll0's",
+        )
+        assert (await asyncio.to_thread(admin.queue_stats, lapp)).parked == 1
+        await asyncio.sleep(0.3)  # it waits parked at least this long
+        release.set()
+        await wait_for_async(lambda: 1 in started, message="poll1's run should start")
+        await lapp.aunschedule("poll0", "poll1")
+    fields = {k.decode(): int(v) for k, v in r.hgetall(lapp.keys.lateness).items()}
+    counted = sum(n for f, n in fields.items() if f.startswith("c") and f[1:].isdigit())
+    assert counted == len(started), f"one lateness per run started {started}: {fields}"
+    assert fields["cs"] >= 300, f"poll1 started at least 300 ms late: {fields}"
+    assert _parking(r, lapp).get("p|default") == 0
