@@ -41,6 +41,12 @@ WHEEL_PREFIX = "w:"
 LIMIT_PREFIX = "l:"
 
 
+#: Fields of a shard's `parking` hash, followed by a queue name ("default" for the default
+#: queue): jobs parked on limiter keys, and limiter markers in the queue's `due`.
+PARKED_FIELD = "p|"
+MARKERS_FIELD = "m|"
+
+
 def wheel_marker(bucket: int) -> str:
     return f"{WHEEL_PREFIX}{bucket}"
 
