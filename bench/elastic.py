@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -39,6 +40,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from drumbeat.config import Settings
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 APP = "bench.elastic_app:app"
@@ -46,6 +49,10 @@ POLICIES = ("autoscale", "fixed-min", "fixed-max", "original")
 DOWN_SLACK = 10.0
 """Seconds past ``scale_down_after x (MAX - MIN)`` a pool gets after the drain to be at MIN."""
 START_TIMEOUT = 90.0
+DEFAULT_SCALE_DOWN_AFTER = next(
+    f.default for f in dataclasses.fields(Settings) if f.name == "scale_down_after"
+)
+"""`Settings.scale_down_after`'s default, for the report."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,6 +484,12 @@ def table_lines(table: Mapping[str, Mapping[str, Any]], cfg: Config) -> list[str
 # -- report ------------------------------------------------------------------------------------
 
 
+def _down_note(cfg: Config) -> str:
+    if cfg.scale_down_after == DEFAULT_SCALE_DOWN_AFTER:
+        return "the default"
+    return f"default {DEFAULT_SCALE_DOWN_AFTER:g}; shortened so that a run takes seconds"
+
+
 def header_lines(info: Mapping[str, Any], cfg: Config) -> list[str]:
     load = " ".join(f"{x:.2f}" for x in info["load_start"])
     end = " ".join(f"{x:.2f}" for x in info.get("load_end", []))
@@ -489,8 +502,8 @@ def header_lines(info: Mapping[str, Any], cfg: Config) -> list[str]:
         f"- step: {cfg.jobs:,} jobs enqueued at once (one `enqueue_many`), each awaits "
         f"`asyncio.sleep({cfg.job_ms / 1000:g})` then counts itself; MIN {cfg.minimum}, MAX "
         f"{cfg.maximum} processes, `--concurrency {cfg.concurrency}`, "
-        f"`DRUMBEAT_SCALE_DOWN_AFTER={cfg.scale_down_after:g}` (default 30; shortened so that "
-        f"a run takes seconds), `scale_interval` 1 s (default); sampled every {cfg.sample:g} s; "
+        f"`DRUMBEAT_SCALE_DOWN_AFTER={cfg.scale_down_after:g}` ({_down_note(cfg)}), "
+        f"`scale_interval` 1 s (default); sampled every {cfg.sample:g} s; "
         f"{cfg.repeat} repetition(s), the policies' order rotating; median (min-max)",
         f"- time to full capacity: from the step to the first sample with {cfg.maximum} workers "
         "registered in Redis (started and claiming); backlog drained: to the first sample with "
