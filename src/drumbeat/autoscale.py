@@ -454,6 +454,9 @@ class Autoscaler:
         self._state = (0, minimum, 0)  # live, desired, retiring: the supervisor's last word
         self._wanted = minimum
         self._stop = threading.Event()
+        # Held from the stop check to the decision's log line, and by `close` to set the stop:
+        # a look in flight when the supervisor stops decides nothing (nor logs "scaling to").
+        self._deciding = threading.Lock()
         self._thread: threading.Thread | None = None
 
     def info(self, live: int, desired: int, retiring: int) -> dict[str, Any]:
@@ -488,6 +491,8 @@ class Autoscaler:
 
     def look(self, live: int, desired: int, retiring: int, now: float) -> int:
         """One look: returns the pool size wanted (the policy's last when Redis fails)."""
+        if self._stop.is_set():
+            return self.policy.desired  # closed: neither registers again nor decides
         info = json.dumps(self.info(live, desired, retiring)).encode()
         ttl = supervisor_ttl_ms(self.interval)
         calls: list[Call[Any]] = [self.app.scripts.beat_supervisor(self.id, info, ttl)]
@@ -503,7 +508,12 @@ class Autoscaler:
         if self._failing:
             log.info("autoscaling: Redis answers again")
             self._failing = False
-        signal = parse_signal(replies[1:])
+        with self._deciding:
+            if self._stop.is_set():
+                return self.policy.desired  # the supervisor is stopping: no more decisions
+            return self._decide(parse_signal(replies[1:]), live, retiring, now)
+
+    def _decide(self, signal: Signal, live: int, retiring: int, now: float) -> int:
         if self.started_ms is None:
             self.started_ms = self.reason_ms = signal.now_ms
         rate = self.rate.add(signal.now_ms, signal.processed)
@@ -523,8 +533,10 @@ class Autoscaler:
 
     def close(self) -> None:
         """Stops looking and deregisters (a stopped supervisor leaves the others' shares at
-        once; one killed leaves when its registration expires)."""
-        self._stop.set()
+        once; one killed leaves when its registration expires). No decision is taken once it
+        returned, even by a look that was in flight."""
+        with self._deciding:
+            self._stop.set()
         if self._thread is not None:
             self._thread.join(5.0)  # a look in flight on a dead Redis: deregistering fails too
         with contextlib.suppress(redis.RedisError, OSError):

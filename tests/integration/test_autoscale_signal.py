@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 import drumbeat
 from drumbeat.autoscale import Autoscaler, read_signal, run_calls, supervisor_ttl_ms
 from tests.conftest import RedisServer, running_worker
@@ -136,3 +138,18 @@ async def test_the_backlog_counts_every_queue_the_workers_serve(
         scaler.close()
     finally:
         await app.aclose()
+
+
+async def test_a_look_in_flight_when_the_supervisor_stops_decides_nothing(
+    app: drumbeat.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    scaler = Autoscaler(app, minimum=1, maximum=4, concurrency=2)
+    await app.aenqueue_many([drumbeat.Prepared("t.x", [], {}, drumbeat.Options())] * 5)
+    scaler.close()  # the supervisor stops; a look already past its Redis call goes on
+    with caplog.at_level("INFO", logger="drumbeat.autoscale"):
+        assert scaler.look(live=1, desired=1, retiring=0, now=0.0) == 1
+    assert scaler.policy.desired == 1 and not scaler.policy.changed
+    assert not [r for r in caplog.records if "scaling to" in r.getMessage()], (
+        "a stopping supervisor's autoscaler logged a scaling decision"
+    )
+    assert app.redis.zcard(app.keys.supervisors) == 0, "a closed autoscaler registered again"
