@@ -143,6 +143,16 @@ class Signal:
     def backlog(self) -> int:
         return self.ready + self.due_now
 
+    @property
+    def busy(self) -> int:
+        """Busy slots: the leases held, at most the live workers' slots. Leases can outnumber
+        slots: a run paused at a checkpoint keeps its lease while the urgent job it lent its
+        slot to holds another (two leases, one slot: `worker.claims.ClaimTable`), and a worker
+        killed or stopped hard leaves its leases until they lapse and are reaped, after its
+        registration is gone. (`running` keeps them all: the plan counts each such job, as the
+        lender resumes and the dead worker's jobs come back to be run.)"""
+        return min(self.running, self.slots)
+
 
 def _str(value: bytes | str) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
@@ -338,8 +348,10 @@ def describe(signal: Signal, p: Plan, rate: float | None, pressure: str | None) 
     due = f", {signal.due_now} due unclaimed (lag {signal.lag_ms} ms)" if signal.due_now else ""
     done = "?" if rate is None else f"{rate:.0f}"
     why = f"; {pressure}" if pressure else ""
+    over = signal.running - signal.busy
+    extra = f" (+{over} leases past them: lent slots or gone workers)" if over else ""
     return (
-        f"{ready}{due}, {signal.running} of {signal.slots} slots busy, {done} jobs/s done, "
+        f"{ready}{due}, {signal.busy} of {signal.slots} slots busy{extra}, {done} jobs/s done, "
         f"cpu {signal.cpu:.2f} of {signal.workers} workers{why}"
         f" → {p.processes} processes in all, {p.mine} here (share {p.share})"
     )
