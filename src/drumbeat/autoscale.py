@@ -24,6 +24,9 @@ The rule (README and docs/deploy.md say the same):
 - this supervisor's share = ``ceil(processes needed * its MAX / sum of the MAXes of the live
   supervisors)``, within its MIN..MAX. Each supervisor takes a share of one shared figure, so
   two of them seeing the same backlog do not both jump to MAX;
+- but never below the smallest pool that would not ask to grow again at once: the completions
+  per second, scaled to that pool's share of the processes, must still start the backlog
+  (hysteresis: a retired worker's completions leave the rate with it);
 - up at once to the share; down one process at a time, once the share stayed below the pool
   for `Settings.scale_down_after` seconds without a break (the timer starts again after each).
 """
@@ -330,15 +333,35 @@ def plan(
     supervised_slots = slots + sum(s.slots for s in others)
     supervised_live = live + sum(s.live for s in others)
     unsupervised = max(0, signal.slots - supervised_slots)
-    startable = (rate or 0.0) * interval
-    needed_slots = signal.running + max(0, math.ceil(signal.backlog - startable))
-    processes = math.ceil(max(0, needed_slots - unsupervised) / concurrency)
     unsupervised_workers = max(0, signal.workers - supervised_live)
-    processes = max(processes, math.ceil(signal.cpu / CPU_TARGET) - unsupervised_workers)
-    if pressure:
-        processes = max(processes, math.ceil(max(1, supervised_live) * PRESSURE_GROWTH))
-    mine = math.ceil(processes * maximum / sum_max)
-    return Plan(max(minimum, min(maximum, mine)), processes, needed_slots, f"{maximum}/{sum_max}")
+
+    def need(rate: float | None) -> tuple[int, int, int]:
+        """(slots needed, processes needed in all, processes here) at completion ``rate``."""
+        startable = (rate or 0.0) * interval
+        needed_slots = signal.running + max(0, math.ceil(signal.backlog - startable))
+        processes = math.ceil(max(0, needed_slots - unsupervised) / concurrency)
+        processes = max(processes, math.ceil(signal.cpu / CPU_TARGET) - unsupervised_workers)
+        if pressure:
+            processes = max(processes, math.ceil(max(1, supervised_live) * PRESSURE_GROWTH))
+        mine = math.ceil(processes * maximum / sum_max)
+        return needed_slots, processes, max(minimum, min(maximum, mine))
+
+    needed_slots, processes, mine = need(rate)
+    # Hysteresis: shrink only to a pool that would not at once ask to grow again. The jobs
+    # completed per second come from the processes; a pool of fewer completes fewer (once a
+    # retired worker left, its completions drop out of `CompletionRate` at once), so a backlog
+    # the pool of now starts within an interval may not be started by the smaller pool: it
+    # would scale back up a look later (4 -> 3 -> 4). The smallest pool that stays below the
+    # up-rule at its own rate is what this supervisor asks for.
+    if rate and mine < live and supervised_live > 0:
+        for n in range(mine, live):
+            at = rate * (supervised_live - (live - n)) / supervised_live
+            if need(at)[2] <= n:
+                break
+        else:
+            n = live
+        mine = n
+    return Plan(mine, processes, needed_slots, f"{maximum}/{sum_max}")
 
 
 def describe(signal: Signal, p: Plan, rate: float | None, pressure: str | None) -> str:
