@@ -24,6 +24,9 @@ The rule (README and docs/deploy.md say the same):
 - this supervisor's share = ``ceil(processes needed * its MAX / sum of the MAXes of the live
   supervisors)``, within its MIN..MAX. Each supervisor takes a share of one shared figure, so
   two of them seeing the same backlog do not both jump to MAX;
+- but never below the smallest pool that would not ask to grow again at once: the completions
+  per second, scaled to that pool's share of the processes, must still start the backlog
+  (hysteresis: a retired worker's completions leave the rate with it);
 - up at once to the share; down one process at a time, once the share stayed below the pool
   for `Settings.scale_down_after` seconds without a break (the timer starts again after each).
 """
@@ -142,6 +145,16 @@ class Signal:
     @property
     def backlog(self) -> int:
         return self.ready + self.due_now
+
+    @property
+    def busy(self) -> int:
+        """Busy slots: the leases held, at most the live workers' slots. Leases can outnumber
+        slots: a run paused at a checkpoint keeps its lease while the urgent job it lent its
+        slot to holds another (two leases, one slot: `worker.claims.ClaimTable`), and a worker
+        killed or stopped hard leaves its leases until they lapse and are reaped, after its
+        registration is gone. (`running` keeps them all: the plan counts each such job, as the
+        lender resumes and the dead worker's jobs come back to be run.)"""
+        return min(self.running, self.slots)
 
 
 def _str(value: bytes | str) -> str:
@@ -320,15 +333,35 @@ def plan(
     supervised_slots = slots + sum(s.slots for s in others)
     supervised_live = live + sum(s.live for s in others)
     unsupervised = max(0, signal.slots - supervised_slots)
-    startable = (rate or 0.0) * interval
-    needed_slots = signal.running + max(0, math.ceil(signal.backlog - startable))
-    processes = math.ceil(max(0, needed_slots - unsupervised) / concurrency)
     unsupervised_workers = max(0, signal.workers - supervised_live)
-    processes = max(processes, math.ceil(signal.cpu / CPU_TARGET) - unsupervised_workers)
-    if pressure:
-        processes = max(processes, math.ceil(max(1, supervised_live) * PRESSURE_GROWTH))
-    mine = math.ceil(processes * maximum / sum_max)
-    return Plan(max(minimum, min(maximum, mine)), processes, needed_slots, f"{maximum}/{sum_max}")
+
+    def need(rate: float | None) -> tuple[int, int, int]:
+        """(slots needed, processes needed in all, processes here) at completion ``rate``."""
+        startable = (rate or 0.0) * interval
+        needed_slots = signal.running + max(0, math.ceil(signal.backlog - startable))
+        processes = math.ceil(max(0, needed_slots - unsupervised) / concurrency)
+        processes = max(processes, math.ceil(signal.cpu / CPU_TARGET) - unsupervised_workers)
+        if pressure:
+            processes = max(processes, math.ceil(max(1, supervised_live) * PRESSURE_GROWTH))
+        mine = math.ceil(processes * maximum / sum_max)
+        return needed_slots, processes, max(minimum, min(maximum, mine))
+
+    needed_slots, processes, mine = need(rate)
+    # Hysteresis: shrink only to a pool that would not at once ask to grow again. The jobs
+    # completed per second come from the processes; a pool of fewer completes fewer (once a
+    # retired worker left, its completions drop out of `CompletionRate` at once), so a backlog
+    # the pool of now starts within an interval may not be started by the smaller pool: it
+    # would scale back up a look later (4 -> 3 -> 4). The smallest pool that stays below the
+    # up-rule at its own rate is what this supervisor asks for.
+    if rate and mine < live and supervised_live > 0:
+        for n in range(mine, live):
+            at = rate * (supervised_live - (live - n)) / supervised_live
+            if need(at)[2] <= n:
+                break
+        else:
+            n = live
+        mine = n
+    return Plan(mine, processes, needed_slots, f"{maximum}/{sum_max}")
 
 
 def describe(signal: Signal, p: Plan, rate: float | None, pressure: str | None) -> str:
@@ -338,8 +371,10 @@ def describe(signal: Signal, p: Plan, rate: float | None, pressure: str | None) 
     due = f", {signal.due_now} due unclaimed (lag {signal.lag_ms} ms)" if signal.due_now else ""
     done = "?" if rate is None else f"{rate:.0f}"
     why = f"; {pressure}" if pressure else ""
+    over = signal.running - signal.busy
+    extra = f" (+{over} leases past them: lent slots or gone workers)" if over else ""
     return (
-        f"{ready}{due}, {signal.running} of {signal.slots} slots busy, {done} jobs/s done, "
+        f"{ready}{due}, {signal.busy} of {signal.slots} slots busy{extra}, {done} jobs/s done, "
         f"cpu {signal.cpu:.2f} of {signal.workers} workers{why}"
         f" → {p.processes} processes in all, {p.mine} here (share {p.share})"
     )
@@ -454,6 +489,9 @@ class Autoscaler:
         self._state = (0, minimum, 0)  # live, desired, retiring: the supervisor's last word
         self._wanted = minimum
         self._stop = threading.Event()
+        # Held from the stop check to the decision's log line, and by `close` to set the stop:
+        # a look in flight when the supervisor stops decides nothing (nor logs "scaling to").
+        self._deciding = threading.Lock()
         self._thread: threading.Thread | None = None
 
     def info(self, live: int, desired: int, retiring: int) -> dict[str, Any]:
@@ -488,6 +526,8 @@ class Autoscaler:
 
     def look(self, live: int, desired: int, retiring: int, now: float) -> int:
         """One look: returns the pool size wanted (the policy's last when Redis fails)."""
+        if self._stop.is_set():
+            return self.policy.desired  # closed: neither registers again nor decides
         info = json.dumps(self.info(live, desired, retiring)).encode()
         ttl = supervisor_ttl_ms(self.interval)
         calls: list[Call[Any]] = [self.app.scripts.beat_supervisor(self.id, info, ttl)]
@@ -503,7 +543,12 @@ class Autoscaler:
         if self._failing:
             log.info("autoscaling: Redis answers again")
             self._failing = False
-        signal = parse_signal(replies[1:])
+        with self._deciding:
+            if self._stop.is_set():
+                return self.policy.desired  # the supervisor is stopping: no more decisions
+            return self._decide(parse_signal(replies[1:]), live, retiring, now)
+
+    def _decide(self, signal: Signal, live: int, retiring: int, now: float) -> int:
         if self.started_ms is None:
             self.started_ms = self.reason_ms = signal.now_ms
         rate = self.rate.add(signal.now_ms, signal.processed)
@@ -523,8 +568,10 @@ class Autoscaler:
 
     def close(self) -> None:
         """Stops looking and deregisters (a stopped supervisor leaves the others' shares at
-        once; one killed leaves when its registration expires)."""
-        self._stop.set()
+        once; one killed leaves when its registration expires). No decision is taken once it
+        returned, even by a look that was in flight."""
+        with self._deciding:
+            self._stop.set()
         if self._thread is not None:
             self._thread.join(5.0)  # a look in flight on a dead Redis: deregistering fails too
         with contextlib.suppress(redis.RedisError, OSError):

@@ -104,7 +104,11 @@ class Supervisor:
         # Retiring workers write their pid here; each gets a successor before it leaves.
         self._retiring, self._retiring_w = os.pipe()
         os.set_blocking(self._retiring, False)
-        self._spares: list[subprocess.Popen[bytes]] = []
+        # A retiring worker's pid -> its successor, started before it leaves. Keyed by the pid:
+        # only its own exit hands the successor on; another worker that exits 0 meanwhile (a
+        # task called sys.exit(0), a worker that stopped on its own) is a death, restarted as
+        # one, and must not take a successor meant for another slot.
+        self._spares: dict[int, subprocess.Popen[bytes]] = {}
         self._env = {**os.environ, SUPERVISOR_FD: str(self._retiring_w),
                      SUPERVISOR_PROTOCOL: str(PROTOCOL)}  # fmt: skip
         self.hang_timeout = hang_timeout
@@ -128,20 +132,28 @@ class Supervisor:
         try:
             while not self._signals:
                 if not self._tend():
+                    self._close_scaler()
                     self._stop()
                     return 1
                 self._rolling()
                 self._autoscale()
                 time.sleep(_POLL)
+            self._close_scaler()
             self._stop()
             return 0
         finally:
-            if self.scaler is not None:
-                self.scaler.close()
+            self._close_scaler()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_DFL)
             os.close(self._retiring)
             os.close(self._retiring_w)
+
+    def _close_scaler(self) -> None:
+        """Ends the scaler's looks before the workers stop: a stopping pool takes no more
+        scaling decisions (nor logs any), and leaves the other supervisors' shares at once."""
+        if self.scaler is not None:
+            scaler, self.scaler = self.scaler, None
+            scaler.close()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals.append(signum)  # only a flag: the loop acts on it
@@ -180,6 +192,8 @@ class Supervisor:
         slot.started, slot.pause = self._successor_started, 0.5
         self._successor = None
         self._roll.pop(0)
+        if old is not None:
+            self._drop_spare(old.pid)  # the new worker takes its place: a successor is spare
         if old is not None and old.poll() is None:
             old.send_signal(signal.SIGTERM)  # it finishes or hands back its jobs, then exits
             self._leaving = old
@@ -196,12 +210,12 @@ class Supervisor:
 
     def _autoscale(self) -> None:
         """Forgets retired workers that left; asks the scaler for a count and scales to it."""
-        if self.scaler is None:
-            return
         for proc in self._retired:
             if proc.poll() is not None:
                 log.info("retired worker pid %d exited (%s)", proc.pid, proc.returncode)
         self._retired = [p for p in self._retired if p.poll() is None]
+        if self.scaler is None or self._signals:  # a stop began: no more decisions
+            return
         self.scale_to(self.scaler.decide(len(self.pids), self.desired, len(self._retired)))
 
     def scale_to(self, n: int) -> None:
@@ -209,7 +223,7 @@ class Supervisor:
         retiring the newest: SIGUSR1, after which a worker claims no more, finishes its jobs
         and exits. Clamped to MIN..MAX; deferred while a rolling restart replaces slots."""
         n = max(self.minimum, min(self.maximum, n))
-        if n == len(self.slots) or self._roll or self._successor is not None:
+        if n == len(self.slots) or self._roll or self._successor is not None or self._signals:
             return
         log.info("scaling from %d to %d worker processes", len(self.slots), n)
         while len(self.slots) < n:
@@ -219,6 +233,8 @@ class Supervisor:
             idle = [s for s in self.slots if s.proc is None or s.proc.poll() is not None]
             slot = idle[-1] if idle else self.slots[-1]
             self.slots.remove(slot)
+            if slot.proc is not None:
+                self._drop_spare(slot.proc.pid)  # it was recycling: nothing takes its place
             if slot.proc is not None and slot.proc.poll() is None:
                 slot.proc.send_signal(signal.SIGUSR1)
                 self._retired.append(slot.proc)
@@ -226,8 +242,15 @@ class Supervisor:
     def _tend(self) -> bool:
         """Starts the workers that are due to (re)start; False on a crash loop."""
         now = time.monotonic()
-        for _ in range(self._retirements()):  # successors start before the retiring leave
-            self._spares.append(self._spawn())
+        for pid in self._retirements():  # successors start before the retiring leave
+            if pid in self._spares:
+                continue  # said twice: one successor
+            if any(s.proc is not None and s.proc.pid == pid for s in self.slots):
+                self._spares[pid] = self._spawn()
+            else:
+                # Not a slot's worker (one scaled down or leaving a rolling restart): it was
+                # leaving anyway, and nothing takes its place.
+                log.info("worker pid %d retires outside the pool; no successor", pid)
         self._kill_hung(now)
         for slot in self.slots:
             proc = slot.proc
@@ -236,11 +259,15 @@ class Supervisor:
                     slot.pause = 0.5  # it lived: the next death restarts it soon again
                     slot.quick_deaths.clear()
                 continue
-            if proc is not None and proc.returncode == 0 and self._spares:
-                # It retired (recycled); its successor is already running.
-                log.info("worker process %d (pid %d) retired; pid %d takes its place",
-                         slot.index, proc.pid, self._spares[0].pid)  # fmt: skip
-                slot.proc, slot.started = self._spares.pop(0), now
+            spare = None if proc is None else self._spares.pop(proc.pid, None)
+            if proc is not None and spare is not None:
+                # It retired (recycled); its successor is already running. (Had it died while
+                # finishing its jobs, the successor takes its place all the same.)
+                self._hung.discard(proc.pid)
+                log.log(logging.INFO if proc.returncode == 0 else logging.WARNING,
+                        "worker process %d (pid %d) retired (exit %s); pid %d takes its place",
+                        slot.index, proc.pid, proc.returncode, spare.pid)  # fmt: skip
+                slot.proc, slot.started = spare, now
                 continue
             if proc is not None:  # it died
                 slot.proc = None
@@ -290,9 +317,9 @@ class Supervisor:
         codes = [s.proc.returncode for s in self.slots if s.proc is not None]
         log.info("all worker processes stopped (exit codes %s)", codes)
 
-    def _retirements(self) -> int:
+    def _retirements(self) -> list[int]:
         """Reads every line the workers wrote since the last look: notes the beats, and
-        returns how many workers asked for a successor."""
+        returns the pids of the workers that asked for a successor."""
         data = self._unread
         while True:
             try:
@@ -303,13 +330,13 @@ class Supervisor:
                 break
             data += chunk
         *lines, self._unread = data.split(b"\n")
-        now, retiring = time.monotonic(), 0
+        now, retiring = time.monotonic(), []
         for line in lines:
             message = parse(line)
             if message is None:
                 log.warning("ignoring a line a worker wrote on the pipe: %r", line[:80])
             elif message[0] == "retire":
-                retiring += 1
+                retiring.append(message[1])
             elif message[1] in self._beats:  # not a process that has gone since
                 self._beats[message[1]] = now
                 self._beaten.add(message[1])
@@ -341,13 +368,21 @@ class Supervisor:
             del self._beats[gone]
         self._beaten &= pids
 
+    def _drop_spare(self, pid: int) -> None:
+        """Stops the successor started for worker ``pid`` when its slot goes (a scale-down, a
+        rolling restart) before ``pid`` left: it has no jobs yet, so a graceful stop."""
+        spare = self._spares.pop(pid, None)
+        if spare is not None and spare.poll() is None:
+            spare.send_signal(signal.SIGTERM)
+            self._retired.append(spare)
+
     def _spawn(self) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(self.argv, env=self._env, pass_fds=(self._retiring_w,))
         self._beats[proc.pid] = time.monotonic()  # its allowance to start counts from now
         return proc
 
     def _live(self) -> list[subprocess.Popen[bytes]]:
-        procs = [s.proc for s in self.slots if s.proc is not None] + self._spares
+        procs = [s.proc for s in self.slots if s.proc is not None] + [*self._spares.values()]
         procs += [p for p in (self._successor, self._leaving) if p is not None]
         procs += self._retired
         return [p for p in procs if p.poll() is None]

@@ -6,8 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 import drumbeat
-from drumbeat.autoscale import Autoscaler, read_signal, run_calls, supervisor_ttl_ms
+from drumbeat.autoscale import (
+    Autoscaler,
+    describe,
+    plan,
+    read_signal,
+    run_calls,
+    supervisor_ttl_ms,
+)
 from tests.conftest import RedisServer, running_worker
 from tests.helpers import wait_for_async
 
@@ -135,4 +144,62 @@ async def test_the_backlog_counts_every_queue_the_workers_serve(
         )
         scaler.close()
     finally:
+        await app.aclose()
+
+
+async def test_a_look_in_flight_when_the_supervisor_stops_decides_nothing(
+    app: drumbeat.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    scaler = Autoscaler(app, minimum=1, maximum=4, concurrency=2)
+    await app.aenqueue_many([drumbeat.Prepared("t.x", [], {}, drumbeat.Options())] * 5)
+    scaler.close()  # the supervisor stops; a look already past its Redis call goes on
+    with caplog.at_level("INFO", logger="drumbeat.autoscale"):
+        assert scaler.look(live=1, desired=1, retiring=0, now=0.0) == 1
+    assert scaler.policy.desired == 1 and not scaler.policy.changed
+    assert not [r for r in caplog.records if "scaling to" in r.getMessage()], (
+        "a stopping supervisor's autoscaler logged a scaling decision"
+    )
+    assert app.redis.zcard(app.keys.supervisors) == 0, "a closed autoscaler registered again"
+
+
+async def test_a_lent_slot_is_one_busy_slot_though_it_holds_two_leases(
+    redis_url: str, namespace: str
+) -> None:
+    """A run paused at a checkpoint keeps its lease while the urgent job it lent its slot to
+    holds another: leases outnumber slots ("2 of 1 slots busy" before)."""
+    app = drumbeat.App(redis_url, namespace=namespace, progress_interval=0.0, idle_block=0.5)
+    release, paused = asyncio.Event(), asyncio.Event()
+
+    @app.task(name="t.crawl", priority=0)
+    async def crawl() -> None:
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+            paused.set()
+            await drumbeat.acheckpoint()
+
+    @app.task(name="t.urgent", priority=9)
+    async def urgent() -> None:
+        await release.wait()
+
+    try:
+        async with running_worker(app, concurrency=1) as worker:
+            long = await crawl.aenqueue()
+            await wait_for_async(lambda: paused.is_set() and worker.signals.subscribed.is_set(),
+                                 message="the long run should start checkpointing")  # fmt: skip
+            quick = await urgent.aenqueue()
+            sig = await wait_for_async(
+                lambda: asyncio.to_thread(read_signal, app),
+                until=lambda s: s.running == 2,
+                message="the lender and the urgent run in its lent slot should both hold a lease",
+            )
+            assert (sig.slots, sig.busy) == (1, 1)
+            p = plan(sig, me="a", minimum=1, maximum=4, live=1, slots=1, concurrency=1,
+                     rate=None, interval=1.0)  # fmt: skip
+            text = describe(sig, p, None, None)
+            assert "1 of 1 slots busy (+1 leases past them" in text, text
+            release.set()
+            await quick.aresult(timeout=20)
+            await long.aresult(timeout=20)
+    finally:
+        release.set()  # a failed assertion must not leave the worker's stop waiting on them
         await app.aclose()

@@ -17,6 +17,7 @@ import pytest
 import redis
 
 import drumbeat
+from drumbeat.supervisor import Supervisor
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.process
@@ -286,3 +287,126 @@ def test_a_recycled_worker_finishes_its_long_jobs_past_the_grace(
         assert sup.wait(30) == 0
     finally:
         app.close()
+
+
+# -- the supervisor's bookkeeping, on stand-in processes -----------------------------------------
+
+# A stand-in worker: exits 0 once a file named after its pid appears in STANDIN_DIR.
+_STANDIN = (
+    "import os, sys, time\n"
+    "flag = os.path.join(os.environ['STANDIN_DIR'], str(os.getpid()))\n"
+    "deadline = time.monotonic() + 60\n"
+    "while not os.path.exists(flag) and time.monotonic() < deadline:\n"
+    "    time.sleep(0.02)\n"
+    "sys.exit(0)\n"
+)
+
+
+@pytest.fixture
+def standins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Supervisor]]:
+    monkeypatch.setenv("STANDIN_DIR", str(tmp_path))
+    made: list[Supervisor] = []
+    yield made
+    for sup in made:
+        for proc in sup._live():
+            proc.kill()
+            proc.wait(10)
+        for slot in sup.slots:
+            if slot.proc is not None:
+                slot.proc.wait(10)
+        for fd in (sup._retiring, sup._retiring_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _spare(sup: Supervisor) -> subprocess.Popen[bytes]:
+    """The one live process the supervisor started outside its slots (a successor)."""
+    held = {s.proc for s in sup.slots} | set(sup._retired)
+    (spare,) = [p for p in sup._live() if p not in held]
+    return spare
+
+
+def _exit0(tmp_path: Path, proc: subprocess.Popen[bytes]) -> None:
+    (tmp_path / str(proc.pid)).touch()
+    proc.wait(20)
+    assert proc.returncode == 0, f"the stand-in pid {proc.pid} should exit 0: {proc.returncode}"
+
+
+def test_a_worker_exiting_0_unretired_does_not_take_the_successor_of_one_recycling(
+    tmp_path: Path, standins: list[Supervisor]
+) -> None:
+    """Worker A recycles (asks for a successor, which starts at once, and finishes its jobs);
+    meanwhile worker B exits 0 on its own (a task called sys.exit(0)). B's exit is a death: B's
+    slot restarts; A's successor waits for A and takes A's slot when A leaves."""
+    sup = Supervisor(["-c", _STANDIN], processes=2, shutdown_grace=1.0)
+    standins.append(sup)
+    assert sup._tend()
+    a, b = (slot.proc for slot in sup.slots)
+    assert a is not None and b is not None
+    os.write(sup._retiring_w, f"retire {a.pid}\n".encode())
+    _exit0(tmp_path, b)
+    started = set(sup._live())
+    assert sup._tend()
+    (successor,) = set(sup._live()) - started
+    assert sup.slots[0].proc is a, "A is still finishing its jobs in its slot"
+    assert sup.slots[1].proc is not successor, (
+        "B exited 0 without retiring, and took the successor started for A"
+    )
+    assert _spare(sup) is successor, "A's successor should still wait for A"
+    _exit0(tmp_path, a)
+    assert sup._tend()
+    assert sup.slots[0].proc is successor, "A's successor should take A's slot when A leaves"
+    wait_for(lambda: (sup._tend(), sup.slots[1].proc)[1], until=lambda p: p not in (None, b),
+             message="B's slot should restart with a new process")  # fmt: skip
+    assert len(sup.pids) == 2
+
+
+def test_a_successor_whose_slot_is_scaled_away_is_stopped_not_left_running(
+    tmp_path: Path, standins: list[Supervisor]
+) -> None:
+    sup = Supervisor(["-c", _STANDIN], processes=1, shutdown_grace=1.0, maximum=2)
+    standins.append(sup)
+    sup.scale_to(2)
+    assert sup._tend()
+    a = sup.slots[1].proc
+    assert a is not None
+    os.write(sup._retiring_w, f"retire {a.pid}\n".encode())
+    assert sup._tend()
+    successor = _spare(sup)
+    sup.scale_to(1)  # A's slot goes, the newest: nothing is to take its place
+    assert successor in sup._retired, "the successor of a slot scaled away was left running"
+    wait_for(successor.poll, until=lambda code: code is not None,
+             message="the successor of a slot scaled away should be stopped")  # fmt: skip
+
+
+class _WantsFour:
+    """A scaler that asks for 4 processes; a SIGTERM arrives while it decides."""
+
+    def __init__(self) -> None:
+        self.sup: Supervisor | None = None
+        self.closed_with_live: int | None = None
+
+    def decide(self, live: int, desired: int, retiring: int) -> int:
+        assert self.sup is not None
+        self.sup._on_signal(signal.SIGTERM, None)
+        return 4
+
+    def close(self) -> None:
+        assert self.sup is not None
+        self.closed_with_live = len(self.sup._live())
+
+
+def test_no_scaling_decision_once_a_stop_began(
+    standins: list[Supervisor], caplog: pytest.LogCaptureFixture
+) -> None:
+    scaler = _WantsFour()
+    sup = Supervisor(["-c", _STANDIN], processes=1, shutdown_grace=1.0, maximum=4, scaler=scaler)
+    scaler.sup = sup
+    standins.append(sup)
+    with caplog.at_level("INFO", logger="drumbeat.supervisor"):
+        assert sup.run() == 0
+    assert sup.desired == 1, "the supervisor scaled up after SIGTERM"
+    assert not [r for r in caplog.records if "scaling" in r.getMessage()]
+    assert scaler.closed_with_live == 1, (
+        "the scaler should stop looking before the workers are stopped, not after"
+    )

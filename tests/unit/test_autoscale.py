@@ -150,3 +150,34 @@ def test_completion_rate_over_a_window_of_beats() -> None:
     assert rate.add(10_000, {"w1": 100, "w2": 57}) == pytest.approx(10.0)
     # The window slides: from 5 s to 15 s, w1 did 50 and w2 100.
     assert rate.add(15_000, {"w1": 100, "w2": 107}) == pytest.approx(15.0)
+
+
+def test_no_scale_down_to_a_pool_that_would_at_once_ask_to_grow_again() -> None:
+    # 4 processes of 10 slots, 30 busy, 18 waiting, 20 jobs/s done: the 4 start the 18 within
+    # an interval, and 30 slots would do (3 processes)...
+    four = signal(18, running=30, slots=40)
+    assert plan(four, me="a", minimum=1, maximum=8, live=4, slots=40, concurrency=10,
+                rate=20.0, interval=1.0).slots == 30  # fmt: skip
+    # ...but 3 of them finish 15 jobs/s, not 20: 3 of the 18 wait, so a pool of 3 asks for 4
+    # at its next look (the flap 4 -> 3 -> 4).
+    three = signal(18, running=30, slots=30)
+    assert mine(three, live=3, slots=30, concurrency=10, rate=15.0) == 4
+    # So the pool of 4 stays.
+    assert mine(four, live=4, slots=40, concurrency=10, rate=20.0) == 4
+    # With a backlog 3 processes still start within an interval, it goes down to 3.
+    assert mine(signal(12, running=30, slots=40), live=4, slots=40, concurrency=10,
+                rate=20.0) == 3  # fmt: skip
+    # And an idle pool all the way to MIN (here 1 process), as before.
+    assert mine(signal(0, running=2, slots=40), live=4, slots=40, concurrency=10,
+                rate=20.0) == 1  # fmt: skip
+
+
+def test_no_scale_down_while_the_policy_sees_a_plan_that_would_flap() -> None:
+    """The policy retires on the plan alone: fed the plan of a pool that would grow back, it
+    waits; fed one that stays, it retires after the quiet period."""
+    p = Policy(1, 8, scale_down_after=5)
+    p.step(0.0, 4, "backlog")
+    four = signal(18, running=30, slots=40)
+    for t in range(1, 20):
+        target = mine(four, live=4, slots=40, concurrency=10, rate=20.0)
+        assert p.step(float(t), target, "steady") == 4, f"retired at {t} s into a flap"
