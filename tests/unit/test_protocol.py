@@ -111,11 +111,11 @@ def test_lua_parsers_and_formatters_have_one_slot_per_field() -> None:
     assert long_fmt.split(FIELD_SEP) == [
         "%s" if f in JOB_STATE_TEXT_FIELDS else "%d" for f in JOB_STATE_FIELDS
     ]
-    schedule = re.search(r"string\.match\(v,\s*'(.*?)'\)", _function("parse_schedule"), re.DOTALL)
+    schedule = re.search(r"local pattern = '(.*?)'", _function("parse_schedule"))
     assert schedule and _captures(schedule.group(1)) == len(SCHEDULE_FIELDS)
     owner = re.search(r"string\.format\('(.*?)', token \+ i", _function("take_all"))
     assert owner and len(owner.group(1).split(FIELD_SEP)) == len(OWNER_FIELDS)
-    lean = re.search(r"string\.match\(v,\s*'(.*?)'\)", _function("schedule_run_fields"), re.DOTALL)
+    lean = re.search(r"local pattern = '(.*?)'", _function("schedule_run_fields"))
     assert lean and len(lean.group(1).split(FIELD_SEP)) == len(SCHEDULE_FIELDS)
     # finish_runs.lua updates a record without splitting its task from its spec.
     finish = (Path(protocol.__file__).parent / "lua" / "finish_runs.lua").read_text()
