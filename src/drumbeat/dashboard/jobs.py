@@ -25,7 +25,7 @@ from drumbeat import admin
 from drumbeat.cli import shapes
 from drumbeat.errors import SerializationError
 from drumbeat.job import decode_outcome, decode_progress, decode_spec
-from drumbeat.keys import DEFAULT_QUEUE, WHEEL_BUCKETS, Keys
+from drumbeat.keys import DEFAULT_QUEUE, Keys
 from drumbeat.protocol import (
     FIELD_SEP,
     LIMIT_PREFIX,
@@ -34,7 +34,6 @@ from drumbeat.protocol import (
     RUN_PREFIX,
     WHEEL_PREFIX,
     parse_owner,
-    wheel_marker,
 )
 from drumbeat.schedule import decode_schedule_spec
 
@@ -63,7 +62,6 @@ RUNNING_LIMIT = 100
 #: key's) share `due` with the jobs and are skipped, so a stretch of markers (a million
 #: schedules have 16,384 buckets) ends a page short, with a cursor to go on from.
 DUE_READS = 8
-_MARKERS = [wheel_marker(bucket) for bucket in range(WHEEL_BUCKETS)]
 #: What a job's record does not hold, said on the page and in the JSON.
 NOT_RECORDED = (
     "when it was enqueued",
@@ -313,17 +311,15 @@ def delayed_json(
 ) -> dict[str, Any]:
     """The jobs waiting in ``queue``'s `due` (delayed, or backing off before a retry), the
     soonest due first, starting at ``after`` (the ``next`` of the previous page); markers are
-    skipped. ``count`` is what the overview shows as delayed: members of `due` less the
-    schedule buckets' markers (a limiter key's marker, one per key with parked jobs, counts)."""
+    skipped. ``in_due`` counts the members of `due`, markers included: telling them apart
+    (as the overview's delayed count does, with a ZMSCORE of the 16,384 bucket markers) would
+    cost a page five times what the listing does."""
     keys = app.keys
     due = keys.due_of(queue)
     with app.redis.pipeline(transaction=True) as pipe:
         pipe.time()
         pipe.zcard(due)
-        if queue == DEFAULT_QUEUE:  # schedule buckets' markers are only in the default one
-            pipe.zmscore(due, _MARKERS)
-        now, total, *markers = pipe.execute()
-    count = int(total) - sum(score is not None for score in (markers[0] if markers else ()))
+        now, in_due = pipe.execute()
     score, skip = (None, 0) if after is None else (after.score, after.skip)
     listed: list[tuple[str, int, bytes | None, bytes | None]] = []
     more = limit > 0  # until a read reaches the end of `due`
@@ -365,7 +361,7 @@ def delayed_json(
     return {
         **shapes.timestamp("now", int(now[0]) * 1000 + int(now[1]) // 1000),
         "queue": queue,
-        "count": count,
+        "in_due": int(in_due),
         "jobs": jobs,
         "next": str(DueCursor(score, skip)) if more and score is not None else None,
     }
