@@ -113,8 +113,9 @@ def run_due_ms(extra: str) -> int | None:
 OWNER_FIELDS = ("token", "worker", "claimed_ms")
 #: A schedule in `schedules:<bucket>` (parsed by `schedule.parse_record`). ``flags`` is the
 #: priority, plus PAUSED_FLAG while paused; ``last_start`` is relative to ``grid`` and empty
-#: before the first run; ``late``: ms the last run started after its due time, empty before
-#: the first run; ``task`` is the task name's code in `tasks`; ``spec`` may hold FIELD_SEP.
+#: before the first run; ``late``: ms the last run started after its due time (meaningful
+#: once there is a last start; never written empty, see _lib.lua); ``task`` is the task
+#: name's code in `tasks`; ``spec`` may hold FIELD_SEP.
 SCHEDULE_FIELDS = (
     "gen", "grid", "flags", "runs", "failures", "misfires", "last_start", "last_ms", "late",
     "task", "spec",

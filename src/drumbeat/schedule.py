@@ -220,9 +220,10 @@ def check_schedule_id(schedule_id: str) -> str:
 # order of `protocol.SCHEDULE_FIELDS`:
 #   "gen|grid|flags|runs|failures|misfires|last_start - grid|last_ms|late|task code|<spec>"
 # with flags = priority + PAUSED_FLAG if paused, late = ms the last run started after its due
-# time (finish_runs.lua writes it with the run's start and duration). Records written before
-# `late` existed lack the field; they are read as they are (a spec never starts with a digit,
-# so the layouts cannot be mistaken) and gain it when next written. The spec is the arguments
+# time (finish_runs.lua writes it with the run's start and duration; 0 before the first run).
+# Records written before `late` existed lack the field; they are read as they are (a spec
+# never starts with a digit, so the layouts cannot be mistaken) and gain it (0) when next
+# written. The spec is the arguments
 # and the cadence, positional and without defaults, so a typical monitor's record stays under
 # the 64 bytes that keep its bucket a listpack: JSON ``[args, cadence]`` or ``[args, cadence,
 # kwargs]``, where the cadence is just the interval when nothing else differs from the

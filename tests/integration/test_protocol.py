@@ -124,7 +124,7 @@ def test_schedule_record_round_trips_through_lua(app: drumbeat.App, r: redis.Red
     # A record written before `late` existed: read, and written back in today's layout.
     old = b"3|%d|4|120|2|1|-4998|12|7|" % grid + b'[[1],"x|y"]'
     echoed = _lib_eval(r, "return format_schedule(parse_schedule(ARGV[1]))", [], [old])
-    assert echoed == _record(fields | {"late": ""})
+    assert echoed == _record(fields | {"late": 0})
     lean = _lib_eval(r, "return {schedule_run_fields(ARGV[1])}", [], [old])
     assert lean == [b"3", str(grid).encode(), 4, b"7", b'[[1],"x|y"]']
 
@@ -196,3 +196,29 @@ def test_a_huge_lateness_sum_is_recorded(app: drumbeat.App, r: redis.Redis) -> N
     """
     _lib_eval(r, body, [app.keys.lateness], [1_700_000_123_456, *samples])
     assert int(r.hget(app.keys.lateness, "cs")) == sum(samples)
+
+
+#: How a worker of the version before `late` reads a record to run it (its _lib.lua).
+_PREVIOUS_RUN_FIELDS = "^(%d+)|(%-?%d+)|(%d+)|%d+|%d+|%d+|%-?%d*|%d+|(%d+)|(.*)$"
+
+
+def test_a_worker_of_the_previous_version_can_still_parse_every_record_written(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    # During a rolling deploy such a worker must not find a record unreadable: its claim
+    # would drop the schedule from its bucket for good. (It reads `late` as the task code and
+    # fails the run, and the schedule goes on.)
+    @app.task
+    def tick() -> None: ...
+
+    app.schedule("fresh", tick, every=3600)
+    schedules = app.scheduler.shards[0].schedules(bucket_of("fresh"))
+    raw = r.hget(schedules, "fresh")
+    assert raw is not None
+    upgraded = _lib_eval(
+        r, "return format_schedule(parse_schedule(ARGV[1]))", [], [b"1|5|0|0|0|0||0|7|[[],5]"]
+    )
+    for record in (raw, upgraded):
+        found = _lib_eval(r, "return {string.match(ARGV[1], ARGV[2])}", [], [record,
+                          _PREVIOUS_RUN_FIELDS])  # fmt: skip
+        assert found, f"{record!r} would be unreadable to a worker of the previous version"

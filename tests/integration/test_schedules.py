@@ -597,7 +597,7 @@ def test_a_runs_lateness_is_recorded_in_its_schedule_with_its_start(
 
     app.schedule("late", tick, every=3600)
     s = app.scripts
-    assert _late(app, r, "late") == b"", "no run yet: nothing recorded"
+    assert _late(app, r, "late") == b"0", "no run yet: 0 (never empty, see _lib.lua)"
 
     def claim_run(due_ms: int) -> Claimed:
         _set_due(r, app, "late", due_ms)
@@ -620,7 +620,7 @@ def test_a_runs_lateness_is_recorded_in_its_schedule_with_its_start(
         assert info is not None and info.last_lateness_ms == started - due >= behind_ms
         assert info.last_run_ms == started and info.last_duration_ms == 7
     recorded = _late(app, r, "late")
-    # A skipped (misfired) run records no run, so no lateness; an unknown due time records none.
+    # A skipped (misfired) run records no run, so no lateness; an unknown due time records 0.
     run = claim_run(_now_ms(r) - 90_000)
     nxt = _now_ms(r) + 3_600_000
     assert s.finish_runs([(run.id, run.token, "skip", 0, 1, nxt, nxt, "", 1)]).run(r) == [1]
@@ -628,7 +628,7 @@ def test_a_runs_lateness_is_recorded_in_its_schedule_with_its_start(
     run = claim_run(_now_ms(r) - 10)
     assert s.finish_runs([(run.id, run.token, "ok", 1, 1, nxt, nxt, "", None)]).run(r) == [1]
     info = app.get_schedule("late")
-    assert info is not None and info.last_lateness_ms is None and info.runs == 3
+    assert info is not None and info.last_lateness_ms == 0 and info.runs == 3
 
 
 async def test_a_worker_records_the_lateness_of_its_run(app: drumbeat.App, r: redis.Redis) -> None:

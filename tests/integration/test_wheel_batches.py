@@ -166,7 +166,7 @@ def test_a_settled_run_rewrites_its_record_field_by_field(
     assert record(fail) == Record(
         1, next_grid, 0, False, 4, 2, 2, started[fail], 42, late[fail], "7", spec
     )
-    assert record(skip) == Record(1, next_grid, 0, False, 3, 1, 3, None, 5, None, "7", spec)
+    assert record(skip) == Record(1, next_grid, 0, False, 3, 1, 3, None, 5, 0, "7", spec)
     # Another generation: the grid stays, its next run is due at its own grid slot.
     assert record(regen) == Record(
         2, grid, 0, False, 4, 1, 2, started[regen], 42, late[regen], "7", spec

@@ -215,17 +215,20 @@ end
 -- Layout (SCHEDULE_FIELDS): gen|grid|flags|runs|failures|misfires|last_start|last_ms|late|task|spec
 -- flags = priority + PAUSED_FLAG if paused; last_start is stored relative to the grid slot (a
 -- few digits, not thirteen) and empty before the first run; late is how long after its due
--- time the last run started (ms), empty before the first run; task is the task name's code.
+-- time the last run started (ms; meaningful once there is a last_start); task is the task
+-- name's code. `late` is never written empty: a worker of the version before it reads it as
+-- the task code and the rest as the spec, and fails the run (the schedule goes on), where an
+-- empty field would make the record unreadable to it and its claim would drop the schedule.
 local PAUSED_FLAG = 10
 
--- A record written before it had `late` (one field fewer), in today's layout with `late`
--- empty, or nil when `v` is not one: such records are read as they are and upgraded when next
+-- A record written before it had `late` (one field fewer), in today's layout with `late` 0,
+-- or nil when `v` is not one: such records are read as they are and upgraded when next
 -- written. (Only called once the current layout did not match: its spec never starts with a
 -- digit, so the two layouts cannot be mistaken for each other.)
 local function schedule_of_old_layout(v)
   local head, tail = string.match(v, '^(%d+|%-?%d+|%d+|%d+|%d+|%d+|%-?%d*|%d+|)(%d+|.*)$')
   if not head then return nil end
-  return head .. '|' .. tail
+  return head .. '0|' .. tail
 end
 
 local function parse_schedule(v)

@@ -18,8 +18,8 @@
 -- formatter give, without decoding the task and arguments (copied as they are) nor building a
 -- table (the parse and format were half the Lua time of settling a run). nil for an unreadable
 -- record. The run's lateness (its start, the claim's time, less its due time; 0 if it started
--- early) goes in with its start and duration, in the same write: the per-schedule figure the
--- dashboard shows costs no command of its own. `ran` is last_ms|late, taken and replaced as
+-- early or its due time is unknown) goes in with its start and duration, in the same write:
+-- the per-schedule figure the dashboard shows costs no command of its own. `ran` is last_ms|late, taken and replaced as
 -- one (each capture and format costs Lua time on every run).
 local function after_run(v, run)
   if not v then return nil end
@@ -38,8 +38,8 @@ local function after_run(v, run)
     misf = misf + 1
   else
     runs, last_start = runs + 1, run.started
-    local late = run.due_was and run.started - run.due_was or ''
-    if late ~= '' and late < 0 then late = 0 end  -- promoted a little ahead of its time
+    local late = run.due_was and run.started - run.due_was or 0
+    if late < 0 then late = 0 end  -- promoted a little ahead of its time
     ran = run.ms .. '|' .. late
     if run.outcome == 'fail' then fails = fails + 1 end
   end
