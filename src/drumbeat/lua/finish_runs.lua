@@ -19,8 +19,8 @@
 -- table (the parse and format were half the Lua time of settling a run). nil for an unreadable
 -- record. The run's lateness (its start, the claim's time, less its due time; 0 if it started
 -- early or its due time is unknown) goes in with its start and duration, in the same write:
--- the per-schedule figure the dashboard shows costs no command of its own. `ran` is last_ms|late, taken and replaced as
--- one (each capture and format costs Lua time on every run).
+-- the per-schedule figure the dashboard shows costs no command of its own. `ran` is
+-- last_ms|late, taken and replaced as one (each capture and format costs Lua time per run).
 local function after_run(v, run)
   if not v then return nil end
   local pattern = '^(%d+)|(%-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%-?%d*)|(%d+|%d*)|(%d+|.*)$'
