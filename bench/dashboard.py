@@ -1,10 +1,11 @@
 """How long the dashboard's pages take with a lot in Redis (issue 14: < 200 ms p95 with
 1,000,000 schedules and 100,000 queued jobs).
 
-    python -m bench.dashboard [--schedules 1000000] [--jobs 100000] [--requests 50]
+    python -m bench.dashboard [--schedules 1000000] [--jobs 100000] [--delayed 0] [--requests 50]
 
 A private redis-server on a free port, filled with `App.schedule_many` and `App.enqueue_many`
-(pipelined script calls, 10,000 per call); the dashboard served by uvicorn in a thread, fetched
+(pipelined script calls, 10,000 per call; ``--delayed`` jobs more, due over the next two hours,
+in `due` among the schedule buckets' markers); the dashboard served by uvicorn in a thread, fetched
 over HTTP one request at a time (what a person clicking, or a Prometheus scrape, does), after
 two unmeasured requests per path. Prints the command, the CPU and the load, then p50 / p95 /
 max per path. Takes /tmp/drumbeat-bench.lock, as bench.core does, so two benchmarks never
@@ -39,12 +40,14 @@ PATHS = (
     ("/jobs", "Jobs: running, first page of the best priority"),
     ("/jobs?id={job}", "Jobs: one job looked up, and the lists"),
     ("/jobs?priority=0&after={after}", "Jobs: a page deep in priority 0"),
+    ("/jobs?due_after={due_after}", "Jobs: a page of delayed jobs deep in due"),
     ("/schedules", "Schedules: first page, with the total"),
     ("/schedules?prefix=mon:4242", "Schedules: a prefix matching 11 of 1,000,000"),
     ("/schedules?prefix=nomatch", "Schedules: a prefix matching none (first ~125,000 examined)"),
     ("/dead", "Dead letters"),
     ("/api/overview", "JSON of the overview"),
     ("/api/jobs/queued?priority=5", "JSON: a page of queued jobs"),
+    ("/api/jobs/delayed", "JSON: the first page of delayed jobs"),
     ("/api/schedules?prefix=mon:1", "JSON: a page of schedules by prefix"),
     ("/metrics", "Prometheus metrics"),
 )
@@ -97,14 +100,30 @@ def main() -> None:
 LOCK = "/tmp/drumbeat-bench.lock"
 
 
+def _delayed(app: drumbeat.App, n: int) -> str:
+    """Enqueues ``n`` jobs due over the next two hours; returns a cursor halfway through `due`
+    (its jobs and the buckets' markers): from the first member with the middle one's due time."""
+    for i in range(0, n, 10_000):
+        app.enqueue_many(
+            [
+                drumbeat.Prepared("check", [str(j)], {}, drumbeat.Options(delay=60 + j % 7200))
+                for j in range(i, min(i + 10_000, n))
+            ]
+        )
+    half = app.redis.zcard(app.keys.due) // 2
+    middle = app.redis.zrange(app.keys.due, half, half, withscores=True)
+    return f"{int(middle[0][1])}.0" if middle else "0.0"
+
+
 def _run() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--schedules", type=int, default=1_000_000)
     parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--delayed", type=int, default=0)
     parser.add_argument("--requests", type=int, default=50)
     args = parser.parse_args()
-    print("command: python -m bench.dashboard " + " ".join(sys.argv[1:]))
-    print(f"cpu: {_cpu()}; load average at start: {os.getloadavg()[0]:.2f} (a shared machine)")
+    print("- command: `python -m bench.dashboard " + " ".join(sys.argv[1:]) + "`")
+    print(f"- cpu: {_cpu()}; load average at start: {os.getloadavg()[0]:.2f} (a shared machine)")
 
     proc, url, folder = _redis()
     app = drumbeat.App(url, namespace="bench")
@@ -126,11 +145,12 @@ def _run() -> None:
                 for j in range(i, min(i + 10_000, args.jobs))
             ]
         )
+    due_after = _delayed(app, args.delayed)
     job = queued[len(queued) // 2].id if queued else "none"
     level = app.redis.zrange(app.keys.ready, -1, -1, withscores=True)  # the last of priority 0
     after = int(level[0][1]) - 500 if level else 0
-    print(f"{args.schedules:,} schedules and {args.jobs:,} queued jobs written in "
-          f"{time.monotonic() - started:.0f} s")  # fmt: skip
+    print(f"- {args.schedules:,} schedules, {args.jobs:,} queued jobs and {args.delayed:,} "
+          f"delayed jobs written in {time.monotonic() - started:.0f} s")  # fmt: skip
 
     port = _free_port()
     config = uvicorn.Config(
@@ -146,7 +166,7 @@ def _run() -> None:
         print("| path | what | p50 (ms) | p95 (ms) | max (ms) |\n|---|---|---:|---:|---:|")
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
             for template, what in PATHS:
-                path = template.format(job=job, after=after)
+                path = template.format(job=job, after=after, due_after=due_after)
                 for _ in range(2):
                     http.get(path).raise_for_status()
                 took = []
@@ -160,7 +180,7 @@ def _run() -> None:
                     f"| `{template}` | {what} | {statistics.median(took):.0f} | {p95:.0f} "
                     f"| {took[-1]:.0f} |"
                 )
-        print(f"load average at end: {os.getloadavg()[0]:.2f}")
+        print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
     finally:
         server.should_exit = True
         thread.join(30)

@@ -206,8 +206,10 @@ class Harness:
         for lo in range(0, len(jobs), self.batch):
             items = []
             for job in jobs[lo : lo + self.batch]:
-                _due, grid, gen, _manual = job.extra.split(":")
-                items.append((job.id, job.token, "ok", 1, int(gen), int(grid) + 5000, due_ms, ""))
+                was, grid, gen, _manual = job.extra.split(":")
+                items.append(
+                    (job.id, job.token, "ok", 1, int(gen), int(grid) + 5000, due_ms, "", int(was))
+                )
             refused = [r for r in s.finish_runs(items).run(self.client) if r != 1]
             assert not refused, f"finish_runs refused {len(refused)} runs; expected none"
             self.calls["finish_runs"] += 1

@@ -115,14 +115,31 @@ JOB_STATE_TEXT_FIELDS = ("queue", "dedupkey")
 #: (and in `Claimed.extra`); ``manual`` is 1 for a run queued by ``run_now``.
 RUN_STATE_FIELDS = ("due", "grid", "gen", "manual")
 RUN_STATE_SEP = ":"
+
+
+def run_due_ms(extra: str) -> int | None:
+    """The due time of a run (the first of RUN_STATE_FIELDS in its claim's ``extra``), or
+    None when ``extra`` is not a run's."""
+    due, _, _ = extra.partition(RUN_STATE_SEP)
+    try:
+        return int(due)
+    except ValueError:
+        return None
+
+
 #: The current claim of a job in `owners`; the worker id never holds FIELD_SEP.
 OWNER_FIELDS = ("token", "worker", "claimed_ms")
 #: A schedule in `schedules:<bucket>` (parsed by `schedule.parse_record`). ``flags`` is the
 #: priority, plus PAUSED_FLAG while paused; ``last_start`` is relative to ``grid`` and empty
-#: before the first run; ``task`` is the task name's code in `tasks`; ``spec`` may hold FIELD_SEP.
+#: before the first run; ``late``: ms the last run started after its due time (meaningful
+#: once there is a last start; never written empty, see _lib.lua); ``task`` is the task
+#: name's code in `tasks`; ``spec`` may hold FIELD_SEP.
 SCHEDULE_FIELDS = (
-    "gen", "grid", "flags", "runs", "failures", "misfires", "last_start", "last_ms", "task", "spec",
+    "gen", "grid", "flags", "runs", "failures", "misfires", "last_start", "last_ms", "late",
+    "task", "spec",
 )  # fmt: skip
+#: The layout records had before ``late`` (read as they are, upgraded when next written).
+OLD_SCHEDULE_FIELDS = tuple(f for f in SCHEDULE_FIELDS if f != "late")
 PAUSED_FLAG = 10
 
 

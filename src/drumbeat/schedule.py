@@ -28,7 +28,7 @@ from croniter import croniter
 
 from .errors import InvalidJob
 from .keys import MAX_NAME_LENGTH, WHEEL_BUCKETS, bucket_of, check_name
-from .protocol import FIELD_SEP, PAUSED_FLAG, SCHEDULE_FIELDS
+from .protocol import FIELD_SEP, OLD_SCHEDULE_FIELDS, PAUSED_FLAG, SCHEDULE_FIELDS
 from .protocol import RUN_PREFIX as RUN_PREFIX  # noqa: PLC0414 (worker, runner import it here)
 from .serialization import CODECS, Codec
 
@@ -218,11 +218,16 @@ def check_schedule_id(schedule_id: str) -> str:
 #
 # A schedule's record in `schedules:<bucket>` (written by Lua, see _lib.lua), its fields in the
 # order of `protocol.SCHEDULE_FIELDS`:
-#   "gen|grid|flags|runs|failures|misfires|last_start - grid|last_ms|task code|<spec>"
-# with flags = priority + PAUSED_FLAG if paused. The spec is the arguments and the cadence,
-# positional and without defaults, so a typical monitor's record stays under the 64 bytes that
-# keep its bucket a listpack: JSON ``[args, cadence]`` or ``[args, cadence, kwargs]``, where the
-# cadence is just the interval when nothing else differs from the defaults (msgpack alike).
+#   "gen|grid|flags|runs|failures|misfires|last_start - grid|last_ms|late|task code|<spec>"
+# with flags = priority + PAUSED_FLAG if paused, late = ms the last run started after its due
+# time (finish_runs.lua writes it with the run's start and duration; 0 before the first run).
+# Records written before `late` existed lack the field; they are read as they are (a spec
+# never starts with a digit, so the layouts cannot be mistaken) and gain it (0) when next
+# written. The spec is the arguments
+# and the cadence, positional and without defaults, so a typical monitor's record stays under
+# the 64 bytes that keep its bucket a listpack: JSON ``[args, cadence]`` or ``[args, cadence,
+# kwargs]``, where the cadence is just the interval when nothing else differs from the
+# defaults (msgpack alike).
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +243,8 @@ class Record:
     misfires: int
     last_start_ms: int | None
     last_ms: int
+    last_late_ms: int | None
+    """How long after its due time the last run started (None before it, or if not known)."""
     task_code: str
     spec: bytes
 
@@ -261,15 +268,24 @@ def decode_schedule_spec(blob: bytes) -> tuple[list[Any], dict[str, Any], Cadenc
     )
 
 
+def _fields(value: bytes) -> dict[str, bytes]:
+    """A record's fields by name, of either layout (the spec is last and may hold the
+    separator: only the fields before it are split off)."""
+    sep = FIELD_SEP.encode()
+    parts = value.split(sep, len(SCHEDULE_FIELDS) - 1)
+    if len(parts) == len(SCHEDULE_FIELDS) and parts[-2].isdigit():
+        return dict(zip(SCHEDULE_FIELDS, parts, strict=True))
+    parts = value.split(sep, len(OLD_SCHEDULE_FIELDS) - 1)
+    if len(parts) == len(OLD_SCHEDULE_FIELDS) and parts[-2].isdigit():
+        return {"late": b"", **dict(zip(OLD_SCHEDULE_FIELDS, parts, strict=True))}
+    raise ValueError(
+        f"malformed schedule record: {value[:80]!r}; expected {len(SCHEDULE_FIELDS)} fields "
+        f"{FIELD_SEP.join(SCHEDULE_FIELDS)}"
+    )
+
+
 def parse_record(value: bytes) -> Record:
-    # The spec is last and may hold the separator: split off the fields before it only.
-    parts = value.split(FIELD_SEP.encode(), len(SCHEDULE_FIELDS) - 1)
-    if len(parts) != len(SCHEDULE_FIELDS):
-        raise ValueError(
-            f"malformed schedule record: {value[:80]!r}; expected {len(SCHEDULE_FIELDS)} fields "
-            f"{FIELD_SEP.join(SCHEDULE_FIELDS)}"
-        )
-    f = dict(zip(SCHEDULE_FIELDS, parts, strict=True))
+    f = _fields(value)
     grid, flags = int(f["grid"]), int(f["flags"])
     return Record(
         generation=int(f["gen"]),
@@ -281,6 +297,7 @@ def parse_record(value: bytes) -> Record:
         misfires=int(f["misfires"]),
         last_start_ms=grid + int(f["last_start"]) if f["last_start"] else None,
         last_ms=int(f["last_ms"]),
+        last_late_ms=int(f["late"]) if f["late"] else None,
         task_code=f["task"].decode(),
         spec=f["spec"],
     )

@@ -69,6 +69,9 @@ class ScheduleInfo:
     """None while a run is queued or in flight, or while paused."""
     last_run_ms: int | None
     last_duration_ms: int | None
+    last_lateness_ms: int | None
+    """How long after its due time the last run started (None before the first run, and for
+    a schedule whose last run ended before drumbeat recorded it)."""
     runs: int
     failures: int
     misfires: int
@@ -300,6 +303,7 @@ class Scheduler:
             next_due_ms=None if due is None else int(due),
             last_run_ms=record.last_start_ms,
             last_duration_ms=record.last_ms if record.last_start_ms else None,
+            last_lateness_ms=record.last_late_ms if record.last_start_ms else None,
             runs=record.runs,
             failures=record.failures,
             misfires=record.misfires,

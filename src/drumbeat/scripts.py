@@ -631,17 +631,21 @@ class Scripts:
         return Call("promote_runs", keys, [worker, limit, lease_ms, *buckets], _parse_claim)
 
     def finish_runs(
-        self, items: Sequence[tuple[str, int, str, int, int, int, int, str]]
+        self, items: Sequence[tuple[str, int, str, int, int, int, int, str, int | None]]
     ) -> Call[list[int]]:
-        """Items are (member "s:<id>", token, outcome, duration_ms, generation, grid_ms,
-        due_ms, error)."""
+        """Items are (member "s:<id>", token, outcome, duration_ms, generation, next grid_ms,
+        next due_ms, error, the ended run's due ms or None when unknown: its lateness is then
+        not recorded)."""
         k = self.k
         keys = [k.due, k.leases, k.owners, k.state, k.faults, k.wake, k.jobs]
         packed = []
-        for member, token, outcome, ms, gen, grid, due, error in items:
+        for member, token, outcome, ms, gen, grid, due, error, was in items:
             bucket = bucket_of(member[2:])
             keys += [k.wheel(bucket), k.schedules(bucket)]
-            packed.append(f"{member}|{token}|{outcome}|{ms}|{gen}|{grid}|{due}|{bucket}|{error}")
+            was_due = "" if was is None else was
+            packed.append(
+                f"{member}|{token}|{outcome}|{ms}|{gen}|{grid}|{due}|{was_due}|{bucket}|{error}"
+            )
         return Call("finish_runs", keys, packed, _ints)
 
 

@@ -113,14 +113,20 @@ def test_schedule_record_round_trips_through_lua(app: drumbeat.App, r: redis.Red
     grid = 1_700_000_005_000
     fields: dict[str, object] = {
         "gen": 3, "grid": grid, "flags": 4, "runs": 120, "failures": 2, "misfires": 1,
-        "last_start": -4998, "last_ms": 12, "task": 7, "spec": b'[[1],"x|y"]',
+        "last_start": -4998, "last_ms": 12, "late": 3, "task": 7, "spec": b'[[1],"x|y"]',
     }  # fmt: skip
-    expected = Record(3, grid, 4, False, 120, 2, 1, grid - 4998, 12, "7", b'[[1],"x|y"]')
+    expected = Record(3, grid, 4, False, 120, 2, 1, grid - 4998, 12, 3, "7", b'[[1],"x|y"]')
     assert parse_record(_record(fields)) == expected
-    never = _record(fields | {"last_start": "", "flags": 4 + protocol.PAUSED_FLAG})
+    never = _record(fields | {"last_start": "", "late": "", "flags": 4 + protocol.PAUSED_FLAG})
     for record in (_record(fields), never):
         echoed = _lib_eval(r, "return format_schedule(parse_schedule(ARGV[1]))", [], [record])
         assert echoed == record, "Lua reads and writes back every field as Python wrote it"
+    # A record written before `late` existed: read, and written back in today's layout.
+    old = b"3|%d|4|120|2|1|-4998|12|7|" % grid + b'[[1],"x|y"]'
+    echoed = _lib_eval(r, "return format_schedule(parse_schedule(ARGV[1]))", [], [old])
+    assert echoed == _record(fields | {"late": 0})
+    lean = _lib_eval(r, "return {schedule_run_fields(ARGV[1])}", [], [old])
+    assert lean == [b"3", str(grid).encode(), 4, b"7", b'[[1],"x|y"]']
 
     # The real scripts: pause rewrites the record; run_now reads it into a run's state.
     schedule_id, bucket = "sched", bucket_of("sched")
@@ -131,7 +137,7 @@ def test_schedule_record_round_trips_through_lua(app: drumbeat.App, r: redis.Red
     raw = r.hget(schedules, schedule_id)
     assert raw is not None
     paused = parse_record(raw)
-    assert paused == Record(3, grid, 4, True, 120, 2, 1, grid - 4998, 12, "7", b'[[1],"x|y"]')
+    assert paused == Record(3, grid, 4, True, 120, 2, 1, grid - 4998, 12, 3, "7", b'[[1],"x|y"]')
 
     assert app.run_now(schedule_id) == 1
     member = protocol.RUN_PREFIX + schedule_id
@@ -190,3 +196,29 @@ def test_a_huge_lateness_sum_is_recorded(app: drumbeat.App, r: redis.Redis) -> N
     """
     _lib_eval(r, body, [app.keys.lateness], [1_700_000_123_456, *samples])
     assert int(r.hget(app.keys.lateness, "cs")) == sum(samples)
+
+
+#: How a worker of the version before `late` reads a record to run it (its _lib.lua).
+_PREVIOUS_RUN_FIELDS = "^(%d+)|(%-?%d+)|(%d+)|%d+|%d+|%d+|%-?%d*|%d+|(%d+)|(.*)$"
+
+
+def test_a_worker_of_the_previous_version_can_still_parse_every_record_written(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    # During a rolling deploy such a worker must not find a record unreadable: its claim
+    # would drop the schedule from its bucket for good. (It reads `late` as the task code and
+    # fails the run, and the schedule goes on.)
+    @app.task
+    def tick() -> None: ...
+
+    app.schedule("fresh", tick, every=3600)
+    schedules = app.scheduler.shards[0].schedules(bucket_of("fresh"))
+    raw = r.hget(schedules, "fresh")
+    assert raw is not None
+    upgraded = _lib_eval(
+        r, "return format_schedule(parse_schedule(ARGV[1]))", [], [b"1|5|0|0|0|0||0|7|[[],5]"]
+    )
+    for record in (raw, upgraded):
+        found = _lib_eval(r, "return {string.match(ARGV[1], ARGV[2])}", [], [record,
+                          _PREVIOUS_RUN_FIELDS])  # fmt: skip
+        assert found, f"{record!r} would be unreadable to a worker of the previous version"

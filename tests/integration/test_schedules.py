@@ -14,6 +14,7 @@ import drumbeat
 from drumbeat import admin
 from drumbeat.keys import bucket_of
 from drumbeat.schedule import next_cron, phase_ms
+from drumbeat.scripts import Claimed
 from tests.conftest import reap_call, running_worker
 from tests.helpers import Probe, wait_for_async, wait_for_event
 
@@ -360,10 +361,10 @@ def test_stale_worker_cannot_settle_a_taken_over_run(app: drumbeat.App, r: redis
     assert [j.id for j in b] == ["s:f"] and b[0].token > a[0].token
     assert app.run_now("f") == 0, "never a second run while one is in flight"
     now = _now_ms(r)
-    stale = ("s:f", a[0].token, "ok", 5, 1, now + 5000, now + 5000, "")
+    stale = ("s:f", a[0].token, "ok", 5, 1, now + 5000, now + 5000, "", None)
     assert s.finish_runs([stale]).run(r) == [0]
     assert _due(r, app, "f") is None
-    fresh = ("s:f", b[0].token, "ok", 5, 1, now + 7000, now + 7000, "")
+    fresh = ("s:f", b[0].token, "ok", 5, 1, now + 7000, now + 7000, "", None)
     assert s.finish_runs([fresh]).run(r) == [1]
     assert _due(r, app, "f") == now + 7000
     info = app.get_schedule("f")
@@ -529,7 +530,7 @@ def test_due_runs_are_taken_by_priority_with_what_waits_in_ready(
     assert [j.attempt for j in taken] == [1, 1, 1, 1]
 
     for run in taken[1:]:  # next time nothing waits in ready: taken straight from the buckets
-        s.finish_runs([(run.id, run.token, "ok", 1, 1, 0, 0, "")]).run(r)
+        s.finish_runs([(run.id, run.token, "ok", 1, 1, 0, 0, "", None)]).run(r)
         _set_due(r, app, run.id[2:], _now_ms(r) - 10)
     reported = s.claim("w", 0, 10_000, 100).run(r)
     direct = s.promote_runs(reported.buckets, "w", 10, 10_000).run(r)
@@ -579,3 +580,70 @@ def test_a_claim_takes_the_runs_of_the_buckets_it_was_told_of(
     assert [j.id for j in told.jobs] == ["s:a"], "taken in the same call"
     assert told.buckets == [], "nothing left to promote"
     assert _due(r, app, "a") is None
+
+
+def _late(app: drumbeat.App, r: redis.Redis, schedule_id: str) -> bytes:
+    """The `late` field of a schedule's record, as finish_runs.lua wrote it."""
+    raw = r.hget(app.scheduler.shards[0].schedules(bucket_of(schedule_id)), schedule_id)
+    assert raw is not None, f"schedule {schedule_id} has a record"
+    return raw.split(b"|")[8]
+
+
+def test_a_runs_lateness_is_recorded_in_its_schedule_with_its_start(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    @app.task
+    def tick() -> None: ...
+
+    app.schedule("late", tick, every=3600)
+    s = app.scripts
+    assert _late(app, r, "late") == b"0", "no run yet: 0 (never empty, see _lib.lua)"
+
+    def claim_run(due_ms: int) -> Claimed:
+        _set_due(r, app, "late", due_ms)
+        reported = s.claim("w", 0, 10_000, 100).run(r)
+        (run,) = s.promote_runs(reported.buckets, "w", 10, 10_000).run(r).jobs
+        return run
+
+    for outcome, behind_ms in (("ok", 4000), ("fail", 250)):
+        due = _now_ms(r) - behind_ms
+        run = claim_run(due)
+        assert run.extra.split(":")[0] == str(due), "the run's state holds its due time"
+        owner = r.hget(app.keys.owners, run.id)
+        assert owner is not None
+        started = int(owner.split(b"|")[2])
+        nxt = _now_ms(r) + 3_600_000
+        item = (run.id, run.token, outcome, 7, 1, nxt, nxt, "x", due)
+        assert s.finish_runs([item]).run(r) == [1]
+        assert _late(app, r, "late") == str(started - due).encode()
+        info = app.get_schedule("late")
+        assert info is not None and info.last_lateness_ms == started - due >= behind_ms
+        assert info.last_run_ms == started and info.last_duration_ms == 7
+    recorded = _late(app, r, "late")
+    # A skipped (misfired) run records no run, so no lateness; an unknown due time records 0.
+    run = claim_run(_now_ms(r) - 90_000)
+    nxt = _now_ms(r) + 3_600_000
+    assert s.finish_runs([(run.id, run.token, "skip", 0, 1, nxt, nxt, "", 1)]).run(r) == [1]
+    assert _late(app, r, "late") == recorded
+    run = claim_run(_now_ms(r) - 10)
+    assert s.finish_runs([(run.id, run.token, "ok", 1, 1, nxt, nxt, "", None)]).run(r) == [1]
+    info = app.get_schedule("late")
+    assert info is not None and info.last_lateness_ms == 0 and info.runs == 3
+
+
+async def test_a_worker_records_the_lateness_of_its_run(app: drumbeat.App, r: redis.Redis) -> None:
+    @app.task
+    def tick() -> None: ...
+
+    app.schedule("behind", tick, every=3600)
+    due = _now_ms(r) - 3000
+    _set_due(r, app, "behind", due)
+    async with running_worker(app):
+        info = await wait_for_async(
+            lambda: app.get_schedule("behind"),
+            lambda i: i is not None and i.runs == 1,
+            message="the worker should run the overdue schedule once",
+        )
+    assert info is not None and info.last_run_ms is not None
+    assert info.last_lateness_ms == info.last_run_ms - due >= 3000
+    await app.aclose()

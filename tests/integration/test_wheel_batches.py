@@ -49,7 +49,8 @@ def _put(
     r.hset(keys.tasks, mapping={TASK: 7, "#7": TASK, "#": 7})
     for schedule_id, at in due.items():
         b = bucket_of(schedule_id)
-        # gen|grid|flags|runs|failures|misfires|last_start|last_ms|task|spec
+        # gen|grid|flags|runs|failures|misfires|last_start|last_ms|task|spec: the layout
+        # before `late`, which the scripts still read (and upgrade when they write the record)
         r.hset(keys.schedules(b), schedule_id, f"{gen}|{at}|{priority}|3|1|2||5|7|[[],{{}}]")
         r.zadd(keys.wheel(b), {schedule_id: at})
         r.zadd(keys.due, {protocol.wheel_marker(b): at}, lt=True)
@@ -119,7 +120,8 @@ def _finish(
 ) -> list[int]:
     """Settles ``job`` (a run of generation 1) after 42 ms, its next run at ``next_grid`` + 7."""
     scripts = Scripts(app.scheduler.shards[0])
-    item = (job.id, job.token, outcome, 42, 1, next_grid, next_grid + 7, "boom")
+    due = int(job.extra.split(":")[0])
+    item = (job.id, job.token, outcome, 42, 1, next_grid, next_grid + 7, "boom", due)
     return scripts.finish_runs([item]).run(r)
 
 
@@ -157,11 +159,18 @@ def test_a_settled_run_rewrites_its_record_field_by_field(
         return parse_record(raw)
 
     spec = b"[[],{}]"
-    assert record(ok) == Record(1, next_grid, 0, False, 4, 1, 2, started[ok], 42, "7", spec)
-    assert record(fail) == Record(1, next_grid, 0, False, 4, 2, 2, started[fail], 42, "7", spec)
-    assert record(skip) == Record(1, next_grid, 0, False, 3, 1, 3, None, 5, "7", spec)
+    late = {i: at - grid for i, at in started.items()}  # each run was due at `grid`
+    assert record(ok) == Record(
+        1, next_grid, 0, False, 4, 1, 2, started[ok], 42, late[ok], "7", spec
+    )
+    assert record(fail) == Record(
+        1, next_grid, 0, False, 4, 2, 2, started[fail], 42, late[fail], "7", spec
+    )
+    assert record(skip) == Record(1, next_grid, 0, False, 3, 1, 3, None, 5, 0, "7", spec)
     # Another generation: the grid stays, its next run is due at its own grid slot.
-    assert record(regen) == Record(2, grid, 0, False, 4, 1, 2, started[regen], 42, "7", spec)
+    assert record(regen) == Record(
+        2, grid, 0, False, 4, 1, 2, started[regen], 42, late[regen], "7", spec
+    )
     assert r.hget(keys.faults, fail) == b"boom"
     wheel = dict(r.zrange(keys.wheel(bucket), 0, -1, withscores=True))
     assert wheel == {

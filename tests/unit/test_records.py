@@ -45,18 +45,28 @@ def test_a_typical_spec_is_small() -> None:
 
 def test_record_fields() -> None:
     # As _lib.lua's format_schedule writes it: gen 3, grid, priority 4 paused, runs, failures,
-    # misfires, last start 4998 ms before the grid slot, 12 ms, task code 7.
-    record = parse_record(b"3|1700000005000|14|120|2|1|-4998|12|7|" + b'[[1],"x|y"]')
+    # misfires, last start 4998 ms before the grid slot, 12 ms, started 3 ms late, task code 7.
+    record = parse_record(b"3|1700000005000|14|120|2|1|-4998|12|3|7|" + b'[[1],"x|y"]')
     assert (record.generation, record.grid_ms, record.priority, record.paused) == (
         3, 1700000005000, 4, True
     )  # fmt: skip
     assert (record.runs, record.failures, record.misfires, record.last_ms) == (120, 2, 1, 12)
-    assert record.last_start_ms == 1700000000002
+    assert record.last_start_ms == 1700000000002 and record.last_late_ms == 3
     assert (record.task_code, record.spec) == ("7", b'[[1],"x|y"]')
-    never = parse_record(b"1|1700000005000|0|0|0|0||0|7|[[],5]")
-    assert never.last_start_ms is None and not never.paused
+    never = parse_record(b"1|1700000005000|0|0|0|0||0||7|[[],5]")
+    assert never.last_start_ms is None and never.last_late_ms is None and not never.paused
+
+
+def test_a_record_written_before_lateness_was_recorded_still_reads() -> None:
+    # The layout without `late`: the spec (never starting with a digit) follows the task code.
+    for spec in (b'[[1],"x|y"]', b'[["1|2|3"],5]', b"\x92\x91\x01\x05"):
+        old = parse_record(b"3|1700000005000|14|120|2|1|-4998|12|7|" + spec)
+        assert (old.runs, old.last_ms, old.last_late_ms) == (120, 12, None)
+        assert (old.task_code, old.spec, old.last_start_ms) == ("7", spec, 1700000000002)
 
 
 def test_a_malformed_record_is_refused() -> None:
     with pytest.raises(ValueError, match="malformed"):
         parse_record(b"1|2|3")
+    with pytest.raises(ValueError, match="malformed"):
+        parse_record(b"1|2|3|4|5|6||0||x|[[],5]")

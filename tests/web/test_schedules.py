@@ -12,7 +12,10 @@ import pytest
 
 import drumbeat
 from drumbeat.dashboard import schedules as pages
-from tests.web.conftest import serve
+from drumbeat.keys import bucket_of
+from drumbeat.protocol import wheel_marker
+from tests.helpers import wait_for
+from tests.web.conftest import ThreadWorker, serve
 
 
 @pytest.fixture
@@ -160,3 +163,41 @@ def test_read_only_hides_and_refuses_the_schedule_actions(app: drumbeat.App, pag
     info = _info(app, "r:1")
     assert not info.paused and info.next_due_ms is not None
     assert app.redis.zscore(app.keys.ready, "s:r:1") is None, "no run was queued"
+
+
+def test_the_last_runs_lateness_is_shown_and_in_the_json(
+    app: drumbeat.App, redis_url: str, namespace: str, page: Any
+) -> None:
+    _make(app, ["late", "never"])
+    # The schedule's next run moved 5 s into the past (its bucket's marker with it), so the
+    # worker starts it at least 5 s after it was due.
+    sec, usec = app.redis.time()
+    due = int(sec) * 1000 + int(usec) // 1000 - 5000
+    keys = app.scheduler.shards[0]
+    app.redis.zadd(keys.wheel(bucket_of("late")), {"late": due})
+    app.redis.zadd(keys.due, {wheel_marker(bucket_of("late")): due})
+    mine = drumbeat.App(redis_url, namespace=namespace)
+
+    @mine.task(name="tick")
+    async def tick(n: int) -> None: ...
+
+    with ThreadWorker(mine, concurrency=1):
+        info = wait_for(
+            lambda: _info(app, "late"),
+            lambda i: i.runs == 1,
+            message="the worker should run the overdue schedule",
+        )
+    assert info.last_run_ms is not None and info.last_lateness_ms is not None
+    late = info.last_lateness_ms
+    assert late == info.last_run_ms - due >= 5000
+    with serve(app) as served:
+        page.goto(served.url + "/schedules")
+        cell = page.locator('#schedules tr[data-id="late"] td.lateness')
+        assert cell.inner_text() == f"{late} ms"
+        assert page.locator('#schedules tr[data-id="never"] td.lateness').inner_text() == "\u2013"
+        found = httpx.get(served.url + "/api/schedule/late").json()
+        listed = httpx.get(served.url + "/api/schedules").json()
+    assert found["last_lateness_ms"] == late and found["runs"] == 1
+    by_id = {s["id"]: s for s in listed["schedules"]}
+    assert by_id["late"]["last_lateness_ms"] == late
+    assert by_id["never"]["last_lateness_ms"] is None

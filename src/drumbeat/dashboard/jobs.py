@@ -1,6 +1,7 @@
-"""The Jobs page and its JSON: one job looked up by id, the running jobs, and the jobs waiting
-in one queue at one priority, a page at a time (never more than a page is read, whatever the
-queue holds).
+"""The Jobs page and its JSON: one job looked up by id, the running jobs, the jobs waiting
+in one queue at one priority, and the delayed jobs of one queue (waiting in its `due` for a
+later time, or backing off before a retry), each a page at a time (never more than a page is
+read, whatever the queue holds).
 
 What Redis keeps of a job, and so what can be shown: its spec (task, arguments) until it
 completes; its state (queue, priority, attempt); its claim (worker, claimed at) and lease while
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -25,7 +26,15 @@ from drumbeat.cli import shapes
 from drumbeat.errors import SerializationError
 from drumbeat.job import decode_outcome, decode_progress, decode_spec
 from drumbeat.keys import DEFAULT_QUEUE, Keys
-from drumbeat.protocol import FIELD_SEP, MAX_PRIORITY, MIN_PRIORITY, RUN_PREFIX, parse_owner
+from drumbeat.protocol import (
+    FIELD_SEP,
+    LIMIT_PREFIX,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    RUN_PREFIX,
+    WHEEL_PREFIX,
+    parse_owner,
+)
 from drumbeat.schedule import decode_schedule_spec
 
 if TYPE_CHECKING:
@@ -34,12 +43,25 @@ if TYPE_CHECKING:
 
     from .web import Pages
 
-__all__ = ["PAGE", "RUNNING_LIMIT", "JobsPages", "job_json", "queued_json", "running_json"]
+__all__ = [
+    "PAGE",
+    "RUNNING_LIMIT",
+    "DueCursor",
+    "JobsPages",
+    "delayed_json",
+    "job_json",
+    "queued_json",
+    "running_json",
+]
 
 #: Queued jobs listed on one page.
 PAGE = 50
 #: Running jobs listed (the leases closest to expiry first; the page sorts them by age).
 RUNNING_LIMIT = 100
+#: `due` reads one page of delayed jobs makes at most: markers (a schedule bucket's, a limiter
+#: key's) share `due` with the jobs and are skipped, so a stretch of markers (a million
+#: schedules have 16,384 buckets) ends a page short, with a cursor to go on from.
+DUE_READS = 8
 #: What a job's record does not hold, said on the page and in the JSON.
 NOT_RECORDED = (
     "when it was enqueued",
@@ -253,6 +275,98 @@ def queued_json(
     }
 
 
+@dataclass(frozen=True, slots=True)
+class DueCursor:
+    """Where the next page of delayed jobs starts: a due time (ms), and how many members of
+    `due` with that very score the pages before listed or skipped (due times tie: jobs
+    enqueued together with one delay), so that a page reads from its cursor on only."""
+
+    score: int
+    skip: int
+
+    def __str__(self) -> str:
+        return f"{self.score}.{self.skip}"
+
+    @classmethod
+    def parse(cls, text: str) -> DueCursor:
+        try:
+            score, skip = (int(part) for part in text.split("."))
+        except ValueError:
+            raise BadQuery(
+                f"after must be <due ms>.<skip> as a page's next gives it, got {text!r}"
+            ) from None
+        if skip < 0:
+            raise BadQuery(f"after {text!r} has a negative skip; expected >= 0")
+        return cls(score, skip)
+
+
+def _is_marker(member: str, state: bytes | None) -> bool:
+    """A schedule bucket's or limiter key's marker in `due`, not a job: it has the prefix and
+    no state (a job id may hold ``:``, but every job in `due` has a state)."""
+    return state is None and member.startswith((WHEEL_PREFIX, LIMIT_PREFIX))
+
+
+def delayed_json(
+    app: App, queue: str, after: DueCursor | None = None, limit: int = PAGE
+) -> dict[str, Any]:
+    """The jobs waiting in ``queue``'s `due` (delayed, or backing off before a retry), the
+    soonest due first, starting at ``after`` (the ``next`` of the previous page); markers are
+    skipped. ``in_due`` counts the members of `due`, markers included: telling them apart
+    (as the overview's delayed count does, with a ZMSCORE of the 16,384 bucket markers) would
+    cost a page five times what the listing does."""
+    keys = app.keys
+    due = keys.due_of(queue)
+    with app.redis.pipeline(transaction=True) as pipe:
+        pipe.time()
+        pipe.zcard(due)
+        now, in_due = pipe.execute()
+    score, skip = (None, 0) if after is None else (after.score, after.skip)
+    listed: list[tuple[str, int, bytes | None, bytes | None]] = []
+    more = limit > 0  # until a read reaches the end of `due`
+    for _ in range(DUE_READS if limit > 0 else 0):
+        page = cast("list[tuple[bytes, float]]", app.redis.zrange(
+            due, "-inf" if score is None else score, "+inf",
+            byscore=True, offset=skip, num=limit, withscores=True,
+        ))  # fmt: skip
+        members = [_str(member) for member, _ in page]
+        specs, states = [], []
+        if members:
+            with app.redis.pipeline(transaction=False) as pipe:
+                pipe.hmget(keys.jobs, members)
+                pipe.hmget(keys.state, members)
+                specs, states = pipe.execute()
+        seen = 0
+        for member, (_, raw_score), spec, state in zip(members, page, specs, states, strict=True):
+            seen += 1
+            at = int(raw_score)
+            score, skip = (at, skip + 1) if at == score else (at, 1)
+            if not _is_marker(member, state):
+                listed.append((member, at, spec, state))
+                if len(listed) == limit:
+                    break
+        if len(page) < limit and seen == len(page):
+            more = False
+            break
+        if len(listed) == limit:
+            break
+    jobs = []
+    for job_id, at, spec, raw in listed:
+        state = parse_state(raw)
+        jobs.append({
+            "id": job_id, **describe(job_id, spec),
+            "attempt": state.attempt if state else None,
+            "priority": state.priority if state else None,
+            **shapes.timestamp("due", at),
+        })  # fmt: skip
+    return {
+        **shapes.timestamp("now", int(now[0]) * 1000 + int(now[1]) // 1000),
+        "queue": queue,
+        "in_due": int(in_due),
+        "jobs": jobs,
+        "next": str(DueCursor(score, skip)) if more and score is not None else None,
+    }
+
+
 # -- routes ------------------------------------------------------------------------------------
 
 
@@ -278,15 +392,30 @@ def _optional_int(request: Request, name: str, low: int, high: int) -> int | Non
     return value
 
 
-def _queue_params(app: App, request: Request) -> tuple[str, int, int | None, int]:
+def _queue_name(app: App, request: Request) -> str:
     queue = request.query_params.get("queue") or DEFAULT_QUEUE
     known = [DEFAULT_QUEUE, *(q for q in app.known_queues() if q != DEFAULT_QUEUE)]
     if queue not in known:
         raise BadQuery(f"no queue {queue!r}; expected one of {', '.join(known)}")
+    return queue
+
+
+def _queue_params(app: App, request: Request) -> tuple[str, int, int | None, int]:
+    queue = _queue_name(app, request)
     priority = _int_param(request, "priority", MIN_PRIORITY, MAX_PRIORITY, MAX_PRIORITY)
     after = _optional_int(request, "after", 0, 2**53)
     limit = _int_param(request, "limit", 1, 1000, PAGE)
     return queue, priority, after, limit
+
+
+def _due_cursor(request: Request, name: str) -> DueCursor | None:
+    raw = request.query_params.get(name, "")
+    return DueCursor.parse(raw) if raw else None
+
+
+def _delayed_params(app: App, request: Request) -> tuple[str, DueCursor | None, int]:
+    queue = _queue_name(app, request)
+    return queue, _due_cursor(request, "after"), _int_param(request, "limit", 1, 1000, PAGE)
 
 
 def _bad(exc: BadQuery) -> JSONResponse:
@@ -305,6 +434,7 @@ class JobsPages:
             Route("/jobs", self.page),
             Route("/api/jobs/running", self.api_running),
             Route("/api/jobs/queued", self.api_queued),
+            Route("/api/jobs/delayed", self.api_delayed),
             Route("/api/job/{job_id:path}", self.api_job),
         ]
 
@@ -312,6 +442,7 @@ class JobsPages:
         app = self.app
         job_id = request.query_params.get("id", "").strip()
         queue, priority, after, _ = _queue_params(app, request)
+        due_after = _due_cursor(request, "due_after")
         # Without a priority asked for, the best one with jobs waiting.
         if "priority" not in request.query_params:
             counts = queued_json(app, queue, priority, limit=0)["counts_by_priority"]
@@ -323,6 +454,8 @@ class JobsPages:
             "queued": queued_json(app, queue, priority, after),
             "queues": [DEFAULT_QUEUE, *(q for q in app.known_queues() if q != DEFAULT_QUEUE)],
             "first_page": after is None,
+            "delayed": delayed_json(app, queue, due_after),
+            "first_due_page": due_after is None,
         }
 
     async def page(self, request: Request) -> Response:
@@ -352,3 +485,10 @@ class JobsPages:
             return _bad(exc)
         found = await run_in_threadpool(queued_json, self.app, queue, priority, after, limit)
         return JSONResponse(found)
+
+    async def api_delayed(self, request: Request) -> Response:
+        try:
+            queue, after, limit = await run_in_threadpool(_delayed_params, self.app, request)
+        except BadQuery as exc:
+            return _bad(exc)
+        return JSONResponse(await run_in_threadpool(delayed_json, self.app, queue, after, limit))

@@ -46,8 +46,7 @@ BUCKETS_PER_CALL = 1024
 EXAMINED_PER_PAGE = 125_000
 #: What a schedule's record does not hold, said on the page and in the JSON.
 NOT_RECORDED = (
-    "the lateness of past runs (the overview charts p50/p99 over every schedule)",
-    "when the last run was due",
+    "the lateness of runs before the last (the overview charts p50/p99 over every schedule)",
 )
 
 _GLOB = re.compile(r"([\\*?\[\]])")
@@ -137,10 +136,12 @@ def _decode(app: App, found: list[tuple[int, str, bytes]]) -> list[ScheduleInfo]
 
 
 def schedule_json(info: ScheduleInfo, now_ms: int) -> dict[str, Any]:
-    """``drumbeat schedules show --json``, plus the cadence as text and how overdue it is."""
+    """``drumbeat schedules show --json``, plus the cadence as text, how late its last run
+    started and how overdue its next one is."""
     due = info.next_due_ms
     return {
         **shapes.schedule_json(info, schedule_state(info)),
+        "last_lateness_ms": info.last_lateness_ms,
         "cadence_text": cadence_text(info.cadence),
         "overdue_ms": max(0, now_ms - due) if due is not None else None,
     }

@@ -212,28 +212,48 @@ end
 
 -- A schedule's record (see schedule.py), kept under 64 bytes for a typical monitor so its
 -- bucket stays a listpack:
--- Layout (SCHEDULE_FIELDS): gen|grid|flags|runs|failures|misfires|last_start|last_ms|task|spec
+-- Layout (SCHEDULE_FIELDS): gen|grid|flags|runs|failures|misfires|last_start|last_ms|late|task|spec
 -- flags = priority + PAUSED_FLAG if paused; last_start is stored relative to the grid slot (a
--- few digits, not thirteen) and empty before the first run; task is the task name's code.
+-- few digits, not thirteen) and empty before the first run; late is how long after its due
+-- time the last run started (ms; meaningful once there is a last_start); task is the task
+-- name's code. `late` is never written empty: a worker of the version before it reads it as
+-- the task code and the rest as the spec, and fails the run (the schedule goes on), where an
+-- empty field would make the record unreadable to it and its claim would drop the schedule.
 local PAUSED_FLAG = 10
+
+-- A record written before it had `late` (one field fewer), in today's layout with `late` 0,
+-- or nil when `v` is not one: such records are read as they are and upgraded when next
+-- written. (Only called once the current layout did not match: its spec never starts with a
+-- digit, so the two layouts cannot be mistaken for each other.)
+local function schedule_of_old_layout(v)
+  local head, tail = string.match(v, '^(%d+|%-?%d+|%d+|%d+|%d+|%d+|%-?%d*|%d+|)(%d+|.*)$')
+  if not head then return nil end
+  return head .. '0|' .. tail
+end
+
 local function parse_schedule(v)
   if not v then return nil end
-  local g, grid, flags, runs, fails, misf, rel, lm, task, spec = string.match(v,
-    '^(%d+)|(%-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%-?%d*)|(%d+)|(%d+)|(.*)$')
-  if not g then return nil end
+  local pattern = '^(%d+)|(%-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%-?%d*)|(%d+)|(%d*)|(%d+)|(.*)$'
+  local g, grid, flags, runs, fails, misf, rel, lm, late, task, spec = string.match(v, pattern)
+  if not g then
+    v = schedule_of_old_layout(v)
+    if not v then return nil end
+    g, grid, flags, runs, fails, misf, rel, lm, late, task, spec = string.match(v, pattern)
+    if not g then return nil end
+  end
   grid, flags = tonumber(grid), tonumber(flags)
   return {gen = tonumber(g), grid = grid, paused = flags >= PAUSED_FLAG,
           priority = flags % PAUSED_FLAG,
           runs = tonumber(runs), failures = tonumber(fails), misfires = tonumber(misf),
           last_start = rel == '' and 0 or grid + tonumber(rel), last_ms = tonumber(lm),
-          task = task, spec = spec}
+          late = late, task = task, spec = spec}
 end
 
 local function format_schedule(s)
   local rel = s.last_start > 0 and string.format('%d', s.last_start - s.grid) or ''
-  return string.format('%d|%d|%d|%d|%d|%d|%s|%d|%s|', s.gen, s.grid,
+  return string.format('%d|%d|%d|%d|%d|%d|%s|%d|%s|%s|', s.gen, s.grid,
     s.priority + (s.paused and PAUSED_FLAG or 0), s.runs, s.failures, s.misfires, rel, s.last_ms,
-    s.task) .. s.spec
+    s.late, s.task) .. s.spec
 end
 
 -- What a run needs of a record (the record parser's result without its counters): generation
@@ -242,9 +262,14 @@ end
 -- fields nor convert what it only copies.
 local function schedule_run_fields(v)
   if not v then return nil end
-  local gen, grid, flags, task, spec = string.match(v,
-    '^(%d+)|(%-?%d+)|(%d+)|%d+|%d+|%d+|%-?%d*|%d+|(%d+)|(.*)$')
-  if not gen then return nil end
+  local pattern = '^(%d+)|(%-?%d+)|(%d+)|%d+|%d+|%d+|%-?%d*|%d+|%d*|(%d+)|(.*)$'
+  local gen, grid, flags, task, spec = string.match(v, pattern)
+  if not gen then
+    local old = schedule_of_old_layout(v)
+    if not old then return nil end
+    gen, grid, flags, task, spec = string.match(old, pattern)
+    if not gen then return nil end
+  end
   return gen, grid, tonumber(flags), task, spec
 end
 

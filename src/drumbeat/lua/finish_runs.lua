@@ -7,28 +7,40 @@
 -- KEYS[1] due (zset)    KEYS[2] leases (zset)  KEYS[3] owners (hash)  KEYS[4] state (hash)
 -- KEYS[5] faults (hash) KEYS[6] wake (zset)    KEYS[7] jobs (hash)
 -- KEYS[6 + 2i] wheel:<b> (zset), KEYS[7 + 2i] schedules:<b> (hash) of the i-th run's schedule
--- ARGV    one per run, packed (one argument is far cheaper to send than nine):
+-- ARGV    one per run, packed (one argument is far cheaper to send than ten):
 --         "<member>|<token>|<outcome ok|fail|skip>|<duration ms>|<generation run>|
---          <next grid ms>|<next due ms>|<bucket>|<error text, may hold anything>"
+--          <next grid ms>|<next due ms>|<this run's due ms, or empty>|<bucket>|
+--          <error text, may hold anything>"
 -- Returns one integer per run: 1 settled, 0 refused (lease lost)
 -- (Defined here, not in _lib.lua: every script runs all of _lib's definitions on every call.)
 -- A schedule's record (`v`, or nil) after one of its runs (`run`) ended, and the due time of
 -- its next run, or nil when it is paused: what _lib.lua's record parser, these changes, then its
 -- formatter give, without decoding the task and arguments (copied as they are) nor building a
 -- table (the parse and format were half the Lua time of settling a run). nil for an unreadable
--- record.
+-- record. The run's lateness (its start, the claim's time, less its due time; 0 if it started
+-- early or its due time is unknown) goes in with its start and duration, in the same write:
+-- the per-schedule figure the dashboard shows costs no command of its own. `ran` is
+-- last_ms|late, taken and replaced as one (each capture and format costs Lua time per run).
 local function after_run(v, run)
   if not v then return nil end
-  local gen, grid, flags, runs, fails, misf, rel, last_ms, tail = string.match(v,
-    '^(%d+)|(%-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%-?%d*)|(%d+)|(%d+|.*)$')
-  if not gen then return nil end
+  local pattern = '^(%d+)|(%-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%-?%d*)|(%d+|%d*)|(%d+|.*)$'
+  local gen, grid, flags, runs, fails, misf, rel, ran, tail = string.match(v, pattern)
+  if not gen then
+    local old = schedule_of_old_layout(v)
+    if not old then return nil end
+    gen, grid, flags, runs, fails, misf, rel, ran, tail = string.match(old, pattern)
+    if not gen then return nil end
+  end
   grid = tonumber(grid)
   local last_start = rel == '' and 0 or grid + tonumber(rel)
   runs, fails, misf = tonumber(runs), tonumber(fails), tonumber(misf)
   if run.outcome == 'skip' then
     misf = misf + 1
   else
-    runs, last_start, last_ms = runs + 1, run.started, run.ms
+    runs, last_start = runs + 1, run.started
+    local late = run.due_was and run.started - run.due_was or 0
+    if late < 0 then late = 0 end  -- promoted a little ahead of its time
+    ran = run.ms .. '|' .. late
     if run.outcome == 'fail' then fails = fails + 1 end
   end
   -- The next due time goes to ZADD as the string it came as (a number is formatted with %.17g).
@@ -37,8 +49,8 @@ local function after_run(v, run)
     grid, next_due, next_raw = run.grid, run.due, run.due_raw
   end
   rel = last_start > 0 and string.format('%d', last_start - grid) or ''
-  local record = string.format('%d|%d|%d|%d|%d|%d|%s|%d|', gen, grid, flags, runs, fails, misf,
-    rel, last_ms) .. tail
+  local record = string.format('%d|%d|%d|%d|%d|%d|%s|%s|', gen, grid, flags, runs, fails, misf,
+    rel, ran) .. tail
   if tonumber(flags) >= PAUSED_FLAG then return record, nil, nil end
   return record, next_due, next_raw or string.format('%d', next_due)
 end
@@ -46,10 +58,11 @@ end
 local out = {}
 local runs, members = {}, {}
 for i, packed in ipairs(ARGV) do
-  local member, token, outcome, ms, gen, grid, due, bucket, err = string.match(packed,
-    '^([^|]+)|(%d+)|(%a+)|(%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%d+)|(.*)$')
+  local member, token, outcome, ms, gen, grid, due, due_was, bucket, err = string.match(packed,
+    '^([^|]+)|(%d+)|(%a+)|(%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d*)|(%d+)|(.*)$')
   runs[i] = {member = member, token = token, outcome = outcome, ms = ms, gen = tonumber(gen),
-             grid = tonumber(grid), due = tonumber(due), due_raw = due, bucket = bucket, err = err}
+             grid = tonumber(grid), due = tonumber(due), due_raw = due, bucket = bucket, err = err,
+             due_was = tonumber(due_was)}
   members[i] = member or ''
 end
 

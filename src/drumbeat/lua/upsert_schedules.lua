@@ -21,7 +21,7 @@ for i = 1, #ARGV / 7 do
     out[#out + 1] = 0
   else
     local s = old or {gen = 0, paused = false, runs = 0, failures = 0, misfires = 0,
-                      last_start = 0, last_ms = 0}
+                      last_start = 0, last_ms = 0, late = '0'}
     s.gen, s.grid, s.priority, s.task, s.spec = s.gen + 1, grid, priority, task, spec
     redis.call('HSET', schedules_key, id, format_schedule(s))
     if not s.paused and not run_in_flight(KEYS[2], KEYS[3], RUN_PREFIX .. id) then

@@ -19,6 +19,7 @@ from typing import Any
 import redis
 
 from drumbeat.config import Settings
+from drumbeat.protocol import run_due_ms
 from drumbeat.runner import Again, Bury, Cancelled, Done, HandBack, Outcome, RunDone, Unknown
 from drumbeat.scripts import Call, Claimed, Scripts
 
@@ -90,7 +91,7 @@ KINDS: dict[type[Outcome], Kind] = {
     RunDone: Kind(
         "reschedule", lambda s, q, cfg: s.finish_runs,
         lambda j, o: (j.id, j.token, o.outcome, o.duration_ms, o.generation, o.grid_ms,
-                      o.due_ms, o.error),
+                      o.due_ms, o.error, run_due_ms(j.extra)),
         lambda o: (1, int(o.outcome == "fail")),
     ),
 }  # fmt: skip
