@@ -7,6 +7,11 @@ the queues the worker serves (one claim takes from all of them, best first); sch
 to the default queue, so schedule shards are claimed from only when the worker serves it. It
 owns the claim connection (`Link`), the pipelined idle wait (`Waiter`) and the clock offset to
 Redis.
+
+On a Redis Cluster the claim connection is a `Link` per master (`routing.Routed`), and the idle
+wait one ``BZPOPMIN`` per shard (each shard's wake keys share its slot; one pop over several
+shards would be refused as cross-slot), sent through the cluster client, which routes each to
+its shard's master.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from drumbeat.scripts import Call, Claimed, ClaimResult, Scripts
 from .claims import ClaimTable
 from .link import Link
 from .retrying import Backoff, is_transient
+from .routing import Routed
 from .waiter import Waiter
 
 log = logging.getLogger("drumbeat.worker")
@@ -62,7 +68,7 @@ class Claimer:
         self._next_shard = 0
         self._clock_offset_ms = 0
         self._client: aredis.Redis | None = None
-        self._link: Link | None = None
+        self._link: Link | Routed | None = None
         self._waiter: Waiter | None = None
         self._block: asyncio.Future[Any] | None = None
         # Per shard: the schedule buckets heading `due` at the last reply; the next claim takes
@@ -82,10 +88,14 @@ class Claimer:
         """Redis server time in ms, as last seen by a claim (worker clocks drift)."""
         return int(time.time() * 1000) + self._clock_offset_ms
 
-    async def open(self, client: aredis.Redis) -> None:
+    async def open(self, client: aredis.Redis, routed: Routed | None = None) -> None:
+        """Starts using ``client``; on a Redis Cluster, ``routed`` carries the claims (and
+        ``client`` is the cluster client)."""
         self._client = client
-        self._link = Link(client)
-        if len(self.shards) == 1:  # the pipelined wait claims from one shard
+        self._link = Link(client) if routed is None else routed
+        # On a cluster the pipelined wait would need a connection to its shard's master, made
+        # again after each failover: not yet (plain waits).
+        if len(self.shards) == 1 and routed is None:  # the pipelined wait claims from one shard
             self._waiter = Waiter(client, self._wake_keys(), self.settings.idle_block)
 
     async def close(self) -> None:
@@ -262,9 +272,7 @@ class Claimer:
         ):
             return await self._wait_then_claim(free)
         if self._block is None or self._block.done():
-            self._block = asyncio.ensure_future(
-                self._client.bzpopmin(self._wake_keys(), self.settings.idle_block)
-            )
+            self._block = asyncio.ensure_future(self._pop_any())
         stop = asyncio.ensure_future(self.stopping.wait())
         await asyncio.wait({self._block, stop}, timeout=timeout, return_when="FIRST_COMPLETED")
         stop.cancel()
@@ -313,6 +321,25 @@ class Claimer:
         return self.shards[shard].claim(
             self.worker_id, limit, s.lease_ms, s.batch_limit, buckets, queues=queues
         )
+
+    async def _pop_any(self) -> Any:
+        """Pops a marker off any wake key: one ``BZPOPMIN`` over all of them, or on a cluster
+        one per shard (a marker a pop takes as another returns is no loss: every wake is
+        followed by a claim on every shard)."""
+        assert self._client is not None
+        client, block = self._client, self.settings.idle_block
+        if not isinstance(self._link, Routed):
+            return await client.bzpopmin(self._wake_keys(), block)
+        groups = [[self.shards[0].k.wake_of(q) for q in self.queues]]
+        groups += [[shard.k.wake] for shard in self.shards[1:]]
+        pops = [asyncio.ensure_future(client.bzpopmin(keys, block)) for keys in groups]
+        try:
+            done, _ = await asyncio.wait(pops, return_when="FIRST_COMPLETED")
+            return next(iter(done)).result()
+        finally:
+            for pop in pops:
+                pop.cancel()
+            await asyncio.gather(*pops, return_exceptions=True)
 
     def _wake_keys(self) -> list[str]:
         """What an idle wait blocks on: a marker for any queue served, on any shard."""
