@@ -102,6 +102,8 @@ class ClusterServer:
         for node in self.nodes:
             _poll(lambda n=node: _state_ok(n), f"cluster node {node.address} never saw "
                   "cluster_state:ok")  # fmt: skip
+            # A replica that has not synced with its master yet would never take over from it.
+            _poll(lambda n=node: _in_sync(n), f"replica {node.address} did not sync")
 
     def stop(self) -> None:
         for node in self.nodes:
@@ -134,6 +136,14 @@ def _state_ok(node: Node) -> bool:
         info = client.execute_command("CLUSTER", "INFO")
     text = info.decode() if isinstance(info, bytes) else str(info)
     return "cluster_state:ok" in text
+
+
+def _in_sync(node: Node) -> bool:
+    with node.client() as client:
+        role = client.execute_command("ROLE")
+    kind = role[0].decode() if isinstance(role[0], bytes) else role[0]
+    state = role[3].decode() if kind == "slave" and isinstance(role[3], bytes) else role[-1]
+    return kind == "master" or state == "connected"
 
 
 def _poll(check: object, message: str, timeout: float = START_TIMEOUT) -> None:

@@ -4,7 +4,11 @@ shards live on different masters, `Job.result` and `Job.cancel`."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import time
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -157,6 +161,67 @@ async def test_an_idle_worker_blocks_on_each_shards_master(redis_cluster: Cluste
             await wait_for_async(
                 blocked, lambda seen: seen == expected,
                 message=f"an idle worker should block once per shard on its master: {expected}",
+            )  # fmt: skip
+    finally:
+        await app.aclose()
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[ClusterServer]:
+    """A cluster for this test alone (it kills a master)."""
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    assert server is not None and cli is not None  # else `redis_cluster` skipped the module
+    cluster = ClusterServer(server, cli)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _enqueue_through_failover(app: drumbeat.App, task: drumbeat.Task[Any, Any], n: int) -> Any:
+    """Enqueues, retrying while the cluster has no master for the slot yet."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return task.enqueue(n)
+        except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"enqueue still failing 30 s after the kill: {exc!r}") from exc
+            time.sleep(0.2)
+
+
+@pytest.mark.slow
+async def test_worker_carries_on_after_its_master_is_killed(
+    redis_cluster: ClusterServer, own_cluster: ClusterServer
+) -> None:
+    app = drumbeat.App(own_cluster.url, namespace="c" + uuid.uuid4().hex[:12])
+    ran: set[int] = set()
+
+    @app.task
+    def note(n: int) -> None:
+        ran.add(n)
+
+    try:
+        async with running_worker(app, concurrency=2):
+            for n in range(5):
+                note.enqueue(n)
+            await wait_for_async(lambda: len(ran), lambda k: k == 5, message="5 jobs ran")
+            master = own_cluster.node_of(app.keys.ready)
+            master.kill()
+            # A replica takes over once the others deem the master failed (node timeout 2 s).
+            await wait_for_async(
+                lambda: asyncio.to_thread(own_cluster.node_of, app.keys.ready),
+                lambda node: node is not master,
+                message=f"a replica should take over the slot of {master.address}",
+                timeout=30,
+            )
+            for n in range(5, 10):
+                await asyncio.to_thread(_enqueue_through_failover, app, note, n)
+            await wait_for_async(
+                lambda: sorted(ran), lambda seen: set(range(5, 10)) <= set(seen),
+                message="the worker should run the jobs enqueued after the failover",
+                timeout=30,
             )  # fmt: skip
     finally:
         await app.aclose()

@@ -249,7 +249,9 @@ class Worker:
                 self._supervised(
                     "signals",
                     lambda: self.signals.run(
-                        client if nodes is None else lambda: nodes.client_of(self.signals.channel)
+                        client
+                        if nodes is None
+                        else lambda: nodes.client_of(self.signals.channel, fresh=True)
                     ),
                 ),
             ]

@@ -57,8 +57,10 @@ class Nodes:
             raise redis.exceptions.SlotNotCoveredError(f"no master serves the slot of {key!r}")
         return node.host, int(node.port)
 
-    async def client_of(self, key: str) -> aredis.Redis:
-        """A plain client to the master that owns ``key``'s slot."""
+    async def client_of(self, key: str, *, fresh: bool = False) -> aredis.Redis:
+        """A plain client to the master that owns ``key``'s slot (``fresh``: asking the cluster
+        first, as a caller whose last try failed must)."""
+        self.stale = self.stale or fresh
         return self.client(await self.address_of(key))
 
     def client(self, address: Address) -> aredis.Redis:

@@ -289,8 +289,12 @@ class Settler:
         assert self.tally is not None
         try:
             await link.next()
-        except redis.ResponseError as exc:
+        except Exception as exc:
+            # A lost connection too: the flusher must not crash over counts (on a cluster,
+            # a failover is when it happens).
             if is_transient(exc):
                 self.tally.put_back(counts)
+            elif not isinstance(exc, redis.ResponseError):
+                raise
             else:
                 log.error("dropped %d metrics counts Redis refused: %s", len(counts) // 2, exc)
