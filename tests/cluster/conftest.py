@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 
 import drumbeat
 from tests.conftest import _free_port
@@ -111,7 +111,10 @@ class ClusterServer:
         shutil.rmtree(self.root, ignore_errors=True)
 
     def client(self) -> RedisCluster:
-        return RedisCluster(host="127.0.0.1", port=self.nodes[0].port, socket_timeout=5)
+        """A cluster client that starts from every node still running (a test kills some)."""
+        alive = [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+        startup = [ClusterNode("127.0.0.1", n.port) for n in alive]  # type: ignore[no-untyped-call]
+        return RedisCluster(startup_nodes=startup, socket_timeout=5)
 
     def node_of(self, key: str) -> Node:
         """The node that serves ``key``'s slot now (its master)."""

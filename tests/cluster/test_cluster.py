@@ -16,6 +16,7 @@ import redis
 import drumbeat
 from drumbeat import connections
 from drumbeat.keys import Keys
+from drumbeat.worker.routing import Nodes, Routed
 from tests.cluster.conftest import ClusterServer
 from tests.conftest import running_worker
 from tests.helpers import blocked_in, wait_for_async
@@ -224,4 +225,41 @@ async def test_worker_carries_on_after_its_master_is_killed(
                 timeout=30,
             )  # fmt: skip
     finally:
+        await app.aclose()
+
+
+@pytest.mark.slow
+async def test_routed_link_finds_the_new_master_after_a_failover(
+    redis_cluster: ClusterServer, own_cluster: ClusterServer
+) -> None:
+    """The claim and settle connections (`Routed`) ask the cluster where a slot went once a
+    call to its old master fails, with no help from other traffic on the cluster client."""
+    app = drumbeat.App(own_cluster.url, namespace="c" + uuid.uuid4().hex[:12])
+    cluster = connections.async_client(own_cluster.url)
+    nodes = Nodes(own_cluster.url, cluster, 5.0)
+    routed = Routed(nodes)
+    call = app.scripts.job_status("no-such-job")
+    try:
+        await routed.run([call])
+        master = own_cluster.node_of(app.keys.jobs)
+        master.kill()
+        await wait_for_async(
+            lambda: asyncio.to_thread(own_cluster.node_of, app.keys.jobs),
+            lambda node: node is not master,
+            message=f"a replica should take over the slot of {master.address}",
+            timeout=30,
+        )
+
+        async def runs() -> bool:
+            try:
+                await routed.run([call])
+                return True
+            except (redis.RedisError, redis.exceptions.RedisClusterException, OSError):
+                return False  # the worker takes all three for transient (`is_transient`)
+
+        await wait_for_async(runs, message="the routed link should reach the new master")
+    finally:
+        await routed.aclose()
+        await nodes.aclose()
+        await cluster.aclose()
         await app.aclose()
