@@ -26,7 +26,7 @@ from tests.conftest import _free_port
 
 MISSING = (
     "the Redis Cluster tests need redis-server and redis-cli on PATH "
-    "(Debian: apt-get install redis-server)"
+    "(Debian: apt-get install redis-server redis-tools)"
 )
 
 MASTERS = 3

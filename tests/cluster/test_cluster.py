@@ -19,7 +19,7 @@ from drumbeat.keys import Keys
 from drumbeat.worker.routing import Nodes, Routed
 from tests.cluster.conftest import ClusterServer
 from tests.conftest import running_worker
-from tests.helpers import blocked_in, wait_for_async
+from tests.helpers import blocked_in, commands, wait_for_async
 
 pytestmark = pytest.mark.cluster
 
@@ -224,6 +224,17 @@ async def test_worker_carries_on_after_its_master_is_killed(
                 message="the worker should run the jobs enqueued after the failover",
                 timeout=30,
             )  # fmt: skip
+            # The pipelined idle wait (`Waiter`: CLIENT ID, BZPOPMIN, the claim) moved to the
+            # new master too; as a replica it served no clients before.
+            new = own_cluster.node_of(app.keys.ready)
+
+            def waits_on_new_master() -> int:
+                with new.client() as client:
+                    return commands(client, "client|id")
+
+            await wait_for_async(
+                waits_on_new_master, message=f"the pipelined wait should move to {new.address}"
+            )
     finally:
         await app.aclose()
 

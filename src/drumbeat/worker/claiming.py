@@ -70,6 +70,9 @@ class Claimer:
         self._client: aredis.Redis | None = None
         self._link: Link | Routed | None = None
         self._waiter: Waiter | None = None
+        self._routed: Routed | None = None
+        self._rewire = False
+        """On a cluster: the last pipelined wait failed, so its master may have changed."""
         self._block: asyncio.Future[Any] | None = None
         # Per shard: the schedule buckets heading `due` at the last reply; the next claim takes
         # their runs itself (see claim.lua).
@@ -93,10 +96,18 @@ class Claimer:
         ``client`` is the cluster client)."""
         self._client = client
         self._link = Link(client) if routed is None else routed
-        # On a cluster the pipelined wait would need a connection to its shard's master, made
-        # again after each failover: not yet (plain waits).
-        if len(self.shards) == 1 and routed is None:  # the pipelined wait claims from one shard
-            self._waiter = Waiter(client, self._wake_keys(), self.settings.idle_block)
+        self._routed = routed
+        if len(self.shards) == 1:  # the pipelined wait claims from one shard
+            self._waiter = await self._new_waiter()
+
+    async def _new_waiter(self) -> Waiter:
+        """The pipelined wait's `Waiter`; on a cluster, on a connection to the master that owns
+        the shard's slot now (asked afresh: it is made again after a wait failed)."""
+        assert self._client is not None
+        client = self._client
+        if self._routed is not None:
+            client = await self._routed.nodes.client_of(self.shards[0].k.ready, fresh=True)
+        return Waiter(client, self._wake_keys(), self.settings.idle_block)
 
     async def close(self) -> None:
         await self.cancel_block()
@@ -265,6 +276,11 @@ class Claimer:
             timeout = min(timeout, (next_due_ms - now_ms) / 1000)
         if timeout <= 0:
             return None
+        if self._rewire and self._waiter is not None:
+            old, self._waiter = self._waiter, None
+            await old.aclose()
+            self._waiter = await self._new_waiter()
+            self._rewire = False
         if (
             timeout >= self.settings.idle_block
             and self._waiter is not None
@@ -293,8 +309,11 @@ class Claimer:
             # Stopping ends the wait early (`_unblock_on_stop`); what the claim took is still
             # started (the shutdown then finishes or hands it back).
             raw = await self._waiter.block_then(call)
-        except redis.ResponseError as exc:
-            if is_transient(exc):
+        except Exception as exc:
+            # On a cluster a failed wait (MOVED, a lost connection) may mean its master is
+            # another node now: the next wait asks.
+            self._rewire = self._routed is not None
+            if not isinstance(exc, redis.ResponseError) or is_transient(exc):
                 raise
             # The pop or CLIENT ID refused (an ACL, a proxy): plain waits work everywhere.
             log.warning("waiting with a pipelined claim failed (%s); using plain waits", exc)
