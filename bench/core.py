@@ -66,9 +66,12 @@ SYSTEMS: dict[str, str] = {
     "taskiq": "bench.peers.taskiq:TaskiqSystem",
     "huey": "bench.peers.huey:HueySystem",
     "streaq": "bench.peers.streaq:StreaqSystem",
+    "floor": "bench.peers.floor:FloorSystem",
 }
 """``--systems`` names -> ``module:class``; imported lazily, in the child that runs them."""
-PEERS = [name for name in SYSTEMS if name != "drumbeat"]
+BASELINES = ["floor"]
+"""Not queues: what a hop through Redis costs on the host (named explicitly, never in 'all')."""
+PEERS = [name for name in SYSTEMS if name != "drumbeat" and name not in BASELINES]
 
 Sample = dict[str, float]
 """One repetition of a scenario: metric key -> value (extra keys are kept in the JSON only)."""
@@ -823,10 +826,13 @@ def run_child(name: str, url: str, cfg: Config, out: dict[str, Any]) -> None:
     )
     try:
         warm_up(system, cfg)
+        only = getattr(system, "scenarios", None)
         for scenario in scenarios(cfg):
             system.reset()
             run = Run(cfg, scenario.params, stats)
             try:
+                if only is not None and scenario.key not in only:
+                    raise NotSupported("a baseline, not a queue")
                 entry: dict[str, Any] = {"sample": scenario.run(system, run)}
                 shown = ", ".join(
                     f"{m.label} {_fmt(entry['sample'][m.key], m.digits)} {m.unit}"
@@ -1412,7 +1418,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.child:
         return args
     spec = args.systems or ("drumbeat" if args.quick else "all")
-    args.names = list(SYSTEMS) if spec == "all" else [s.strip() for s in spec.split(",")]
+    everything = [name for name in SYSTEMS if name not in BASELINES]
+    args.names = everything if spec == "all" else [s.strip() for s in spec.split(",")]
     unknown = [s for s in args.names if s not in SYSTEMS]
     if unknown or not args.names:
         p.error(f"unknown system(s) {unknown}; known: {', '.join(SYSTEMS)}")

@@ -54,6 +54,8 @@ STYLES: Mapping[str, Style] = {
     "rq": Style(PURPLE, "8", ":"),
     "dramatiq": Style(BLACK, "*", "--"),
     "huey": Style(GREY, "H", "-."),
+    # baselines, not queues
+    "floor": Style(BLACK, "_", "-", width=1.0),
 }
 UNKNOWN = Style(GREY, ".", ":")
 """For a system added to a benchmark but not yet here: drawn, plainly, rather than failing."""

@@ -12,7 +12,7 @@ from typing import Any
 from rich.table import Table
 
 from drumbeat import App, admin, autoscale
-from drumbeat.protocol import bin_upper_ms
+from drumbeat.protocol import bin_percentile_ms, bin_upper_ms
 
 from . import ledger
 from .server import SEARCH_BUDGET, Market, Stats
@@ -65,16 +65,8 @@ def run_lateness(bins: Mapping[int, int], since: Mapping[int, int] | None = None
     total = sum(counts.values())
     if not total:
         return RunLateness(0, None, None, None)
-
-    def pct(q: float) -> float:
-        seen = 0
-        for b in sorted(counts):
-            seen += counts[b]
-            if seen >= q * total:
-                return bin_upper_ms(b)
-        return bin_upper_ms(max(counts))
-
-    return RunLateness(total, pct(0.50), pct(0.99), bin_upper_ms(max(counts)))
+    p50, p99 = bin_percentile_ms(counts, 0.50), bin_percentile_ms(counts, 0.99)
+    return RunLateness(total, p50, p99, bin_upper_ms(max(counts)))
 
 
 def snapshot(app: App, market: Market, at: float) -> Snapshot:

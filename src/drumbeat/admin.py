@@ -19,10 +19,12 @@ from .job import decode_outcome, decode_progress, decode_spec
 from .keys import DEFAULT_QUEUE, WHEEL_BUCKETS, Keys
 from .protocol import (
     LATENESS_WINDOW_MS,
+    MARKERS_FIELD,
     MAX_PRIORITY,
     MIN_PRIORITY,
+    PARKED_FIELD,
     PRIORITY_SPAN,
-    bin_upper_ms,
+    bin_percentile_ms,
     parse_owner,
     ready_score,
     wheel_marker,
@@ -96,8 +98,9 @@ class QueueStats:
     ready_by_priority: tuple[int, ...]
     """Jobs waiting in `ready`, indexed by priority 0..9, over all queues."""
     delayed: int
-    """Jobs waiting in `due` (delayed, or backing off before a retry); waiting schedules are
-    counted by `schedule_stats`."""
+    """Jobs waiting in `due` (delayed, backing off before a retry, or a rate-limited start
+    booked); waiting schedules are counted by `schedule_stats`, and the markers of schedule
+    buckets and limiter keys that `due` also holds are left out."""
     running_total: int
     running: tuple[RunningJob, ...]
     """At most the ``running_limit`` leases closest to expiry."""
@@ -107,7 +110,10 @@ class QueueStats:
     stale_workers: int
     """Registered workers that stopped heartbeating and were not swept yet."""
     queues: tuple[QueueCounts, ...] = ()
-    """Per queue (the default one first, then by name): ready per priority and delayed."""
+    """Per queue (the default one first, then by name): ready per priority, delayed, parked."""
+    parked: int = 0
+    """Jobs (and schedule runs) parked on a limiter key: they wait for a rate or concurrency
+    limit, in no `ready` and no `due`."""
 
     @property
     def ready(self) -> int:
@@ -122,6 +128,8 @@ class QueueCounts:
     ready_by_priority: tuple[int, ...]
     """Jobs waiting in the queue's `ready`, indexed by priority 0..9."""
     delayed: int
+    parked: int = 0
+    """Its jobs parked on a limiter key."""
 
     @property
     def ready(self) -> int:
@@ -181,7 +189,8 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
     Summed over every shard the workers claim from (the jobs' shard, and the schedule shards
     when there are several), and per queue. Three round trips: the queues (`App.known_queues`),
     the counts, the lease listings and the workers (a transaction when there is one shard), and
-    the owners of the listed leases.
+    the owners of the listed leases. Parked jobs, and the limiter markers left out of
+    "delayed", are read from each shard's `parking` counters, not counted by a scan.
     """
     shards = _claimed_shards(app)
     client = app.redis
@@ -199,6 +208,7 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
             pipe.zmscore(k.due, _MARKERS)  # schedule buckets' markers: not delayed jobs
             pipe.zcard(k.leases)
             pipe.zrange(k.leases, start, stop, withscores=True)
+            pipe.hgetall(k.parking)
         main = app.keys
         _count_queues(pipe, main, others)
         pipe.zcard(main.dead)
@@ -206,20 +216,13 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
         pipe.hgetall(main.workerinfo)
         raw = pipe.execute()
     now_ms = _time_ms(raw[0])
-    per_shard = len(levels) + 4
-    counts = [0] * len(levels)
-    delayed = running_total = 0
-    listed: list[tuple[float, str, Keys]] = []
-    for i, k in enumerate(shards):
-        part = raw[1 + i * per_shard : 1 + (i + 1) * per_shard]
-        counts = [c + int(n) for c, n in zip(counts, part[: len(levels)], strict=True)]
-        markers = sum(score is not None for score in part[len(levels) + 1])
-        delayed += int(part[len(levels)]) - markers
-        running_total += int(part[len(levels) + 2])
-        listed += [(score, job_id, k) for job_id, score in _pairs(part[len(levels) + 3])]
-    queues = [QueueCounts(DEFAULT_QUEUE, tuple(counts), delayed)]
-    at = 1 + len(shards) * per_shard
-    queues += _queue_counts(others, raw[at : at + len(others) * (len(levels) + 1)])
+    default, running_total, listed, parking = _shard_counts(shards, raw[1:])
+    queues = [_parked(default, parking)]
+    at = 1 + len(shards) * _PER_SHARD
+    queues += [
+        _parked(q, parking)
+        for q in _queue_counts(others, raw[at : at + len(others) * (len(levels) + 1)])
+    ]
     counts = [sum(q.ready_by_priority[p] for q in queues) for p in levels]
     delayed = sum(q.delayed for q in queues)
     dead, workers, infos = raw[at + len(others) * (len(levels) + 1) :]
@@ -248,7 +251,35 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
         workers=tuple(live),
         stale_workers=stale,
         queues=tuple(queues),
+        parked=sum(q.parked for q in queues),
     )
+
+
+# Replies per shard in `queue_stats`: ready per priority, due, its wheel markers, leases held,
+# the leases listed, the `parking` counters.
+_PER_SHARD = MAX_PRIORITY - MIN_PRIORITY + 6
+
+
+def _shard_counts(
+    shards: Sequence[Keys], raw: Sequence[Any]
+) -> tuple[QueueCounts, int, list[tuple[float, str, Keys]], dict[str, int]]:
+    """The per-shard replies of `queue_stats`, summed: the default queue's counts (its
+    parked jobs not yet added), leases held, the leases listed, the `parking` counters."""
+    levels = MAX_PRIORITY - MIN_PRIORITY + 1
+    counts = [0] * levels
+    delayed = running_total = 0
+    listed: list[tuple[float, str, Keys]] = []
+    parking: dict[str, int] = defaultdict(int)
+    for i, k in enumerate(shards):
+        part = raw[i * _PER_SHARD : (i + 1) * _PER_SHARD]
+        counts = [c + int(n) for c, n in zip(counts, part[:levels], strict=True)]
+        markers = sum(score is not None for score in part[levels + 1])
+        delayed += int(part[levels]) - markers
+        running_total += int(part[levels + 2])
+        listed += [(score, job_id, k) for job_id, score in _pairs(part[levels + 3])]
+        for field, n in part[levels + 4].items():
+            parking[_str(field)] += int(n)
+    return QueueCounts(DEFAULT_QUEUE, tuple(counts), delayed), running_total, listed, parking
 
 
 def running_jobs(app: App, limit: int = 100) -> tuple[int, int, list[RunningJob]]:
@@ -286,6 +317,16 @@ def _queue_counts(queues: Sequence[str], raw: Sequence[Any]) -> list[QueueCounts
         part = raw[i * width : (i + 1) * width]
         out.append(QueueCounts(queue, tuple(int(n) for n in part[:-1]), int(part[-1])))
     return out
+
+
+def _parked(counts: QueueCounts, parking: Mapping[str, int]) -> QueueCounts:
+    """``counts`` with its parked jobs, and without the limiter markers its `due` holds (the
+    `parking` counters summed over the shards; clamped at 0: jobs parked before the counters
+    existed were never counted in, but are counted off as they move on)."""
+    markers = max(0, parking.get(MARKERS_FIELD + counts.name, 0))
+    parked = max(0, parking.get(PARKED_FIELD + counts.name, 0))
+    delayed = max(0, counts.delayed - markers)
+    return QueueCounts(counts.name, counts.ready_by_priority, delayed, parked)
 
 
 _MARKERS = [wheel_marker(bucket) for bucket in range(WHEEL_BUCKETS)]
@@ -503,16 +544,7 @@ def lateness_summary(
     total = sum(counts.values())
     if not total:
         return Lateness(0, None, None, None)
-
-    def pct(q: float) -> float:
-        seen = 0
-        for b in sorted(counts):
-            seen += counts[b]
-            if seen >= q * total:
-                return bin_upper_ms(b)
-        return bin_upper_ms(max(counts))
-
-    return Lateness(total, pct(0.50), pct(0.99), top)
+    return Lateness(total, bin_percentile_ms(counts, 0.50), bin_percentile_ms(counts, 0.99), top)
 
 
 def schedule_stats(app: App) -> ScheduleStats:

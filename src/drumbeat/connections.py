@@ -20,16 +20,21 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
+import struct
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlencode
 
+import hiredis
 import redis
 import redis.asyncio as redis_async
 import redis.asyncio.cluster as redis_async_cluster
 from redis import Redis
+from redis._parsers import BaseParser
 from redis.cluster import ClusterNode, RedisCluster
 
 from . import embedded
@@ -240,21 +245,81 @@ def _warn_if_evicting(config: dict[Any, Any], stacklevel: int) -> None:
 # -- the producer's hot path -----------------------------------------------------------------
 
 
+class _Wire:
+    """A connected redis-py connection whose socket is then driven by hand: one command out,
+    one reply in, parsed by hiredis.
+
+    redis-py opens it (URL options, TLS, auth, the database, the client's timeouts), so every
+    setting applies; what is dropped is per-call overhead on a path that is mostly overhead: an
+    enqueue's own Redis work is a few tens of µs. Its packing (a generator over every argument),
+    its reply wrapper and, above all, Python's socket timeout, which makes every send and
+    receive a ``poll`` then the call. The timeout is the kernel's instead (``SO_RCVTIMEO`` and
+    ``SO_SNDTIMEO`` on a blocking socket), so it costs nothing per call. Measured per enqueue
+    (producer CPU, AMD EPYC): 57 µs through the connection, 27 µs on the bare socket.
+    """
+
+    __slots__ = ("_reader", "_sock", "conn")
+
+    def __init__(self, conn: redis.Connection) -> None:
+        conn.connect()  # type: ignore[no-untyped-call]
+        self.conn = conn
+        # redis-py keeps the socket it opened in `_sock` (every version drumbeat supports).
+        sock = conn._sock
+        if sock is None:  # connect() raises when it fails; this is only for the type checker
+            raise redis.ConnectionError("redis-py opened no socket")
+        timeout = conn.socket_timeout
+        if timeout:
+            whole = int(timeout)
+            timeval = struct.pack("ll", whole, int((timeout - whole) * 1_000_000))
+            sock.settimeout(None)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+        self._sock: socket.socket = sock
+        self._reader: hiredis.Reader = hiredis.Reader(replyError=BaseParser.parse_error)
+
+    def call(self, *args: Any) -> Any:
+        """Sends one command and returns its reply; an error reply raises (the connection stays
+        in step); a lost connection or a timeout raises `redis.ConnectionError` or
+        `redis.TimeoutError`, and the connection must then be dropped."""
+        reader, sock = self._reader, self._sock
+        try:
+            sock.sendall(hiredis.pack_command(args))
+            reply = reader.gets()
+            while reply is False:
+                data = sock.recv(65536)
+                if not data:
+                    raise redis.ConnectionError("Redis closed the connection")
+                reader.feed(data)
+                reply = reader.gets()
+        except (TimeoutError, BlockingIOError) as exc:  # the kernel's timeout: EAGAIN
+            waited = self.conn.socket_timeout
+            raise redis.TimeoutError(f"no reply from Redis in {waited} s") from exc
+        except OSError as exc:
+            raise redis.ConnectionError(f"lost the connection to Redis: {exc}") from exc
+        # An error reply, as redis-py's parser classes it (LOADING, say, is a ConnectionError).
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter exit, say: nothing to report
+            self.conn.disconnect()  # type: ignore[no-untyped-call]
+
+
 class _Held:
     """A thread's connection, as its thread-local value: freed by reference counting when the
     thread ends, and closing the connection then. (A redis-py connection sits in reference
     cycles; left to the garbage collector, its socket may be finalized before it, unclosed.)"""
 
-    __slots__ = ("_live", "conn")
+    __slots__ = ("_live", "wire")
 
-    def __init__(self, conn: redis.Connection, live: set[redis.Connection]) -> None:
-        self.conn, self._live = conn, live
-        live.add(conn)
+    def __init__(self, wire: _Wire, live: set[_Wire]) -> None:
+        self.wire, self._live = wire, live
+        live.add(wire)
 
     def __del__(self) -> None:
-        self._live.discard(self.conn)
-        with contextlib.suppress(Exception):  # at interpreter exit, say: nothing to report
-            self.conn.disconnect()  # type: ignore[no-untyped-call]
+        self._live.discard(self.wire)
+        self.wire.close()
 
 
 class Direct:
@@ -263,41 +328,53 @@ class Direct:
 
     Through the client, a call also pays for the pool checkout (a lock and a readiness poll of
     the socket), the retry wrapper and the observability hooks: together more than Redis' own
-    work on an enqueue. The connection is redis-py's, made from the client's pool settings
-    (URL options, TLS, auth, hiredis, the client's timeouts). One that fails is dropped; the
-    caller then runs the call through the client, whose retry policy applies. A thread's
-    connection closes when the thread ends (`_Held`), and one inherited across a fork is never
-    used: the child opens its own.
+    work on an enqueue; `_Wire` drops the connection's own per-call costs too. The connection
+    is redis-py's, made from the client's pool settings (URL options, TLS, auth, the client's
+    timeouts). One that fails is dropped; the caller then runs the call through the client,
+    whose retry policy applies. A thread's connection closes when the thread ends (`_Held`),
+    and one inherited across a fork is never used: the child opens its own.
     """
 
     def __init__(self, client: Redis) -> None:
         self._pool = client.connection_pool
         self._local = threading.local()
-        self._live: set[redis.Connection] = set()
+        self._live: set[_Wire] = set()
+        # An App dropped without close(): its connections close when it is collected. The
+        # collector runs such callbacks before any finalizer, so it closes them before their
+        # sockets would be finalized unclosed (and warn).
+        weakref.finalize(self, _close_all, self._live)
 
     def execute(self, *args: Any) -> Any:
         """Sends one command and returns its reply; an error reply raises (the connection stays
         in step), any other failure drops the connection and raises."""
         held: _Held | None = getattr(self._local, "held", None)
-        if held is None or held.conn.pid != os.getpid():
+        if held is None or held.wire.conn.pid != os.getpid():
             conn = self._pool.connection_class(**self._pool.connection_kwargs)
-            held = self._local.held = _Held(conn, self._live)
-        conn = held.conn
+            try:
+                wire = _Wire(conn)
+            except BaseException:
+                conn.disconnect()
+                raise
+            held = self._local.held = _Held(wire, self._live)
         try:
-            packed = conn.pack_command(*args)  # type: ignore[no-untyped-call]
-            conn.send_packed_command(packed, check_health=False)  # type: ignore[no-untyped-call]
-            return conn.read_response()
+            return held.wire.call(*args)
         except redis.ResponseError:
             raise
         except BaseException:
-            self._local.held = None  # closes it
+            # Closed now, not when `held` is freed: the traceback being raised refers to it.
+            held.wire.close()
+            self._local.held = None
             raise
 
     def close(self) -> None:
         """Closes every thread's connection (each reconnects on its next call)."""
-        for conn in list(self._live):
-            if conn.pid == os.getpid():
-                conn.disconnect()  # type: ignore[no-untyped-call]
+        _close_all(self._live)
+
+
+def _close_all(live: set[_Wire]) -> None:
+    for wire in list(live):
+        if wire.conn.pid == os.getpid():  # an inherited socket is the parent's to close
+            wire.close()
 
 
 class ClusterDirect:

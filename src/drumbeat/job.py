@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -67,11 +68,17 @@ def encode_spec(codec: Codec, task: str, args_blob: bytes, limits: Any = None) -
     ``"l"``: the call's own limits when it has them."""
     if codec.name == "json":
         tail = b"}" if limits is None else b',"l":' + json.dumps(limits).encode() + b"}"
-        return b'{"t":' + json.dumps(task).encode() + b',"c":' + args_blob + tail
+        return _json_head(task) + args_blob + tail
     record = {"t": task, "c": codec.loads(args_blob)}
     if limits is not None:
         record["l"] = limits
     return codec.dumps(record)
+
+
+@functools.lru_cache(maxsize=1024)
+def _json_head(task: str) -> bytes:
+    """A JSON spec up to its arguments (the same for every job of a task)."""
+    return b'{"t":' + json.dumps(task).encode() + b',"c":'
 
 
 def decode_spec(data: bytes) -> Spec:

@@ -51,6 +51,7 @@ SHARD_KEYS: dict[str, str] = {
     "metrics": "hash",
     "throughput": "hash",
     "queues": "set",
+    "parking": "hash",
 }
 
 #: The queue a job goes to unless its task or its call names another.
@@ -238,6 +239,12 @@ class Keys:
     def parked(self, limiter: str) -> str:
         """Jobs waiting for one limiter key."""
         return self.limit_key("parked", limiter)
+
+    @property
+    def parking(self) -> str:
+        """Per queue: jobs parked on limiter keys, and limiter markers in its `due` (counters
+        the limit scripts keep, so status need not scan)."""
+        return self.key("parking")
 
     @property
     def tasks(self) -> str:

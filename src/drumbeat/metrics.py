@@ -140,6 +140,13 @@ class AppCollector(Collector):
             "drumbeat_queue_delayed", "Jobs waiting for a later time (delayed or backing off).",
             value=stats.delayed,
         )  # fmt: skip
+        parked = GaugeMetricFamily(
+            "drumbeat_queue_parked", "Jobs parked on a limiter key, waiting for a rate or "
+            "concurrency limit, per queue.", labels=["queue"],
+        )  # fmt: skip
+        for waiting in stats.queues:
+            parked.add_metric([waiting.name], waiting.parked)
+        yield parked
         yield GaugeMetricFamily(
             "drumbeat_jobs_running", "Jobs under a lease (running now).", value=stats.running_total
         )

@@ -11,6 +11,7 @@ comment beside the Lua code that formats and parses it. Change both together:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 # -- priorities and the `ready` score ----------------------------------------------------------
@@ -38,6 +39,12 @@ WHEEL_PREFIX = "w:"
 
 #: Marks a limiter key's marker among the job ids in `due`: ``l:<key name>`` (see limits.py).
 LIMIT_PREFIX = "l:"
+
+
+#: Fields of a shard's `parking` hash, followed by a queue name ("default" for the default
+#: queue): jobs parked on limiter keys, and limiter markers in the queue's `due`.
+PARKED_FIELD = "p|"
+MARKERS_FIELD = "m|"
 
 
 def wheel_marker(bucket: int) -> str:
@@ -72,6 +79,17 @@ def lateness_bin(ms: int) -> int:
 def bin_upper_ms(b: int) -> float:
     """Upper bound of lateness bin ``b``."""
     return float(2 ** ((b + 1) / LATENESS_BINS_PER_DOUBLING) - 1)
+
+
+def bin_percentile_ms(counts: Mapping[int, int], q: float) -> float:
+    """The ``q`` quantile (0..1) of lateness counted per bin (``counts``: bin -> runs, not
+    empty), as the upper bound of the bin it falls in."""
+    total, seen = sum(counts.values()), 0
+    for b in sorted(counts):
+        seen += counts[b]
+        if seen >= q * total:
+            return bin_upper_ms(b)
+    return bin_upper_ms(max(counts))
 
 
 # -- the throughput series (`throughput` hash) -------------------------------------------------

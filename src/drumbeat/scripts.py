@@ -428,7 +428,7 @@ class Scripts:
         [3, i] parked on the i-th key, [0] lease lost."""
         k = self.k
         keys = [k.leases, k.owners, k.state, k.due_of(queue), k.wake_of(queue)]
-        keys.append(k.ready_of(queue))
+        keys += [k.ready_of(queue), k.parking, k.lateness]
         args: list[str | int] = [job_id, token, lease_ms, horizon_ms]
         for name, limit in limits:
             keys += [k.limit(name), k.permits(name), k.parked(name)]
@@ -449,7 +449,7 @@ class Scripts:
         jobs of ``queues`` on (see release_limits.lua); returns [how many moved, the earliest
         time it wrote to a `due`, or -1]."""
         k = self.k
-        keys = [k.leases, k.state]
+        keys = [k.leases, k.state, k.parking]
         for queue in queues:
             keys += [k.ready_of(queue), k.due_of(queue), k.wake_of(queue)]
         for name in names:
@@ -595,7 +595,7 @@ class Scripts:
         waiting job of a queue not in ``queues``, besides the default one)."""
         k = self.k
         keys = [k.ready, k.due, k.leases, k.jobs, k.state, k.uniq, k.results, k.expires]
-        keys += [k.waiting, k.cancels, k.progress, k.signals, k.done(job_id), k.dead]
+        keys += [k.waiting, k.cancels, k.progress, k.signals, k.done(job_id), k.dead, k.parking]
         others = _others(queues)
         for queue in others:
             keys += [k.ready_of(queue), k.due_of(queue)]
@@ -608,9 +608,10 @@ class Scripts:
         is summed over ``queues``."""
         k = self.k
         keys = [k.leases, k.lateness, k.workers, k.workerinfo, k.supervisors, k.supervisorinfo]
+        keys.append(k.parking)
         for queue in queues:
             keys += [k.ready_of(queue), k.due_of(queue)]
-        args = [worker_ttl_ms, int(registrations)]
+        args: list[str | int] = [worker_ttl_ms, int(registrations), *queues]
         return Call("scale_signal", keys, args, lambda raw: raw)
 
     def beat_supervisor(self, supervisor: str, info: bytes, ttl_ms: int) -> Call[int]:

@@ -20,15 +20,15 @@ class Codec(Protocol):
 
 
 _json_decode = json.JSONDecoder().decode
+# One encoder for every call: `json.dumps` with any option set builds a new one each time.
+_json_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
 class JsonCodec:
     name = "json"
 
     def dumps(self, value: Any) -> bytes:
-        return json.dumps(
-            value, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        ).encode()
+        return _json_encode(value).encode()
 
     def loads(self, data: bytes) -> Any:
         # Records are UTF-8 (dumps writes them so); json.loads(bytes) would sniff the encoding.

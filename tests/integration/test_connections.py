@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import signal
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -17,7 +18,7 @@ import redis.asyncio as redis_async
 import drumbeat
 from drumbeat import connections
 from drumbeat.scripts import SOURCES
-from tests.conftest import running_worker
+from tests.conftest import RedisServer, running_worker
 from tests.helpers import wait_for
 
 # redis-py 8 gives up on a reply after 5 s unless told otherwise; these waits outlast that.
@@ -223,3 +224,28 @@ async def test_a_forked_child_enqueues_on_its_own_connection_and_leaves_the_pare
         "the parent's connection should survive the child (the child must open its own and "
         "never close or shut down the inherited socket)"
     )
+
+
+async def test_a_producer_whose_redis_stops_answering_gets_a_timeout_not_a_hang(
+    own_redis: RedisServer, namespace: str
+) -> None:
+    # The producer's own connection waits on a blocking socket with the kernel's timeout
+    # (SO_RCVTIMEO), not Python's: without it, this enqueue would wait forever.
+    app = drumbeat.App(f"{own_redis.url}?socket_timeout=1", namespace=namespace)
+
+    @app.task
+    def work() -> None: ...
+
+    try:
+        work.enqueue()  # this thread's own connection is open from here on
+        assert own_redis.proc is not None
+        os.kill(own_redis.proc.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(redis.TimeoutError):
+                work.enqueue()
+        finally:
+            os.kill(own_redis.proc.pid, signal.SIGCONT)
+        job = work.enqueue()  # and it recovers once Redis answers again
+        assert job.status() == drumbeat.JobStatus.QUEUED
+    finally:
+        app.close()

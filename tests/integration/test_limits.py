@@ -228,8 +228,10 @@ async def test_parked_jobs_keep_priority_and_order_and_can_be_cancelled(
         await wait_for_async(
             lambda: r.zcard(lapp.keys.parked(key)) == 5, message="all five should park"
         )
+        assert r.hget(lapp.keys.parking, "p|default") == b"5", "parked jobs are counted"
         assert await gone.acancel() is True
         assert await gone.astatus() == "cancelled"
+        assert r.hget(lapp.keys.parking, "p|default") == b"4", "a cancelled one is counted off"
         await step.aenqueue("free")  # the task itself is unlimited
         await wait_for_async(lambda: "free" in ran, message="an unlimited call runs at once")
         release.set()
@@ -237,6 +239,8 @@ async def test_parked_jobs_keep_priority_and_order_and_can_be_cancelled(
     assert ran == ["blocker", "free", "high", "low0", "low1", "low2"]
     assert [await j.astatus() for j in (*low, high)] == ["complete"] * 4
     assert r.zcard(lapp.keys.parked(key)) == 0 and r.zcard(lapp.keys.permits(key)) == 0
+    # release_limits drops the cancelled one's entry without counting it off again.
+    assert r.hget(lapp.keys.parking, "p|default") == b"0"
 
 
 async def test_schedule_runs_are_limited_too(redis_url: str, namespace: str) -> None:

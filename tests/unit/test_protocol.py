@@ -42,6 +42,8 @@ SHARED = [
     "THROUGHPUT_WINDOWS",
     "PAUSED_FLAG",
     "LIMIT_PREFIX",
+    "PARKED_FIELD",
+    "MARKERS_FIELD",
 ]
 #: Constants only Lua needs (a new one must be placed in one of the two lists).
 LUA_ONLY = {"CALL_MANY_CHUNK", "LIMIT_PURGE", "LIMIT_RECHECK_MS", "LIMIT_NEAR_MS", "WHEEL_READ"}

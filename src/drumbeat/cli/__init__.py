@@ -332,7 +332,8 @@ def status(
         bool,
         json_option(
             '{"namespace", "now_ms", "now_at", "queue": {"ready", "ready_by_priority": [10 '
-            'counts, index = priority], "delayed", "running", "dead"}, "running": [{"id", '
+            'counts, index = priority], "delayed", "parked", "running", "dead"}, "queues": '
+            '[{"name", "ready", "ready_by_priority", "delayed", "parked"}], "running": [{"id", '
             '"worker", "claimed_ms", "claimed_at", "lease_deadline_ms", "lease_deadline_at"}], '
             '"workers": [{"id", "host", "pid", "concurrency", "running", "processed", '
             '"started_ms", "started_at", "heartbeat_ms", "heartbeat_at"}], "silent_workers", '
@@ -344,9 +345,9 @@ def status(
         ),
     ] = False,
 ) -> None:
-    """Show queue depth per priority, delayed, running and dead jobs, live workers, the
-    supervisors (processes live/desired and why they last scaled), and the schedules with how
-    late their runs started over the last minute."""
+    """Show queue depth per priority, delayed, parked (waiting for a limit), running and dead
+    jobs, live workers, the supervisors (processes live/desired and why they last scaled), and
+    the schedules with how late their runs started over the last minute."""
     with _opened(app_spec) as app:
         stats = admin.queue_stats(app, running_limit=limit)
         schedules = admin.schedule_stats(app)

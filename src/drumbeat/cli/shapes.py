@@ -156,6 +156,7 @@ def status_json(
             "ready": stats.ready,
             "ready_by_priority": list(stats.ready_by_priority),
             "delayed": stats.delayed,
+            "parked": stats.parked,
             "running": stats.running_total,
             "dead": stats.dead,
         },
@@ -165,6 +166,7 @@ def status_json(
                 "ready": queue.ready,
                 "ready_by_priority": list(queue.ready_by_priority),
                 "delayed": queue.delayed,
+                "parked": queue.parked,
             }
             for queue in stats.queues
         ],

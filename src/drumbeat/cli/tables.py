@@ -133,6 +133,7 @@ def summary_table(stats: admin.QueueStats) -> Table:
     table.add_column("count", justify="right")
     table.add_row("ready", str(stats.ready))
     table.add_row("due later (delayed jobs, next runs)", str(stats.delayed))
+    table.add_row("parked (waiting for a limit)", str(stats.parked))
     table.add_row("running", str(stats.running_total))
     table.add_row("dead letters", str(stats.dead))
     workers = str(len(stats.workers))
@@ -158,12 +159,13 @@ def priority_table(stats: admin.QueueStats) -> Table:
 
 def queues_table(stats: admin.QueueStats) -> Table:
     """Per queue: ready jobs per priority level (highest first; empty levels left out), and
-    the delayed ones."""
+    the delayed and the parked ones (waiting for a limit)."""
     table = Table(title="Queues", title_justify="left")
     table.add_column("queue")
     table.add_column("ready", justify="right")
     table.add_column("by priority (high to low)")
     table.add_column("delayed", justify="right")
+    table.add_column("parked", justify="right")
     for queue in stats.queues:
         levels = [
             f"{p}: {queue.ready_by_priority[p]}"
@@ -171,7 +173,11 @@ def queues_table(stats: admin.QueueStats) -> Table:
             if queue.ready_by_priority[p]
         ]
         table.add_row(
-            escape(queue.name), str(queue.ready), ", ".join(levels) or "-", str(queue.delayed)
+            escape(queue.name),
+            str(queue.ready),
+            ", ".join(levels) or "-",
+            str(queue.delayed),
+            str(queue.parked),
         )
     return table
 

@@ -23,7 +23,7 @@ from drumbeat.protocol import (
     LATENESS_WINDOWS,
     THROUGHPUT_WINDOW_MS,
     THROUGHPUT_WINDOWS,
-    bin_upper_ms,
+    bin_percentile_ms,
 )
 
 if TYPE_CHECKING:
@@ -77,15 +77,6 @@ def _throughput(fields: Mapping[str, str], now_ms: int) -> list[dict[str, Any]]:
     return points
 
 
-def _percentile(bins: Mapping[int, int], q: float) -> float:
-    total, seen = sum(bins.values()), 0
-    for b in sorted(bins):
-        seen += bins[b]
-        if seen >= q * total:
-            return bin_upper_ms(b)
-    return bin_upper_ms(max(bins))
-
-
 def _lateness(shards: Sequence[Mapping[str, str]], now_ms: int) -> list[dict[str, Any]]:
     current = now_ms // WINDOW_MS
     bins: defaultdict[int, defaultdict[int, int]] = defaultdict(lambda: defaultdict(int))
@@ -103,8 +94,8 @@ def _lateness(shards: Sequence[Mapping[str, str]], now_ms: int) -> list[dict[str
         runs = sum(found.values()) if found else 0
         points.append(
             {"at_ms": window * WINDOW_MS, "runs": runs,
-             "p50_ms": _percentile(found, 0.50) if found and runs else None,
-             "p99_ms": _percentile(found, 0.99) if found and runs else None}
+             "p50_ms": bin_percentile_ms(found, 0.50) if found and runs else None,
+             "p99_ms": bin_percentile_ms(found, 0.99) if found and runs else None}
         )  # fmt: skip
     return points
 

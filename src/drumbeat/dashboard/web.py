@@ -57,7 +57,8 @@ _SECURITY_HEADERS = {
 
 
 def overview_json(app: App) -> dict[str, Any]:
-    """``drumbeat status --json``, plus ready jobs per queue and priority, and the last 15
+    """``drumbeat status --json``, plus ready jobs per queue and priority, parked jobs per
+    queue (``parked_by_queue``; the total is ``queue.parked``), and the last 15
     minutes' throughput and schedule lateness (`charts.series_json`)."""
     stats = admin.queue_stats(app)
     schedules = admin.schedule_stats(app)
@@ -66,6 +67,7 @@ def overview_json(app: App) -> dict[str, Any]:
         app.settings.namespace, stats, schedules, signal, app.settings.concurrency
     )
     out["queues"] = {q: list(counts) for q, counts in admin.ready_by_queue(stats).items()}
+    out["parked_by_queue"] = {q.name: q.parked for q in stats.queues}
     out["charts"] = charts.series_json(app)
     return out
 

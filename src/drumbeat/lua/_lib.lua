@@ -274,13 +274,17 @@ local LATENESS_WINDOW_MS = 10000
 local LATENESS_WINDOWS = 91
 local LATENESS_BINS_PER_DOUBLING = 4
 
+local function lateness_bin(ms)
+  return math.floor(LATENESS_BINS_PER_DOUBLING * math.log(ms + 1) / math.log(2))
+end
+
 local function record_lateness(key, now, samples)
   if #samples == 0 then return end
   local window = math.floor(now / LATENESS_WINDOW_MS)
   local slot = window % LATENESS_WINDOWS
   local counts, bins, max, sum = {}, {}, 0, 0
   for _, ms in ipairs(samples) do
-    local bin = math.floor(LATENESS_BINS_PER_DOUBLING * math.log(ms + 1) / math.log(2))
+    local bin = lateness_bin(ms)
     if not counts[bin] then counts[bin], bins[#bins + 1] = 0, bin end
     counts[bin] = counts[bin] + 1
     sum = sum + ms
@@ -319,6 +323,25 @@ local function record_lateness(key, now, samples)
   redis.call('HSET', key, unpack(writes))
   -- %.0f: a number past 17 digits would reach Redis with an exponent, which HINCRBY refuses.
   redis.call('HINCRBY', key, 'cs', string.format('%.0f', sum))
+end
+
+-- Takes back one sample `ms` that record_lateness counted at `at`: a schedule run's claim
+-- counted it, but the run did not start (acquire_limits.lua parked or booked it; its next claim
+-- counts it again). Its window's count goes only while the ring still holds that window; the
+-- window's max stays (the run was at least that late by then).
+local function unrecord_lateness(key, at, ms)
+  local window = math.floor(at / LATENESS_WINDOW_MS)
+  local slot = window % LATENESS_WINDOWS
+  local bin = lateness_bin(ms)
+  local fields = {'c' .. bin}
+  if tonumber(redis.call('HGET', key, 'w' .. slot)) == window then
+    fields[2] = 'b' .. slot .. ':' .. bin
+  end
+  for _, f in ipairs(fields) do
+    if redis.call('HINCRBY', key, f, -1) <= 0 then redis.call('HDEL', key, f) end
+  end
+  -- Not for 0: '%.0f' formats -0 as "-0", which HINCRBY refuses.
+  if ms > 0 then redis.call('HINCRBY', key, 'cs', string.format('%.0f', -ms)) end
 end
 
 -- Throughput series (tally.lua): a ring of THROUGHPUT_WINDOWS windows of THROUGHPUT_WINDOW_MS
@@ -539,6 +562,19 @@ local LIMIT_RECHECK_MS = 5
 -- A start the rate allows within this many ms is granted for that time: the worker waits for it
 -- holding its claim (see acquire_limits.lua).
 local LIMIT_NEAR_MS = 20
+
+-- The `parking` hash of a shard counts, per queue ("default" for the default one), the jobs
+-- parked on limiter keys ("p|<queue>") and the limiter markers in the queue's `due`
+-- ("m|<queue>"), so status, metrics and the autoscaler read them without scanning `due` or
+-- every `parked:<key>`. acquire_limits, release_limits and cancel keep them, each on the
+-- reply of the ZADD / ZREM that changed what it counts.
+local PARKED_FIELD = 'p|'
+local MARKERS_FIELD = 'm|'
+local function count_parking(key, field, queue, delta)
+  if delta == 0 then return end
+  if queue == nil or queue == '' then queue = 'default' end
+  redis.call('HINCRBY', key, field .. queue, delta)
+end
 
 -- Reads the key's state into `l`; writes the limit given (`l.interval` set) when it changed.
 local function limit_config(l)

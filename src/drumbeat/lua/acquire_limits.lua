@@ -24,15 +24,19 @@
 --                release_limits.lua for it (a rate's next booking time; a permit's expiry).
 --                Parking behind a better job while the key has room moves that job on.
 -- A job with a permit (or ticket) on a key is not parked on that key again, so a job moved on
--- by release_limits.lua runs without parking twice.
+-- by release_limits.lua runs without parking twice. The shard's `parking` counts follow every
+-- job parked or moved on and every marker added (see count_parking). A schedule run that does
+-- not start takes back the lateness its claim counted: its next claim counts it, so a run's
+-- lateness is counted once, by the claim that starts it.
 -- A permit's score is when it lapses unless renewed: a run's lease deadline, a ticket's start
 -- plus lease_ms. Lapsed permits whose job holds no lease (a crashed worker, a ticket whose job
 -- was cancelled) are purged before a full key refuses. Fenced like complete.lua.
 --
 -- KEYS[1] leases (zset)  KEYS[2] owners (hash)  KEYS[3] state (hash)
 -- KEYS[4] due (zset)     KEYS[5] wake (zset)    KEYS[6] ready (zset)   (the job's queue's)
--- KEYS[4 + 3i] limit:<key> (hash: tat, book, interval, tolerance, concurrency)
--- KEYS[5 + 3i] permits:<key> (zset)  KEYS[6 + 3i] parked:<key> (zset) of the i-th key
+-- KEYS[7] parking (hash) KEYS[8] lateness (hash)
+-- KEYS[6 + 3i] limit:<key> (hash: tat, book, interval, tolerance, concurrency)
+-- KEYS[7 + 3i] permits:<key> (zset)  KEYS[8 + 3i] parked:<key> (zset) of the i-th key
 -- ARGV[1] job id  ARGV[2] token  ARGV[3] lease_ms  ARGV[4] horizon_ms
 -- ARGV[1 + 4i] name of the i-th key, then its interval ms (0: no rate), tolerance ms,
 --          concurrency (0: none)
@@ -52,7 +56,9 @@ local function move_head_on(l, now, lease_ms, queue)
   end
   local hs = parse_state(redis.call('HGET', KEYS[3], l.behind))
   if hs.queue ~= queue then return end
-  redis.call('ZREM', l.parked, l.behind)
+  if redis.call('ZREM', l.parked, l.behind) == 1 then
+    count_parking(KEYS[7], PARKED_FIELD, hs.queue, -1)
+  end
   if l.interval > 0 then
     redis.call('HSET', l.limit, 'book', string.format('%.3f', math.max(l.book, at) + l.interval))
   end
@@ -80,7 +86,7 @@ for i = 1, (#ARGV - 4) / 4 do
   local b = 4 * i
   local l = {name = ARGV[b + 1], interval = tonumber(ARGV[b + 2]),
              tolerance = tonumber(ARGV[b + 3]), concurrency = tonumber(ARGV[b + 4]),
-             limit = KEYS[4 + 3 * i], permits = KEYS[5 + 3 * i], parked = KEYS[6 + 3 * i],
+             limit = KEYS[6 + 3 * i], permits = KEYS[7 + 3 * i], parked = KEYS[8 + 3 * i],
              leases = KEYS[1]}
   limit_config(l)
   lims[i] = l
@@ -144,6 +150,12 @@ if park == nil and start <= now + LIMIT_NEAR_MS then
 end
 
 -- Not now: the claim goes (the attempt it counted is given back), like defer_unknown.lua.
+if s.attempt == 1 and run_schedule_id(id) then
+  -- take_all counted this run's lateness at its first attempt's claim (owners: its time).
+  local claimed = tonumber(string.match(redis.call('HGET', KEYS[2], id), '|(%d+)$'))
+  local run_due = tonumber(string.match(s.key, '^(%-?%d+):'))
+  if claimed and run_due then unrecord_lateness(KEYS[8], claimed, math.max(0, claimed - run_due)) end
+end
 if s.attempt > 0 then s.attempt = s.attempt - 1 end
 redis.call('HSET', KEYS[3], id, format_state(s))
 redis.call('HDEL', KEYS[2], id)
@@ -165,8 +177,12 @@ for i, other in ipairs(lims) do
 end
 local l = lims[park]
 if l.behind then move_head_on(l, now, lease_ms, s.queue) end
-redis.call('ZADD', l.parked, my_score, id)
+if redis.call('ZADD', l.parked, my_score, id) == 1 then
+  count_parking(KEYS[7], PARKED_FIELD, s.queue, 1)
+end
 local member = LIMIT_PREFIX .. l.name
-redis.call('ZADD', KEYS[4], 'LT', limit_attention(l, now, horizon), member)
+if redis.call('ZADD', KEYS[4], 'LT', limit_attention(l, now, horizon), member) == 1 then
+  count_parking(KEYS[7], MARKERS_FIELD, s.queue, 1)
+end
 wake_if_head(KEYS[4], KEYS[5], member)
 return {3, park}

@@ -8,7 +8,8 @@
 -- KEYS[5] state (hash)    KEYS[6] uniq (hash)     KEYS[7] results (hash) KEYS[8] expires (zset)
 -- KEYS[9] waiting (zset)  KEYS[10] cancels (hash) KEYS[11] progress (hash)
 -- KEYS[12] signals (pub/sub channel)  KEYS[13] done:<id> (list)  KEYS[14] dead (zset)
--- KEYS[13 + 2q] ready (zset), KEYS[14 + 2q] due (zset) of the q-th other queue (KEYS[1] and
+-- KEYS[15] parking (hash: a parked job cancelled is counted off its queue's parked jobs)
+-- KEYS[14 + 2q] ready (zset), KEYS[15 + 2q] due (zset) of the q-th other queue (KEYS[1] and
 --          KEYS[2] are the default queue's)
 -- ARGV[1] job id  ARGV[2] outcome ttl ms  ARGV[2 + q] the q-th other queue's name
 -- Returns 1 cancelled (it was waiting), 2 cancel requested (it is running), 0 nothing to
@@ -19,11 +20,12 @@ local names, ready, due = {'default'}, KEYS[1], KEYS[2]
 for q = 1, #ARGV - 2 do names[q + 1] = ARGV[2 + q] end
 local raw = redis.call('HGET', KEYS[5], id)
 local q = queue_index(names, parse_state(raw).queue)
-if q and q > 1 then ready, due = KEYS[13 + 2 * (q - 1)], KEYS[14 + 2 * (q - 1)] end
+if q and q > 1 then ready, due = KEYS[14 + 2 * (q - 1)], KEYS[15 + 2 * (q - 1)] end
 local leased = redis.call('ZSCORE', KEYS[3], id)
 local parked = raw and q and not leased and not redis.call('ZSCORE', KEYS[14], id)
   and not redis.call('ZSCORE', ready, id) and not redis.call('ZSCORE', due, id)
 if q and (parked or redis.call('ZREM', ready, id) == 1 or redis.call('ZREM', due, id) == 1) then
+  if parked then count_parking(KEYS[15], PARKED_FIELD, names[q], -1) end
   local ttl_ms = tonumber(ARGV[2])
   local k = {uniq = KEYS[6], jobs = KEYS[4], state = KEYS[5], progress = KEYS[11],
              results = KEYS[7], expires = KEYS[8]}

@@ -9,11 +9,14 @@
 -- that allows it now, or within LIMIT_NEAR_MS), or to its `due` at its booked start (within
 -- `horizon` ms; not while a backlog waits in that `ready`, see acquire_limits.lua), at most
 -- `batch` per key. The key's marker is re-scored for when it next needs a look, or dropped
--- when nothing is parked.
+-- when nothing is parked. The shard's `parking` counts follow every job moved on and every
+-- marker added or dropped (see count_parking; an entry whose job was cancelled was counted off
+-- by cancel.lua).
 --
--- KEYS[1] leases (zset)  KEYS[2] state (hash)
--- KEYS[3q], KEYS[3q + 1], KEYS[3q + 2] ready, due, wake (zsets) of the q-th queue (n = ARGV[2])
--- KEYS[3n + 3i], KEYS[3n + 3i + 1], KEYS[3n + 3i + 2] limit:<key> (hash), permits:<key>
+-- KEYS[1] leases (zset)  KEYS[2] state (hash)  KEYS[3] parking (hash)
+-- KEYS[3q + 1], KEYS[3q + 2], KEYS[3q + 3] ready, due, wake (zsets) of the q-th queue
+--          (n = ARGV[2])
+-- KEYS[3n + 1 + 3i], KEYS[3n + 2 + 3i], KEYS[3n + 3 + 3i] limit:<key> (hash), permits:<key>
 --          (zset), parked:<key> (zset) of the i-th key
 -- ARGV[1] the id of the job whose permits go, or ''   ARGV[2] number of queues (n)
 -- ARGV[3] horizon_ms   ARGV[4] lease_ms   ARGV[5] batch (most jobs moved per key)
@@ -29,7 +32,7 @@ local horizon, lease_ms, batch = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(
 local names, queues = {}, {}
 for q = 1, nq do
   names[q] = ARGV[5 + q]
-  queues[q] = {ready = KEYS[3 * q], due = KEYS[3 * q + 1], wake = KEYS[3 * q + 2]}
+  queues[q] = {ready = KEYS[3 * q + 1], due = KEYS[3 * q + 2], wake = KEYS[3 * q + 3]}
 end
 local sizes = {}
 local function backlog(q)
@@ -40,7 +43,7 @@ local woken, moved, earliest = {}, 0, -1
 local function wrote_due(at)
   if earliest < 0 or at < earliest then earliest = at end
 end
-local base = 3 * nq
+local base = 3 * nq + 1
 for i = 1, #ARGV - 5 - nq do
   local l = {name = ARGV[5 + nq + i], limit = KEYS[base + 3 * i], permits = KEYS[base + 3 * i + 1],
              parked = KEYS[base + 3 * i + 2], leases = KEYS[1]}
@@ -67,6 +70,7 @@ for i = 1, #ARGV - 5 - nq do
       redis.call('ZREM', l.parked, job)  -- cancelled while parked (cancel.lua)
     elseif q ~= nil then
       redis.call('ZREM', l.parked, job)
+      count_parking(KEYS[3], PARKED_FIELD, names[q], -1)
       if l.interval > 0 then
         book = math.max(book, start) + l.interval
         l.book = book
@@ -95,14 +99,20 @@ for i = 1, #ARGV - 5 - nq do
     local hq = queue_index(names, parse_state(redis.call('HGET', KEYS[2], head)).queue)
     for q, queue in ipairs(queues) do
       if q == hq then
-        redis.call('ZADD', queue.due, at, member)
+        if redis.call('ZADD', queue.due, at, member) == 1 then
+          count_parking(KEYS[3], MARKERS_FIELD, names[q], 1)
+        end
         if redis.call('ZRANGE', queue.due, 0, 0)[1] == member then woken[q] = true end
       else
         redis.call('ZADD', queue.due, 'XX', at, member)
       end
     end
   else
-    for _, queue in ipairs(queues) do redis.call('ZREM', queue.due, member) end
+    for q, queue in ipairs(queues) do
+      if redis.call('ZREM', queue.due, member) == 1 then
+        count_parking(KEYS[3], MARKERS_FIELD, names[q], -1)
+      end
+    end
   end
 end
 for q in pairs(woken) do wake(queues[q].wake) end

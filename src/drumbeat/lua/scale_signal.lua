@@ -1,31 +1,62 @@
 -- Reads what the autoscaler sizes worker pools on, in one read-only call: the backlog per
 -- priority, what is due but not yet promoted (schedule lag), the busy slots, the lateness ring,
--- and (on the namespace's main shard) the live workers and supervisors.
+-- and (on the namespace's main shard) the live workers and supervisors. Jobs parked on limiter
+-- keys are no backlog (a limit holds them, not a lack of workers): they wait in no `ready` and
+-- no `due`, and the limiter markers "l:<key>" in a `due` are not counted as due entries, nor
+-- as the oldest one. A `due` that holds markers (its `parking` count, m|<queue>) is read entry
+-- by entry up to SIGNAL_SCAN entries due; a marker beyond those would count (a backlog of
+-- thousands due is one anyway).
 --
 -- KEYS[1] leases (zset)  KEYS[2] lateness (hash)  KEYS[3] workers (zset)
 -- KEYS[4] workerinfo (hash)  KEYS[5] supervisors (zset)  KEYS[6] supervisorinfo (hash)
--- KEYS[7..] ready (zset), due (zset) of each queue counted, in pairs
+-- KEYS[7] parking (hash)
+-- KEYS[6 + 2q] ready (zset), KEYS[7 + 2q] due (zset) of the q-th queue counted
 -- ARGV[1] worker ttl ms  ARGV[2] 1: read the registrations too
+-- ARGV[2 + q] the q-th queue's name ("default" for the default one)
 -- Returns {now ms, {ready count at priority 0, ..., at priority 9}, entries of `due` at or
---          before now, the earliest `due` score or -1, leases held, {lateness, flat HGETALL},
+--          before now (limiter markers left out), the earliest of their scores, else the
+--          earliest `due` score, or -1, leases held, {lateness, flat HGETALL},
 --          {worker id, info, ...} of workers beating within the ttl,
 --          {supervisor id, expiry ms, info, ...} of supervisors whose registration holds}
 -- (ready and due summed over the queues)
+local SIGNAL_SCAN = 1000
 local now = now_ms()
 local counts = {}
 for p = 0, MAX_PRIORITY do counts[p + 1] = 0 end
 local due_now, earliest = 0, -1
-for q = 7, #KEYS, 2 do
+local function seen_due(score)
+  if score and (earliest < 0 or score < earliest) then earliest = score end
+end
+for q = 1, (#KEYS - 7) / 2 do
+  local ready, due = KEYS[6 + 2 * q], KEYS[7 + 2 * q]
   for p = 0, MAX_PRIORITY do
     local base = ready_score(p, 0)
-    counts[p + 1] = counts[p + 1] + redis.call('ZCOUNT', KEYS[q], string.format('%.0f', base),
+    counts[p + 1] = counts[p + 1] + redis.call('ZCOUNT', ready, string.format('%.0f', base),
       '(' .. string.format('%.0f', base + PRIORITY_SPAN))
   end
-  due_now = due_now + redis.call('ZCOUNT', KEYS[q + 1], '-inf', now)
-  local head = redis.call('ZRANGE', KEYS[q + 1], 0, 0, 'WITHSCORES')
-  if head[2] and (earliest < 0 or tonumber(head[2]) < earliest) then
-    earliest = tonumber(head[2])
+  local n = redis.call('ZCOUNT', due, '-inf', now)
+  local markers = tonumber(redis.call('HGET', KEYS[7], MARKERS_FIELD .. ARGV[2 + q])) or 0
+  local first = nil
+  if markers > 0 and n > 0 then
+    local entries = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'WITHSCORES', 'LIMIT', 0,
+      SIGNAL_SCAN)
+    for j = 1, #entries, 2 do
+      if string.sub(entries[j], 1, 2) == LIMIT_PREFIX then
+        n = n - 1
+      elseif first == nil then
+        first = tonumber(entries[j + 1])
+      end
+    end
+    if first == nil then  -- only markers are due: the next entry after now, if any
+      local after = redis.call('ZRANGEBYSCORE', due, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      first = after[2] and tonumber(after[2])
+    end
+  else
+    local head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+    first = head[2] and tonumber(head[2])
   end
+  due_now = due_now + n
+  seen_due(first)
 end
 local busy = redis.call('ZCARD', KEYS[1])
 local lateness = redis.call('HGETALL', KEYS[2])
