@@ -198,6 +198,46 @@ def _async_cluster(url: str, options: dict[str, Any]) -> redis_async.Redis:
     return cast(redis_async.Redis, made)
 
 
+class _ClusterPipeline:
+    """A cluster client's pipeline for reads that start with ``TIME``: a cluster pipeline
+    refuses ``TIME`` (no key to route by), so it is read apart, just before the rest, and its
+    reply put back in its place. Not a transaction: the shards it reads may be on several
+    masters, and a snapshot across masters does not exist."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._pipe = client.pipeline(transaction=False)
+        self._time_at: list[int] = []
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pipe.reset()
+
+    def time(self) -> Any:
+        self._time_at.append(len(self._pipe.command_stack))
+        return self
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        times = [self._client.time() for _ in self._time_at]
+        raw = list(self._pipe.execute(raise_on_error=raise_on_error))
+        for at, now in zip(self._time_at, times, strict=True):
+            raw.insert(at, now)
+        return raw
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pipe, name)
+
+
+def pipeline(client: Redis, *, transaction: bool) -> Any:
+    """``client.pipeline(transaction=...)``; on a Redis Cluster, one that may also read
+    ``TIME`` and is never a transaction (`_ClusterPipeline`)."""
+    if isinstance(client, RedisCluster):
+        return _ClusterPipeline(client)
+    return client.pipeline(transaction=transaction)
+
+
 def node_client(
     url: str, host: str, port: int, *, socket_timeout: float = COMMAND_TIMEOUT
 ) -> redis_async.Redis:

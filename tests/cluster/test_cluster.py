@@ -14,7 +14,7 @@ import pytest
 import redis
 
 import drumbeat
-from drumbeat import connections
+from drumbeat import admin, connections
 from drumbeat.keys import Keys
 from drumbeat.worker.routing import Nodes, Routed
 from tests.cluster.conftest import ClusterServer
@@ -274,3 +274,43 @@ async def test_routed_link_finds_the_new_master_after_a_failover(
         await nodes.aclose()
         await cluster.aclose()
         await app.aclose()
+
+
+async def test_enqueue_many_pipelines_calls_for_several_queues(cluster_app: drumbeat.App) -> None:
+    """Jobs of alternating queues make one script call each, sent in one pipeline: a cluster
+    pipeline refuses ``.evalsha`` by name, so the calls go as plain EVALSHA commands."""
+
+    @cluster_app.task
+    def a() -> None: ...
+
+    @cluster_app.task(queue="other")
+    def b() -> None: ...
+
+    jobs = cluster_app.enqueue_many([a.prepare(), b.prepare(), a.prepare(), b.prepare()])
+    jobs += await cluster_app.aenqueue_many([b.prepare(), a.prepare(), b.prepare()])
+    assert len({job.id for job in jobs}) == 7
+    assert [job.status() for job in jobs] == ["queued"] * 7
+
+
+def test_status_reads_on_a_cluster(redis_cluster: ClusterServer) -> None:
+    """`drumbeat status`'s reads (queue counts, leases, schedules), over 3 shards on 3 masters:
+    a cluster pipeline refuses ``TIME``, which they start with."""
+    app = drumbeat.App(
+        redis_cluster.url, namespace=_spread_namespace(redis_cluster, 3), schedule_shards=3
+    )
+
+    @app.task
+    def c() -> None: ...
+
+    try:
+        c.enqueue()
+        c.options(priority=9).enqueue()
+        app.schedule("every-minute", c, every=60)
+        stats = admin.queue_stats(app)
+        assert sum(stats.ready_by_priority) == 2, stats.ready_by_priority
+        now_ms, held, running = admin.running_jobs(app)
+        assert now_ms > 0 and held == 0 and running == []
+        schedules = admin.schedule_stats(app)
+        assert (schedules.total, schedules.shards) == (1, 3)
+    finally:
+        app.close()
