@@ -259,12 +259,23 @@ def check_server(client: Redis, stacklevel: int = 1) -> None:
     """
     # Managed Redis services often disable CONFIG; then there is nothing to check.
     with contextlib.suppress(redis.ResponseError):
+        if isinstance(client, RedisCluster):  # every master, not the one CONFIG GET goes to
+            by_node = client.config_get("maxmemory-policy", target_nodes=RedisCluster.PRIMARIES)
+            for config in by_node.values():
+                _warn_if_evicting(config, stacklevel + 1)
+            return
         _warn_if_evicting(client.config_get("maxmemory-policy"), stacklevel + 1)
 
 
 async def acheck_server(client: redis_async.Redis, stacklevel: int = 1) -> None:
     """`check_server` for asyncio clients."""
     with contextlib.suppress(redis.ResponseError):
+        if isinstance(client, redis_async_cluster.RedisCluster):
+            primaries = redis_async_cluster.RedisCluster.PRIMARIES
+            by_node = await client.config_get("maxmemory-policy", target_nodes=primaries)
+            for config in by_node.values():
+                _warn_if_evicting(config, stacklevel + 1)
+            return
         _warn_if_evicting(await client.config_get("maxmemory-policy"), stacklevel + 1)
 
 

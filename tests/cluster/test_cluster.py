@@ -8,7 +8,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -314,3 +314,30 @@ def test_status_reads_on_a_cluster(redis_cluster: ClusterServer) -> None:
         assert (schedules.total, schedules.shards) == (1, 3)
     finally:
         app.close()
+
+
+async def test_an_evicting_master_warns_whichever_node_config_get_would_ask(
+    redis_cluster: ClusterServer,
+) -> None:
+    """redis-py sends CONFIG GET to one node of a cluster; the check asks every master, so a
+    master other than that one, set to evict, still warns (sync and async clients)."""
+    sync = connections.sync_client(redis_cluster.url)
+    aclient = connections.async_client(redis_cluster.url)
+    await aclient.initialize()  # type: ignore[attr-defined]
+    try:
+        cluster = cast(redis.RedisCluster, sync)
+        sync.ping()
+        asked = {cluster.get_default_node().port, aclient.get_default_node().port}  # type: ignore[attr-defined]
+        other = next(n for n in cluster.get_primaries() if n.port not in asked)
+        with redis.Redis(port=other.port) as node:
+            node.config_set("maxmemory-policy", "allkeys-lru")
+            try:
+                with pytest.warns(drumbeat.EvictionPolicyWarning, match="allkeys-lru"):
+                    connections.check_server(sync)
+                with pytest.warns(drumbeat.EvictionPolicyWarning, match="allkeys-lru"):
+                    await connections.acheck_server(aclient)
+            finally:
+                node.config_set("maxmemory-policy", "noeviction")
+    finally:
+        sync.close()
+        await aclient.aclose()
