@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from . import connections
 from .errors import SerializationError
 from .job import decode_outcome, decode_progress, decode_spec
 from .keys import DEFAULT_QUEUE, WHEEL_BUCKETS, Keys
@@ -198,7 +199,7 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
     levels = range(MIN_PRIORITY, MAX_PRIORITY + 1)
     limit = max(0, running_limit)
     start, stop = (0, limit - 1) if limit else (1, 0)  # 1..0: empty, one reply all the same
-    with client.pipeline(transaction=len(shards) == 1) as pipe:
+    with connections.pipeline(client, transaction=len(shards) == 1) as pipe:
         pipe.time()
         for k in shards:
             for priority in levels:
@@ -287,7 +288,7 @@ def running_jobs(app: App, limit: int = 100) -> tuple[int, int, list[RunningJob]
     claim from, in two round trips (the leases, then their owners and progress)."""
     shards = _claimed_shards(app)
     start, stop = (0, limit - 1) if limit > 0 else (1, 0)  # 1..0: empty
-    with app.redis.pipeline(transaction=len(shards) == 1) as pipe:
+    with connections.pipeline(app.redis, transaction=len(shards) == 1) as pipe:
         pipe.time()
         for k in shards:
             pipe.zcard(k.leases)
@@ -551,7 +552,7 @@ def schedule_stats(app: App) -> ScheduleStats:
     """How many schedules there are and how late their runs started over the last minute."""
     client = app.redis
     shards = app.scheduler.shards
-    with client.pipeline(transaction=False) as pipe:
+    with connections.pipeline(client, transaction=False) as pipe:
         pipe.time()
         for keys in shards:
             pipe.hgetall(keys.lateness)

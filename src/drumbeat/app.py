@@ -19,7 +19,7 @@ from .limits import Limit, Limits, argument_value, make_limit, make_limits
 from .resources import Hook, Register, Resources
 from .schedule import Mode
 from .scheduler import Schedule, ScheduleInfo, Scheduler
-from .scripts import SHAS, Call, Scripts
+from .scripts import Call, Scripts
 from .serialization import CODECS, Codec, check_size, encode_call
 from .task import Prepared, Task, TaskConfig
 
@@ -211,7 +211,8 @@ class App:
         if len(calls) > 1:
             with self.redis.pipeline(transaction=False) as pipe:
                 for call in calls[1:]:
-                    pipe.evalsha(SHAS[call.name], len(call.keys), *call.keys, *call.args)
+                    # Not .evalsha: a Redis Cluster pipeline refuses it (by name).
+                    pipe.execute_command(*call.command())  # type: ignore[no-untyped-call]
                 raw = pipe.execute(raise_on_error=False)
             for call, reply in zip(calls[1:], raw, strict=True):
                 # Scripts flushed meanwhile (a restart, SCRIPT FLUSH): a call refused with
@@ -230,7 +231,7 @@ class App:
         if len(calls) > 1:
             async with client.pipeline(transaction=False) as pipe:
                 for call in calls[1:]:
-                    pipe.evalsha(SHAS[call.name], len(call.keys), *call.keys, *call.args)
+                    pipe.execute_command(*call.command())  # as in enqueue_many
                 raw = await pipe.execute(raise_on_error=False)
             for call, reply in zip(calls[1:], raw, strict=True):
                 again = isinstance(reply, NoScriptError)  # as in enqueue_many

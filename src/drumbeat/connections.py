@@ -7,6 +7,11 @@ relies on a default: each says how long it connects, how long it waits for a rep
 that send blocking commands wait longer than the longest block they are given. Options in the
 URL's query string (``?socket_timeout=...``) override these, as redis-py lets them, except the
 read timeout of clients for blocking commands, which a shorter one would cut short.
+
+A ``redis+cluster://host:port[,host:port...]`` URL names a Redis Cluster: any reachable nodes,
+the rest are discovered. Its clients are redis-py's cluster clients (they route each command by
+its keys' slot and follow MOVED); `node_client` opens a plain client to one node, for the
+worker's hand-driven connections (`Link`, `Waiter`), which must reach the slot's owner.
 """
 
 from __future__ import annotations
@@ -21,14 +26,16 @@ import threading
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from typing import Any, cast
+from urllib.parse import parse_qsl, unquote, urlencode
 
 import hiredis
 import redis
 import redis.asyncio as redis_async
+import redis.asyncio.cluster as redis_async_cluster
 from redis import Redis
 from redis._parsers import BaseParser
+from redis.cluster import ClusterNode, RedisCluster
 
 from . import embedded
 
@@ -66,6 +73,8 @@ def _options(socket_timeout: float, connect_timeout: float = CONNECT_TIMEOUT) ->
 
 def sync_client(url: str, *, socket_timeout: float = COMMAND_TIMEOUT) -> Redis:
     """A synchronous client for ordinary (non-blocking) commands."""
+    if is_cluster(url):
+        return _sync_cluster(url, _options(socket_timeout))
     return Redis.from_url(url, **_options(socket_timeout))
 
 
@@ -73,6 +82,8 @@ def async_client(
     url: str, *, socket_timeout: float = COMMAND_TIMEOUT, **options: Any
 ) -> redis_async.Redis:
     """An asyncio client for ordinary commands; ``options`` go to redis-py as they are."""
+    if is_cluster(url):
+        return _async_cluster(url, _options(socket_timeout) | options)
     return redis_async.Redis.from_url(url, **(_options(socket_timeout) | options))
 
 
@@ -95,6 +106,8 @@ def worker_client(url: str, idle_block: float) -> redis_async.Redis:
 
 def heartbeat_client(url: str) -> Redis:
     """The lease heartbeat thread's own synchronous client (see `HEARTBEAT_TIMEOUT`)."""
+    if is_cluster(url):
+        return _sync_cluster(url, _options(HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT))
     return Redis.from_url(url, **_options(HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT))
 
 
@@ -109,6 +122,131 @@ def _for_blocking(url: str) -> str:
     return f"{base}?{kept}" if kept else base
 
 
+# -- Redis Cluster -------------------------------------------------------------------------------
+
+CLUSTER_SCHEME = "redis+cluster"
+
+
+def is_cluster(url: str) -> bool:
+    """Whether ``url`` names a Redis Cluster (``redis+cluster://``)."""
+    return url.partition("://")[0].lower() == CLUSTER_SCHEME
+
+
+def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    """The startup nodes of a ``redis+cluster://[user:password@]host:port[,host:port...]
+    [?option=value...]`` URL, and the connection options (credentials, query options) that
+    every node's connections take.
+
+    Raises:
+        ValueError: the URL names no node, a node without a port, or a database (a cluster
+            has only database 0).
+    """
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() != CLUSTER_SCHEME:
+        raise ValueError(f"{url!r} is not a {CLUSTER_SCHEME}:// URL")
+    rest, _, query = rest.partition("?")
+    userinfo, _, hosts = rest.rpartition("@")
+    hosts, _, path = hosts.partition("/")
+    if path.strip("/") not in ("", "0"):
+        raise ValueError(
+            f"Redis Cluster URL {url!r} names database {path!r}; a cluster has only database 0 "
+            f"(expected {CLUSTER_SCHEME}://host:port[,host:port...])"
+        )
+    nodes: list[tuple[str, int]] = []
+    for item in filter(None, hosts.split(",")):
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(
+                f"Redis Cluster URL {url!r} names node {item!r}; expected host:port "
+                f"(e.g. {CLUSTER_SCHEME}://10.0.0.1:7000,10.0.0.2:7000)"
+            )
+        nodes.append((host.strip("[]"), int(port)))
+    if not nodes:
+        raise ValueError(
+            f"Redis Cluster URL {url!r} names no node; expected "
+            f"{CLUSTER_SCHEME}://host:port[,host:port...]"
+        )
+    # redis-py's own URL parsing gives the query options their types (socket_timeout=2.5).
+    user, _, password = userinfo.partition(":")
+    auth = f"{user}:{password}@" if userinfo else ""
+    options = dict(redis.connection.parse_url(f"redis://{auth}{item}?{query}"))  # type: ignore[no-untyped-call]
+    for name in ("host", "port", "db", "path", "connection_class"):
+        options.pop(name, None)
+    if userinfo:
+        options["username"], options["password"] = unquote(user) or None, unquote(password)
+    return nodes, options
+
+
+def _sync_cluster(url: str, options: dict[str, Any]) -> Redis:
+    nodes, from_url = cluster_nodes(url)
+    made = RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in nodes],  # type: ignore[no-untyped-call]
+        **(options | from_url),
+    )
+    # The cluster client answers the commands drumbeat sends (routing each by its keys' slot),
+    # so callers keep one type; the few that need a node's connection pool (`Direct`, `Link`,
+    # `Waiter`) check `is_cluster` first.
+    return cast(Redis, made)
+
+
+def _async_cluster(url: str, options: dict[str, Any]) -> redis_async.Redis:
+    nodes, from_url = cluster_nodes(url)
+    made = redis_async_cluster.RedisCluster(
+        startup_nodes=[redis_async_cluster.ClusterNode(host, port) for host, port in nodes],
+        **(options | from_url),
+    )
+    return cast(redis_async.Redis, made)
+
+
+class _ClusterPipeline:
+    """A cluster client's pipeline for reads that start with ``TIME``: a cluster pipeline
+    refuses ``TIME`` (no key to route by), so it is read apart, just before the rest, and its
+    reply put back in its place. Not a transaction: the shards it reads may be on several
+    masters, and a snapshot across masters does not exist."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._pipe = client.pipeline(transaction=False)
+        self._time_at: list[int] = []
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pipe.reset()
+
+    def time(self) -> Any:
+        self._time_at.append(len(self._pipe.command_stack))
+        return self
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        times = [self._client.time() for _ in self._time_at]
+        raw = list(self._pipe.execute(raise_on_error=raise_on_error))
+        for at, now in zip(self._time_at, times, strict=True):
+            raw.insert(at, now)
+        return raw
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pipe, name)
+
+
+def pipeline(client: Redis, *, transaction: bool) -> Any:
+    """``client.pipeline(transaction=...)``; on a Redis Cluster, one that may also read
+    ``TIME`` and is never a transaction (`_ClusterPipeline`)."""
+    if isinstance(client, RedisCluster):
+        return _ClusterPipeline(client)
+    return client.pipeline(transaction=transaction)
+
+
+def node_client(
+    url: str, host: str, port: int, *, socket_timeout: float = COMMAND_TIMEOUT
+) -> redis_async.Redis:
+    """A plain asyncio client to one node of the cluster ``url`` names (its credentials and
+    options), for connections driven by hand that must reach the owner of a slot."""
+    _, from_url = cluster_nodes(url)
+    return redis_async.Redis(host=host, port=port, **(_options(socket_timeout) | from_url))
+
+
 # -- server checks -------------------------------------------------------------------------------
 
 
@@ -121,12 +259,23 @@ def check_server(client: Redis, stacklevel: int = 1) -> None:
     """
     # Managed Redis services often disable CONFIG; then there is nothing to check.
     with contextlib.suppress(redis.ResponseError):
+        if isinstance(client, RedisCluster):  # every master, not the one CONFIG GET goes to
+            by_node = client.config_get("maxmemory-policy", target_nodes=RedisCluster.PRIMARIES)
+            for config in by_node.values():
+                _warn_if_evicting(config, stacklevel + 1)
+            return
         _warn_if_evicting(client.config_get("maxmemory-policy"), stacklevel + 1)
 
 
 async def acheck_server(client: redis_async.Redis, stacklevel: int = 1) -> None:
     """`check_server` for asyncio clients."""
     with contextlib.suppress(redis.ResponseError):
+        if isinstance(client, redis_async_cluster.RedisCluster):
+            primaries = redis_async_cluster.RedisCluster.PRIMARIES
+            by_node = await client.config_get("maxmemory-policy", target_nodes=primaries)
+            for config in by_node.values():
+                _warn_if_evicting(config, stacklevel + 1)
+            return
         _warn_if_evicting(await client.config_get("maxmemory-policy"), stacklevel + 1)
 
 
@@ -279,6 +428,20 @@ def _close_all(live: set[_Wire]) -> None:
             wire.close()
 
 
+class ClusterDirect:
+    """What `Connections.direct` gives on a Redis Cluster: each call through the cluster client,
+    which routes it by its keys' slot (a first slice: no connection of the thread's own)."""
+
+    def __init__(self, client: Redis) -> None:
+        self._client = client
+
+    def execute(self, *args: Any) -> Any:
+        return self._client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        """Nothing of its own to close: the client's connections close with the client."""
+
+
 # -- an App's clients ----------------------------------------------------------------------------
 
 
@@ -301,7 +464,7 @@ class Connections:
         self._url = url
         self._lock = threading.RLock()  # threads may ask for a client at once: one is made
         self._redis: Redis | None = None
-        self._direct: Direct | None = None
+        self._direct: Direct | ClusterDirect | None = None
         self._blocking: Redis | None = None
         self._async: _LoopClients | None = None
 
@@ -324,12 +487,13 @@ class Connections:
         return self._redis
 
     @property
-    def direct(self) -> Direct:
+    def direct(self) -> Direct | ClusterDirect:
         """Per-thread connections for single calls on the producer's hot path (`Direct`)."""
         if self._direct is None:
             with self._lock:
                 if self._direct is None:
-                    self._direct = Direct(self.redis)
+                    made = self.redis
+                    self._direct = ClusterDirect(made) if is_cluster(self.url) else Direct(made)
         return self._direct
 
     @property

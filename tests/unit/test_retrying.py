@@ -29,6 +29,13 @@ _TRANSIENT = [
     ),
     redis.ConnectionError("Connection closed by server."),
     redis.TimeoutError("Timeout reading from socket"),
+    # A Redis Cluster's slots moving or failing over (redis-py strips the reply's code).
+    redis.exceptions.MovedError("3999 127.0.0.1:7002"),
+    redis.exceptions.AskError("3999 127.0.0.1:7002"),
+    redis.exceptions.TryAgainError("Multiple keys request during rehashing of slot"),
+    redis.exceptions.ClusterDownError("The cluster is down"),
+    redis.exceptions.MasterDownError("Link with MASTER is down and replica-serve-stale-data is no"),
+    redis.exceptions.SlotNotCoveredError('Slot "3999" is not covered by the cluster.'),
 ]
 _PERMANENT = [
     redis.ResponseError("ERR wrong number of arguments for 'evalsha' command"),
@@ -37,6 +44,7 @@ _PERMANENT = [
     ),
     redis.ResponseError("ERR user_script:1: too many results to unpack script: 611ecd10"),
     redis.exceptions.NoPermissionError("this user has no permissions to run the 'bzpopmin'"),
+    redis.exceptions.ClusterCrossSlotError("Keys in request don't hash to the same slot"),
 ]
 
 

@@ -7,6 +7,11 @@ the queues the worker serves (one claim takes from all of them, best first); sch
 to the default queue, so schedule shards are claimed from only when the worker serves it. It
 owns the claim connection (`Link`), the pipelined idle wait (`Waiter`) and the clock offset to
 Redis.
+
+On a Redis Cluster the claim connection is a `Link` per master (`routing.Routed`), and the idle
+wait one ``BZPOPMIN`` per shard (each shard's wake keys share its slot; one pop over several
+shards would be refused as cross-slot), sent through the cluster client, which routes each to
+its shard's master.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from drumbeat.scripts import Call, Claimed, ClaimResult, Scripts
 from .claims import ClaimTable
 from .link import Link
 from .retrying import Backoff, is_transient
+from .routing import Routed
 from .waiter import Waiter
 
 log = logging.getLogger("drumbeat.worker")
@@ -62,8 +68,11 @@ class Claimer:
         self._next_shard = 0
         self._clock_offset_ms = 0
         self._client: aredis.Redis | None = None
-        self._link: Link | None = None
+        self._link: Link | Routed | None = None
         self._waiter: Waiter | None = None
+        self._routed: Routed | None = None
+        self._rewire = False
+        """On a cluster: the last pipelined wait failed, so its master may have changed."""
         self._block: asyncio.Future[Any] | None = None
         # Per shard: the schedule buckets heading `due` at the last reply; the next claim takes
         # their runs itself (see claim.lua).
@@ -82,11 +91,23 @@ class Claimer:
         """Redis server time in ms, as last seen by a claim (worker clocks drift)."""
         return int(time.time() * 1000) + self._clock_offset_ms
 
-    async def open(self, client: aredis.Redis) -> None:
+    async def open(self, client: aredis.Redis, routed: Routed | None = None) -> None:
+        """Starts using ``client``; on a Redis Cluster, ``routed`` carries the claims (and
+        ``client`` is the cluster client)."""
         self._client = client
-        self._link = Link(client)
+        self._link = Link(client) if routed is None else routed
+        self._routed = routed
         if len(self.shards) == 1:  # the pipelined wait claims from one shard
-            self._waiter = Waiter(client, self._wake_keys(), self.settings.idle_block)
+            self._waiter = await self._new_waiter()
+
+    async def _new_waiter(self) -> Waiter:
+        """The pipelined wait's `Waiter`; on a cluster, on a connection to the master that owns
+        the shard's slot now (asked afresh: it is made again after a wait failed)."""
+        assert self._client is not None
+        client = self._client
+        if self._routed is not None:
+            client = await self._routed.nodes.client_of(self.shards[0].k.ready, fresh=True)
+        return Waiter(client, self._wake_keys(), self.settings.idle_block)
 
     async def close(self) -> None:
         await self.cancel_block()
@@ -255,6 +276,11 @@ class Claimer:
             timeout = min(timeout, (next_due_ms - now_ms) / 1000)
         if timeout <= 0:
             return None
+        if self._rewire and self._waiter is not None:
+            old, self._waiter = self._waiter, None
+            await old.aclose()
+            self._waiter = await self._new_waiter()
+            self._rewire = False
         if (
             timeout >= self.settings.idle_block
             and self._waiter is not None
@@ -262,9 +288,7 @@ class Claimer:
         ):
             return await self._wait_then_claim(free)
         if self._block is None or self._block.done():
-            self._block = asyncio.ensure_future(
-                self._client.bzpopmin(self._wake_keys(), self.settings.idle_block)
-            )
+            self._block = asyncio.ensure_future(self._pop_any())
         stop = asyncio.ensure_future(self.stopping.wait())
         await asyncio.wait({self._block, stop}, timeout=timeout, return_when="FIRST_COMPLETED")
         stop.cancel()
@@ -285,8 +309,11 @@ class Claimer:
             # Stopping ends the wait early (`_unblock_on_stop`); what the claim took is still
             # started (the shutdown then finishes or hands it back).
             raw = await self._waiter.block_then(call)
-        except redis.ResponseError as exc:
-            if is_transient(exc):
+        except Exception as exc:
+            # On a cluster a failed wait (MOVED, a lost connection) may mean its master is
+            # another node now: the next wait asks.
+            self._rewire = self._routed is not None
+            if not isinstance(exc, redis.ResponseError) or is_transient(exc):
                 raise
             # The pop or CLIENT ID refused (an ACL, a proxy): plain waits work everywhere.
             log.warning("waiting with a pipelined claim failed (%s); using plain waits", exc)
@@ -313,6 +340,25 @@ class Claimer:
         return self.shards[shard].claim(
             self.worker_id, limit, s.lease_ms, s.batch_limit, buckets, queues=queues
         )
+
+    async def _pop_any(self) -> Any:
+        """Pops a marker off any wake key: one ``BZPOPMIN`` over all of them, or on a cluster
+        one per shard (a marker a pop takes as another returns is no loss: every wake is
+        followed by a claim on every shard)."""
+        assert self._client is not None
+        client, block = self._client, self.settings.idle_block
+        if not isinstance(self._link, Routed):
+            return await client.bzpopmin(self._wake_keys(), block)
+        groups = [[self.shards[0].k.wake_of(q) for q in self.queues]]
+        groups += [[shard.k.wake] for shard in self.shards[1:]]
+        pops = [asyncio.ensure_future(client.bzpopmin(keys, block)) for keys in groups]
+        try:
+            done, _ = await asyncio.wait(pops, return_when="FIRST_COMPLETED")
+            return next(iter(done)).result()
+        finally:
+            for pop in pops:
+                pop.cancel()
+            await asyncio.gather(*pops, return_exceptions=True)
 
     def _wake_keys(self) -> list[str]:
         """What an idle wait blocks on: a marker for any queue served, on any shard."""

@@ -37,6 +37,7 @@ from .link import Link
 from .liveness import SUPERVISOR_FD, TICK, CpuMeter, Liveness
 from .recycling import Budget, Recycler
 from .retrying import is_transient, supervise
+from .routing import Nodes, Routed
 from .running import Runs
 from .settling import Settler
 from .signals import Signals
@@ -224,12 +225,19 @@ class Worker:
     async def _serve(self) -> None:
         resources.bind(self.app.resources)  # drumbeat.resource() in its hooks and tasks
         await self.hooks.started()
-        client = connections.worker_client(self.app.url, self.settings.idle_block)
-        settle_link = Link(client)
+        url = self.app.url
+        client = connections.worker_client(url, self.settings.idle_block)
+        # On a Redis Cluster `client` is the cluster client, which routes each command by its
+        # keys' slot; the hand-driven connections go to each shard's master (`routing`).
+        nodes: Nodes | None = None
+        if connections.is_cluster(url):
+            timeout = self.settings.idle_block + connections.BLOCK_MARGIN
+            nodes = Nodes(url, client, timeout)
+        settle_link: Link | Routed = Link(client) if nodes is None else Routed(nodes)
         parts: list[asyncio.Task[None]] = []
         try:
             await connections.acheck_server(client)
-            await self.claimer.open(client)
+            await self.claimer.open(client, None if nodes is None else Routed(nodes))
             self.gate.client = client
             self.lending.open(client)
             self.heartbeat.start()
@@ -238,7 +246,14 @@ class Worker:
             parts = [
                 self._supervised("flusher", lambda: self.settler.run(settle_link)),
                 self._supervised("housekeeping", lambda: self.housekeeper.run(client)),
-                self._supervised("signals", lambda: self.signals.run(client)),
+                self._supervised(
+                    "signals",
+                    lambda: self.signals.run(
+                        client
+                        if nodes is None
+                        else lambda: nodes.client_of(self.signals.channel, fresh=True)
+                    ),
+                ),
             ]
             if self.budget.limited:
                 parts.append(self._supervised("recycling", self.recycler.run))
@@ -249,6 +264,8 @@ class Worker:
         finally:
             await self._shutdown(client, parts)
             await settle_link.aclose()
+            if nodes is not None:
+                await nodes.aclose()
             await client.aclose()
             await self.hooks.stopped()
             log.info(

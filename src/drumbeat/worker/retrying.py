@@ -28,10 +28,24 @@ _TRANSIENT_REPLIES = (
 )  # fmt: skip
 
 
+# What a Redis Cluster answers while its slots move or a replica takes over from a failed master:
+# redis-py's parser strips these replies' first word (MOVED, ASK, TRYAGAIN, CLUSTERDOWN,
+# MASTERDOWN) into the class, so they are known by class; its cluster client raises the last two
+# when it cannot find a slot's owner (yet).
+_CLUSTER_IN_FLUX = (
+    redis.exceptions.AskError  # and MovedError, its subclass
+    | redis.exceptions.TryAgainError
+    | redis.exceptions.ClusterDownError  # and MasterDownError
+    | redis.exceptions.ClusterError
+    | redis.exceptions.SlotNotCoveredError
+)
+
+
 def is_transient(exc: BaseException) -> bool:
     """True for errors that go away by themselves: lost connections, timeouts, and the error
-    replies of a server that is restarting, failing over, full or busy."""
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | OSError):
+    replies of a server that is restarting, failing over, full or busy (or a cluster whose
+    slots move)."""
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | OSError | _CLUSTER_IN_FLUX):
         return True
     if isinstance(exc, redis.ResponseError):
         # The prefix is stripped by redis-py's parser for the codes it maps to a class (e.g.

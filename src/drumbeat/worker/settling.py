@@ -26,6 +26,7 @@ from drumbeat.scripts import Call, Claimed, Scripts
 from .claims import Claim, ClaimTable
 from .link import Link
 from .retrying import Backoff, is_transient
+from .routing import Routed
 from .tally import TALLY_INTERVAL, Tally
 
 log = logging.getLogger("drumbeat.worker")
@@ -124,7 +125,7 @@ class Settler:
         self.pending.append((claim, outcome))
         self._wanted.set()
 
-    async def run(self, link: Link) -> None:
+    async def run(self, link: Link | Routed) -> None:
         """Sends outcomes until `close`; never cancelled mid-batch (a cancelled ack would be
         neither sent nor kept): shutdown calls `close` and waits for it to drain."""
         try:
@@ -143,7 +144,7 @@ class Settler:
         self._closing = True
         self._wanted.set()
 
-    async def flush(self, link: Link) -> None:
+    async def flush(self, link: Link | Routed) -> None:
         backoff = Backoff()
         while self.pending:
             batch, self.pending = self.pending, []
@@ -185,7 +186,7 @@ class Settler:
         self._tally_timer = None
         self._wanted.set()
 
-    async def _send_tally(self, link: Link) -> None:
+    async def _send_tally(self, link: Link | Routed) -> None:
         assert self.tally is not None
         counts = self.tally.take()
         try:
@@ -213,7 +214,7 @@ class Settler:
         return calls
 
     async def _send(
-        self, link: Link, calls: list[_Batch]
+        self, link: Link | Routed, calls: list[_Batch]
     ) -> tuple[list[tuple[Claim, Outcome]], redis.ResponseError | None]:
         """Sends the calls in one write; returns the outcomes to send again (a call Redis
         refused for now: full, read-only, busy) and the first such refusal. A refused item (its
@@ -236,7 +237,7 @@ class Settler:
         return again, refused
 
     async def _replies(
-        self, link: Link, calls: list[_Batch]
+        self, link: Link | Routed, calls: list[_Batch]
     ) -> tuple[list[tuple[Claim, Outcome]], redis.ResponseError | None]:
         again: list[tuple[Claim, Outcome]] = []
         refused: redis.ResponseError | None = None
@@ -284,13 +285,17 @@ class Settler:
             for claim, outcome in items:
                 self.tally.add(claim.task_name, outcome, claim.seconds, -1)
 
-    async def _tallied(self, link: Link, counts: list[str | int]) -> None:
+    async def _tallied(self, link: Link | Routed, counts: list[str | int]) -> None:
         """Reads the reply of the `tally` call sent with a batch."""
         assert self.tally is not None
         try:
             await link.next()
-        except redis.ResponseError as exc:
+        except Exception as exc:
+            # A lost connection too: the flusher must not crash over counts (on a cluster,
+            # a failover is when it happens).
             if is_transient(exc):
                 self.tally.put_back(counts)
+            elif not isinstance(exc, redis.ResponseError):
+                raise
             else:
                 log.error("dropped %d metrics counts Redis refused: %s", len(counts) // 2, exc)

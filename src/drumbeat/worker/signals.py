@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aredis
 
@@ -44,14 +44,20 @@ class Signals:
         self.on_due = on_due
         self.subscribed = asyncio.Event()
 
-    async def run(self, client: aredis.Redis) -> None:
+    async def run(self, client: aredis.Redis | Callable[[], Awaitable[aredis.Redis]]) -> None:
         """Listens until the worker stops. A Redis that restarts or fails over is waited out
         with backoff (as the other parts do), not taken for a crash: messages missed
-        meanwhile are made up for by claim replies and the heartbeat."""
+        meanwhile are made up for by claim replies and the heartbeat.
+
+        Args:
+            client: the client to subscribe on, or a coroutine function that gives it anew
+                for each try (on a Redis Cluster: a client of the channel's master, which may
+                have changed since the last try).
+        """
         backoff = Backoff(first=0.1, most=5.0)
         while not self.stopping.is_set():
             try:
-                await self._listen(client)
+                await self._listen(client if isinstance(client, aredis.Redis) else await client())
             except Exception as exc:
                 if not is_transient(exc):
                     raise
