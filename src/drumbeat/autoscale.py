@@ -53,7 +53,7 @@ from redis.exceptions import NoScriptError
 
 from .admin import lateness_summary
 from .protocol import LATENESS_WINDOW_MS, MAX_PRIORITY, MIN_PRIORITY
-from .scripts import SHAS, Call
+from .scripts import Call
 
 if TYPE_CHECKING:
     from .app import App
@@ -256,8 +256,8 @@ def run_calls(client: redis.Redis, calls: Sequence[Call[Any]]) -> list[Any]:
     """Runs ``calls`` in one pipeline (one round trip) and returns their parsed replies; a
     call refused with NOSCRIPT (Redis restarted) did nothing and runs again on its own."""
     with client.pipeline(transaction=False) as pipe:
-        for call in calls:
-            pipe.evalsha(SHAS[call.name], len(call.keys), *call.keys, *call.args)
+        for call in calls:  # by its command: a cluster's pipeline has no `evalsha`
+            pipe.execute_command(*call.command())  # type: ignore[no-untyped-call]
         raw = pipe.execute(raise_on_error=False)
     out = []
     for call, reply in zip(calls, raw, strict=True):

@@ -21,6 +21,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from . import admin, autoscale
+from .connections import pipeline
 from .protocol import bin_upper_ms
 from .worker.tally import DURATION_BUCKETS
 
@@ -105,7 +106,7 @@ def _lateness(shards: list[Mapping[Any, Any]]) -> Histogram:
 
 def job_counts(app: App) -> JobCounts:
     """The workers' counters, in one round trip."""
-    with app.redis.pipeline(transaction=False) as pipe:
+    with pipeline(app.redis, transaction=False) as pipe:
         pipe.hgetall(app.keys.metrics)
         for keys in app.scheduler.shards:
             pipe.hgetall(keys.lateness)

@@ -341,3 +341,34 @@ async def test_an_evicting_master_warns_whichever_node_config_get_would_ask(
     finally:
         sync.close()
         await aclient.aclose()
+
+
+def test_the_autoscale_signal_metrics_and_dashboard_read_a_cluster(
+    redis_cluster: ClusterServer,
+) -> None:
+    """The autoscaler's signal, ``GET /metrics`` and the dashboard's JSON pipeline their reads
+    (script calls by name, ``TIME``, transactions): each refused by a cluster's pipeline."""
+    from drumbeat import autoscale, metrics
+    from drumbeat.dashboard import charts, jobs
+
+    app = drumbeat.App(
+        redis_cluster.url, namespace=_spread_namespace(redis_cluster, 3), schedule_shards=3
+    )
+
+    @app.task
+    def c() -> None: ...
+
+    try:
+        job = c.options(priority=3).enqueue()
+        c.options(delay=3600).enqueue()
+        signal = autoscale.read_signal(app)
+        assert signal.ready == 1 and signal.running == 0, signal
+        text = metrics.render(app).decode()
+        assert 'drumbeat_queue_ready{priority="3",queue="default"} 1.0' in text, text
+        assert jobs.job_json(app, job.id)["id"] == job.id
+        assert [j["id"] for j in jobs.queued_json(app, "default", 3)["jobs"]] == [job.id]
+        assert len(jobs.delayed_json(app, "default")["jobs"]) == 1
+        assert jobs.running_json(app)["running"] == []
+        assert "throughput" in charts.series_json(app)
+    finally:
+        app.close()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup
 
+from drumbeat.connections import pipeline
 from drumbeat.protocol import (
     LATENESS_WINDOW_MS,
     LATENESS_WINDOWS,
@@ -108,7 +109,7 @@ def series_json(app: App) -> dict[str, Any]:
     schedule runs started in each window and their lateness p50 / p99 (upper bounds of ~19 %
     wide bins; ``null`` without runs), over every schedule shard.
     """
-    with app.redis.pipeline(transaction=False) as pipe:
+    with pipeline(app.redis, transaction=False) as pipe:
         pipe.time()
         pipe.hgetall(app.keys.throughput)
         for keys in app.scheduler.shards:

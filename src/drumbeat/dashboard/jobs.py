@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from drumbeat import admin
 from drumbeat.cli import shapes
+from drumbeat.connections import pipeline
 from drumbeat.errors import SerializationError
 from drumbeat.job import decode_outcome, decode_progress, decode_spec
 from drumbeat.keys import DEFAULT_QUEUE, Keys
@@ -143,7 +144,7 @@ def job_json(app: App, job_id: str) -> dict[str, Any]:
     """Everything Redis holds of one job (``status`` ``missing`` if nothing)."""
     keys, scripts = _shard(app, job_id)
     found = scripts.job_status(job_id, queues=app.known_queues()).run(app.redis)
-    with app.redis.pipeline(transaction=True) as pipe:
+    with pipeline(app.redis, transaction=True) as pipe:
         pipe.time()
         pipe.hget(keys.jobs, job_id)
         pipe.hget(keys.state, job_id)
@@ -160,7 +161,7 @@ def job_json(app: App, job_id: str) -> dict[str, Any]:
         )
     state = parse_state(state_raw)
     queue = state.queue if state else DEFAULT_QUEUE
-    with app.redis.pipeline(transaction=False) as pipe:
+    with pipeline(app.redis, transaction=False) as pipe:
         pipe.zscore(keys.due_of(queue), job_id)
         pipe.zrank(keys.ready_of(queue), job_id)
         due, ahead = pipe.execute()
@@ -244,7 +245,7 @@ def queued_json(
     ready = keys.ready_of(queue)
     low, high = admin.level_range(priority)
     start = low if after is None else f"({after}"
-    with app.redis.pipeline(transaction=True) as pipe:
+    with pipeline(app.redis, transaction=True) as pipe:
         for p in range(MIN_PRIORITY, MAX_PRIORITY + 1):
             pipe.zcount(ready, *admin.level_range(p))
         pipe.zrange(ready, start, high, byscore=True, offset=0, num=limit, withscores=True)
@@ -253,7 +254,7 @@ def queued_json(
     ids = [job_id for job_id, _ in listed]
     specs, states = [], []
     if ids:
-        with app.redis.pipeline(transaction=False) as pipe:
+        with pipeline(app.redis, transaction=False) as pipe:
             pipe.hmget(keys.jobs, ids)
             pipe.hmget(keys.state, ids)
             specs, states = pipe.execute()
@@ -316,7 +317,7 @@ def delayed_json(
     cost a page five times what the listing does."""
     keys = app.keys
     due = keys.due_of(queue)
-    with app.redis.pipeline(transaction=True) as pipe:
+    with pipeline(app.redis, transaction=True) as pipe:
         pipe.time()
         pipe.zcard(due)
         now, in_due = pipe.execute()
@@ -331,7 +332,7 @@ def delayed_json(
         members = [_str(member) for member, _ in page]
         specs, states = [], []
         if members:
-            with app.redis.pipeline(transaction=False) as pipe:
+            with pipeline(app.redis, transaction=False) as pipe:
                 pipe.hmget(keys.jobs, members)
                 pipe.hmget(keys.state, members)
                 specs, states = pipe.execute()

@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from drumbeat.cli import shapes
 from drumbeat.cli.schedules import cadence_text, schedule_state
+from drumbeat.connections import pipeline
 from drumbeat.errors import InvalidJob
 from drumbeat.keys import WHEEL_BUCKETS, bucket_of
 from drumbeat.scheduler import ScheduleInfo, _task_names
@@ -116,7 +117,7 @@ def _decode(app: App, found: list[tuple[int, str, bytes]]) -> list[ScheduleInfo]
     by_shard: defaultdict[int, list[str]] = defaultdict(list)
     for shard, schedule_id, _ in found:
         by_shard[shard].append(schedule_id)
-    with app.redis.pipeline(transaction=False) as pipe:
+    with pipeline(app.redis, transaction=False) as pipe:
         for shard, ids in by_shard.items():
             pipe.hgetall(shards[shard].tasks)
             pipe.hmget(shards[shard].faults, ids)
