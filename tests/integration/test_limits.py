@@ -183,8 +183,11 @@ async def test_a_hand_back_releases_the_permit(lapp: drumbeat.App, r: redis.Redi
 
     key = f"t:{long.name}"
     first = await long.aenqueue("first")
-    second = await long.aenqueue("second")
     async with running_worker(lapp, concurrency=2) as worker:
+        # The second only once the first holds the permit: two jobs claimed together acquire
+        # at once, in either order.
+        await wait_for_async(lambda: started == ["first"], message="the first job should start")
+        second = await long.aenqueue("second")
         await wait_for_async(
             lambda: r.zcard(lapp.keys.parked(key)) == 1, message="the second job should wait"
         )
