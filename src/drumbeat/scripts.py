@@ -544,7 +544,7 @@ class Scripts:
     ) -> Call[list[int]]:
         """Items are (id, priority, grid_ms, due_ms, task name, spec)."""
         k = self.k
-        keys = [k.due, k.ready, k.leases, k.wake, k.tasks, *self._buckets([i[0] for i in items])]
+        keys = [k.due, k.state, k.wake, k.tasks, *self._buckets([i[0] for i in items])]
         args: list[str | bytes | int] = []
         for schedule_id, priority, grid, due, task, spec in items:
             args += [schedule_id, bucket_of(schedule_id), priority, grid, due, task, spec]
@@ -563,7 +563,7 @@ class Scripts:
     def resume_schedules(self, items: Sequence[tuple[str, int, int]]) -> Call[int]:
         """Items are (id, grid_ms, due_ms)."""
         k = self.k
-        keys = [k.due, k.ready, k.leases, k.wake, *self._buckets([i[0] for i in items])]
+        keys = [k.due, k.state, k.wake, *self._buckets([i[0] for i in items])]
         args = [x for i, grid, due in items for x in (i, bucket_of(i), grid, due)]
         return Call("resume_schedules", keys, args, int)
 

@@ -15,6 +15,7 @@ import drumbeat
 from drumbeat import admin
 from drumbeat.errors import ConfigurationError, InvalidJob
 from drumbeat.job import decode_spec
+from drumbeat.keys import bucket_of
 from drumbeat.protocol import FIELD_SEP, JOB_STATE_FIELDS, SHORT_JOB_STATE_FIELDS
 from drumbeat.scripts import Claimed
 from drumbeat.task import Options, Prepared
@@ -446,3 +447,52 @@ async def test_a_worker_lacking_the_task_does_not_spin_on_it(
     finally:
         await old.aclose()
         await new.aclose()
+
+
+async def test_a_schedule_whose_run_is_parked_is_not_put_back_in_its_bucket(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    """A run parked on a limiter waits neither queued nor leased: a re-registration of its
+    schedule (every deploy does one), or a pause and resume, must still see the run and leave
+    the schedule out of its bucket, or the schedule would run twice at once."""
+    app = drumbeat.App(redis_url, namespace=namespace, idle_block=0.5)
+    app.limiter("gate", concurrency=1)
+    release = asyncio.Event()
+
+    @app.task(name="tasks.hold", limiter="gate")
+    async def hold() -> None:
+        await release.wait()
+
+    @app.task(name="tasks.tick", limiter="gate")
+    async def tick(n: int) -> None: ...
+
+    try:
+        app.schedule("parked", tick, every=60, args=[1])
+        keys = app.scheduler.shards[app.scheduler.shard_of("parked")]
+        wheel = keys.wheel(bucket_of("parked"))
+        held = await hold.aenqueue()
+        async with running_worker(app):
+            await wait_for_async(held.astatus, lambda s: s == "running",
+                                 message="the job holding the limiter did not start")  # fmt: skip
+            r.zadd(wheel, {"parked": 0})  # due now
+            r.zadd(keys.due, {f"w:{bucket_of('parked')}": 0})
+            await wait_for_async(
+                lambda: (r.hexists(keys.state, "s:parked"), r.zscore(keys.leases, "s:parked"),
+                         r.zscore(keys.ready, "s:parked"), r.zscore(wheel, "parked")),
+                lambda seen: seen == (True, None, None, None),
+                message="the run was not parked behind the limiter",
+            )  # fmt: skip
+            app.schedule("parked", tick, every=60, args=[2])  # a changed definition
+            assert r.zscore(wheel, "parked") is None, (
+                "the schedule went back into its bucket while its parked run waits"
+            )
+            assert app.pause("parked") == 1
+            assert app.resume("parked") == 1
+            assert r.zscore(wheel, "parked") is None, "resume put it back while its run waits"
+            release.set()
+            await held.aresult(timeout=20)
+            await wait_for_async(lambda: r.zscore(wheel, "parked"), lambda due: due is not None,
+                                 message="the run did not end and reschedule")  # fmt: skip
+    finally:
+        release.set()
+        await app.aclose()

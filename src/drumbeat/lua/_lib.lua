@@ -284,9 +284,11 @@ local function task_code(tasks_key, name)
   return tostring(code)
 end
 
--- True while the schedule's run is queued or in flight: it must not be in its bucket then.
-local function run_in_flight(ready_key, leases_key, member)
-  return redis.call('ZSCORE', leases_key, member) or redis.call('ZSCORE', ready_key, member)
+-- True while the schedule's run is anywhere but its bucket (queued, leased, parked on a
+-- limiter, waiting in `due`: every run out of its bucket has a state until it settles): the
+-- schedule must not be in its bucket then.
+local function run_in_flight(state_key, member)
+  return redis.call('HEXISTS', state_key, member) == 1
 end
 
 -- Lateness histogram: a ring of LATENESS_WINDOWS windows of LATENESS_WINDOW_MS each, in one

@@ -12,7 +12,7 @@ local n = 0
 for i, id in ipairs(ARGV) do
   local s = parse_schedule(redis.call('HGET', KEYS[7 + 2 * i], id))
   local member = RUN_PREFIX .. id
-  if s and not run_in_flight(KEYS[1], KEYS[2], member) then
+  if s and not run_in_flight(KEYS[3], member) then
     redis.call('ZREM', KEYS[6 + 2 * i], id)
     local seq = redis.call('INCR', KEYS[4])
     redis.call('HSET', KEYS[3], member, format_state({attempt = 0, stalls = 0,

@@ -3,9 +3,8 @@
 -- generation and its new first due time, unless its run is in flight: then the run's
 -- completion reschedules it by the new definition. Pause state and totals are kept.
 --
--- KEYS[1] due (zset)  KEYS[2] ready (zset)  KEYS[3] leases (zset)  KEYS[4] wake (zset)
--- KEYS[5] tasks (hash)
--- KEYS[4 + 2i] wheel:<b> (zset), KEYS[5 + 2i] schedules:<b> (hash) of the i-th schedule
+-- KEYS[1] due (zset)  KEYS[2] state (hash)  KEYS[3] wake (zset)  KEYS[4] tasks (hash)
+-- KEYS[3 + 2i] wheel:<b> (zset), KEYS[4 + 2i] schedules:<b> (hash) of the i-th schedule
 -- ARGV    groups of 7, one per schedule: id, bucket, priority, first grid slot ms,
 --         first due ms, task name, spec
 -- Returns one integer per schedule: 1 created, 2 updated, 0 unchanged
@@ -14,8 +13,8 @@ for i = 1, #ARGV / 7 do
   local a = (i - 1) * 7
   local id, bucket, priority = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
   local grid, due, spec = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), ARGV[a + 7]
-  local wheel_key, schedules_key = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
-  local task = task_code(KEYS[5], ARGV[a + 6])
+  local wheel_key, schedules_key = KEYS[3 + 2 * i], KEYS[4 + 2 * i]
+  local task = task_code(KEYS[4], ARGV[a + 6])
   local old = parse_schedule(redis.call('HGET', schedules_key, id))
   if old and old.spec == spec and old.priority == priority and old.task == task then
     out[#out + 1] = 0
@@ -24,9 +23,9 @@ for i = 1, #ARGV / 7 do
                       last_start = 0, last_ms = 0, late = '0'}
     s.gen, s.grid, s.priority, s.task, s.spec = s.gen + 1, grid, priority, task, spec
     redis.call('HSET', schedules_key, id, format_schedule(s))
-    if not s.paused and not run_in_flight(KEYS[2], KEYS[3], RUN_PREFIX .. id) then
+    if not s.paused and not run_in_flight(KEYS[2], RUN_PREFIX .. id) then
       wheel_add(KEYS[1], wheel_key, bucket, id, due)
-      wake_if_head(KEYS[1], KEYS[4], WHEEL_PREFIX .. bucket)
+      wake_if_head(KEYS[1], KEYS[3], WHEEL_PREFIX .. bucket)
     end
     out[#out + 1] = old and 2 or 1
   end
