@@ -267,6 +267,7 @@ class App:
         mode: Mode = "rate",
         grace: float | None = None,
         jitter: float = 0.0,
+        queue: str | None = None,
     ) -> None:
         """Create or update (by ``id``) a schedule that runs ``task`` periodically.
 
@@ -278,9 +279,12 @@ class App:
             mode: ``"rate"`` (next = previous due + every) or ``"delay"`` (next = end + every).
             grace: skip (and count) a run that would start more than ``grace`` seconds late.
             jitter: spread each run by up to ``jitter`` seconds (stable per run).
+            queue: the queue its runs go to; defaults to the task's. The workers that serve
+                the default queue keep every schedule (they promote due runs, as Celery beat
+                sends them); a run of another queue waits in that queue for its workers.
         """
         item = Schedule(
-            id, task, every, cron, args, kwargs or {}, priority, tz, mode, grace, jitter
+            id, task, every, cron, args, kwargs or {}, priority, tz, mode, grace, jitter, queue
         )
         self.schedule_many([item])
 
@@ -298,10 +302,11 @@ class App:
         mode: Mode = "rate",
         grace: float | None = None,
         jitter: float = 0.0,
+        queue: str | None = None,
     ) -> None:
         """`schedule` for async callers."""
         item = Schedule(
-            id, task, every, cron, args, kwargs or {}, priority, tz, mode, grace, jitter
+            id, task, every, cron, args, kwargs or {}, priority, tz, mode, grace, jitter, queue
         )
         await self.aschedule_many([item])
 
@@ -321,17 +326,18 @@ class App:
 
     def unschedule(self, *ids: str) -> int:
         """Remove schedules; a run in flight finishes and is not followed by another."""
-        return sum(self._run(self.scheduler.unschedules(ids)))
+        return sum(self._run(self.scheduler.unschedules(ids, self.known_queues())))
 
     async def aunschedule(self, *ids: str) -> int:
-        return sum(await self._arun(self.scheduler.unschedules(ids)))
+        queues = await self.aknown_queues()
+        return sum(await self._arun(self.scheduler.unschedules(ids, queues)))
 
     def pause(self, *ids: str) -> int:
         """Stop scheduling runs (a run in flight finishes); returns how many were paused."""
-        return sum(self._run(self.scheduler.pauses(ids)))
+        return sum(self._run(self.scheduler.pauses(ids, self.known_queues())))
 
     async def apause(self, *ids: str) -> int:
-        return sum(await self._arun(self.scheduler.pauses(ids)))
+        return sum(await self._arun(self.scheduler.pauses(ids, await self.aknown_queues())))
 
     def resume(self, *ids: str) -> int:
         """Resume paused schedules at their next slot from now; returns how many resumed."""
@@ -345,10 +351,10 @@ class App:
 
     def run_now(self, *ids: str) -> int:
         """Queue one extra run of each schedule now, unless one is already queued or running."""
-        return sum(self._run(self.scheduler.runs_now(ids)))
+        return sum(self._run(self.scheduler.runs_now(ids, self.known_queues())))
 
     async def arun_now(self, *ids: str) -> int:
-        return sum(await self._arun(self.scheduler.runs_now(ids)))
+        return sum(await self._arun(self.scheduler.runs_now(ids, await self.aknown_queues())))
 
     def schedules(self, prefix: str = "") -> Iterator[ScheduleInfo]:
         """Iterate over schedules whose id starts with ``prefix``, with their state."""

@@ -39,6 +39,10 @@ WHEEL_PREFIX = "w:"
 
 #: Marks a limiter key's marker among the job ids in `due`: ``l:<key name>`` (see limits.py).
 LIMIT_PREFIX = "l:"
+#: A claim's report of a queue due schedule runs go to whose keys it was not given.
+ROUTE_PREFIX = "q:"
+#: In a shard's `tasks` table, ``#q<code>`` names the queue of a (task, queue) pair's code.
+ROUTE_FIELD = "#q"
 
 
 #: Fields of a shard's `parking` hash, followed by a queue name ("default" for the default

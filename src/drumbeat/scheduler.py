@@ -13,7 +13,8 @@ import redis.asyncio as redis_async
 from redis.exceptions import NoScriptError
 
 from .errors import InvalidJob, UnknownTask
-from .keys import WHEEL_BUCKETS, Keys, bucket_of
+from .keys import DEFAULT_QUEUE, WHEEL_BUCKETS, Keys, bucket_of
+from .protocol import ROUTE_FIELD
 from .schedule import (
     Cadence,
     Mode,
@@ -48,6 +49,7 @@ class Schedule:
     mode: Mode = "rate"
     grace: float | None = None
     jitter: float = 0.0
+    queue: str | None = None
 
     @property
     def cadence(self) -> Cadence:
@@ -78,6 +80,8 @@ class ScheduleInfo:
     last_error: str | None
     """The error of the most recent failed run (kept after later successes)."""
     generation: int
+    queue: str = DEFAULT_QUEUE
+    """The queue its runs go to."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +129,7 @@ class Scheduler:
 
     def upserts(self, schedules: Iterable[Schedule], now_ms: int) -> Upserts:
         """Validate and encode every schedule first (nothing is written if one is bad)."""
-        groups: dict[int, list[tuple[str, int, int, int, str, bytes]]] = defaultdict(list)
+        groups: dict[int, list[tuple[str, int, int, int, str, bytes, str]]] = defaultdict(list)
         positions: dict[int, list[int]] = defaultdict(list)
         settings, codec = self.app.settings, self.app.codec
         for position, s in enumerate(schedules):
@@ -136,12 +140,19 @@ class Scheduler:
             cadence = s.cadence
             cadence.validate(settings.min_interval)
             priority = task.config.priority if s.priority is None else s.priority
-            Options(priority=priority)
+            queue = task.config.queue if s.queue is None else s.queue
+            Options(priority=priority, queue=queue)  # checks both
+            if queue != DEFAULT_QUEUE and len(self.shards) > 1:
+                raise InvalidJob(
+                    f"schedule {s.id!r}: its runs go to queue {queue!r}, and with "
+                    f"schedule_shards > 1 a schedule's runs can only go to the default queue "
+                    "(not built yet); use schedule_shards=1 or the default queue"
+                )
             encode_call(codec, s.args, s.kwargs, settings.max_payload_bytes)  # names a bad one
             spec = encode_schedule_spec(codec, list(s.args), dict(s.kwargs), cadence)
             grid, due = cadence.first_due(s.id, now_ms)
             shard = self.shard_of(s.id)
-            groups[shard].append((s.id, priority, grid, due, task.name, spec))
+            groups[shard].append((s.id, priority, grid, due, task.name, spec, queue))
             positions[shard].append(position)
         calls = [
             self.scripts[shard].upsert_schedules(chunk)
@@ -160,18 +171,20 @@ class Scheduler:
         except UnknownTask as exc:
             raise UnknownTask(f"cannot schedule an unknown task: {exc}") from None
 
-    def unschedules(self, ids: Iterable[str]) -> list[Call[int]]:
-        return self._per_shard(ids, Scripts.unschedule)
+    # `queues`: every queue the schedules' runs may go to (`App.known_queues`).
 
-    def pauses(self, ids: Iterable[str]) -> list[Call[int]]:
-        return self._per_shard(ids, Scripts.pause_schedules)
+    def unschedules(self, ids: Iterable[str], queues: Sequence[str]) -> list[Call[int]]:
+        return self._per_shard(ids, Scripts.unschedule, queues)
 
-    def runs_now(self, ids: Iterable[str]) -> list[Call[int]]:
-        return self._per_shard(ids, Scripts.run_now)
+    def pauses(self, ids: Iterable[str], queues: Sequence[str]) -> list[Call[int]]:
+        return self._per_shard(ids, Scripts.pause_schedules, queues)
 
-    def _per_shard(self, ids: Iterable[str], make: Any) -> list[Call[int]]:
+    def runs_now(self, ids: Iterable[str], queues: Sequence[str]) -> list[Call[int]]:
+        return self._per_shard(ids, Scripts.run_now, queues)
+
+    def _per_shard(self, ids: Iterable[str], make: Any, queues: Sequence[str]) -> list[Call[int]]:
         return [
-            make(self.scripts[shard], chunk)
+            make(self.scripts[shard], chunk, queues)
             for shard, items in self._by_shard(ids).items()
             for chunk in self._chunks(items)
         ]
@@ -310,6 +323,8 @@ class Scheduler:
             misfires=record.misfires,
             last_error=fault.decode(errors="replace") if fault else None,
             generation=record.generation,
+            # `names` holds the `tasks` fields after their "#": the route's too.
+            queue=(names or {}).get(ROUTE_FIELD[1:] + record.task_code, DEFAULT_QUEUE),
         )
 
 

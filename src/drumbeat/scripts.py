@@ -19,7 +19,7 @@ import redis.asyncio as aredis
 from redis.exceptions import NoScriptError
 
 from .keys import DEFAULT_QUEUE, Keys, bucket_of
-from .protocol import LIMIT_PREFIX
+from .protocol import LIMIT_PREFIX, ROUTE_PREFIX
 
 T = TypeVar("T")
 
@@ -222,12 +222,15 @@ class ClaimResult:
     jobs: list[Claimed]
     limiters: list[str] = field(default_factory=list)
     """Limiter keys whose markers came due, for `Scripts.release_limits`."""
+    routes: list[str] = field(default_factory=list)
+    """Queues that due schedule runs go to whose keys the call lacked: pass them next time."""
 
 
 def _parse_claim(raw: Any) -> ClaimResult:
     next_due = int(raw[1])
     buckets: list[int] = []
     limiters: list[str] = []
+    routes: list[str] = []
     for b in raw[2]:
         if isinstance(b, int):
             buckets.append(b)
@@ -235,6 +238,8 @@ def _parse_claim(raw: Any) -> ClaimResult:
             text = _str(b)
             if text.startswith(LIMIT_PREFIX):
                 limiters.append(text[len(LIMIT_PREFIX) :])
+            elif text.startswith(ROUTE_PREFIX):
+                routes.append(text[len(ROUTE_PREFIX) :])
             else:
                 buckets.append(int(text))
     upcoming = [int(b) for b in raw[3]]
@@ -247,6 +252,7 @@ def _parse_claim(raw: Any) -> ClaimResult:
         int(raw[4]),
         jobs,
         limiters,
+        routes,
     )
 
 
@@ -341,18 +347,25 @@ class Scripts:
         buckets: Sequence[int] = (),
         *,
         queues: Sequence[str] = (DEFAULT_QUEUE,),
+        routes: Sequence[str] = (),
     ) -> Call[ClaimResult]:
         """Claims from ``queues`` (the default queue first, if served). ``buckets``: schedule
         buckets whose due runs this claim takes (`upcoming` of the last reply; only with the
-        default queue first: schedules belong to it)."""
+        default queue first: schedules are kept by it). ``routes``: other queues the runs of
+        those buckets may go to (the queues served are passed anyway)."""
         k = self.k
         keys = [k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.lateness, k.tasks]
         keys.append(k.progress)
         for queue in queues:
             keys += [k.ready_of(queue), k.due_of(queue), k.wake_of(queue)]
+        others = [q for q in _others(routes) if q not in queues]
+        for queue in others:
+            keys += [k.ready_of(queue), k.wake_of(queue)]
         for bucket in buckets:
             keys += [k.wheel(bucket), k.schedules(bucket)]
-        args: list[str | int] = [worker, limit, lease_ms, promote, len(queues), *buckets]
+        args: list[str | int] = [worker, limit, lease_ms, promote, len(queues), len(others)]
+        args += [_queue_arg(q) for q in queues]
+        args += [*others, *buckets]
         return Call("claim", keys, args, _parse_claim)
 
     def complete(self, items: Sequence[tuple[str, int, bytes, int, str]]) -> Call[list[int]]:
@@ -540,25 +553,31 @@ class Scripts:
         return keys
 
     def upsert_schedules(
-        self, items: Sequence[tuple[str, int, int, int, str, bytes]]
+        self, items: Sequence[tuple[str, int, int, int, str, bytes, str]]
     ) -> Call[list[int]]:
-        """Items are (id, priority, grid_ms, due_ms, task name, spec)."""
+        """Items are (id, priority, grid_ms, due_ms, task name, spec, queue)."""
         k = self.k
-        keys = [k.due, k.state, k.wake, k.tasks, *self._buckets([i[0] for i in items])]
+        keys = [k.due, k.state, k.wake, k.tasks, k.queues]
+        keys += self._buckets([i[0] for i in items])
         args: list[str | bytes | int] = []
-        for schedule_id, priority, grid, due, task, spec in items:
+        for schedule_id, priority, grid, due, task, spec, queue in items:
             args += [schedule_id, bucket_of(schedule_id), priority, grid, due, task, spec]
+            args.append(_queue_arg(queue))
         return Call("upsert_schedules", keys, args, _ints)
 
-    def unschedule(self, ids: Sequence[str]) -> Call[int]:
+    def unschedule(self, ids: Sequence[str], queues: Sequence[str] = ()) -> Call[int]:
+        """``queues``: the queues whose `ready` a withdrawn run may wait in."""
         k = self.k
-        keys = [k.ready, k.state, k.jobs, k.faults, *self._buckets(ids)]
-        return Call("unschedule", keys, list(ids), int)
+        others = _others(queues)
+        keys = [k.ready, k.state, k.jobs, k.faults, *map(k.ready_of, others), *self._buckets(ids)]
+        return Call("unschedule", keys, [len(others), *ids], int)
 
-    def pause_schedules(self, ids: Sequence[str]) -> Call[int]:
+    def pause_schedules(self, ids: Sequence[str], queues: Sequence[str] = ()) -> Call[int]:
+        """``queues``: the queues whose `ready` a withdrawn run may wait in."""
         k = self.k
-        keys = [k.ready, k.state, k.jobs, *self._buckets(ids)]
-        return Call("pause_schedules", keys, list(ids), int)
+        others = _others(queues)
+        keys = [k.ready, k.state, k.jobs, *map(k.ready_of, others), *self._buckets(ids)]
+        return Call("pause_schedules", keys, [len(others), *ids], int)
 
     def resume_schedules(self, items: Sequence[tuple[str, int, int]]) -> Call[int]:
         """Items are (id, grid_ms, due_ms)."""
@@ -567,10 +586,15 @@ class Scripts:
         args = [x for i, grid, due in items for x in (i, bucket_of(i), grid, due)]
         return Call("resume_schedules", keys, args, int)
 
-    def run_now(self, ids: Sequence[str]) -> Call[int]:
+    def run_now(self, ids: Sequence[str], queues: Sequence[str] = ()) -> Call[int]:
+        """``queues``: the queues the schedules' runs may go to."""
         k = self.k
-        keys = [k.ready, k.leases, k.state, k.seq, k.wake, k.jobs, k.tasks, *self._buckets(ids)]
-        return Call("run_now", keys, list(ids), int)
+        others = _others(queues)
+        keys = [k.ready, k.leases, k.state, k.seq, k.wake, k.jobs, k.tasks]
+        for queue in others:
+            keys += [k.ready_of(queue), k.wake_of(queue)]
+        keys += self._buckets(ids)
+        return Call("run_now", keys, [len(others), *others, *ids], int)
 
     def save_progress(self, job_id: str, token: int, progress: bytes) -> Call[int]:
         k = self.k
@@ -621,14 +645,24 @@ class Scripts:
         return Call("beat_supervisor", keys, [supervisor, info, ttl_ms], int)
 
     def promote_runs(
-        self, buckets: Sequence[int], worker: str, limit: int, lease_ms: int
+        self,
+        buckets: Sequence[int],
+        worker: str,
+        limit: int,
+        lease_ms: int,
+        routes: Sequence[str] = (),
     ) -> Call[ClaimResult]:
+        """``routes``: the queues other than the default one the runs may go to."""
         k = self.k
         keys = [k.due, k.ready, k.jobs, k.state, k.seq, k.wake, k.tasks, k.owners, k.leases]
         keys += [k.fence, k.lateness]
+        others = _others(routes)
+        for queue in others:
+            keys += [k.ready_of(queue), k.wake_of(queue)]
         for bucket in buckets:
             keys += [k.wheel(bucket), k.schedules(bucket)]
-        return Call("promote_runs", keys, [worker, limit, lease_ms, *buckets], _parse_claim)
+        args: list[str | int] = [worker, limit, lease_ms, len(others), *others, *buckets]
+        return Call("promote_runs", keys, args, _parse_claim)
 
     def finish_runs(
         self, items: Sequence[tuple[str, int, str, int, int, int, int, str, int | None]]

@@ -496,3 +496,101 @@ async def test_a_schedule_whose_run_is_parked_is_not_put_back_in_its_bucket(
     finally:
         release.set()
         await app.aclose()
+
+
+# -- schedules of other queues -----------------------------------------------------------------
+
+
+def _due_now(r: redis.Redis, app: drumbeat.App, schedule_id: str) -> None:
+    """Makes a waiting schedule's next run due now, marker included."""
+    keys = app.scheduler.shards[app.scheduler.shard_of(schedule_id)]
+    r.zadd(keys.wheel(bucket_of(schedule_id)), {schedule_id: 0})
+    r.zadd(keys.due, {f"w:{bucket_of(schedule_id)}": 0})
+
+
+async def _runs_of(ran: dict[str, list[str]], n: int) -> None:
+    for schedule_id in ("by-task", "named"):
+        await wait_for_async(
+            lambda s=schedule_id: ran.get(s, []),
+            lambda seen: len(seen) == n,
+            message=f"{schedule_id} did not run {n} time(s) in its queue",
+        )
+
+
+async def test_a_schedules_runs_go_to_its_tasks_queue_or_the_one_it_names(
+    qapp: drumbeat.App, r: redis.Redis
+) -> None:
+    """The default queue's workers keep the schedules; each run waits in its schedule's queue
+    (its task's, or the one `schedule(queue=...)` names, which no task of the app names) and
+    only that queue's workers run it."""
+    ran: dict[str, list[str]] = {}
+
+    @qapp.task(queue="builds")
+    async def build(schedule: str) -> None:
+        ran.setdefault(schedule, []).append(drumbeat.current_job().worker)
+
+    @qapp.task
+    async def plain(schedule: str) -> None:
+        ran.setdefault(schedule, []).append(drumbeat.current_job().worker)
+
+    qapp.schedule("by-task", build, every=60, args=["by-task"])
+    qapp.schedule("named", plain, every=60, args=["named"], queue="reports")
+    assert {s.id: s.queue for s in qapp.schedules()} == {"by-task": "builds", "named": "reports"}
+    assert "reports" in qapp.known_queues(), "the schedule's queue is not in the registry"
+    async with running_worker(qapp, queues=["default"]) as keeper:
+        for schedule_id in ("by-task", "named"):
+            _due_now(r, qapp, schedule_id)
+        # Promoted by the default queue's worker, into their queues, where nobody serves them.
+        for schedule_id, queue in (("by-task", "builds"), ("named", "reports")):
+            await wait_for_async(
+                lambda s=schedule_id, q=queue: r.zscore(qapp.keys.ready_of(q), f"s:{s}"),
+                lambda score: score is not None,
+                message=f"the run of {schedule_id} did not reach queue {queue}",
+            )
+        async with running_worker(qapp, queues=["builds", "reports"]) as other:
+            await _runs_of(ran, 1)
+            # Its cadence goes on: the next run too.
+            for schedule_id in ("by-task", "named"):
+                await wait_for_async(
+                    lambda s=schedule_id: qapp.get_schedule(s),
+                    lambda info: info is not None and info.next_due_ms is not None,
+                    message=f"{schedule_id} was not rescheduled",
+                )
+                _due_now(r, qapp, schedule_id)
+            await _runs_of(ran, 2)
+    assert ran == {"by-task": [other.id] * 2, "named": [other.id] * 2}, (keeper.id, ran)
+
+
+async def test_a_run_waiting_in_another_queue_is_withdrawn_by_pause_and_unschedule(
+    qapp: drumbeat.App, r: redis.Redis
+) -> None:
+    @qapp.task(queue="builds")
+    async def build() -> None: ...
+
+    ready = qapp.keys.ready_of("builds")
+    qapp.schedule("b", build, every=60)
+    assert qapp.run_now("b") == 1
+    assert r.zscore(ready, "s:b") is not None, "run_now did not queue the run in its queue"
+    assert qapp.run_now("b") == 0, "a second run while one waits"
+    assert qapp.pause("b") == 1
+    assert r.zscore(ready, "s:b") is None and not r.hexists(qapp.keys.state, "s:b")
+    assert qapp.resume("b") == 1
+    assert qapp.run_now("b") == 1
+    assert qapp.unschedule("b") == 1
+    assert r.zscore(ready, "s:b") is None and not r.hexists(qapp.keys.state, "s:b")
+    assert qapp.get_schedule("b") is None
+
+
+def test_a_schedule_of_another_queue_is_refused_with_schedule_shards(
+    redis_url: str, namespace: str
+) -> None:
+    app = drumbeat.App(redis_url, namespace=namespace, schedule_shards=2)
+
+    @app.task(queue="builds")
+    async def build() -> None: ...
+
+    with pytest.raises(InvalidJob, match="schedule_shards > 1"):
+        app.schedule("b", build, every=60)
+    with pytest.raises(InvalidJob, match="queue name 'no space'"):
+        app.schedule("b", build, every=60, queue="no space")
+    app.close()

@@ -274,15 +274,56 @@ local function schedule_run_fields(v)
 end
 
 -- Task names are interned per shard (`tasks`: name -> code, "#<code>" -> name, "#" the last
--- code), so a record holds a number instead of a dotted path.
-local function task_code(tasks_key, name)
-  local code = redis.call('HGET', tasks_key, name)
+-- code), so a record holds a number instead of a dotted path. A schedule whose runs go to a
+-- queue other than the default one interns the pair: "<name> <queue>" -> code (names hold no
+-- space), "#<code>" -> name and "#q<code>" -> queue; so its record keeps its layout (a worker
+-- of a version before queues runs such a schedule's runs in the default queue, as it did).
+local ROUTE_FIELD = '#q'
+local function task_code(tasks_key, name, queue)
+  local interned = (queue == nil or queue == '') and name or name .. ' ' .. queue
+  local code = redis.call('HGET', tasks_key, interned)
   if not code then
     code = redis.call('HINCRBY', tasks_key, '#', 1)
-    redis.call('HSET', tasks_key, name, code, '#' .. code, name)
+    if interned == name then
+      redis.call('HSET', tasks_key, name, code, '#' .. code, name)
+    else
+      redis.call('HSET', tasks_key, interned, code, '#' .. code, name, ROUTE_FIELD .. code, queue)
+    end
   end
   return tostring(code)
 end
+
+-- A schedule run's queue travels as a report in a claim's reply ("q:<queue>") when the caller
+-- did not pass that queue's keys: the run stays in its bucket until a call that does.
+local ROUTE_PREFIX = 'q:'
+
+-- The queues a script may route schedule runs to: `n` names from ARGV[name_at] on, each with
+-- its `ready` and `wake` keys from KEYS[key_at] on (two per queue), by name.
+local function routes_from(n, name_at, key_at)
+  local routes = {}
+  for i = 0, n - 1 do
+    routes[ARGV[name_at + i]] = {ready = KEYS[key_at + 2 * i], wake = KEYS[key_at + 2 * i + 1]}
+  end
+  return routes
+end
+
+-- Withdraws a schedule's run that waits in one of `ready_keys` (every queue's it may be in),
+-- with its state and spec; a run claimed, parked or in `due` stays.
+local function withdraw_run(state_key, jobs_key, ready_keys, member)
+  for _, key in ipairs(ready_keys) do
+    if redis.call('ZREM', key, member) == 1 then
+      redis.call('HDEL', state_key, member)
+      redis.call('HDEL', jobs_key, member)
+      return
+    end
+  end
+end
+
+-- The queue a schedule's runs go to ('' for the default one), by its task code.
+local function run_queue(tasks_key, task)
+  return redis.call('HGET', tasks_key, ROUTE_FIELD .. task) or ''
+end
+
 
 -- True while the schedule's run is anywhere but its bucket (queued, leased, parked on a
 -- limiter, waiting in `due`: every run out of its bucket has a state until it settles): the
@@ -468,6 +509,11 @@ end
 -- is (no re-scoring on every claim).
 local function promote_buckets(k, c, buckets, limit, settle)
   local names, ids, specs, states, early = {}, {}, {}, {}, false
+  -- Runs of schedules routed to another queue (k.routes: queue name -> {ready, wake} keys the
+  -- caller passed) go to that queue's `ready`, whoever promotes them; `routes_of` caches each
+  -- task code's queue ('' for the default one), `routed` gathers them per queue, `missing`
+  -- the queues whose keys the caller did not pass (reported; their runs wait in the bucket).
+  local routes_of, routed, missing = {}, {}, {}
   -- The markers' new scores (score, marker pairs) and the markers of emptied buckets, each
   -- written in one call for all buckets, not one per bucket.
   local marks, gone = {}, {}
@@ -494,23 +540,49 @@ local function promote_buckets(k, c, buckets, limit, settle)
         found[m], dues[m], raw[m] = due[j], tonumber(due[j + 1]), due[j + 1]
       end
     end
+    local kept = false
     if #found > 0 then
       local records = redis.call('HMGET', b[3], unpack(found))
+      local taken = {}
       for j, id in ipairs(found) do
         local gen, grid, flags, task, spec = schedule_run_fields(records[j])
+        local queue = ''
         if gen and flags < PAUSED_FLAG then
           if names[task] == nil then
-            names[task] = redis.call('HGET', k.tasks, '#' .. task) or '?'
+            local got = redis.call('HMGET', k.tasks, '#' .. task, ROUTE_FIELD .. task)
+            names[task], routes_of[task] = got[1] or '?', got[2] or ''
           end
-          ids[#ids + 1] = RUN_PREFIX .. id
-          specs[#ids] = names[task] .. '|' .. spec
-          states[#ids] = {attempt = 0, stalls = 0, priority = flags, seq = 0, due = dues[j],
-                          key = raw[j] .. ':' .. grid .. ':' .. gen .. ':0'}
+          queue = routes_of[task]
+        end
+        if queue ~= '' and not (k.routes and k.routes[queue]) then
+          missing[queue] = true
+          kept = true
+        else
+          taken[#taken + 1] = id
+          if gen and flags < PAUSED_FLAG then
+            local state = {attempt = 0, stalls = 0, priority = flags, seq = 0, due = dues[j],
+                           queue = queue, unknown = 0,
+                           key = raw[j] .. ':' .. grid .. ':' .. gen .. ':0'}
+            local spec_of = names[task] .. '|' .. spec
+            if queue == '' then
+              local m = #ids + 1
+              ids[m], specs[m], states[m] = RUN_PREFIX .. id, spec_of, state
+            else
+              local into = routed[queue]
+              if not into then into = {{}, {}, {}}; routed[queue] = into end
+              local m = #into[1] + 1
+              into[1][m], into[2][m], into[3][m] = RUN_PREFIX .. id, spec_of, state
+            end
+          end
         end
       end
-      redis.call('ZREM', b[2], unpack(found))
+      if #taken > 0 then redis.call('ZREM', b[2], unpack(taken)) end
     end
-    if #found > 0 or settle == true or settle[b[1]] then
+    if kept then
+      -- Its due runs wait for a caller that passes their queue: the marker steps aside.
+      marks[#marks + 1], marks[#marks + 2] = string.format('%d', c.now + BUCKET_HOLD_MS),
+        WHEEL_PREFIX .. b[1]
+    elseif #found > 0 or settle == true or settle[b[1]] then
       if not whole then
         local after = redis.call('ZRANGE', b[2], 0, 0, 'WITHSCORES')
         next_due, next_raw = after[2] and tonumber(after[2]) or nil, after[2]
@@ -525,6 +597,13 @@ local function promote_buckets(k, c, buckets, limit, settle)
   end
   call_many('ZADD', k.due, marks)
   call_many('ZREM', k.due, gone)
+  for queue in pairs(missing) do c.out[3][#c.out[3] + 1] = ROUTE_PREFIX .. queue end
+  for queue, into in pairs(routed) do
+    local seq = redis.call('INCRBY', k.seq, #into[1]) - #into[1]
+    for i = 1, #into[3] do into[3][i].seq = seq + i end
+    queue_all(k, into[1], into[2], into[3], k.routes[queue].ready)
+    wake(k.routes[queue].wake)
+  end
   if #ids == 0 then return early end
   local seq = redis.call('INCRBY', k.seq, #ids) - #ids
   for i = 1, #ids do states[i].seq = seq + i end

@@ -6,17 +6,23 @@
 -- due; reports other due buckets, whose keys it cannot name, for promote_runs.lua, and the due
 -- markers of limiter keys ("l:<key name>", whose keys it cannot name either), for
 -- release_limits.lua; both step aside for BUCKET_HOLD_MS. Records the
--- lateness of every schedule run it starts. Schedules belong to the default queue: their
--- markers live in its `due`, and buckets are passed only when it is the first queue served.
+-- lateness of every schedule run it starts. Schedules are kept by the default queue: their
+-- markers live in its `due`, and buckets are passed only when it is the first queue served; a
+-- run of a schedule routed to another queue goes to that queue's `ready` (its keys among the
+-- served queues' or the other queues passed), or stays in its bucket, reported "q:<queue>".
 --
 -- KEYS[1] jobs (hash)    KEYS[2] state (hash)   KEYS[3] owners (hash)   KEYS[4] leases (zset)
 -- KEYS[5] fence (string) KEYS[6] seq (string)   KEYS[7] lateness (hash) KEYS[8] tasks (hash)
 -- KEYS[9] progress (hash)
 -- KEYS[7 + 3q] ready, KEYS[8 + 3q] due, KEYS[9 + 3q] wake (zsets) of the q-th served queue
--- KEYS[8 + 3n + 2i] wheel:<b> (zset), KEYS[9 + 3n + 2i] schedules:<b> (hash) of the i-th passed
---          bucket (n = ARGV[5])
+-- KEYS[8 + 3n + 2r] ready, KEYS[9 + 3n + 2r] wake of the r-th other queue schedule runs may go
+--          to (m of them)
+-- KEYS[8 + 3n + 2m + 2i] wheel:<b> (zset), KEYS[9 + 3n + 2m + 2i] schedules:<b> (hash) of the
+--          i-th passed bucket
 -- ARGV[1] worker id   ARGV[2] limit   ARGV[3] lease_ms   ARGV[4] most due entries to promote
--- ARGV[5] number of served queues (n)   ARGV[5 + i] the i-th passed bucket number
+-- ARGV[5] number of served queues (n)   ARGV[6] number of other queues (m)
+-- ARGV[6 + q] the q-th served queue's name, then ARGV[6 + n + r] the r-th other queue's
+-- ARGV[6 + n + m + i] the i-th passed bucket number
 -- Returns {now_ms, next_due_ms or -1, {due bucket numbers to promote, and due limiter markers
 --          "l:<key name>"}, {upcoming bucket
 --          numbers}, priority of the best job left in the served `ready` keys or -1, then per
@@ -62,23 +68,26 @@ end
 
 local now = now_ms()
 local limit = tonumber(ARGV[2])
-local nq = tonumber(ARGV[5])
+local nq, nr = tonumber(ARGV[5]), tonumber(ARGV[6])
 local queues, readies = {}, {}
+local routes = routes_from(nr, 7 + nq, 10 + 3 * nq)
 for q = 1, nq do
   queues[q] = {ready = KEYS[7 + 3 * q], due = KEYS[8 + 3 * q], wake = KEYS[9 + 3 * q]}
   readies[q] = queues[q].ready
+  routes[ARGV[6 + q]] = queues[q]
 end
 local buckets = {}
 local k = {ready = queues[1].ready, jobs = KEYS[1], state = KEYS[2], owners = KEYS[3],
            leases = KEYS[4], fence = KEYS[5], seq = KEYS[6], tasks = KEYS[8],
-           due = queues[1].due, progress = KEYS[9]}
+           due = queues[1].due, progress = KEYS[9], routes = routes}
 local c = {worker = ARGV[1], now = now, lease_ms = tonumber(ARGV[3]),
            out = {now, -1, buckets, {}, -1}, lateness = {}}
 local passed, is_passed = {}, {}
-local before_buckets = 8 + 3 * nq
-for i = 1, #ARGV - 5 do
-  passed[i] = {ARGV[5 + i], KEYS[before_buckets + 2 * i], KEYS[before_buckets + 2 * i + 1]}
-  is_passed[ARGV[5 + i]] = true
+local before_buckets, before_args = 8 + 3 * nq + 2 * nr, 6 + nq + nr
+for i = 1, #ARGV - before_args do
+  local b = ARGV[before_args + i]
+  passed[i] = {b, KEYS[before_buckets + 2 * i], KEYS[before_buckets + 2 * i + 1]}
+  is_passed[b] = true
 end
 local passed_due = {}
 -- A held marker's score, formatted once (a number is formatted with %.17g per redis.call arg).

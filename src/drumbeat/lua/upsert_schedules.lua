@@ -1,20 +1,24 @@
 -- Creates or updates schedules by id. An unchanged definition keeps its place and totals (so
 -- re-registering every schedule at start-up shifts nothing); a changed one gets a new
 -- generation and its new first due time, unless its run is in flight: then the run's
--- completion reschedules it by the new definition. Pause state and totals are kept.
+-- completion reschedules it by the new definition. Pause state and totals are kept. A schedule
+-- routed to a queue other than the default one registers that queue in `queues`.
 --
 -- KEYS[1] due (zset)  KEYS[2] state (hash)  KEYS[3] wake (zset)  KEYS[4] tasks (hash)
--- KEYS[3 + 2i] wheel:<b> (zset), KEYS[4 + 2i] schedules:<b> (hash) of the i-th schedule
--- ARGV    groups of 7, one per schedule: id, bucket, priority, first grid slot ms,
---         first due ms, task name, spec
+-- KEYS[5] queues (set)
+-- KEYS[4 + 2i] wheel:<b> (zset), KEYS[5 + 2i] schedules:<b> (hash) of the i-th schedule
+-- ARGV    groups of 8, one per schedule: id, bucket, priority, first grid slot ms,
+--         first due ms, task name, spec, queue (empty for the default one)
 -- Returns one integer per schedule: 1 created, 2 updated, 0 unchanged
 local out = {}
-for i = 1, #ARGV / 7 do
-  local a = (i - 1) * 7
+for i = 1, #ARGV / 8 do
+  local a = (i - 1) * 8
   local id, bucket, priority = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
   local grid, due, spec = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), ARGV[a + 7]
-  local wheel_key, schedules_key = KEYS[3 + 2 * i], KEYS[4 + 2 * i]
-  local task = task_code(KEYS[4], ARGV[a + 6])
+  local wheel_key, schedules_key = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
+  local queue = ARGV[a + 8]
+  if queue ~= '' then redis.call('SADD', KEYS[5], queue) end
+  local task = task_code(KEYS[4], ARGV[a + 6], queue)
   local old = parse_schedule(redis.call('HGET', schedules_key, id))
   if old and old.spec == spec and old.priority == priority and old.task == task then
     out[#out + 1] = 0

@@ -59,7 +59,11 @@ class Claimer:
         self.worker_id = worker_id
         self.queues = queues
         """The queues served, the default one first if served."""
-        # Schedule shards hold only schedules, which belong to the default queue.
+        self.routes: list[str] = []
+        """The other queues due schedule runs may go to (this app's tasks' queues, and those
+        a claim reported: a run of a queue not passed stays in its bucket for a second)."""
+        # Schedule shards hold only schedules, kept by the default queue (whose runs, with
+        # schedule_shards > 1, go to the default queue too).
         self.shards = shards if queues[0] == DEFAULT_QUEUE else shards[:1]
         self.settings = settings
         self.table = table
@@ -228,11 +232,14 @@ class Claimer:
                 due = released[1]
                 if due >= 0 and (result.next_due_ms is None or due < result.next_due_ms):
                     result = dataclasses.replace(result, next_due_ms=due)
+            for queue in result.routes:
+                if queue not in self.routes:
+                    self.routes.append(queue)
             if not result.buckets:
                 return took, result
             # The claim stepped these buckets aside for a second: promote them now.
             call = self.shards[shard].promote_runs(
-                result.buckets, self.worker_id, free - took, s.lease_ms
+                result.buckets, self.worker_id, free - took, s.lease_ms, self.routes
             )
             (result,) = await self._link.run([call])
 
@@ -338,8 +345,9 @@ class Claimer:
         # Schedule buckets live in the default queue's `due`: only with it first.
         buckets = self._upcoming.get(shard, ()) if queues[0] == DEFAULT_QUEUE else ()
         return self.shards[shard].claim(
-            self.worker_id, limit, s.lease_ms, s.batch_limit, buckets, queues=queues
-        )
+            self.worker_id, limit, s.lease_ms, s.batch_limit, buckets, queues=queues,
+            routes=self.routes if buckets else (),
+        )  # fmt: skip
 
     async def _pop_any(self) -> Any:
         """Pops a marker off any wake key: one ``BZPOPMIN`` over all of them, or on a cluster

@@ -111,6 +111,7 @@ class Worker:
             start=self.runs.start, stopping=self._stopping, queues=self.queues,
         )  # fmt: skip
         self.runs.now_ms = self.claimer.now_ms
+        self.claimer.routes = [q for q in app.queues() if q != DEFAULT_QUEUE]
         self.gate = Gate(app, self.shards, self.queues)
         self.gate.check()
         self.runner.gate = self.gate
