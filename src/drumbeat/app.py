@@ -268,6 +268,11 @@ class App:
         grace: float | None = None,
         jitter: float = 0.0,
         queue: str | None = None,
+        rate_limit: str | None = None,
+        rate_burst: int | None = None,
+        concurrency_limit: int | None = None,
+        limit_by: str | None = None,
+        limiter: str | None = None,
     ) -> None:
         """Create or update (by ``id``) a schedule that runs ``task`` periodically.
 
@@ -282,10 +287,13 @@ class App:
             queue: the queue its runs go to; defaults to the task's. The workers that serve
                 the default queue keep every schedule (they promote due runs, as Celery beat
                 sends them); a run of another queue waits in that queue for its workers.
+            rate_limit, rate_burst, concurrency_limit, limit_by, limiter: limits of this
+                schedule's runs in place of the task's, as `Task.options` takes them.
         """
         item = Schedule(
-            id, task, every, cron, args, kwargs or {}, priority, tz, mode, grace, jitter, queue
-        )
+            id, task, every, cron, args, kwargs or {}, priority, tz, mode, grace, jitter, queue,
+            rate_limit, rate_burst, concurrency_limit, limit_by, limiter,
+        )  # fmt: skip
         self.schedule_many([item])
 
     async def aschedule(
@@ -303,11 +311,17 @@ class App:
         grace: float | None = None,
         jitter: float = 0.0,
         queue: str | None = None,
+        rate_limit: str | None = None,
+        rate_burst: int | None = None,
+        concurrency_limit: int | None = None,
+        limit_by: str | None = None,
+        limiter: str | None = None,
     ) -> None:
         """`schedule` for async callers."""
         item = Schedule(
-            id, task, every, cron, args, kwargs or {}, priority, tz, mode, grace, jitter, queue
-        )
+            id, task, every, cron, args, kwargs or {}, priority, tz, mode, grace, jitter, queue,
+            rate_limit, rate_burst, concurrency_limit, limit_by, limiter,
+        )  # fmt: skip
         await self.aschedule_many([item])
 
     def schedule_many(self, schedules: Iterable[Schedule]) -> list[int]:

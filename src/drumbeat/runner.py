@@ -223,6 +223,7 @@ class Runner:
         *,
         args: list[Any],
         kwargs: dict[str, Any],
+        limits: Any,
         named: Named | None,
         now_ms: Callable[[], int],
     ) -> Task[Any, Any] | Parked | str:
@@ -233,8 +234,9 @@ class Runner:
             task = self.app.get_task(name)
         except UnknownTask as exc:
             return str(exc)
-        if self.gate is not None and task.limits:
-            held_back = await self._acquire(job, task, Spec(task.name, args, kwargs), named, now_ms)
+        if self.gate is not None and (task.limits or limits is not None):
+            spec = Spec(task.name, args, kwargs, limits)  # the schedule's own limits, if any
+            held_back = await self._acquire(job, task, spec, named, now_ms)
             if isinstance(held_back, Bury):
                 return held_back.reason
             if held_back is not None:
@@ -329,7 +331,7 @@ class Runner:
             task_name, spec_blob = job.spec.split(FIELD_SEP.encode(), 1)
             if named is not None:
                 named.task_name = task_name.decode(errors="replace")
-            args, kwargs, cadence = decode_schedule_spec(spec_blob)
+            args, kwargs, cadence, limits = decode_schedule_spec(spec_blob)
         except Exception as exc:  # a damaged record: report it, come back later
             error = f"unreadable schedule record: {type(exc).__name__}: {exc}"
             retry_at = start_ms + _UNREADABLE_RETRY_MS
@@ -348,7 +350,13 @@ class Runner:
         if not_run is not None:
             return next_slot(*not_run)
         found = await self._schedule_task(
-            job, task_name.decode(), args=args, kwargs=kwargs, named=named, now_ms=now_ms
+            job,
+            task_name.decode(),
+            args=args,
+            kwargs=kwargs,
+            limits=limits,
+            named=named,
+            now_ms=now_ms,
         )
         if isinstance(found, str | Parked):
             return next_slot("fail", found) if isinstance(found, str) else found

@@ -250,21 +250,32 @@ class Record:
 
 
 def encode_schedule_spec(
-    codec: Codec, args: list[Any], kwargs: dict[str, Any], cadence: Cadence
+    codec: Codec,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    cadence: Cadence,
+    limits: list[Any] | None = None,
 ) -> bytes:
+    """``[args, cadence]``, ``[args, cadence, kwargs]`` or, for a schedule with limits of its
+    own (`limits.Limits.to_record`), ``[args, cadence, kwargs, limits]``: the fewest elements
+    that hold it (a worker of an earlier version reads the first three and ignores the rest)."""
     wire = cadence.to_wire()
     compact: Any = wire["e"] if wire.keys() == {"e"} else wire
+    if limits is not None:
+        return codec.dumps([args, compact, kwargs, limits])
     return codec.dumps([args, compact, kwargs] if kwargs else [args, compact])
 
 
-def decode_schedule_spec(blob: bytes) -> tuple[list[Any], dict[str, Any], Cadence]:
-    """``(args, kwargs, cadence)`` of a spec (JSON arrays start with ``[``; else msgpack)."""
+def decode_schedule_spec(blob: bytes) -> tuple[list[Any], dict[str, Any], Cadence, Any]:
+    """``(args, kwargs, cadence, limits)`` of a spec, ``limits`` None when the schedule has
+    none of its own (JSON arrays start with ``[``; else msgpack)."""
     raw = CODECS["json" if blob[:1] == b"[" else "msgpack"].loads(blob)
     cadence = raw[1]
     return (
         raw[0],
         raw[2] if len(raw) > 2 else {},
         Cadence.from_wire(cadence if isinstance(cadence, dict) else {"e": cadence}),
+        raw[3] if len(raw) > 3 else None,
     )
 
 

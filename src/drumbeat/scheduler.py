@@ -50,6 +50,11 @@ class Schedule:
     grace: float | None = None
     jitter: float = 0.0
     queue: str | None = None
+    rate_limit: str | None = None
+    rate_burst: int | None = None
+    concurrency_limit: int | None = None
+    limit_by: str | None = None
+    limiter: str | None = None
 
     @property
     def cadence(self) -> Cadence:
@@ -149,7 +154,23 @@ class Scheduler:
                     "(not built yet); use schedule_shards=1 or the default queue"
                 )
             encode_call(codec, s.args, s.kwargs, settings.max_payload_bytes)  # names a bad one
-            spec = encode_schedule_spec(codec, list(s.args), dict(s.kwargs), cadence)
+            limits = task.call_limits(
+                f"schedule {s.id!r}",
+                rate_limit=s.rate_limit,
+                rate_burst=s.rate_burst,
+                concurrency_limit=s.concurrency_limit,
+                limit_by=s.limit_by,
+                limiter=s.limiter,
+            )
+            if limits or task.limits:  # an unknown limiter, a limit_by the args lack
+                self.app.limits_of(limits or task.limits, task, s.args, s.kwargs)
+            spec = encode_schedule_spec(
+                codec,
+                list(s.args),
+                dict(s.kwargs),
+                cadence,
+                None if limits is None else limits.to_record(),
+            )
             grid, due = cadence.first_due(s.id, now_ms)
             shard = self.shard_of(s.id)
             groups[shard].append((s.id, priority, grid, due, task.name, spec, queue))
@@ -305,7 +326,7 @@ class Scheduler:
         fault: bytes | None = None,
     ) -> ScheduleInfo:
         record = parse_record(value)
-        args, kwargs, cadence = decode_schedule_spec(record.spec)
+        args, kwargs, cadence, _ = decode_schedule_spec(record.spec)
         return ScheduleInfo(
             id=schedule_id,
             task=(names or {}).get(record.task_code, "?"),

@@ -202,24 +202,46 @@ class Task(Generic[P, R]):
         (the others stay the task's)."""
         prio = self.config.priority if priority is None else priority
         q = self.config.queue if queue is None else queue
-        limits = None
-        given = (rate_limit, rate_burst, concurrency_limit, limit_by, limiter)
-        if any(v is not None for v in given):
-            c = self.config
-            rated = rate_limit is not None or rate_burst is not None
-            limits = make_limits(
-                what=f"{self.name}.options(...)",
-                rate_limit=rate_limit if rated else c.rate_limit,
-                rate_burst=rate_burst if rated else c.rate_burst,
-                concurrency_limit=c.concurrency_limit
-                if concurrency_limit is None
-                else concurrency_limit,
-                limit_by=c.limit_by if limit_by is None else limit_by,
-                limiter=c.limiter if limiter is None else limiter,
-                fn=self.fn,
-            )
+        limits = self.call_limits(
+            f"{self.name}.options(...)",
+            rate_limit=rate_limit,
+            rate_burst=rate_burst,
+            concurrency_limit=concurrency_limit,
+            limit_by=limit_by,
+            limiter=limiter,
+        )
         options = Options(priority=prio, delay=delay, at=at, key=key, queue=q, limits=limits)
         return Bound(self, options)
+
+    def call_limits(
+        self,
+        what: str,
+        *,
+        rate_limit: str | None = None,
+        rate_burst: int | None = None,
+        concurrency_limit: int | None = None,
+        limit_by: str | None = None,
+        limiter: str | None = None,
+    ) -> Limits | None:
+        """The limits of a call (or a schedule) that gives some of its own, checked; None when
+        it gives none (its task's apply). The rate options replace the task's together,
+        ``concurrency_limit``, ``limit_by`` and ``limiter`` each on its own."""
+        given = (rate_limit, rate_burst, concurrency_limit, limit_by, limiter)
+        if all(v is None for v in given):
+            return None
+        c = self.config
+        rated = rate_limit is not None or rate_burst is not None
+        return make_limits(
+            what=what,
+            rate_limit=rate_limit if rated else c.rate_limit,
+            rate_burst=rate_burst if rated else c.rate_burst,
+            concurrency_limit=c.concurrency_limit
+            if concurrency_limit is None
+            else concurrency_limit,
+            limit_by=c.limit_by if limit_by is None else limit_by,
+            limiter=c.limiter if limiter is None else limiter,
+            fn=self.fn,
+        )
 
     def prepare(self, *args: P.args, **kwargs: P.kwargs) -> Prepared:
         """A job for `App.enqueue_many`, with this task's default options."""

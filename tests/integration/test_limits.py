@@ -266,3 +266,45 @@ async def test_schedule_runs_are_limited_too(redis_url: str, namespace: str) -> 
         await lapp.aunschedule("poll0", "poll1", "poll2")
     await lapp.aclose()
     assert peak == 1, f"at most one run of the concurrency-1 task at once, saw {peak}"
+
+
+async def test_a_schedule_may_give_its_runs_limits_of_their_own(
+    redis_url: str, namespace: str
+) -> None:
+    """`schedule(concurrency_limit=..., limit_by=...)` limits the runs of a task that has no
+    limits: one run at a time per user, across the schedules of that user."""
+    lapp = drumbeat.App(redis_url, namespace=namespace, idle_block=0.5, min_interval=0.05)
+    running: dict[str, int] = {"a": 0, "b": 0}
+    peak: dict[str, int] = {"a": 0, "b": 0}
+    done = 0
+
+    @lapp.task
+    async def poll(user: str, n: int) -> None:
+        nonlocal done
+        running[user] += 1
+        peak[user] = max(peak[user], running[user])
+        await asyncio.sleep(0.05)
+        running[user] -= 1
+        done += 1
+
+    for i, user in enumerate(["a", "a", "a", "b", "b"]):
+        await lapp.aschedule(f"poll{i}", poll, every=0.1, args=[user, i], concurrency_limit=1,
+                             limit_by="user")  # fmt: skip
+    async with running_worker(lapp, concurrency=8):
+        await wait_for_async(lambda: done >= 15, message="the schedules should run", timeout=20)
+        await lapp.aunschedule(*[f"poll{i}" for i in range(5)])
+    await lapp.aclose()
+    assert peak == {"a": 1, "b": 1}, f"at most one run per user at once, saw {peak}"
+
+
+def test_a_schedules_bad_limits_are_refused_when_it_is_made(lapp: drumbeat.App) -> None:
+    @lapp.task
+    def poll(user: str) -> None: ...
+
+    with pytest.raises(InvalidJob, match="schedule 'p': limit_by='nobody' is not an argument"):
+        lapp.schedule("p", poll, every=5, args=["a"], concurrency_limit=1, limit_by="nobody")
+    with pytest.raises(InvalidJob, match="names limiter 'nowhere', which is not declared"):
+        lapp.schedule("p", poll, every=5, args=["a"], limiter="nowhere")
+    with pytest.raises(InvalidJob, match="rate limit 'fast' is malformed"):
+        lapp.schedule("p", poll, every=5, args=["a"], rate_limit="fast")
+    assert lapp.get_schedule("p") is None, "a refused schedule was stored"

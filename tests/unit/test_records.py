@@ -35,7 +35,10 @@ def test_spec_round_trips(
     codec: str, args: list[Any], kwargs: dict[str, Any], cadence: Cadence
 ) -> None:
     blob = encode_schedule_spec(CODECS[codec], args, kwargs, cadence)
-    assert decode_schedule_spec(blob) == (args, kwargs, cadence)
+    assert decode_schedule_spec(blob) == (args, kwargs, cadence, None)
+    limits = [[1000, 0, 2], "user_id", None]
+    blob = encode_schedule_spec(CODECS[codec], args, kwargs, cadence, limits)
+    assert decode_schedule_spec(blob) == (args, kwargs, cadence, limits)
 
 
 def test_a_typical_spec_is_small() -> None:

@@ -120,7 +120,7 @@ def describe(job_id: str, spec: bytes | None) -> dict[str, Any]:
             task, _, blob = spec.partition(FIELD_SEP.encode())
             out["task"] = task.decode(errors="replace")
             with contextlib.suppress(Exception):  # a foreign record: shown without arguments
-                out["args"], out["kwargs"], _ = decode_schedule_spec(blob)
+                out["args"], out["kwargs"], _, _ = decode_schedule_spec(blob)
         return out
     if spec is not None:
         try:
