@@ -25,7 +25,13 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Protocol
 
-from drumbeat.worker.liveness import PROTOCOL, SUPERVISOR_FD, SUPERVISOR_PROTOCOL, parse
+from drumbeat.worker.liveness import (
+    PROTOCOL,
+    SUPERVISOR_FD,
+    SUPERVISOR_PROTOCOL,
+    SUPERVISOR_READY,
+    parse,
+)
 
 log = logging.getLogger("drumbeat.supervisor")
 
@@ -33,8 +39,10 @@ log = logging.getLogger("drumbeat.supervisor")
 QUICK_DEATH = 10.0
 #: This many quick deaths in a row stop the supervisor (exit 1) instead of restarting again.
 CRASH_LOOP = 5
-#: In a rolling restart, a new worker must live this long before the one it replaces is stopped.
-WARM_UP = 2.0
+#: In a rolling restart, an old worker is stopped once its successor serves (it said "ready":
+#: registered, claiming), however long its start-up takes. A successor still silent after this
+#: long (older code, which never says it) takes the old one's place all the same.
+READY_WAIT = 60.0
 _POLL = 0.1
 
 
@@ -110,10 +118,11 @@ class Supervisor:
         # one, and must not take a successor meant for another slot.
         self._spares: dict[int, subprocess.Popen[bytes]] = {}
         self._env = {**os.environ, SUPERVISOR_FD: str(self._retiring_w),
-                     SUPERVISOR_PROTOCOL: str(PROTOCOL)}  # fmt: skip
+                     SUPERVISOR_PROTOCOL: str(PROTOCOL), SUPERVISOR_READY: "1"}  # fmt: skip
         self.hang_timeout = hang_timeout
         self._beats: dict[int, float] = {}  # pid -> its last beat (its start before the first)
         self._beaten: set[int] = set()  # pids that beat at least once
+        self._ready: set[int] = set()  # pids that said they serve
         self._hung: set[int] = set()  # pids killed as hung, until their death is handled
         self._unread = b""  # the start of a line not yet all read from the pipe
         self._reloads = 0  # SIGHUPs not yet started on
@@ -163,9 +172,10 @@ class Supervisor:
 
     def _rolling(self) -> None:
         """One step of a rolling restart: for each slot in turn, a new worker (new code)
-        starts; once it has lived `WARM_UP` seconds the old one is stopped gracefully, and
-        once that has left, the next slot. Capacity never drops below N. A new worker that
-        dies while warming up ends the restart and leaves the old workers serving."""
+        starts; once it serves (`READY_WAIT`) the old one is stopped gracefully, and once that
+        has left, the next slot. Capacity never drops below N, however long the new code takes
+        to start. A new worker that dies while starting ends the restart and leaves the old
+        workers serving."""
         if self._reloads and not self._roll and self._successor is None:
             self._reloads = 0
             self._roll = list(range(len(self.slots)))
@@ -186,8 +196,13 @@ class Supervisor:
                       "stops and the old workers keep serving", code)  # fmt: skip
             self._successor, self._roll = None, []
             return
-        if time.monotonic() - self._successor_started < WARM_UP:
-            return
+        if self._successor.pid not in self._ready:
+            waited = time.monotonic() - self._successor_started
+            if waited < READY_WAIT:
+                return
+            log.warning("the new worker pid %d has not said it serves after %.0f s; it takes "
+                        "the place of the old one all the same", self._successor.pid,
+                        waited)  # fmt: skip
         old, slot.proc = slot.proc, self._successor
         slot.started, slot.pause = self._successor_started, 0.5
         self._successor = None
@@ -318,8 +333,8 @@ class Supervisor:
         log.info("all worker processes stopped (exit codes %s)", codes)
 
     def _retirements(self) -> list[int]:
-        """Reads every line the workers wrote since the last look: notes the beats, and
-        returns the pids of the workers that asked for a successor."""
+        """Reads every line the workers wrote since the last look: notes the beats and who
+        serves, and returns the pids of the workers that asked for a successor."""
         data = self._unread
         while True:
             try:
@@ -337,6 +352,9 @@ class Supervisor:
                 log.warning("ignoring a line a worker wrote on the pipe: %r", line[:80])
             elif message[0] == "retire":
                 retiring.append(message[1])
+            elif message[0] == "ready":
+                if message[1] in self._beats:
+                    self._ready.add(message[1])
             elif message[1] in self._beats:  # not a process that has gone since
                 self._beats[message[1]] = now
                 self._beaten.add(message[1])
@@ -367,6 +385,7 @@ class Supervisor:
         for gone in self._beats.keys() - pids:
             del self._beats[gone]
         self._beaten &= pids
+        self._ready &= pids
 
     def _drop_spare(self, pid: int) -> None:
         """Stops the successor started for worker ``pid`` when its slot goes (a scale-down, a

@@ -191,7 +191,7 @@ async def test_schedules_ls_wide_and_json(cli_env: None, app: drumbeat.App) -> N
     wide = ok("schedules", "ls", APP, "--wide").stdout
     assert row(wide, "id") == [
         "id", "task", "cadence", "priority", "state", "next due", "last run", "last duration",
-        "runs", "failures", "misfires", "last error",
+        "last lateness", "runs", "failures", "misfires", "last error",
     ]  # fmt: skip
     first = row(wide, SCHEDULE_IDS[0])
     assert first[1:5] == [LONG_TASK, CADENCE, "3", "scheduled"]  # in full
@@ -219,6 +219,7 @@ async def test_schedules_ls_wide_and_json(cli_env: None, app: drumbeat.App) -> N
         "last_run_ms": None,
         "last_run_at": None,
         "last_duration_ms": None,
+        "last_lateness_ms": None,
         "runs": 0,
         "failures": 0,
         "misfires": 0,

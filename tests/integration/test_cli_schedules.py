@@ -8,6 +8,7 @@ Schedules are made with the API of the test's `app`, whose namespace the CLI's a
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -15,6 +16,8 @@ from collections.abc import Iterator
 import pytest
 
 import drumbeat
+from drumbeat.cli.tables import fmt_ms
+from drumbeat.dashboard.schedules import schedule_json as dashboard_json
 from drumbeat.keys import bucket_of
 from tests.conftest import running_worker
 from tests.integration.test_cli import (
@@ -118,7 +121,7 @@ async def test_ls_shows_cadence_state_and_times(cli_env: None, app: drumbeat.App
     header = row(out, "id")
     assert header == [
         "id", "task", "cadence", "priority", "state", "next due", "last run", "last duration",
-        "runs", "failures", "misfires", "last error",
+        "last lateness", "runs", "failures", "misfires", "last error",
     ]  # fmt: skip
 
     a = row(out, "ping.a")
@@ -126,7 +129,7 @@ async def test_ls_shows_cadence_state_and_times(cli_env: None, app: drumbeat.App
     # Its first run is due within 5 s (its phase comes from its id); no worker runs it, so on
     # a slow machine that time may have passed by the time the CLI reads it.
     assert a[5].startswith(("in ", "overdue ")) and _seconds(a[5]) <= 5, a[5]
-    assert a[6:] == ["-", "-", "0", "0", "0", "-"]
+    assert a[6:] == ["-", "-", "-", "0", "0", "0", "-"]
 
     b = row(out, "ping.b")
     assert b[1:5] == ["add", "every 1h, delay, grace 30s, jitter 2s", "4", "scheduled"]
@@ -190,7 +193,7 @@ async def test_show_prints_every_field(cli_env: None, app: drumbeat.App) -> None
     assert re.fullmatch(
         r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC \(in .+\)", row(out, "next due")[1]
     )
-    for field in ("last run", "last duration", "last error"):
+    for field in ("last run", "last duration", "last lateness", "last error"):
         assert row(out, field)[1] == "-"
     for field in ("runs", "failures", "misfires"):
         assert row(out, field)[1] == "0"
@@ -301,12 +304,51 @@ async def test_status_and_ls_after_a_worker_ran_schedules(cli_env: None, app: dr
     assert tick[1:5] == ["add", "every 1s", "0", "scheduled"]
     assert tick[6].endswith(" ago")
     assert re.fullmatch(r"\d+(\.\d)?ms|\d+\.\ds", tick[7]), tick[7]  # last duration
-    assert int(tick[8]) >= 1 and tick[9:] == ["0", "0", "-"]
+    assert re.fullmatch(r"\d+(\.\d)?ms|\d+\.\ds", tick[8]), tick[8]  # last lateness
+    assert int(tick[9]) >= 1 and tick[10:] == ["0", "0", "-"]
     fails = row(listing, "fails")
-    assert int(fails[9]) >= 1
-    assert fails[11].startswith("RuntimeError: the report server said no xxx")
-    assert fails[11].endswith("…") and len(fails[11]) == 60
+    assert int(fails[10]) >= 1
+    assert fails[12].startswith("RuntimeError: the report server said no xxx")
+    assert fails[12].endswith("…") and len(fails[12]) == 60
 
     shown = ok("schedules", "show", APP, "fails").stdout
     assert row(shown, "last error")[1] == f"RuntimeError: {LONG_ERROR}"  # in full
     assert row(shown, "last run")[1].endswith(" ago)")
+
+
+async def test_ls_and_show_give_how_late_the_last_run_started(
+    cli_env: None, app: drumbeat.App
+) -> None:
+    """The lateness finish_runs records with a run (its start less its due time): a column of
+    ``ls --wide``, a row of ``show``, and in --json the dashboard's field."""
+    _register(app)
+    app.schedule("behind", "add", every=3600, args=[1])
+    app.schedule("never", "add", every=3600, args=[2])
+    keys = app.scheduler.shards[app.scheduler.shard_of("behind")]
+    sec, usec = app.redis.time()
+    due = int(sec) * 1000 + int(usec) // 1000 - 3000  # its run is 3 s overdue
+    app.redis.zadd(keys.wheel(bucket_of("behind")), {"behind": due})
+    app.redis.zadd(keys.due, {f"w:{bucket_of('behind')}": due})
+    async with running_worker(app):
+        await _wait_for_runs(app, "behind")
+    info = app.get_schedule("behind")
+    assert info is not None and info.last_run_ms is not None
+    late = info.last_lateness_ms
+    assert late is not None and late == info.last_run_ms - due >= 3000, (late, due)
+
+    listing = (await asyncio.to_thread(ok, "schedules", "ls", APP, "--wide")).stdout
+    column = row(listing, "id").index("last lateness")
+    assert row(listing, "behind")[column] == fmt_ms(late)
+    assert row(listing, "never")[column] == "-"
+    shown = ok("schedules", "show", APP, "behind").stdout
+    assert row(shown, "last lateness")[1] == f"{fmt_ms(late)} after its due time"
+    assert row(ok("schedules", "show", APP, "never").stdout, "last lateness")[1] == "-"
+
+    listed = {s["id"]: s for s in json.loads(ok("schedules", "ls", APP, "--json").stdout)[
+        "schedules"]}  # fmt: skip
+    assert listed["behind"]["last_lateness_ms"] == late
+    assert listed["never"]["last_lateness_ms"] is None
+    assert json.loads(ok("schedules", "show", APP, "behind", "--json").stdout)[
+        "last_lateness_ms"] == late  # fmt: skip
+    # The dashboard's /api gives the same field, under the same name.
+    assert dashboard_json(info, 0)["last_lateness_ms"] == late

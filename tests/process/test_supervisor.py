@@ -5,6 +5,7 @@ crash loop."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -12,11 +13,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
 import drumbeat
+from drumbeat.keys import Keys
 from drumbeat.supervisor import Supervisor
 from tests.helpers import wait_for
 
@@ -55,14 +58,15 @@ def _start(
     processes: int,
     *more: str,
     new_session: bool = False,
+    app: str = "tests.apps.sup_app:app",
     **env: str,
 ) -> subprocess.Popen[bytes]:
     environ = {**os.environ, "DRUMBEAT_REDIS_URL": url, "DRUMBEAT_NAMESPACE": namespace,
                "DRUMBEAT_LEASE": "1.0", "DRUMBEAT_MAINTENANCE_INTERVAL": "0.2",
                "PYTHONPATH": str(ROOT), **env}  # fmt: skip
     proc = subprocess.Popen(
-        [sys.executable, "-m", "drumbeat", "worker", "tests.apps.sup_app:app",
-         "--processes", str(processes), "--concurrency", "4", *more],
+        [sys.executable, "-m", "drumbeat", "worker", app, "--processes", str(processes),
+         "--concurrency", "4", *more],
         cwd=ROOT, env=environ, start_new_session=new_session,
     )  # fmt: skip
     started.append(proc)
@@ -165,6 +169,135 @@ def test_sighup_restarts_every_worker_one_at_a_time_without_a_capacity_gap(
         app.close()
     sup.send_signal(signal.SIGTERM)
     assert sup.wait(30) == 0
+
+
+# The app of the rolling-restart test, in a module of its own: the test changes it on disk
+# (VERSION, and a start-up that now takes START seconds: the new code warms a cache) before
+# SIGHUP, as a deploy does.
+_ROLLING_APP = """
+import asyncio
+import os
+
+import redis
+
+import drumbeat
+from drumbeat.keys import Keys
+
+VERSION = "@VERSION@"
+START = @START@
+app = drumbeat.App()
+_log = redis.Redis.from_url(os.environ["DRUMBEAT_REDIS_URL"])
+PREFIX = "test:{" + app.keys.namespace + "}:"
+
+
+@app.on_startup
+async def warm() -> None:
+    await asyncio.sleep(START)
+
+
+@app.task
+async def work(n: int) -> str:
+    _log.rpush(PREFIX + "began", f"{n}|{os.getpid()}|{VERSION}")
+    await asyncio.sleep(0.05)
+    _log.rpush(PREFIX + "ended", f"{n}|{os.getpid()}|{VERSION}")
+    return VERSION
+"""
+
+
+def _write_app(path: Path, version: str, start: float) -> None:
+    path.write_text(_ROLLING_APP.replace("@VERSION@", version).replace("@START@", repr(start)))
+
+
+def _runs(r: redis.Redis, namespace: str, which: str) -> list[tuple[int, int, str]]:
+    """(job number, pid, code version) of each job that began or ended."""
+    out = []
+    for raw in r.lrange(f"test:{{{namespace}}}:{which}", 0, -1):
+        n, pid, version = raw.decode().split("|")
+        out.append((int(n), int(pid), version))
+    return out
+
+
+def _registered(r: redis.Redis, namespace: str) -> set[int]:
+    """The pids of the workers registered in Redis: those `drumbeat status` lists."""
+    return {int(json.loads(raw)["pid"]) for raw in r.hvals(Keys(namespace).workerinfo)}
+
+
+def _supervisor_live(r: redis.Redis, namespace: str) -> list[tuple[int, int]]:
+    """(live, desired) of each supervisor's record in Redis."""
+    infos = [json.loads(raw) for raw in r.hvals(Keys(namespace).supervisorinfo)]
+    return [(info["live"], info["desired"]) for info in infos]
+
+
+def test_sighup_rolls_new_code_onto_every_worker_while_jobs_flow(
+    redis_url: str,
+    namespace: str,
+    r: redis.Redis,
+    supervise: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    """A deploy: the app changes on disk, SIGHUP. Each worker is replaced by one running the new
+    code, one at a time, and an old one leaves only once its successor serves, even when the
+    new code takes longer to start than the old (here 3 s, where the old took none); every job
+    runs once, none is lost."""
+    module = f"rolling_{namespace.replace('-', '_')}"
+    source = tmp_path / f"{module}.py"
+    _write_app(source, "old", 0.0)
+    sup = _start(supervise, redis_url, namespace, 2, app=f"{module}:app",
+                 PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}",
+                 PYTHONDONTWRITEBYTECODE="1")  # fmt: skip
+    old = wait_for(lambda: _registered(r, namespace), until=lambda pids: len(pids) == 2,
+                   message="two worker processes should register")  # fmt: skip
+    wait_for(lambda: _supervisor_live(r, namespace), until=lambda s: s == [(2, 2)],
+             message="the supervisor should register 2 live of 2 desired")  # fmt: skip
+    app = drumbeat.App(redis_url, namespace=namespace)
+    jobs: list[drumbeat.Job[Any]] = []
+    fewest_registered, fewest_live, most_children = 2, 2, 2
+    try:
+        _write_app(source, "new", 3.0)
+        sup.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 90
+        while True:  # jobs flow all along; watch the pool between them
+            jobs.append(app.enqueue(f"{module}.work", len(jobs)))
+            registered = _registered(r, namespace)
+            fewest_registered = min(fewest_registered, len(registered))
+            fewest_live = min([fewest_live, *(live for live, _ in _supervisor_live(r, namespace))])
+            most_children = max(most_children, len(_children(sup.pid)))
+            if len(registered) == 2 and not registered & old:
+                break
+            assert sup.poll() is None, "the supervisor exited"
+            assert time.monotonic() < deadline, (
+                f"the rolling restart did not finish: {len(registered)} registered workers, "
+                f"{len(registered & old)} of them old"
+            )
+            time.sleep(0.02)
+        new = registered
+        jobs += [app.enqueue(f"{module}.work", len(jobs) + i) for i in range(8)]
+        results = [job.result(timeout=30) for job in jobs]
+        wait_for(lambda: _children(sup.pid), until=lambda live: live == new,
+                 message="the old workers should exit, leaving the new ones")  # fmt: skip
+    finally:
+        app.close()
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(30) == 0
+    assert fewest_registered >= 2, (
+        f"capacity dipped to {fewest_registered} registered workers during the rolling restart: "
+        "an old worker left before its successor served"
+    )
+    assert fewest_live >= 2, f"the supervisor's record showed {fewest_live} live of 2"
+    assert most_children <= 3, (
+        f"{most_children} worker processes at once: the restart should replace one at a time"
+    )
+    began, ended = _runs(r, namespace, "began"), _runs(r, namespace, "ended")
+    numbers = sorted(n for n, _, _ in began)
+    assert numbers == list(range(len(jobs))), "each job should begin exactly once"
+    assert sorted(n for n, _, _ in ended) == numbers, "each job should end exactly once"
+    assert {pid for _, pid, _ in began} <= old | new
+    for _, pid, version in began:
+        assert version == ("old" if pid in old else "new"), (
+            f"pid {pid} ran {version} code: old workers run the old code, new ones the new"
+        )
+    assert {pid for _, pid, _ in began} & new == new, "each new worker should serve"
+    assert results[-8:] == ["new"] * 8, "jobs sent after the restart run the new code"
 
 
 def test_a_worker_whose_loop_is_blocked_is_replaced_and_its_job_finishes_on_the_next(

@@ -11,6 +11,7 @@ import pytest
 from drumbeat.worker.liveness import (
     SUPERVISOR_FD,
     SUPERVISOR_PROTOCOL,
+    SUPERVISOR_READY,
     Liveness,
     parse,
     tell_supervisor,
@@ -44,6 +45,17 @@ def test_protocol_2_sends_beats_and_retirements_as_lines(
     lines = _read(pipe).split(b"\n")
     assert lines == [f"beat {os.getpid()}".encode(), f"retire {os.getpid()}".encode(), b""]
     assert [parse(line) for line in lines[:2]] == [("beat", os.getpid()), ("retire", os.getpid())]
+
+
+def test_ready_goes_only_to_a_supervisor_that_reads_it(
+    pipe: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SUPERVISOR_PROTOCOL, "2")
+    monkeypatch.delenv(SUPERVISOR_READY, raising=False)
+    assert not tell_supervisor("ready"), "a supervisor of protocol 2 alone cannot read it"
+    monkeypatch.setenv(SUPERVISOR_READY, "1")
+    assert tell_supervisor("ready")
+    assert parse(_read(pipe).rstrip(b"\n")) == ("ready", os.getpid())
 
 
 def test_an_older_supervisor_gets_no_beats_and_retirements_as_it_knows_them(

@@ -108,6 +108,10 @@ def _took(ms: int | None) -> str:
     return "-" if ms is None else fmt_ms(ms)
 
 
+def _late(ms: int | None) -> str:
+    return "-" if ms is None else f"{fmt_ms(ms)} after its due time"
+
+
 def _utc(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
@@ -130,7 +134,8 @@ def _unique(infos: Iterator[ScheduleInfo], seen: set[str]) -> Iterator[ScheduleI
 SCHEDULE_SHAPE = (
     '{"id", "task", "args", "kwargs", "cadence": {"every", "cron", "tz", "mode", "grace", '
     '"jitter"}, "priority", "state", "next_due_ms", "next_due_at", "last_run_ms", "last_run_at", '
-    '"last_duration_ms", "runs", "failures", "misfires", "last_error", "generation"}'
+    '"last_duration_ms", "last_lateness_ms", "runs", "failures", "misfires", "last_error", '
+    '"generation"}'
 )
 
 
@@ -153,7 +158,8 @@ def schedules_ls(
     ] = False,
 ) -> None:
     """List schedules by id: cadence, state and next due; --wide adds the task, the priority,
-    the last run, its duration, the run, failure and misfire counts and the last error.
+    the last run, its duration and lateness (how long after its due time it started), the run,
+    failure and misfire counts and the last error.
 
     State is paused, running (a run is queued or in flight) or scheduled. Times are relative to
     the Redis server's clock.
@@ -185,6 +191,7 @@ def schedules_ls(
             cells += [
                 _ago(info.last_run_ms, now_ms),
                 _took(info.last_duration_ms),
+                _took(info.last_lateness_ms),
                 str(info.runs),
                 str(info.failures),
                 str(info.misfires),
@@ -210,7 +217,8 @@ def _ls_table(title: str, wide: bool) -> Table:
     fixed(table, "state")
     fixed(table, "next due", justify="right")
     if wide:
-        for header in ("last run", "last duration", "runs", "failures", "misfires"):
+        for header in ("last run", "last duration", "last lateness", "runs", "failures",
+                       "misfires"):  # fmt: skip
             fixed(table, header, justify="right")
         flexible(table, "last error", max_width=ERROR_WIDTH)
     return table
@@ -265,6 +273,7 @@ def schedules_show(
     )
     table.add_row("last run", last)
     table.add_row("last duration", _took(info.last_duration_ms))
+    table.add_row("last lateness", _late(info.last_lateness_ms))
     table.add_row("runs", str(info.runs))
     table.add_row("failures", str(info.failures))
     table.add_row("misfires", str(info.misfires))

@@ -82,6 +82,7 @@ def schedule_json(info: ScheduleInfo, state: str) -> dict[str, Any]:
         **timestamp("next_due", info.next_due_ms),
         **timestamp("last_run", info.last_run_ms),
         "last_duration_ms": info.last_duration_ms,
+        "last_lateness_ms": info.last_lateness_ms,
         "runs": info.runs,
         "failures": info.failures,
         "misfires": info.misfires,

@@ -137,12 +137,11 @@ def _decode(app: App, found: list[tuple[int, str, bytes]]) -> list[ScheduleInfo]
 
 
 def schedule_json(info: ScheduleInfo, now_ms: int) -> dict[str, Any]:
-    """``drumbeat schedules show --json``, plus the cadence as text, how late its last run
-    started and how overdue its next one is."""
+    """``drumbeat schedules show --json`` (how late its last run started included), plus the
+    cadence as text and how overdue its next one is."""
     due = info.next_due_ms
     return {
         **shapes.schedule_json(info, schedule_state(info)),
-        "last_lateness_ms": info.last_lateness_ms,
         "cadence_text": cadence_text(info.cadence),
         "overdue_ms": max(0, now_ms - due) if due is not None else None,
     }

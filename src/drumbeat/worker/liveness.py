@@ -2,9 +2,9 @@
 can still make progress; a hung worker falls silent, and its supervisor replaces it.
 
 Also the line protocol on the pipe a supervisor passes down (`SUPERVISOR_FD`): one line per
-message, ``"beat <pid>"`` (I am alive) or ``"retire <pid>"`` (start my successor; I finish my
-jobs and exit). Each line is far below PIPE_BUF, so concurrent writes of several workers never
-interleave.
+message, ``"beat <pid>"`` (I am alive), ``"ready <pid>"`` (I am registered and claim from now
+on) or ``"retire <pid>"`` (start my successor; I finish my jobs and exit). Each line is far
+below PIPE_BUF, so concurrent writes of several workers never interleave.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ SUPERVISOR_FD = "DRUMBEAT_SUPERVISOR_FD"
 #: supervisor, which would take every beat for a retirement: it beats only when asked for 2.
 SUPERVISOR_PROTOCOL = "DRUMBEAT_SUPERVISOR_PROTOCOL"
 PROTOCOL = 2
+#: Set by a supervisor that reads ``"ready <pid>"`` (a rolling restart stops an old worker once
+#: its successor said it). Apart from `SUPERVISOR_PROTOCOL`: a worker of older code checks that
+#: for equality, and would stop beating under a supervisor that announced a higher protocol.
+SUPERVISOR_READY = "DRUMBEAT_SUPERVISOR_READY"
 
 #: The longest between two ticks of a healthy loop (shorter when `Settings.hang_timeout` is
 #: small: a fifth of it).
@@ -44,6 +48,8 @@ def tell_supervisor(kind: str) -> bool:
     v2 = os.environ.get(SUPERVISOR_PROTOCOL, "1").strip() == str(PROTOCOL)
     if not v2 and kind != "retire":
         return False
+    if kind == "ready" and not os.environ.get(SUPERVISOR_READY):
+        return False  # an older supervisor would log each such line as one it cannot read
     line = f"{kind} {os.getpid()}\n" if v2 else f"{os.getpid()}\n"
     try:
         # Never block the loop on a full pipe (a supervisor that stopped reading): the write
@@ -65,7 +71,7 @@ def parse(line: bytes) -> tuple[str, int] | None:
     words = line.split()
     if len(words) == 1 and words[0].isdigit():  # protocol 1: a retirement
         return "retire", int(words[0])
-    if len(words) == 2 and words[0] in (b"beat", b"retire") and words[1].isdigit():
+    if len(words) == 2 and words[0] in (b"beat", b"ready", b"retire") and words[1].isdigit():
         return words[0].decode(), int(words[1])
     return None
 

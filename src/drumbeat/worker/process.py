@@ -34,7 +34,7 @@ from .housekeeping import Housekeeper
 from .leases import Heartbeat
 from .limiting import Gate
 from .link import Link
-from .liveness import SUPERVISOR_FD, TICK, CpuMeter, Liveness
+from .liveness import SUPERVISOR_FD, TICK, CpuMeter, Liveness, tell_supervisor
 from .recycling import Budget, Recycler
 from .retrying import is_transient, supervise
 from .routing import Nodes, Routed
@@ -261,6 +261,7 @@ class Worker:
             tasks = ", ".join(sorted(self.app.tasks)) or "none"
             log.info("worker %s started: %d slots, queues: %s, tasks: %s", self.id,
                      self.concurrency, ", ".join(self.queues), tasks)  # fmt: skip
+            tell_supervisor("ready")  # a rolling restart may stop the worker this one replaces
             await self._supervised("claim loop", self.claimer.run)
         finally:
             await self._shutdown(client, parts)
