@@ -13,6 +13,7 @@ more, finishes its jobs and exits, which is not a crash.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -117,6 +118,9 @@ class Supervisor:
         # task called sys.exit(0), a worker that stopped on its own) is a death, restarted as
         # one, and must not take a successor meant for another slot.
         self._spares: dict[int, subprocess.Popen[bytes]] = {}
+        # A recycling worker claims on until its successor serves; then it is told to retire
+        # (SIGUSR1). Its pid -> when its successor started, until it is told.
+        self._handing_over: dict[int, float] = {}
         self._env = {**os.environ, SUPERVISOR_FD: str(self._retiring_w),
                      SUPERVISOR_PROTOCOL: str(PROTOCOL), SUPERVISOR_READY: "1"}  # fmt: skip
         self.hang_timeout = hang_timeout
@@ -262,10 +266,12 @@ class Supervisor:
                 continue  # said twice: one successor
             if any(s.proc is not None and s.proc.pid == pid for s in self.slots):
                 self._spares[pid] = self._spawn()
+                self._handing_over[pid] = now
             else:
                 # Not a slot's worker (one scaled down or leaving a rolling restart): it was
                 # leaving anyway, and nothing takes its place.
                 log.info("worker pid %d retires outside the pool; no successor", pid)
+        self._hand_over(now)
         self._kill_hung(now)
         for slot in self.slots:
             proc = slot.proc
@@ -359,6 +365,20 @@ class Supervisor:
                 self._beats[message[1]] = now
                 self._beaten.add(message[1])
         return retiring
+
+    def _hand_over(self, now: float) -> None:
+        """Tells each recycling worker to retire (SIGUSR1) once its successor serves, or has
+        had `READY_WAIT` to (an older worker never says it serves)."""
+        for pid, started in list(self._handing_over.items()):
+            spare = self._spares.get(pid)
+            slot = next((s for s in self.slots if s.proc is not None and s.proc.pid == pid), None)
+            if spare is None or slot is None or slot.proc is None or slot.proc.poll() is not None:
+                del self._handing_over[pid]  # gone already (or its successor was dropped)
+                continue
+            if spare.pid in self._ready or now - started >= READY_WAIT:
+                del self._handing_over[pid]
+                with contextlib.suppress(ProcessLookupError):
+                    slot.proc.send_signal(signal.SIGUSR1)
 
     def _kill_hung(self, now: float) -> None:
         """Kills every worker silent for `hang_timeout`; `_tend` restarts it as a death (its

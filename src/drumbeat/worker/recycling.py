@@ -1,7 +1,10 @@
 """Recycling: a worker past its job or memory budget stops claiming, finishes its jobs (however
 long they take: nothing is handed back) and exits, so whatever a long-lived process accumulates
-(leaks, stale state) goes with it. Under a supervisor it first asks for its replacement, so
-capacity never dips.
+(leaks, stale state) goes with it. Under a supervisor it first asks for its replacement and
+goes on claiming until the supervisor says the replacement serves (SIGUSR1), so capacity never
+dips: the budget is exceeded by the jobs it claims meanwhile (a replacement's start-up), which
+is what Celery's ``--max-tasks-per-child`` and gunicorn's ``--max-requests`` do too (the limit
+is checked after work, not before it).
 """
 
 from __future__ import annotations
@@ -14,9 +17,14 @@ import resource
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .liveness import tell_supervisor
+from .liveness import SUPERVISOR_READY, tell_supervisor
 
 log = logging.getLogger("drumbeat.worker")
+
+#: A worker that asked for its replacement retires on its own after this long if the supervisor
+#: has not told it to (SIGUSR1) by then: the supervisor's own wait for a successor to serve
+#: (supervisor.READY_WAIT) plus a margin.
+HANDOVER_WAIT = 75.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +62,16 @@ class Recycler:
         done: Callable[[], int],
         retire: Callable[[], None],
         stopping: asyncio.Event,
+        *,
         interval: float = 0.1,
+        handover_wait: float = HANDOVER_WAIT,
     ) -> None:
         self.budget = budget
         self.done = done
         self.retire = retire
         self.stopping = stopping
         self.interval = interval
+        self.handover_wait = handover_wait
 
     def over(self) -> str | None:
         """Why the worker should retire now, or None."""
@@ -75,8 +86,19 @@ class Recycler:
         while not self.stopping.is_set():
             why = self.over()
             if why is not None:
-                log.info("recycling this worker: %s; finishing its jobs, then exiting", why)
-                tell_supervisor("retire")  # "start my replacement now"
+                asked = tell_supervisor("retire")  # "start my replacement now"
+                if asked and os.environ.get(SUPERVISOR_READY):
+                    # The supervisor sends SIGUSR1 (`retire`) once the replacement serves.
+                    log.info("recycling this worker: %s; claiming on until its replacement "
+                             "serves, then finishing its jobs and exiting", why)  # fmt: skip
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.stopping.wait(), self.handover_wait)
+                    if self.stopping.is_set():
+                        return
+                    log.warning("recycling: no word from the supervisor %.0f s after asking "
+                                "for a replacement; retiring all the same", self.handover_wait)
+                else:
+                    log.info("recycling this worker: %s; finishing its jobs, then exiting", why)
                 self.retire()
                 return
             with contextlib.suppress(TimeoutError):
