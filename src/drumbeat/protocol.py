@@ -121,14 +121,17 @@ RUN_STATE_FIELDS = ("due", "grid", "gen", "manual")
 RUN_STATE_SEP = ":"
 
 
-def run_due_ms(extra: str) -> int | None:
-    """The due time of a run (the first of RUN_STATE_FIELDS in its claim's ``extra``), or
+def run_due_ms(extra: str) -> str | None:
+    """The due time of a run (the first of RUN_STATE_FIELDS in its claim's ``extra``), with
+    ``:<first start ms>`` once a stall recorded it (a fifth field), as finish_runs takes it;
     None when ``extra`` is not a run's."""
-    due, _, _ = extra.partition(RUN_STATE_SEP)
+    parts = extra.split(RUN_STATE_SEP)
     try:
-        return int(due)
+        due = int(parts[0])
+        first = int(parts[4]) if len(parts) > len(RUN_STATE_FIELDS) else None
     except ValueError:
         return None
+    return str(due) if first is None else f"{due}:{first}"
 
 
 #: The current claim of a job in `owners`; the worker id never holds FIELD_SEP.

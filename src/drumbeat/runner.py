@@ -26,7 +26,7 @@ from .job import (
     encode_success,
 )
 from .limits import Limit
-from .protocol import FIELD_SEP, RUN_PREFIX, RUN_STATE_SEP
+from .protocol import FIELD_SEP, RUN_PREFIX, RUN_STATE_FIELDS, RUN_STATE_SEP
 from .schedule import decode_schedule_spec, is_misfire, jitter_ms
 from .scripts import Claimed
 
@@ -323,7 +323,8 @@ class Runner:
         schedule_id = job.id[len(RUN_PREFIX) :]
         gen = -1
         try:
-            due_s, grid_s, gen_s, manual = job.extra.split(RUN_STATE_SEP)
+            # A fifth field, the first start of a run that stalled, is finish_runs' business.
+            due_s, grid_s, gen_s, manual = job.extra.split(RUN_STATE_SEP)[: len(RUN_STATE_FIELDS)]
             due, grid, gen = int(due_s), int(grid_s), int(gen_s)
             if job.spec is None:
                 raise SerializationError("no schedule record")

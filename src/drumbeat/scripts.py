@@ -665,11 +665,11 @@ class Scripts:
         return Call("promote_runs", keys, args, _parse_claim)
 
     def finish_runs(
-        self, items: Sequence[tuple[str, int, str, int, int, int, int, str, int | None]]
+        self, items: Sequence[tuple[str, int, str, int, int, int, int, str, int | str | None]]
     ) -> Call[list[int]]:
         """Items are (member "s:<id>", token, outcome, duration_ms, generation, next grid_ms,
-        next due_ms, error, the ended run's due ms or None when unknown: its lateness is then
-        not recorded)."""
+        next due_ms, error, the ended run's due ms (with ":<first start ms>" after a stall:
+        `protocol.run_due_ms`) or None when unknown: its lateness is then not recorded)."""
         k = self.k
         keys = [k.due, k.leases, k.owners, k.state, k.faults, k.wake, k.jobs]
         packed = []

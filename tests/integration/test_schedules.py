@@ -631,11 +631,6 @@ def test_a_runs_lateness_is_recorded_in_its_schedule_with_its_start(
     assert info is not None and info.last_lateness_ms == 0 and info.runs == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 14: finish_runs records a recovered run's lateness from its last start (the "
-    "stall included); the change it needs is in _lib.lua/finish_runs.lua (branch smalls' report)",
-)
 async def test_a_stalled_runs_lateness_counts_to_its_first_start_not_its_recovery(
     app: drumbeat.App, r: redis.Redis
 ) -> None:

@@ -176,7 +176,8 @@ end
 -- A run in flight is "s:<id>" in `ready`/`leases`/`state`, like a job, with a copy of its task
 -- name and arguments in `jobs` while it waits in `ready` (a run taken straight from its bucket
 -- has none: a worker that claims it again reads its record); the dedupkey field of its state
--- holds its due time, grid slot, generation, and 1 if run_now queued it (else 0):
+-- holds its due time, grid slot, generation, and 1 if run_now queued it (else 0), and once
+-- its lease expired (reap.lua) ":<first start ms>", so its lateness counts to its first start:
 -- Layout (RUN_STATE_FIELDS): due:grid:gen:manual
 local RUN_PREFIX = 's:'
 local WHEEL_PREFIX = 'w:'

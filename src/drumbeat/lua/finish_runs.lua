@@ -38,7 +38,7 @@ local function after_run(v, run)
     misf = misf + 1
   else
     runs, last_start = runs + 1, run.started
-    local late = run.due_was and run.started - run.due_was or 0
+    local late = run.due_was and (run.first or run.started) - run.due_was or 0
     if late < 0 then late = 0 end  -- promoted a little ahead of its time
     ran = run.ms .. '|' .. late
     if run.outcome == 'fail' then fails = fails + 1 end
@@ -58,11 +58,12 @@ end
 local out = {}
 local runs, members = {}, {}
 for i, packed in ipairs(ARGV) do
-  local member, token, outcome, ms, gen, grid, due, due_was, bucket, err = string.match(packed,
-    '^([^|]+)|(%d+)|(%a+)|(%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d*)|(%d+)|(.*)$')
+  local member, token, outcome, ms, gen, grid, due, due_was, first, bucket, err =
+    string.match(packed,
+      '^([^|]+)|(%d+)|(%a+)|(%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d*):?(%d*)|(%d+)|(.*)$')
   runs[i] = {member = member, token = token, outcome = outcome, ms = ms, gen = tonumber(gen),
              grid = tonumber(grid), due = tonumber(due), due_raw = due, bucket = bucket, err = err,
-             due_was = tonumber(due_was)}
+             due_was = tonumber(due_was), first = tonumber(first)}
   members[i] = member or ''
 end
 

@@ -38,6 +38,12 @@ for _, id in ipairs(expired) do
     redis.call('HDEL', KEYS[2], id)
     redis.call('ZREM', KEYS[1], id)
     s.stalls = s.stalls + 1
+    -- A run keeps its first start (its claim's time) through its stalls: its schedule's
+    -- lateness is due -> first start, the recovery shows as its stalls.
+    if run_schedule_id(id) and not string.find(s.key, '^[^:]*:[^:]*:[^:]*:[^:]*:') then
+      local first = string.match(owner, '|(%d+)$')
+      if first and first ~= '0' then s.key = s.key .. ':' .. first end
+    end
     redis.call('HSET', KEYS[3], id, format_state(s))
     if redis.call('HDEL', KEYS[15], id) == 1 then
       local k = {uniq = KEYS[7], jobs = KEYS[10], state = KEYS[3], progress = KEYS[16],

@@ -95,8 +95,11 @@ class Recycler:
                         await asyncio.wait_for(self.stopping.wait(), self.handover_wait)
                     if self.stopping.is_set():
                         return
-                    log.warning("recycling: no word from the supervisor %.0f s after asking "
-                                "for a replacement; retiring all the same", self.handover_wait)
+                    log.warning(
+                        "recycling: no word from the supervisor %.0f s after asking "
+                        "for a replacement; retiring all the same",
+                        self.handover_wait,
+                    )
                 else:
                     log.info("recycling this worker: %s; finishing its jobs, then exiting", why)
                 self.retire()
