@@ -533,15 +533,15 @@ def lateness_summary(
     counts: dict[int, int] = defaultdict(int)
     top: int | None = None
     held = {k: v for k, v in ((_str(k), _str(v)) for k, v in fields.items())}
-    for name, value in held.items():
-        if not name.startswith("w") or not current - int(value) < windows:
-            continue
-        slot = name[1:]
-        for other, count in held.items():
-            if other.startswith(f"b{slot}:"):
-                counts[int(other.split(":", 1)[1])] += int(count)
-        if f"m{slot}" in held:
-            top = max(top or 0, int(held[f"m{slot}"]))
+    recent = {name[1:] for name, value in held.items()
+              if name.startswith("w") and current - int(value) < windows}  # fmt: skip
+    for name, value in held.items():  # one pass: the ring holds thousands of fields
+        if name.startswith("b"):
+            slot, _, bin_ = name[1:].partition(":")
+            if slot in recent:
+                counts[int(bin_)] += int(value)
+        elif name.startswith("m") and name[1:] in recent:
+            top = max(top or 0, int(value))
     total = sum(counts.values())
     if not total:
         return Lateness(0, None, None, None)

@@ -199,9 +199,11 @@ def signal_calls(app: App, queues: Sequence[str] | None = None) -> list[Call[Any
     the backlog of ``queues`` (default: those the app's tasks name); schedule shards hold the
     default queue's runs only."""
     lease = app.settings.lease_ms
-    calls = [app.scripts.scale_signal(lease, True, queues or app.queues())]
+    calls = [app.scripts.scale_signal(lease, True, queues or app.queues(), RECENT_WINDOWS)]
     if app.settings.schedule_shards > 1:
-        calls += [s.scale_signal(lease, False) for s in app.scheduler.scripts]
+        calls += [
+            s.scale_signal(lease, False, windows=RECENT_WINDOWS) for s in app.scheduler.scripts
+        ]
     return calls
 
 

@@ -626,16 +626,20 @@ class Scripts:
         return Call("cancel", keys, [job_id, ttl_ms, *others], int)
 
     def scale_signal(
-        self, worker_ttl_ms: int, registrations: bool, queues: Sequence[str] = (DEFAULT_QUEUE,)
+        self,
+        worker_ttl_ms: int,
+        registrations: bool,
+        queues: Sequence[str] = (DEFAULT_QUEUE,),
+        windows: int = 2,
     ) -> Call[Any]:
         """What `autoscale.read_signal` sizes pools on (read-only; parsed there); the backlog
-        is summed over ``queues``."""
+        is summed over ``queues``, the lateness read from the last ``windows`` windows."""
         k = self.k
         keys = [k.leases, k.lateness, k.workers, k.workerinfo, k.supervisors, k.supervisorinfo]
         keys.append(k.parking)
         for queue in queues:
             keys += [k.ready_of(queue), k.due_of(queue)]
-        args: list[str | int] = [worker_ttl_ms, int(registrations), *queues]
+        args: list[str | int] = [worker_ttl_ms, int(registrations), windows, *queues]
         return Call("scale_signal", keys, args, lambda raw: raw)
 
     def beat_supervisor(self, supervisor: str, info: bytes, ttl_ms: int) -> Call[int]:

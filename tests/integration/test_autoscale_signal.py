@@ -9,14 +9,18 @@ import json
 import pytest
 
 import drumbeat
+from drumbeat.admin import lateness_summary
 from drumbeat.autoscale import (
+    RECENT_WINDOWS,
     Autoscaler,
     describe,
     plan,
     read_signal,
     run_calls,
+    signal_calls,
     supervisor_ttl_ms,
 )
+from drumbeat.protocol import LATENESS_WINDOW_MS, LATENESS_WINDOWS
 from tests.conftest import RedisServer, running_worker
 from tests.helpers import wait_for_async
 
@@ -203,3 +207,28 @@ async def test_a_lent_slot_is_one_busy_slot_though_it_holds_two_leases(
     finally:
         release.set()  # a failed assertion must not leave the worker's stop waiting on them
         await app.aclose()
+
+
+def test_the_signal_reads_only_the_recent_lateness_windows(app: drumbeat.App) -> None:
+    """The ring holds 91 windows; a look every scale_interval reads the last RECENT_WINDOWS
+    only (fields of older windows never come back), and its p99 is the one the whole ring
+    gives for those windows."""
+    r = app.redis
+    sec, usec = r.time()
+    window = (int(sec) * 1000 + int(usec) // 1000) // LATENESS_WINDOW_MS
+    fields: dict[str, int] = {}
+    for age in range(LATENESS_WINDOWS):  # every slot of the ring in use, the oldest first
+        w = window - (LATENESS_WINDOWS - 1) + age
+        slot = w % LATENESS_WINDOWS
+        fields |= {f"w{slot}": w, f"m{slot}": 10 * age, f"b{slot}:{age % 40}": 5 + age}
+    r.hset(app.keys.lateness, mapping=fields)
+    (raw,) = run_calls(r, signal_calls(app))
+    read = {k.decode(): v.decode() for k, v in zip(raw[5][::2], raw[5][1::2], strict=True)}
+    recent = {f"{p}{w % LATENESS_WINDOWS}" for w in (window, window - 1) for p in "wm"}
+    assert {k for k in read if k[0] in "wm"} == recent, sorted(read)
+    assert len(read) == 6, f"read fields of other windows: {sorted(read)}"
+    sig = read_signal(app)
+    whole = lateness_summary(r.hgetall(app.keys.lateness), int(read[f"w{window % 91}"]) * 10_000,
+                             windows=RECENT_WINDOWS)  # fmt: skip
+    assert whole.runs == 5 + 90 + 5 + 89
+    assert sig.lateness_p99_ms == whole.p99_ms

@@ -12,14 +12,18 @@
 -- KEYS[7] parking (hash)
 -- KEYS[6 + 2q] ready (zset), KEYS[7 + 2q] due (zset) of the q-th queue counted
 -- ARGV[1] worker ttl ms  ARGV[2] 1: read the registrations too
--- ARGV[2 + q] the q-th queue's name ("default" for the default one)
+-- ARGV[3] lateness windows to read (the latest ones)
+-- ARGV[3 + q] the q-th queue's name ("default" for the default one)
 -- Returns {now ms, {ready count at priority 0, ..., at priority 9}, entries of `due` at or
 --          before now (limiter markers left out), the earliest of their scores, else the
---          earliest `due` score, or -1, leases held, {lateness, flat HGETALL},
+--          earliest `due` score, or -1, leases held, {lateness of the windows read: field,
+--          value, ... as HGETALL gives them, of the fields that exist},
 --          {worker id, info, ...} of workers beating within the ttl,
 --          {supervisor id, expiry ms, info, ...} of supervisors whose registration holds}
 -- (ready and due summed over the queues)
 local SIGNAL_SCAN = 1000
+-- The highest lateness bin: lateness_bin(2^53 ms).
+local MAX_LATENESS_BIN = 53 * LATENESS_BINS_PER_DOUBLING
 local now = now_ms()
 local counts = {}
 for p = 0, MAX_PRIORITY do counts[p + 1] = 0 end
@@ -35,7 +39,7 @@ for q = 1, (#KEYS - 7) / 2 do
       '(' .. string.format('%.0f', base + PRIORITY_SPAN))
   end
   local n = redis.call('ZCOUNT', due, '-inf', now)
-  local markers = tonumber(redis.call('HGET', KEYS[7], MARKERS_FIELD .. ARGV[2 + q])) or 0
+  local markers = tonumber(redis.call('HGET', KEYS[7], MARKERS_FIELD .. ARGV[3 + q])) or 0
   local first = nil
   if markers > 0 and n > 0 then
     local entries = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'WITHSCORES', 'LIMIT', 0,
@@ -59,7 +63,19 @@ for q = 1, (#KEYS - 7) / 2 do
   seen_due(first)
 end
 local busy = redis.call('ZCARD', KEYS[1])
-local lateness = redis.call('HGETALL', KEYS[2])
+-- Only the windows asked for: the ring holds LATENESS_WINDOWS of them (thousands of fields), and
+-- a look every scale_interval must not cost Redis a read of them all.
+local lateness, fields = {}, {}
+local window = math.floor(now / LATENESS_WINDOW_MS)
+for w = window - tonumber(ARGV[3]) + 1, window do
+  local slot = w % LATENESS_WINDOWS
+  fields[#fields + 1], fields[#fields + 2] = 'w' .. slot, 'm' .. slot
+  for bin = 0, MAX_LATENESS_BIN do fields[#fields + 1] = 'b' .. slot .. ':' .. bin end
+end
+local values = redis.call('HMGET', KEYS[2], unpack(fields))
+for i, value in ipairs(values) do
+  if value then lateness[#lateness + 1], lateness[#lateness + 2] = fields[i], value end
+end
 local workers, supervisors = {}, {}
 if ARGV[2] == '1' then
   local ids = redis.call('ZRANGEBYSCORE', KEYS[3], now - tonumber(ARGV[1]), '+inf')
