@@ -6,6 +6,7 @@ scripts) are in tests/integration/test_protocol.py.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -48,7 +49,8 @@ SHARED = [
     "MARKERS_FIELD",
 ]
 #: Constants only Lua needs (a new one must be placed in one of the two lists).
-LUA_ONLY = {"CALL_MANY_CHUNK", "LIMIT_PURGE", "LIMIT_RECHECK_MS", "LIMIT_NEAR_MS", "WHEEL_READ"}
+LUA_ONLY = {"CALL_MANY_CHUNK", "LIMIT_PURGE", "LIMIT_RECHECK_MS", "LIMIT_NEAR_MS", "WHEEL_READ",
+            "MAX_LATENESS_BIN"}  # fmt: skip
 
 LAYOUTS = {
     "JOB_STATE_FIELDS": FIELD_SEP.join(JOB_STATE_FIELDS),
@@ -146,3 +148,9 @@ def test_ready_score_orders_priority_then_fifo() -> None:
     assert protocol.ready_score(5, span - 1) < protocol.ready_score(4, 0)
     assert float(protocol.ready_score(protocol.MIN_PRIORITY, span - 1)).is_integer()
     assert protocol.ready_score(0, span - 1) < 2**53, "scores must stay exact doubles"
+
+
+def test_the_highest_lateness_bin_is_that_of_2_to_the_53_ms() -> None:
+    lua = _lua_constants()
+    per_doubling = int(lua["LATENESS_BINS_PER_DOUBLING"])
+    assert lua["MAX_LATENESS_BIN"] == math.floor(per_doubling * math.log2(2**53 + 1))

@@ -342,6 +342,8 @@ end
 local LATENESS_WINDOW_MS = 10000
 local LATENESS_WINDOWS = 91
 local LATENESS_BINS_PER_DOUBLING = 4
+-- The highest bin: lateness_bin(2^53 ms).
+local MAX_LATENESS_BIN = 212
 
 local function lateness_bin(ms)
   return math.floor(LATENESS_BINS_PER_DOUBLING * math.log(ms + 1) / math.log(2))
@@ -372,11 +374,10 @@ local function record_lateness(key, now, samples)
   if fresh then
     -- The slot held an older window: its counts and max go (a slot is reused every
     -- LATENESS_WINDOWS windows, so the hash never grows).
-    local stale = {}
-    for _, f in ipairs(redis.call('HKEYS', key)) do
-      if string.sub(f, 1, #prefix_b) == prefix_b or f == fields[2] then stale[#stale + 1] = f end
-    end
-    if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
+    -- Named, not found by HKEYS: the ring holds thousands of fields.
+    local stale = {fields[2]}
+    for bin = 0, MAX_LATENESS_BIN do stale[#stale + 1] = prefix_b .. bin end
+    redis.call('HDEL', key, unpack(stale))
     writes[1], writes[2] = fields[1], window
   end
   local old_max = (not fresh and tonumber(old[2])) or -1

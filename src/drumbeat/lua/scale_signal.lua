@@ -22,8 +22,6 @@
 --          {supervisor id, expiry ms, info, ...} of supervisors whose registration holds}
 -- (ready and due summed over the queues)
 local SIGNAL_SCAN = 1000
--- The highest lateness bin: lateness_bin(2^53 ms).
-local MAX_LATENESS_BIN = 53 * LATENESS_BINS_PER_DOUBLING
 local now = now_ms()
 local counts = {}
 for p = 0, MAX_PRIORITY do counts[p + 1] = 0 end
