@@ -1,5 +1,5 @@
-"""bench/limits.py's rate workload under Dramatiq's WindowRateLimiter and Huey's rate_limit
-(see limits_peers_apps.py): N jobs enqueued up front, 2 worker processes x 20 threads; achieved
+"""bench/limits.py's rate workload under Dramatiq's WindowRateLimiter, Huey's rate_limit and
+Celery's per-worker rate_limit (see limits_peers_apps.py): N jobs enqueued up front, 2 worker processes x 20 threads; achieved
 rate, most starts in any 1-s window, Redis commands per job on the broker. Runs in a venv with
 the peers (not drumbeat's):
 
@@ -37,10 +37,21 @@ def run(peer: str, args: argparse.Namespace) -> str:
         bclient, lclient = broker.client(), log.client()
         before = _commands(bclient)
         for i in range(args.jobs):
-            apps.hit.send(i) if peer == "dramatiq" else apps.hit(i)
+            if peer == "dramatiq":
+                apps.hit.send(i)
+            elif peer == "celery":
+                apps.hit.delay(i)
+            else:
+                apps.hit(i)
         if peer == "dramatiq":
             argv = [[sys.executable, "-m", "dramatiq", "bench.limits_peers_apps",
                      "--processes", "2", "--threads", "20"]]  # fmt: skip
+        elif peer == "celery":
+            # Two worker nodes (Celery's rate_limit holds per node), 20 threads each.
+            argv = [[sys.executable, "-m", "celery", "-A", "bench.limits_peers_apps:celery_app",
+                     "worker", "--pool", "threads", "-c", "20", "-n", f"w{n}@%h",
+                     "--without-gossip", "--without-mingle", "--without-heartbeat",
+                     "-l", "WARNING"] for n in (1, 2)]  # fmt: skip
         else:
             consumer = [sys.executable, "-m", "huey.bin.huey_consumer",
                         "bench.limits_peers_apps.huey", "-w", "20", "-k", "thread",
@@ -76,7 +87,7 @@ def run(peer: str, args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("peer", choices=["dramatiq", "huey"])
+    parser.add_argument("peer", choices=["dramatiq", "huey", "celery"])
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--rate", type=int, default=500)
     parser.add_argument("--timeout", type=float, default=240)

@@ -1,9 +1,10 @@
-"""The rate-limited task of bench/limits_peers.py for Dramatiq and Huey, each at its documented
-way of limiting: Dramatiq's `WindowRateLimiter` (a message over the limit raises
+"""The rate-limited task of bench/limits_peers.py for Dramatiq, Huey and Celery, each at its
+documented way of limiting: Dramatiq's `WindowRateLimiter` (a message over the limit raises
 `RateLimitExceeded`, which the Retries middleware retries after a backoff), Huey's
-`rate_limit` (a fixed window; a task over it is retried when the window resets). Starts are
-logged to a second Redis (BENCH_LOG_URL), so the broker's command counts are the peer's own.
-Import with BENCH_PEER set to "dramatiq" or "huey"."""
+`rate_limit` (a fixed window; a task over it is retried when the window resets), Celery's task
+`rate_limit` (a token bucket per worker node, not shared: each of the 2 workers allows the
+rate). Starts are logged to a second Redis (BENCH_LOG_URL), so the broker's command counts are
+the peer's own. Import with BENCH_PEER set to "dramatiq", "huey" or "celery"."""
 
 from __future__ import annotations
 
@@ -47,3 +48,14 @@ if os.environ.get("BENCH_PEER") == "huey":
     def hit(i: int) -> None:
         with limit:
             _started()
+
+
+if os.environ.get("BENCH_PEER") == "celery":
+    from celery import Celery
+
+    celery_app = Celery("bench", broker=BROKER_URL)
+    celery_app.conf.worker_prefetch_multiplier = 1  # a node holds few jobs beyond its threads
+
+    @celery_app.task(rate_limit=f"{RATE}/s")
+    def hit(i: int) -> None:
+        _started()
