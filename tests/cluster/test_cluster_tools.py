@@ -23,9 +23,9 @@ from drumbeat import admin
 from tests.apps import cluster_app
 from tests.cluster.conftest import ClusterServer
 from tests.cluster.test_cluster import _spread_namespace
-from tests.conftest import running_worker
+from tests.conftest import _free_port, running_worker
 from tests.helpers import wait_for, wait_for_async
-from tests.integration.test_cli import ok, row, run
+from tests.integration.test_cli import assert_clean_error, ok, row, run
 
 pytestmark = pytest.mark.cluster
 
@@ -165,6 +165,17 @@ async def test_status_running_cancel_and_dead_commands_with_a_worker(app: drumbe
     assert "purged 1 job" in await cli("dead", "purge", APP, boom, input="y\n")
     assert admin.dead_count(app) == 0
     assert "no dead letters" in await cli("dead", "ls", APP)
+
+
+def test_an_unreachable_cluster_is_one_red_line(
+    cluster_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py's cluster client says so with a `RedisClusterException`, which is no
+    `RedisError`: a traceback before."""
+    monkeypatch.setenv("DRUMBEAT_REDIS_URL", f"redis+cluster://127.0.0.1:{_free_port()}")
+    unreachable = "Redis Cluster cannot be connected"
+    assert_clean_error(run("status", APP), 1, unreachable)
+    assert_clean_error(run("enqueue", APP, "add", "[1]"), 1, unreachable)
 
 
 # -- a supervised pool -------------------------------------------------------------------------
