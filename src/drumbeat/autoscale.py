@@ -536,7 +536,7 @@ class Autoscaler:
         calls += signal_calls(self.app, self.queues)
         try:
             replies = run_calls(self.app.redis, calls)
-        except (redis.RedisError, OSError) as exc:
+        except (redis.RedisError, OSError, redis.exceptions.RedisClusterException) as exc:
             if not self._failing:
                 log.warning("autoscaling: cannot read Redis (%s: %s); keeping %d processes "
                             "until it answers", type(exc).__name__, exc, desired)  # fmt: skip
@@ -576,6 +576,6 @@ class Autoscaler:
             self._stop.set()
         if self._thread is not None:
             self._thread.join(5.0)  # a look in flight on a dead Redis: deregistering fails too
-        with contextlib.suppress(redis.RedisError, OSError):
+        with contextlib.suppress(redis.RedisError, OSError, redis.exceptions.RedisClusterException):
             ttl = supervisor_ttl_ms(self.interval)
             self.app.scripts.beat_supervisor(self.id, b"", ttl).run(self.app.redis)

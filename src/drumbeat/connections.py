@@ -11,7 +11,8 @@ read timeout of clients for blocking commands, which a shorter one would cut sho
 A ``redis+cluster://host:port[,host:port...]`` URL names a Redis Cluster: any reachable nodes,
 the rest are discovered. Its clients are redis-py's cluster clients (they route each command by
 its keys' slot and follow MOVED); `node_client` opens a plain client to one node, for the
-worker's hand-driven connections (`Link`, `Waiter`), which must reach the slot's owner.
+worker's hand-driven connections (`Link`, `Waiter`), which must reach the slot's owner, and the
+producer's hot path keeps a `Direct` per master (`ClusterDirect`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import socket
 import struct
 import threading
+import time
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -429,17 +431,88 @@ def _close_all(live: set[_Wire]) -> None:
 
 
 class ClusterDirect:
-    """What `Connections.direct` gives on a Redis Cluster: each call through the cluster client,
-    which routes it by its keys' slot (a first slice: no connection of the thread's own)."""
+    """What `Connections.direct` gives on a Redis Cluster: a `Direct` per master, each call sent
+    to the master that owns its keys' slot, as the cluster client's slot map says.
+
+    A MOVED reply (the slot has a new owner: a failover, a finished migration) updates that map
+    as the cluster client would and sends the call again to the new owner; an ASK reply (the
+    slot is migrating and the call's keys are not on the old owner) sends ``ASKING`` then the
+    call to the node it names, on the same connection, leaving the map as it is. A lost
+    connection raises, as from a `Direct`: the caller then goes through the cluster client,
+    which asks the cluster where the slot went (its slot map is this one's).
+
+    ``TRYAGAIN`` is what a script gets while its slot migrates: Redis runs a call of several
+    keys on the importing node only if every key is there already, and on the old owner only if
+    none has left, which an enqueue's keys (some created only when needed) seldom are. The
+    migration ends by itself (``redis-cli --cluster reshard`` moves a slot's keys, then gives
+    the slot away), so the call waits for it, up to `MIGRATION_WAIT` seconds: the cluster
+    client's own TRYAGAIN retries (16 tries) last under half a second. Calls name their keys as
+    ``EVALSHA`` does (``sha, numkeys, key...``).
+    """
+
+    MAX_REDIRECTS = 5
+    """More MOVED or ASK replies than this in a row and the call goes through the client."""
+
+    MIGRATION_WAIT = COMMAND_TIMEOUT
+    """Seconds a call waits out ``TRYAGAIN`` replies (its slot migrating) before it raises."""
 
     def __init__(self, client: Redis) -> None:
-        self._client = client
+        self._client = cast(RedisCluster, client)
+        self._directs: dict[str, Direct] = {}
+        self._lock = threading.Lock()
 
     def execute(self, *args: Any) -> Any:
-        return self._client.execute_command(*args)  # type: ignore[no-untyped-call]
+        """Sends one command whose first key is ``args[3]`` and returns its reply."""
+        deadline = time.monotonic() + self.MIGRATION_WAIT
+        pause = 0.01
+        while True:
+            try:
+                return self._redirected(args)
+            except redis.exceptions.TryAgainError:
+                if time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+
+    def _redirected(self, args: tuple[Any, ...]) -> Any:
+        """Sends the call to its slot's owner, following MOVED and ASK replies."""
+        client = self._client
+        node = self._owner(args[3])
+        asking = False
+        for _ in range(self.MAX_REDIRECTS):
+            direct = self._direct(node)
+            try:
+                if asking:
+                    direct.execute("ASKING")
+                return direct.execute(*args)
+            except redis.exceptions.MovedError as moved:
+                client.nodes_manager.move_slot(moved)
+                node, asking = self._owner(args[3]), False
+            except redis.exceptions.AskError as ask:
+                node = client.get_node(host=ask.host, port=ask.port)  # type: ignore[no-untyped-call]
+                if node is None:  # a node the slot map does not know yet
+                    break
+                asking = True
+        return client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+    def _owner(self, key: Any) -> ClusterNode:
+        node: ClusterNode = self._client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+        return node
+
+    def _direct(self, node: ClusterNode) -> Direct:
+        direct = self._directs.get(node.name)
+        if direct is None:
+            with self._lock:
+                direct = self._directs.get(node.name)
+                if direct is None:
+                    made = self._client.get_redis_connection(node)
+                    direct = self._directs[node.name] = Direct(made)
+        return direct
 
     def close(self) -> None:
-        """Nothing of its own to close: the client's connections close with the client."""
+        """Closes every thread's connection to every node."""
+        for direct in list(self._directs.values()):
+            direct.close()
 
 
 # -- an App's clients ----------------------------------------------------------------------------

@@ -174,6 +174,20 @@ def redis_cluster() -> Iterator[ClusterServer]:
 
 
 @pytest.fixture
+def own_cluster(redis_cluster: ClusterServer) -> Iterator[ClusterServer]:
+    """A cluster for one test alone (it kills nodes); ``redis_cluster`` skips it where the
+    binaries are missing."""
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    assert server is not None and cli is not None
+    cluster = ClusterServer(server, cli)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
 def cluster_namespace() -> str:
     return "c" + uuid.uuid4().hex[:12]
 

@@ -4,10 +4,8 @@ shards live on different masters, `Job.result` and `Job.cancel`."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
@@ -165,19 +163,6 @@ async def test_an_idle_worker_blocks_on_each_shards_master(redis_cluster: Cluste
             )  # fmt: skip
     finally:
         await app.aclose()
-
-
-@pytest.fixture
-def own_cluster() -> Iterator[ClusterServer]:
-    """A cluster for this test alone (it kills a master)."""
-    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
-    assert server is not None and cli is not None  # else `redis_cluster` skipped the module
-    cluster = ClusterServer(server, cli)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def _enqueue_through_failover(app: drumbeat.App, task: drumbeat.Task[Any, Any], n: int) -> Any:

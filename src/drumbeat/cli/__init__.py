@@ -128,6 +128,8 @@ def _errors() -> Iterator[None]:
         raise _fail(f"cannot connect to Redis: {exc}", 1) from None
     except redis.RedisError as exc:
         raise _fail(f"Redis error: {exc}", 1) from None
+    except redis.exceptions.RedisClusterException as exc:  # not a RedisError; says what failed
+        raise _fail(str(exc), 1) from None
     except ValueError as exc:
         raise _fail(str(exc), 1) from None
 

@@ -14,14 +14,13 @@ import logging
 import random
 from collections.abc import Sequence
 
-import redis
 import redis.asyncio as aredis
 
 from drumbeat.config import Settings
 from drumbeat.keys import Keys
 from drumbeat.scripts import Call, Reaped, Scripts
 
-from .retrying import Backoff
+from .retrying import REDIS_FAILURES, Backoff
 
 log = logging.getLogger("drumbeat.worker")
 
@@ -78,7 +77,7 @@ class Housekeeper:
                     await asyncio.sleep(0)
                     continue
                 pause = self.settings.maintenance_interval * (0.75 + random.random() / 2)
-            except (redis.RedisError, OSError) as exc:
+            except REDIS_FAILURES as exc:
                 # Even a refused reap is retried (slowly): it changes nothing until it runs.
                 pause = backoff.failed(log, "housekeeping", exc)
             await backoff.wait(self.stopping, pause)

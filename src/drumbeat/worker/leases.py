@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from .claims import ClaimKey, ClaimTable
+from .retrying import REDIS_FAILURES
 
 if TYPE_CHECKING:
     from drumbeat.scripts import Scripts
@@ -80,7 +81,7 @@ class Heartbeat:
                 try:
                     if self._loop_alive():
                         self.beat(client)
-                except (redis.RedisError, OSError) as exc:
+                except REDIS_FAILURES as exc:
                     log.warning("lease renewal failed (%s: %s); retrying", type(exc).__name__, exc)
                 except Exception:
                     # A bug here must not end the thread: every lease would lapse while the

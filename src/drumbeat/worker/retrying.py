@@ -41,12 +41,33 @@ _CLUSTER_IN_FLUX = (
 )
 
 
+# What redis-py's cluster client raises, as a bare `RedisClusterException` (not a `RedisError`),
+# when it cannot build its slot map: no node it knows answered (raised from the last node's
+# error), or those that answered leave slots without a master (one failed, no replica promoted
+# yet) or disagree (a failover under way). Known by message: redis-py gives them no class.
+_CLUSTER_MAP_FAILURES = (
+    "Redis Cluster cannot be connected",
+    "All slots are not covered",
+    "startup_nodes could not agree",
+)
+
+REDIS_FAILURES = (redis.RedisError, OSError, redis.exceptions.RedisClusterException)
+"""What a call to Redis may raise other than a bug of the caller's: what the loops that retry
+any failure (housekeeping, the lease heartbeat) catch. A cluster client's errors are not all
+`RedisError`s."""
+
+
 def is_transient(exc: BaseException) -> bool:
     """True for errors that go away by themselves: lost connections, timeouts, and the error
     replies of a server that is restarting, failing over, full or busy (or a cluster whose
-    slots move)."""
+    slots move, or that cannot be reached)."""
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError | OSError | _CLUSTER_IN_FLUX):
         return True
+    if isinstance(exc, redis.exceptions.RedisClusterException):
+        cause = exc.__cause__
+        if cause is not None and is_transient(cause):
+            return True
+        return str(exc).startswith(_CLUSTER_MAP_FAILURES)
     if isinstance(exc, redis.ResponseError):
         # The prefix is stripped by redis-py's parser for the codes it maps to a class (e.g.
         # ReadOnlyError), so the class is checked too.
