@@ -12,6 +12,14 @@ A ``redis+cluster://host:port[,host:port...]`` URL names a Redis Cluster: any re
 the rest are discovered. Its clients are redis-py's cluster clients (they route each command by
 its keys' slot and follow MOVED); `node_client` opens a plain client to one node, for the
 worker's hand-driven connections (`Link`, `Waiter`), which must reach the slot's owner.
+
+A ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db][?option=value...]``
+URL names a master through its sentinels (`drumbeat.sentinel`): every client here, and every
+connection made from a client's pool (`Direct`, the worker's `Link` and `Waiter`), asks the
+sentinels for the current master when it connects, so after a failover it reconnects to the
+new one. ``rediss://`` URLs take redis-py's TLS options (``ssl_ca_certs``, ``ssl_certfile``,
+``ssl_keyfile``, ``ssl_cert_reqs``...) in their query string, and ``user:password@`` logs in as
+an ACL user; both apply to every connection, the producer's bare socket (`_Wire`) included.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from redis import Redis
 from redis._parsers import BaseParser
 from redis.cluster import ClusterNode, RedisCluster
 
-from . import embedded
+from . import embedded, sentinel
 
 log = logging.getLogger("drumbeat")
 
@@ -75,6 +83,8 @@ def sync_client(url: str, *, socket_timeout: float = COMMAND_TIMEOUT) -> Redis:
     """A synchronous client for ordinary (non-blocking) commands."""
     if is_cluster(url):
         return _sync_cluster(url, _options(socket_timeout))
+    if sentinel.is_sentinel(url):
+        return sentinel.sync_client(url, _options(socket_timeout))
     return Redis.from_url(url, **_options(socket_timeout))
 
 
@@ -84,6 +94,8 @@ def async_client(
     """An asyncio client for ordinary commands; ``options`` go to redis-py as they are."""
     if is_cluster(url):
         return _async_cluster(url, _options(socket_timeout) | options)
+    if sentinel.is_sentinel(url):
+        return sentinel.async_client(url, _options(socket_timeout) | options)
     return redis_async.Redis.from_url(url, **(_options(socket_timeout) | options))
 
 
@@ -108,6 +120,8 @@ def heartbeat_client(url: str) -> Redis:
     """The lease heartbeat thread's own synchronous client (see `HEARTBEAT_TIMEOUT`)."""
     if is_cluster(url):
         return _sync_cluster(url, _options(HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT))
+    if sentinel.is_sentinel(url):
+        return sentinel.sync_client(url, _options(HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT))
     return Redis.from_url(url, **_options(HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT))
 
 
