@@ -470,6 +470,15 @@ class Direct:
             held = self._local.held = _Held(wire, self._live)
         try:
             return held.wire.call(*args)
+        except redis.ReadOnlyError as exc:
+            # The server was made a replica (a failover): as redis-py's sentinel-managed
+            # connections do, drop it, so the next connection asks where the master is now.
+            held.wire.close()
+            self._local.held = None
+            raise redis.ConnectionError(
+                f"Redis answered {exc}: the server is now a replica (a failover?); expected the "
+                "master, so the connection is dropped and the next one asks where it is"
+            ) from exc
         except redis.ResponseError:
             raise
         except BaseException:

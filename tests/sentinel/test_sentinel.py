@@ -13,7 +13,7 @@ import redis
 
 import drumbeat
 from drumbeat import connections, sentinel
-from tests.conftest import running_worker
+from tests.conftest import RedisServer, running_worker, server_binary
 from tests.helpers import wait_for_async
 from tests.sentinel.conftest import SentinelSetup
 
@@ -80,6 +80,8 @@ async def test_a_job_and_a_schedule_run_through_a_sentinel_url(
         ticks.append(1)
 
     job = double.enqueue(21)  # the producer's own connection (`Direct`) through the sentinels
+    direct = sentinel_app.connections.direct
+    assert isinstance(direct, connections.Direct) and direct._local.held is not None
     ajob = await double.aenqueue(4)
     sentinel_app.schedule("tick", tick, every=1)
     async with running_worker(sentinel_app, concurrency=2):
@@ -144,3 +146,64 @@ async def test_a_worker_carries_on_after_the_master_is_killed(
             assert keys, "the jobs went to the new master"
     finally:
         await app.aclose()
+
+
+@pytest.mark.slow
+async def test_a_worker_follows_a_failover_that_keeps_the_old_master_as_a_replica(
+    redis_sentinel: SentinelSetup, own_sentinel: SentinelSetup
+) -> None:
+    """``SENTINEL FAILOVER``: the old master stays up, made a replica. A connection that
+    reconnected to its last address would now reach a replica, whose READONLY refuses every
+    claim and settle; each must ask the sentinels again."""
+    app = drumbeat.App(own_sentinel.url, namespace="s" + uuid.uuid4().hex[:12])
+    ran: set[int] = set()
+
+    @app.task
+    def note(n: int) -> None:
+        ran.add(n)
+
+    try:
+        async with running_worker(app, concurrency=2):
+            note.enqueue(0)
+            await wait_for_async(lambda: len(ran), lambda k: k == 1, message="a job ran")
+            old = own_sentinel.master_port()
+            with own_sentinel.sentinels[0].client() as watcher:
+                watcher.execute_command("SENTINEL", "FAILOVER", "mymaster")
+            await wait_for_async(
+                lambda: asyncio.to_thread(own_sentinel.master_port),
+                lambda port: port != old,
+                message=f"the sentinels should make the replica the master instead of {old}",
+                timeout=60,
+            )
+            for n in range(1, 6):
+                await asyncio.to_thread(_enqueue_through_failover, app, note, n)
+            await wait_for_async(
+                lambda: sorted(ran), lambda seen: set(range(1, 6)) <= set(seen),
+                message="the worker should run the jobs enqueued after the failover",
+                timeout=40,
+            )  # fmt: skip
+    finally:
+        await app.aclose()
+
+
+def test_a_producer_connection_to_a_demoted_master_is_dropped() -> None:
+    """A master made a replica keeps its clients but answers writes with READONLY: the
+    producer's own connection (`Direct`) must be dropped, as redis-py's sentinel-managed
+    connections drop theirs, so the next one asks the sentinels where the master went."""
+    old, new = RedisServer(server_binary()), RedisServer(server_binary())
+    old.start()
+    new.start()
+    client = connections.sync_client(old.url)
+    direct = connections.Direct(client)
+    try:
+        assert direct.execute("SET", "drumbeat-demoted", "1") == b"OK"
+        with redis.Redis.from_url(old.url) as admin:
+            admin.replicaof("127.0.0.1", new.port)
+        with pytest.raises(redis.ConnectionError, match="now a replica"):
+            direct.execute("SET", "drumbeat-demoted", "2")
+        assert direct._local.held is None, "the connection to the replica should be dropped"
+    finally:
+        direct.close()
+        client.close()
+        old.stop()
+        new.stop()
