@@ -14,6 +14,7 @@ import redis
 import drumbeat
 from drumbeat import connections, sentinel
 from tests.conftest import RedisServer, running_worker, server_binary
+from tests.ha_process import check_processes_on
 from tests.helpers import wait_for_async
 from tests.sentinel.conftest import SentinelSetup
 
@@ -52,15 +53,24 @@ def test_bad_sentinel_urls_say_what_was_expected(url: str, expected: str) -> Non
 def test_every_client_reaches_the_master_through_the_sentinels(
     redis_sentinel: SentinelSetup,
 ) -> None:
-    url = redis_sentinel.url
+    url = redis_sentinel.url + "?socket_timeout=3"
     made = [connections.sync_client(url), connections.blocking_client(url),
-            connections.heartbeat_client(url)]  # fmt: skip
+            connections.heartbeat_client(redis_sentinel.url)]  # fmt: skip
     try:
         for client in made:
             assert client.set("drumbeat-sentinel-probe", "1")
             assert client.connection_pool.get_master_address() == (  # type: ignore[attr-defined]
                 "127.0.0.1", redis_sentinel.master_port(),
             )  # fmt: skip
+        # The URL's read timeout, except where a blocking command needs a longer one; the
+        # sentinels are asked with a short one whatever the client's.
+        read_timeouts = [c.connection_pool.connection_kwargs["socket_timeout"] for c in made]
+        assert read_timeouts == [
+            3.0, connections.MAX_BLOCK + connections.BLOCK_MARGIN, connections.HEARTBEAT_TIMEOUT
+        ]  # fmt: skip
+        for client in made:
+            for watcher in client.manager.sentinels:  # type: ignore[attr-defined]
+                assert watcher.connection_pool.connection_kwargs["socket_timeout"] <= 5
     finally:
         for client in made:
             client.close()
@@ -207,3 +217,10 @@ def test_a_producer_connection_to_a_demoted_master_is_dropped() -> None:
         client.close()
         old.stop()
         new.stop()
+
+
+@pytest.mark.process
+def test_a_supervisor_and_the_cli_work_through_a_sentinel_url(
+    redis_sentinel: SentinelSetup,
+) -> None:
+    check_processes_on(redis_sentinel.url)

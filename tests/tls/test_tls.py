@@ -13,6 +13,7 @@ import redis
 import drumbeat
 from drumbeat import connections
 from tests.conftest import running_worker
+from tests.ha_process import check_processes_on
 from tests.helpers import wait_for_async
 from tests.tls.conftest import TlsServer
 
@@ -103,3 +104,8 @@ async def test_a_missing_client_certificate_says_what_the_url_must_give(
             await noop.aenqueue()
     finally:
         await app.aclose()
+
+
+@pytest.mark.process
+def test_a_supervisor_and_the_cli_work_over_tls(tls_redis: TlsServer) -> None:
+    check_processes_on(tls_redis.url())
