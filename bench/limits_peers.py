@@ -1,7 +1,7 @@
 """bench/limits.py's rate workload under Dramatiq's WindowRateLimiter, Huey's rate_limit and
-Celery's per-worker rate_limit (see limits_peers_apps.py): N jobs enqueued up front, 2 worker processes x 20 threads; achieved
-rate, most starts in any 1-s window, Redis commands per job on the broker. Runs in a venv with
-the peers (not drumbeat's):
+Celery's per-worker rate_limit (see limits_peers_apps.py): N jobs enqueued up front, 2 worker
+processes x 20 threads; achieved rate, most starts in any 1-s window, Redis commands per job on
+the broker. Runs in a venv with the peers (not drumbeat's):
 
     /path/to/peers/python -m bench.limits_peers [--jobs 10000] [--rate 500]
 """
@@ -25,6 +25,32 @@ def _commands(client: object) -> int:
     return sum(int(v["calls"]) for v in stats.values())
 
 
+def _enqueue(apps: object, peer: str, i: int) -> None:
+    hit = apps.hit  # type: ignore[attr-defined]
+    if peer == "dramatiq":
+        hit.send(i)
+    elif peer == "celery":
+        hit.delay(i)
+    else:
+        hit(i)
+
+
+def _worker_argv(peer: str) -> list[list[str]]:
+    """Two worker processes of 20 threads each, the peer's own way."""
+    if peer == "dramatiq":
+        return [[sys.executable, "-m", "dramatiq", "bench.limits_peers_apps",
+                 "--processes", "2", "--threads", "20"]]  # fmt: skip
+    if peer == "celery":
+        # Two worker nodes (Celery's rate_limit holds per node).
+        return [[sys.executable, "-m", "celery", "-A", "bench.limits_peers_apps:celery_app",
+                 "worker", "--pool", "threads", "-c", "20", "-n", f"w{n}@%h",
+                 "--without-gossip", "--without-mingle", "--without-heartbeat",
+                 "-l", "WARNING"] for n in (1, 2)]  # fmt: skip
+    consumer = [sys.executable, "-m", "huey.bin.huey_consumer", "bench.limits_peers_apps.huey",
+                "-w", "20", "-k", "thread", "-q"]  # fmt: skip
+    return [consumer, consumer]
+
+
 def run(peer: str, args: argparse.Namespace) -> str:
     with RedisServer() as broker, RedisServer() as log:
         env = {**os.environ, "BENCH_PEER": peer, "BENCH_BROKER_URL": broker.url,
@@ -37,26 +63,8 @@ def run(peer: str, args: argparse.Namespace) -> str:
         bclient, lclient = broker.client(), log.client()
         before = _commands(bclient)
         for i in range(args.jobs):
-            if peer == "dramatiq":
-                apps.hit.send(i)
-            elif peer == "celery":
-                apps.hit.delay(i)
-            else:
-                apps.hit(i)
-        if peer == "dramatiq":
-            argv = [[sys.executable, "-m", "dramatiq", "bench.limits_peers_apps",
-                     "--processes", "2", "--threads", "20"]]  # fmt: skip
-        elif peer == "celery":
-            # Two worker nodes (Celery's rate_limit holds per node), 20 threads each.
-            argv = [[sys.executable, "-m", "celery", "-A", "bench.limits_peers_apps:celery_app",
-                     "worker", "--pool", "threads", "-c", "20", "-n", f"w{n}@%h",
-                     "--without-gossip", "--without-mingle", "--without-heartbeat",
-                     "-l", "WARNING"] for n in (1, 2)]  # fmt: skip
-        else:
-            consumer = [sys.executable, "-m", "huey.bin.huey_consumer",
-                        "bench.limits_peers_apps.huey", "-w", "20", "-k", "thread",
-                        "-q"]  # fmt: skip
-            argv = [consumer, consumer]
+            _enqueue(apps, peer, i)
+        argv = _worker_argv(peer)
         procs = [subprocess.Popen(a, env=env, cwd=REPO, start_new_session=True,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                  for a in argv]  # fmt: skip

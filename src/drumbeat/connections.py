@@ -13,6 +13,14 @@ the rest are discovered. Its clients are redis-py's cluster clients (they route 
 its keys' slot and follow MOVED); `node_client` opens a plain client to one node, for the
 worker's hand-driven connections (`Link`, `Waiter`), which must reach the slot's owner, and the
 producer's hot path keeps a `Direct` per master (`ClusterDirect`).
+
+A ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db][?option=value...]``
+URL names a master through its sentinels (`drumbeat.sentinel`): every client here, and every
+connection made from a client's pool (`Direct`, the worker's `Link` and `Waiter`), asks the
+sentinels for the current master when it connects, so after a failover it reconnects to the
+new one. ``rediss://`` URLs take redis-py's TLS options (``ssl_ca_certs``, ``ssl_certfile``,
+``ssl_keyfile``, ``ssl_cert_reqs``...) in their query string, and ``user:password@`` logs in as
+an ACL user; both apply to every connection, the producer's bare socket (`_Wire`) included.
 """
 
 from __future__ import annotations
@@ -22,11 +30,13 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 import struct
 import threading
 import time
 import warnings
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlencode
@@ -39,7 +49,7 @@ from redis import Redis
 from redis._parsers import BaseParser
 from redis.cluster import ClusterNode, RedisCluster
 
-from . import embedded
+from . import embedded, sentinel
 
 log = logging.getLogger("drumbeat")
 
@@ -77,6 +87,8 @@ def sync_client(url: str, *, socket_timeout: float = COMMAND_TIMEOUT) -> Redis:
     """A synchronous client for ordinary (non-blocking) commands."""
     if is_cluster(url):
         return _sync_cluster(url, _options(socket_timeout))
+    if sentinel.is_sentinel(url):
+        return sentinel.sync_client(url, _options(socket_timeout))
     return Redis.from_url(url, **_options(socket_timeout))
 
 
@@ -86,6 +98,8 @@ def async_client(
     """An asyncio client for ordinary commands; ``options`` go to redis-py as they are."""
     if is_cluster(url):
         return _async_cluster(url, _options(socket_timeout) | options)
+    if sentinel.is_sentinel(url):
+        return sentinel.async_client(url, _options(socket_timeout) | options)
     return redis_async.Redis.from_url(url, **(_options(socket_timeout) | options))
 
 
@@ -110,6 +124,8 @@ def heartbeat_client(url: str) -> Redis:
     """The lease heartbeat thread's own synchronous client (see `HEARTBEAT_TIMEOUT`)."""
     if is_cluster(url):
         return _sync_cluster(url, _options(HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT))
+    if sentinel.is_sentinel(url):
+        return sentinel.sync_client(url, _options(HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT))
     return Redis.from_url(url, **_options(HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT))
 
 
@@ -260,7 +276,7 @@ def check_server(client: Redis, stacklevel: int = 1) -> None:
             caller, and so on.
     """
     # Managed Redis services often disable CONFIG; then there is nothing to check.
-    with contextlib.suppress(redis.ResponseError):
+    with contextlib.suppress(redis.ResponseError), _explained(client):
         if isinstance(client, RedisCluster):  # every master, not the one CONFIG GET goes to
             by_node = client.config_get("maxmemory-policy", target_nodes=RedisCluster.PRIMARIES)
             for config in by_node.values():
@@ -271,7 +287,7 @@ def check_server(client: Redis, stacklevel: int = 1) -> None:
 
 async def acheck_server(client: redis_async.Redis, stacklevel: int = 1) -> None:
     """`check_server` for asyncio clients."""
-    with contextlib.suppress(redis.ResponseError):
+    with contextlib.suppress(redis.ResponseError), _explained(client):
         if isinstance(client, redis_async_cluster.RedisCluster):
             primaries = redis_async_cluster.RedisCluster.PRIMARIES
             by_node = await client.config_get("maxmemory-policy", target_nodes=primaries)
@@ -279,6 +295,50 @@ async def acheck_server(client: redis_async.Redis, stacklevel: int = 1) -> None:
                 _warn_if_evicting(config, stacklevel + 1)
             return
         _warn_if_evicting(await client.config_get("maxmemory-policy"), stacklevel + 1)
+
+
+@contextlib.contextmanager
+def _explained(client: Redis | redis_async.Redis) -> Iterator[None]:
+    """Raises a refused login, or a TLS connection the server closed, with what the URL must
+    give instead (the first command on a client is where a bad URL shows); the same type, so
+    callers that retry connection errors still do."""
+    try:
+        yield
+    except redis.AuthenticationError as exc:
+        if getattr(client, "connection_pool", None) is None:  # a cluster: which node is unknown
+            raise
+        where, kwargs = _where(client)
+        user = kwargs.get("username") or "default"
+        raise type(exc)(
+            f"Redis at {where} refused the login of user {user!r} ({exc}); expected the name "
+            "and password of an enabled ACL user in the URL (user:password@ before the host)"
+        ) from exc
+    except redis.ConnectionError as exc:
+        pool = getattr(client, "connection_pool", None)
+        tls = pool is not None and issubclass(
+            pool.connection_class, (redis.SSLConnection, redis_async.SSLConnection)
+        )
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, ssl.SSLError | ConnectionResetError):
+            cause = cause.__cause__ or cause.__context__
+        if not tls or cause is None:
+            raise
+        where, _ = _where(client)
+        raise type(exc)(
+            f"the TLS connection to Redis at {where} failed ({exc}); a server that requires "
+            "client certificates (tls-auth-clients yes) closes connections that present none, "
+            "or one its CA did not sign. Expected ssl_certfile= and ssl_keyfile= (the client "
+            "certificate and key) and ssl_ca_certs= (the CA that signed the server's "
+            "certificate) in the URL's query string"
+        ) from exc
+
+
+def _where(client: Redis | redis_async.Redis) -> tuple[str, dict[str, Any]]:
+    pool = getattr(client, "connection_pool", None)
+    kwargs: dict[str, Any] = dict(getattr(pool, "connection_kwargs", {}))
+    service = getattr(pool, "service_name", None)  # a sentinel-managed pool
+    where = f"the master {service!r}" if service else f"{kwargs.get('host')}:{kwargs.get('port')}"
+    return where, kwargs
 
 
 def _warn_if_evicting(config: dict[Any, Any], stacklevel: int) -> None:
@@ -307,8 +367,9 @@ class _Wire:
     enqueue's own Redis work is a few tens of µs. Its packing (a generator over every argument),
     its reply wrapper and, above all, Python's socket timeout, which makes every send and
     receive a ``poll`` then the call. The timeout is the kernel's instead (``SO_RCVTIMEO`` and
-    ``SO_SNDTIMEO`` on a blocking socket), so it costs nothing per call. Measured per enqueue
-    (producer CPU, AMD EPYC): 57 µs through the connection, 27 µs on the bare socket.
+    ``SO_SNDTIMEO`` on a blocking socket), so it costs nothing per call (except over TLS: see
+    `__init__`). Measured per enqueue (producer CPU, AMD EPYC): 57 µs through the connection,
+    27 µs on the bare socket.
     """
 
     __slots__ = ("_reader", "_sock", "conn")
@@ -321,7 +382,9 @@ class _Wire:
         if sock is None:  # connect() raises when it fails; this is only for the type checker
             raise redis.ConnectionError("redis-py opened no socket")
         timeout = conn.socket_timeout
-        if timeout:
+        # Not over TLS: a blocking `ssl.SSLSocket` retries a read the kernel timed out (OpenSSL
+        # wants more data), so it would wait forever. It keeps Python's timeout, which raises.
+        if timeout and not isinstance(sock, ssl.SSLSocket):
             whole = int(timeout)
             timeval = struct.pack("ll", whole, int((timeout - whole) * 1_000_000))
             sock.settimeout(None)
@@ -411,6 +474,15 @@ class Direct:
             held = self._local.held = _Held(wire, self._live)
         try:
             return held.wire.call(*args)
+        except redis.ReadOnlyError as exc:
+            # The server was made a replica (a failover): as redis-py's sentinel-managed
+            # connections do, drop it, so the next connection asks where the master is now.
+            held.wire.close()
+            self._local.held = None
+            raise redis.ConnectionError(
+                f"Redis answered {exc}: the server is now a replica (a failover?); expected the "
+                "master, so the connection is dropped and the next one asks where it is"
+            ) from exc
         except redis.ResponseError:
             raise
         except BaseException:

@@ -49,6 +49,10 @@ class Link:
             self._early.clear()
             await conn.disconnect(nowait=True)
         try:
+            if not conn.is_connected:
+                # Through `connect`, which a sentinel-managed connection overrides to ask the
+                # sentinels where the master is now; a send would reconnect to the last address.
+                await conn.connect()  # type: ignore[no-untyped-call]
             await conn.send_packed_command(
                 conn.pack_commands([call.command() for call in calls]), check_health=False
             )

@@ -42,6 +42,8 @@ class Waiter:
         commands: list[tuple[Any, ...]] = [("CLIENT", "ID"), self._pop, call.command()]
         self._waiting = True
         try:
+            if not conn.is_connected:  # through `connect`: see `Link.send`
+                await conn.connect()  # type: ignore[no-untyped-call]
             await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
             self._id = int(await self._read())
             self._id_known.set()

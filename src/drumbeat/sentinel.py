@@ -1,0 +1,166 @@
+"""Redis Sentinel: the ``redis+sentinel://`` URL and clients that reach the current master through
+the sentinels (redis-py's `SentinelConnectionPool`), so a failover is followed by reconnecting.
+
+The URL, in the form users of redis-py, Celery and Kombu know from their sentinel settings::
+
+    redis+sentinel://[user:password@]host:port[,host:port...]/service[/db][?option=value...]
+
+The hosts are sentinels (any of them; the first that answers names the master); ``service`` is
+the master's name in their configuration (``sentinel monitor <service> ...``). The credentials,
+the database (``/service/2`` or ``?db=2``) and the query options are those of the master's
+connections, as in a ``redis://`` URL; ``sentinel_username`` and ``sentinel_password`` are the
+sentinels' own, when they require auth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import parse_qsl, unquote, urlencode
+
+import redis
+import redis.asyncio as redis_async
+import redis.asyncio.sentinel as async_sentinel
+import redis.sentinel as sync_sentinel
+
+SCHEME = "redis+sentinel"
+EXAMPLE = f"{SCHEME}://10.0.0.1:26379,10.0.0.2:26379/mymaster"
+FORM = f"{SCHEME}://[user:password@]host:port[,host:port...]/service[/db]"
+
+
+def is_sentinel(url: str) -> bool:
+    """Whether ``url`` names a master through its sentinels (``redis+sentinel://``)."""
+    return url.partition("://")[0].lower() == SCHEME
+
+
+@dataclass(frozen=True, slots=True)
+class SentinelUrl:
+    """What a ``redis+sentinel://`` URL names."""
+
+    sentinels: list[tuple[str, int]]
+    service: str
+    options: dict[str, Any]
+    """Options of the master's connections: credentials, database, query options."""
+    sentinel_options: dict[str, Any]
+    """Options of the connections to the sentinels (their own credentials)."""
+
+
+def parse(url: str) -> SentinelUrl:
+    """The parts of a ``redis+sentinel://`` URL (see the module docstring).
+
+    Raises:
+        ValueError: not such a URL, or one that names no sentinel, a sentinel without a port,
+            no service name, or a database that is not a number (or two different ones).
+    """
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() != SCHEME:
+        raise ValueError(f"{url!r} is not a {SCHEME}:// URL (expected {FORM})")
+    rest, _, query = rest.partition("?")
+    userinfo, _, hosts = rest.rpartition("@")
+    hosts, _, path = hosts.partition("/")
+    sentinels: list[tuple[str, int]] = []
+    for item in filter(None, hosts.split(",")):
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(
+                f"Redis Sentinel URL {url!r} names sentinel {item!r}; expected host:port "
+                f"(e.g. {EXAMPLE})"
+            )
+        sentinels.append((host.strip("[]"), int(port)))
+    if not sentinels:
+        raise ValueError(f"Redis Sentinel URL {url!r} names no sentinel; expected {FORM}")
+    service, _, db = path.strip("/").partition("/")
+    if not service:
+        raise ValueError(
+            f"Redis Sentinel URL {url!r} names no service (the master's name in the sentinels' "
+            f"configuration); expected {FORM}, e.g. {EXAMPLE}"
+        )
+    pairs = parse_qsl(query, keep_blank_values=True)
+    mine = {"sentinel_username", "sentinel_password"}
+    sentinel_options = {
+        name.removeprefix("sentinel_"): value for name, value in pairs if name in mine
+    }
+    kept = urlencode([(name, value) for name, value in pairs if name not in mine])
+    # redis-py's own URL parsing gives the query options their types (socket_timeout=2.5).
+    first, at = sentinels[0]
+    try:
+        options: dict[str, Any] = dict(redis.connection.parse_url(f"redis://{first}:{at}?{kept}"))  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise ValueError(f"Redis Sentinel URL {url!r}: {exc}") from None
+    for name in ("host", "port", "path", "connection_class"):
+        options.pop(name, None)
+    if db:
+        if not db.isdigit() or ("db" in options and options["db"] != int(db)):
+            raise ValueError(
+                f"Redis Sentinel URL {url!r} names database {db!r}"
+                + (f" and db={options['db']}" if "db" in options else "")
+                + f"; expected one database number, e.g. {SCHEME}://host:26379/mymaster/0"
+            )
+        options["db"] = int(db)
+    if userinfo:
+        user, _, password = userinfo.partition(":")
+        options["username"], options["password"] = unquote(user) or None, unquote(password)
+    return SentinelUrl(sentinels, unquote(service), options, sentinel_options)
+
+
+def _sentinel_kwargs(parsed: SentinelUrl, options: dict[str, Any]) -> dict[str, Any]:
+    # Asking a sentinel for the master is quick: never the long read timeout of a client for
+    # blocking commands, or a dead sentinel would hold up the reconnect to the new master.
+    timeouts = {
+        "socket_connect_timeout": options["socket_connect_timeout"],
+        "socket_timeout": min(options["socket_timeout"], options["socket_connect_timeout"]),
+    }
+    return timeouts | parsed.sentinel_options
+
+
+class _SyncMaster(redis.Redis):
+    """A client of the master; closing it closes its connections to the sentinels too."""
+
+    manager: sync_sentinel.Sentinel
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            for client in self.manager.sentinels:
+                client.close()
+
+
+class _AsyncMaster(redis_async.Redis):
+    """`_SyncMaster` for asyncio."""
+
+    manager: async_sentinel.Sentinel
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        try:
+            await super().aclose(close_connection_pool)
+        finally:
+            for client in self.manager.sentinels:
+                await client.aclose()
+
+
+def sync_client(url: str, options: dict[str, Any]) -> redis.Redis:
+    """A synchronous client of the master ``url`` names; ``options`` (the caller's timeouts)
+    are overridden by the URL's."""
+    parsed = parse(url)
+    merged = options | parsed.options
+    manager = sync_sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        parsed.sentinels, sentinel_kwargs=_sentinel_kwargs(parsed, merged)
+    )
+    pool = sync_sentinel.SentinelConnectionPool(parsed.service, manager, **merged)  # type: ignore[no-untyped-call]
+    made = cast(_SyncMaster, _SyncMaster.from_pool(pool))
+    made.manager = manager
+    return made
+
+
+def async_client(url: str, options: dict[str, Any]) -> redis_async.Redis:
+    """`sync_client` for asyncio callers."""
+    parsed = parse(url)
+    merged = options | parsed.options
+    manager = async_sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        parsed.sentinels, sentinel_kwargs=_sentinel_kwargs(parsed, merged)
+    )
+    pool = async_sentinel.SentinelConnectionPool(parsed.service, manager, **merged)  # type: ignore[no-untyped-call]
+    made = cast(_AsyncMaster, _AsyncMaster.from_pool(pool))
+    made.manager = manager
+    return made

@@ -1,0 +1,218 @@
+"""A real Redis Sentinel setup: one master, one replica and three sentinels (`redis-server <conf>
+--sentinel`), each on a free port in a temp dir, with short failure detection so a failover
+takes a few seconds.
+
+Without ``redis-server`` on PATH the sentinel tests are skipped, except in CI (``CI`` set),
+where that is a failure (.ci/run installs it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+import drumbeat
+from tests.conftest import _free_port
+
+MISSING = (
+    "the Redis Sentinel tests need redis-server on PATH (Debian: apt-get install redis-server)"
+)
+SERVICE = "mymaster"
+START_TIMEOUT = 30.0
+DOWN_AFTER_MS = 1000
+FAILOVER_TIMEOUT_MS = 4000
+
+
+class Process:
+    """One redis-server process (a data node or a sentinel) on its own port and dir."""
+
+    def __init__(self, binary: str, root: Path, *, sentinel: bool = False) -> None:
+        self.binary = binary
+        self.port = _free_port()
+        self.dir = root / str(self.port)
+        self.dir.mkdir()
+        self.sentinel = sentinel
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, *args: str) -> None:
+        conf = self.dir / "redis.conf"
+        if self.sentinel:  # a sentinel rewrites its own config file: it must be a file
+            lines = [*args]
+            conf.write_text("\n".join(lines) + "\n")
+            argv = [self.binary, str(conf), "--sentinel", "--port", str(self.port)]
+        else:
+            conf.write_text("")
+            argv = [self.binary, str(conf), "--port", str(self.port), *args]
+        argv += [
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.dir),
+            "--logfile",
+            str(self.dir / "redis.log"),
+        ]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+
+    def kill(self) -> None:
+        """kill -9: no shutdown, no goodbye."""
+        if self.alive:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.alive:
+            assert self.proc is not None
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class SentinelSetup:
+    """A master, a replica and three sentinels watching them as `SERVICE`; `url` is the
+    ``redis+sentinel://`` URL naming the sentinels."""
+
+    def __init__(self, binary: str) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="drumbeat-sentinel-", dir="/tmp"))
+        self.master = Process(binary, self.root)
+        self.replica = Process(binary, self.root)
+        self.sentinels = [Process(binary, self.root, sentinel=True) for _ in range(3)]
+
+    @property
+    def url(self) -> str:
+        hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
+        return f"redis+sentinel://{hosts}/{SERVICE}"
+
+    @property
+    def nodes(self) -> list[Process]:
+        return [self.master, self.replica]
+
+    def start(self) -> None:
+        # No delay before a diskless full sync (5 s by default): the replica syncs at once.
+        common = ["--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction",
+                  "--repl-diskless-sync-delay", "0"]  # fmt: skip
+        self.master.start(*common)
+        self.replica.start(*common, "--replicaof", "127.0.0.1", str(self.master.port))
+        for node in self.nodes:
+            _poll(lambda n=node: _pings(n), f"redis-server on port {node.port} did not start")
+        _poll(lambda: _in_sync(self.replica), "the replica did not sync with the master")
+        for watcher in self.sentinels:
+            watcher.start(
+                f"sentinel monitor {SERVICE} 127.0.0.1 {self.master.port} 2",
+                f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}",
+                f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}",
+                f"sentinel parallel-syncs {SERVICE} 1",
+            )
+        # A failover needs sentinels that know the replica and each other (they learn both
+        # from the master: its INFO and its hello channel, within a few seconds).
+        for watcher in self.sentinels:
+            _poll(lambda w=watcher: _sees_all(w), f"sentinel {watcher.port} never saw the "
+                  "replica and the 2 other sentinels")  # fmt: skip
+
+    def stop(self) -> None:
+        for process in [*self.sentinels, *self.nodes]:
+            process.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def master_port(self) -> int:
+        """The master's port as the sentinels report it now."""
+        for watcher in self.sentinels:
+            if not watcher.alive:
+                continue
+            with watcher.client() as client:
+                _host, port = client.sentinel_get_master_addr_by_name(SERVICE)
+                return int(port)
+        raise AssertionError("no sentinel running")
+
+    def node(self, port: int) -> Process:
+        return next(n for n in self.nodes if n.port == port)
+
+
+def _pings(process: Process) -> bool:
+    if not process.alive:
+        assert process.proc is not None
+        raise RuntimeError(f"redis-server on port {process.port} exited "
+                           f"({process.proc.returncode}); see {process.dir}/redis.log")  # fmt: skip
+    try:
+        with process.client() as client:
+            return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def _in_sync(replica: Process) -> bool:
+    with replica.client() as client:
+        role = client.execute_command("ROLE")
+    return bool(role[0] in (b"slave", "slave") and role[3] in (b"connected", "connected"))
+
+
+def _sees_all(watcher: Process) -> bool:
+    if not _pings(watcher):
+        return False
+    with watcher.client() as client:
+        state = client.sentinel_master(SERVICE)
+        replicas = client.sentinel_slaves(SERVICE)
+    return int(state["num-other-sentinels"]) == 2 and len(replicas) == 1
+
+
+def _poll(check: Callable[[], bool], message: str, timeout: float = START_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{message} within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def _binary() -> str:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{MISSING}; CI must run the sentinel tests (.ci/run installs it)")
+        pytest.skip(MISSING)
+    return binary
+
+
+def _started() -> Iterator[SentinelSetup]:
+    setup = SentinelSetup(_binary())
+    try:
+        setup.start()
+        yield setup
+    finally:
+        setup.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel() -> Iterator[SentinelSetup]:
+    yield from _started()
+
+
+@pytest.fixture
+def own_sentinel() -> Iterator[SentinelSetup]:
+    """A sentinel setup for this test alone (it kills the master)."""
+    yield from _started()
+
+
+@pytest.fixture
+async def sentinel_app(redis_sentinel: SentinelSetup) -> AsyncIterator[drumbeat.App]:
+    app = drumbeat.App(redis_sentinel.url, namespace="s" + uuid.uuid4().hex[:12])
+    yield app
+    await app.aclose()
