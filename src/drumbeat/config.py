@@ -37,7 +37,8 @@ class Settings:
     """How an app talks to Redis and how its workers behave. Durations are in seconds."""
 
     url: str | None = None
-    """Redis URL (``redis://``, ``rediss://``, ``unix://``); ``None`` starts the embedded Redis."""
+    """Redis URL (``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``,
+    ``redis+sentinel://``: see `connections`); ``None`` starts the embedded Redis."""
 
     namespace: str = "default"
     """Prefix that keeps apps sharing one Redis apart; part of every key's hash tag."""
