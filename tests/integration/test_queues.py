@@ -13,6 +13,7 @@ import redis
 
 import drumbeat
 from drumbeat import admin
+from drumbeat.cli.shapes import schedule_json
 from drumbeat.errors import ConfigurationError, InvalidJob
 from drumbeat.job import decode_spec
 from drumbeat.keys import bucket_of
@@ -536,6 +537,8 @@ async def test_a_schedules_runs_go_to_its_tasks_queue_or_the_one_it_names(
     qapp.schedule("by-task", build, every=60, args=["by-task"])
     qapp.schedule("named", plain, every=60, args=["named"], queue="reports")
     assert {s.id: s.queue for s in qapp.schedules()} == {"by-task": "builds", "named": "reports"}
+    shown = qapp.get_schedule("named")
+    assert shown is not None and schedule_json(shown, "scheduled")["queue"] == "reports"
     assert "reports" in qapp.known_queues(), "the schedule's queue is not in the registry"
     async with running_worker(qapp, queues=["default"]) as keeper:
         for schedule_id in ("by-task", "named"):

@@ -78,6 +78,7 @@ def schedule_json(info: ScheduleInfo, state: str) -> dict[str, Any]:
             "jitter": c.jitter,
         },
         "priority": info.priority,
+        "queue": info.queue,
         "state": state,
         **timestamp("next_due", info.next_due_ms),
         **timestamp("last_run", info.last_run_ms),
