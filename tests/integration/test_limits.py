@@ -308,3 +308,21 @@ def test_a_schedules_bad_limits_are_refused_when_it_is_made(lapp: drumbeat.App) 
     with pytest.raises(InvalidJob, match="rate limit 'fast' is malformed"):
         lapp.schedule("p", poll, every=5, args=["a"], rate_limit="fast")
     assert lapp.get_schedule("p") is None, "a refused schedule was stored"
+
+
+async def test_jobs_claimed_together_acquire_their_limit_in_claim_order(lapp: drumbeat.App) -> None:
+    """Jobs of one concurrency-1 key, claimed in one batch, take the permit in claim order
+    (enqueue order): their acquisitions reach Redis in that order, every time, not by the luck
+    of which of the client's connections answers first."""
+    order: list[int] = []
+
+    @lapp.task(concurrency_limit=1)
+    async def step(n: int) -> None:
+        order.append(n)
+
+    async with running_worker(lapp, concurrency=8):
+        for rounds in range(10):
+            await lapp.aenqueue_many([step.prepare(8 * rounds + i) for i in range(8)])
+            await wait_for_async(lambda r=rounds: len(order) >= 8 * (r + 1),
+                                 message="the jobs did not run", timeout=20)  # fmt: skip
+    assert order == sorted(order), f"a later job took the permit first: {order}"
