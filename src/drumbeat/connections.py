@@ -51,6 +51,11 @@ from redis.cluster import ClusterNode, RedisCluster
 
 from . import embedded, sentinel
 
+try:  # redis-py < 6 keeps the cluster's error replies (MOVED, ASK, TRYAGAIN...) in its own parser
+    from redis.cluster import ClusterParser as _ErrorClasses  # type: ignore[attr-defined]
+except ImportError:  # from 6 on, every parser knows them
+    _ErrorClasses = BaseParser
+
 log = logging.getLogger("drumbeat")
 
 CONNECT_TIMEOUT = 5.0
@@ -391,7 +396,7 @@ class _Wire:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
         self._sock: socket.socket = sock
-        self._reader: hiredis.Reader = hiredis.Reader(replyError=BaseParser.parse_error)
+        self._reader: hiredis.Reader = hiredis.Reader(replyError=_ErrorClasses.parse_error)
 
     def call(self, *args: Any) -> Any:
         """Sends one command and returns its reply; an error reply raises (the connection stays
@@ -558,7 +563,12 @@ class ClusterDirect:
                     direct.execute("ASKING")
                 return direct.execute(*args)
             except redis.exceptions.MovedError as moved:
-                client.nodes_manager.move_slot(moved)
+                manager: Any = client.nodes_manager
+                if hasattr(manager, "move_slot"):
+                    manager.move_slot(moved)
+                else:  # redis-py < 6: the map takes it at its next lookup by slot
+                    manager.update_moved_exception(moved)
+                    manager.get_node_from_slot(moved.slot_id)
                 node, asking = self._owner(args[3]), False
             except redis.exceptions.AskError as ask:
                 node = client.get_node(host=ask.host, port=ask.port)  # type: ignore[no-untyped-call]
