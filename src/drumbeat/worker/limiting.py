@@ -49,6 +49,10 @@ class Gate:
         # the ones its tasks name.
         self.queues = list(dict.fromkeys([*queues, *app.queues()]))
         self.client: aredis.Redis | None = None
+        # Acquisitions go to Redis one at a time, in the order the runs asked (the order they
+        # were claimed in): on the client's pool, a call that waits for a new connection would
+        # reach Redis after later ones and take a permit out of turn.
+        self._in_turn = asyncio.Lock()
         self.parked = 0
         """Runs that gave up their claim to wait for a limit (booked or parked)."""
 
@@ -99,7 +103,8 @@ class Gate:
             job.id, job.token, queue=job.queue, lease_ms=self.lease_ms, horizon_ms=HORIZON_MS,
             limits=[(name, limit.args()) for name, limit in keyed],
         )  # fmt: skip
-        reply = await call.arun(self.client)
+        async with self._in_turn:  # asyncio.Lock is first come, first served
+            reply = await call.arun(self.client)
         if reply[0] == 1:
             # Granted for a start a few ms ahead (LIMIT_NEAR_MS): wait for that time itself
             # (Redis' clock), not for a delay from the call, whose reply may come late.
