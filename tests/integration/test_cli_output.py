@@ -213,6 +213,7 @@ async def test_schedules_ls_wide_and_json(cli_env: None, app: drumbeat.App) -> N
             "mode": "rate", "grace": 3600, "jitter": 30,
         },
         "priority": 3,
+        "queue": "default",
         "state": "scheduled",
         "next_due_ms": one["next_due_ms"],
         "next_due_at": one["next_due_at"],
