@@ -164,6 +164,16 @@ class Scheduler:
             )
             if limits or task.limits:  # an unknown limiter, a limit_by the args lack
                 self.app.limits_of(limits or task.limits, task, s.args, s.kwargs)
+                if len(self.shards) > 1:
+                    # Each shard keeps its own limiter keys (a script touches one slot), so a
+                    # limit would hold per shard: S shards, up to S times the rate.
+                    raise InvalidJob(
+                        f"schedule {s.id!r}: its runs are limited (rate or concurrency), and "
+                        "with schedule_shards > 1 each shard would keep its own limiter, so "
+                        "the limit would hold per shard, not across them (limits shared by "
+                        "shards are not built yet); use schedule_shards=1, or limit jobs "
+                        "enqueued by an unlimited scheduled task instead"
+                    )
             spec = encode_schedule_spec(
                 codec,
                 list(s.args),

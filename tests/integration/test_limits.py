@@ -326,3 +326,57 @@ async def test_jobs_claimed_together_acquire_their_limit_in_claim_order(lapp: dr
             await wait_for_async(lambda r=rounds: len(order) >= 8 * (r + 1),
                                  message="the jobs did not run", timeout=20)  # fmt: skip
     assert order == sorted(order), f"a later job took the permit first: {order}"
+
+
+def test_limited_schedules_are_refused_with_schedule_shards(redis_url: str, namespace: str) -> None:
+    """With schedule_shards > 1 each shard keeps its own limiter keys: a limit would hold per
+    shard, so a schedule whose runs are limited (by its task or by itself) is refused."""
+    app = drumbeat.App(redis_url, namespace=namespace, schedule_shards=2)
+
+    @app.task(rate_limit="5/s")
+    async def search(keyword: str) -> None: ...
+
+    @app.task
+    async def poll(user: str) -> None: ...
+
+    with pytest.raises(InvalidJob, match="schedule_shards > 1 each shard would keep its own"):
+        app.schedule("s", search, every=60, args=["k"])
+    with pytest.raises(InvalidJob, match="limit would hold per shard"):
+        app.schedule("p", poll, every=60, args=["u"], concurrency_limit=1, limit_by="user")
+    assert app.get_schedule("s") is None and app.get_schedule("p") is None
+    app.schedule("p", poll, every=60, args=["u"])  # unlimited: as before
+    assert app.get_schedule("p") is not None
+    app.close()
+
+
+async def test_a_sharded_run_of_a_task_that_gained_a_limit_is_told_per_shard(
+    redis_url: str, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The schedule was made while its task had no limit; the worker's task has one. The run
+    still runs (under its shard's limiter), and the worker says once that the limit holds per
+    shard."""
+    before = drumbeat.App(redis_url, namespace=namespace, schedule_shards=2, min_interval=0.05)
+
+    @before.task(name="poll")
+    async def poll_unlimited(n: int) -> None: ...
+
+    await before.aschedule("p", poll_unlimited, every=0.1, args=[1])
+    await before.aclose()
+
+    after = drumbeat.App(redis_url, namespace=namespace, schedule_shards=2, idle_block=0.5,
+                         min_interval=0.05)  # fmt: skip
+    ran = 0
+
+    @after.task(name="poll", concurrency_limit=1)
+    async def poll(n: int) -> None:
+        nonlocal ran
+        ran += 1
+
+    with caplog.at_level("WARNING", logger="drumbeat.worker"):
+        async with running_worker(after, concurrency=2):
+            await wait_for_async(lambda: ran >= 3, message="the run should go on", timeout=20)
+        await after.aunschedule("p")
+    await after.aclose()
+    told = [r.getMessage() for r in caplog.records if "holds per shard" in r.getMessage()]
+    assert len(told) == 1, f"told once for the one limiter key, got {told}"
+    assert "2 schedule shards" in told[0], told[0]

@@ -55,6 +55,7 @@ class Gate:
         self._in_turn = asyncio.Lock()
         self.parked = 0
         """Runs that gave up their claim to wait for a limit (booked or parked)."""
+        self._told_per_shard: set[str] = set()
 
     def check(self) -> None:
         """Refuses to start a worker whose tasks name a limiter the app does not declare."""
@@ -99,6 +100,8 @@ class Gate:
         lease was lost), so the run must not start. ``now_ms``: Redis time, as the worker
         knows it."""
         assert self.client is not None
+        if shard > 0:
+            self._tell_per_shard(keyed)
         call = self.shards[shard].acquire_limits(
             job.id, job.token, queue=job.queue, lease_ms=self.lease_ms, horizon_ms=HORIZON_MS,
             limits=[(name, limit.args()) for name, limit in keyed],
@@ -117,6 +120,21 @@ class Gate:
         else:
             self.parked += 1
         return False
+
+    def _tell_per_shard(self, keyed: list[tuple[str, Limit]]) -> None:
+        """A run of a schedule shard acquires its limits on its own shard's keys (a script
+        touches one slot). Making such a schedule is refused, but its task may have gained a
+        limit since it was made: say once per key that the limit then holds per shard."""
+        for name, _ in keyed:
+            if name not in self._told_per_shard:
+                self._told_per_shard.add(name)
+                log.warning(
+                    "limiter key %r: a run of a schedule shard acquires it on its shard's own "
+                    "keys, so across the %d schedule shards the limit holds per shard (up to %d "
+                    "times it); schedule_shards > 1 refuses limited schedules, so this task "
+                    "gained its limit after its schedules were made",
+                    name, len(self.shards) - 1, len(self.shards) - 1,
+                )  # fmt: skip
 
     def release_call(self, shard: int, job_id: str, names: Sequence[str]) -> Call[list[int]]:
         return self.shards[shard].release_limits(
