@@ -408,7 +408,8 @@ class Scripts:
     ) -> Call[list[int]]:
         """Items (of one queue) are (id, token); one 1 (handed back) or 0 (lease lost) each."""
         k = self.k
-        keys = [k.leases, k.owners, k.state, k.ready_of(queue), k.wake_of(queue), k.signals]
+        keys = [k.leases, k.owners, k.state, k.ready_of(queue), k.wake_of(queue), k.signals,
+                k.lateness]  # fmt: skip
         args = [_queue_arg(queue), *(x for pair in owned for x in pair)]
         return Call("handback", keys, args, _ints)
 

@@ -171,3 +171,44 @@ async def test_a_parked_schedule_run_counts_its_lateness_once(
     assert counted == len(started), f"one lateness per run started {started}: {fields}"
     assert fields["cs"] >= 300, f"poll1 started at least 300 ms late: {fields}"
     assert _parking(r, lapp).get("p|default") == 0
+
+
+def _runs_counted(r: redis.Redis, app: drumbeat.App) -> int:
+    """Schedule runs whose lateness the `lateness` hash counted (its cumulative bins)."""
+    fields = {k.decode(): int(v) for k, v in r.hgetall(app.keys.lateness).items()}
+    return sum(n for f, n in fields.items() if f.startswith("c") and f[1:].isdigit())
+
+
+async def test_a_run_handed_back_at_a_stop_counts_its_lateness_once(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    """A run still going when its worker's `shutdown_grace` ends is handed back on its first
+    attempt (no attempt spent); the worker that runs it next counts its lateness, and the
+    first claim's count is taken back."""
+    app = drumbeat.App(redis_url, namespace=namespace, idle_block=0.5, shutdown_grace=0.3)
+    go_on = asyncio.Event()
+    started = 0
+
+    @app.task
+    async def poll() -> None:
+        nonlocal started
+        started += 1
+        await go_on.wait()  # no checkpoint: only the hand-back at the stop ends it
+
+    try:
+        await app.aschedule("poll", poll, every=3600)
+        async with running_worker(app, concurrency=2):
+            await app.arun_now("poll")
+            await wait_for_async(lambda: started, lambda n: n == 1, message="the run should start")
+            assert _runs_counted(r, app) == 1
+        assert r.zscore(app.keys.ready, "s:poll") is not None, "the stop should hand it back"
+        assert _runs_counted(r, app) == 0, "the hand-back takes back what its claim counted"
+        go_on.set()
+        async with running_worker(app, concurrency=2):
+            await wait_for_async(lambda: started, lambda n: n == 2, message="the run should run")
+            await wait_for_async(lambda: r.hexists(app.keys.state, "s:poll"), lambda x: not x,
+                                 message="the run should finish")  # fmt: skip
+        await app.aunschedule("poll")
+        assert _runs_counted(r, app) == 1, "one run, one lateness"
+    finally:
+        await app.aclose()

@@ -414,6 +414,19 @@ local function unrecord_lateness(key, at, ms)
   if ms > 0 then redis.call('HINCRBY', key, 'cs', string.format('%.0f', -ms)) end
 end
 
+-- Takes back the lateness a schedule run's first claim counted (take_all: at attempt 1, at the
+-- claim's time, kept in `owners`) when that claim is given back without an attempt spent
+-- (acquire_limits parks or books it, or it is handed back): the next
+-- claim is its attempt 1 again and counts it then, so a run's lateness is counted once. Call it
+-- before the owner entry goes.
+local function give_back_lateness(lateness_key, owners_key, id, s)
+  if s.attempt ~= 1 or not run_schedule_id(id) then return end
+  local owner = redis.call('HGET', owners_key, id)
+  local claimed = owner and tonumber(string.match(owner, '|(%d+)$'))
+  local run_due = tonumber(string.match(s.key, '^(%-?%d+):'))
+  if claimed and run_due then unrecord_lateness(lateness_key, claimed, math.max(0, claimed - run_due)) end
+end
+
 -- Throughput series (tally.lua): a ring of THROUGHPUT_WINDOWS windows of THROUGHPUT_WINDOW_MS
 -- each, in one hash: field "<slot>", value "<window>|<completed>|<failed>" (attempts completed;
 -- attempts that raised: failed, retried or dead). Every slot is made at the first write (window

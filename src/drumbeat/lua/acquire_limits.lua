@@ -150,12 +150,7 @@ if park == nil and start <= now + LIMIT_NEAR_MS then
 end
 
 -- Not now: the claim goes (the attempt it counted is given back), like defer_unknown.lua.
-if s.attempt == 1 and run_schedule_id(id) then
-  -- take_all counted this run's lateness at its first attempt's claim (owners: its time).
-  local claimed = tonumber(string.match(redis.call('HGET', KEYS[2], id), '|(%d+)$'))
-  local run_due = tonumber(string.match(s.key, '^(%-?%d+):'))
-  if claimed and run_due then unrecord_lateness(KEYS[8], claimed, math.max(0, claimed - run_due)) end
-end
+give_back_lateness(KEYS[8], KEYS[2], id, s)
 if s.attempt > 0 then s.attempt = s.attempt - 1 end
 redis.call('HSET', KEYS[3], id, format_state(s))
 redis.call('HDEL', KEYS[2], id)
