@@ -284,7 +284,7 @@ def check_server(client: Redis, stacklevel: int = 1) -> None:
     with contextlib.suppress(redis.ResponseError), _explained(client):
         if isinstance(client, RedisCluster):  # every master, not the one CONFIG GET goes to
             by_node = client.config_get("maxmemory-policy", target_nodes=RedisCluster.PRIMARIES)
-            for config in by_node.values():
+            for config in _per_node(by_node):
                 _warn_if_evicting(config, stacklevel + 1)
             return
         _warn_if_evicting(client.config_get("maxmemory-policy"), stacklevel + 1)
@@ -296,10 +296,18 @@ async def acheck_server(client: redis_async.Redis, stacklevel: int = 1) -> None:
         if isinstance(client, redis_async_cluster.RedisCluster):
             primaries = redis_async_cluster.RedisCluster.PRIMARIES
             by_node = await client.config_get("maxmemory-policy", target_nodes=primaries)
-            for config in by_node.values():
+            for config in _per_node(by_node):
                 _warn_if_evicting(config, stacklevel + 1)
             return
         _warn_if_evicting(await client.config_get("maxmemory-policy"), stacklevel + 1)
+
+
+def _per_node(replies: dict[Any, Any]) -> list[dict[Any, Any]]:
+    """Each master's reply to a command sent to every master. redis-py returns a dict by node
+    name, except from a cluster of one master, where it returns that master's reply itself."""
+    if replies and all(isinstance(v, dict) for v in replies.values()):
+        return list(replies.values())
+    return [replies]
 
 
 @contextlib.contextmanager
