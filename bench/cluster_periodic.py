@@ -191,7 +191,7 @@ def one_case(masters: int, args: argparse.Namespace) -> dict[str, object]:
         ],
         "p50_ms": bin_percentile_ms(merged, 0.5) if merged else float("nan"),
         "p99_ms": bin_percentile_ms(merged, 0.99) if merged else float("nan"),
-        "commands": [c for c in commands if c[1] > 0][:6],
+        "commands": [c for c in commands if c[1] > 0][:12],
     }
 
 

@@ -224,6 +224,8 @@ class ClaimResult:
     """Limiter keys whose markers came due, for `Scripts.release_limits`."""
     routes: list[str] = field(default_factory=list)
     """Queues that due schedule runs go to whose keys the call lacked: pass them next time."""
+    upcoming_at: list[int] = field(default_factory=list)
+    """When each of `upcoming` comes due (its marker's score, Redis ms)."""
 
 
 def _parse_claim(raw: Any) -> ClaimResult:
@@ -242,7 +244,8 @@ def _parse_claim(raw: Any) -> ClaimResult:
                 routes.append(text[len(ROUTE_PREFIX) :])
             else:
                 buckets.append(int(text))
-    upcoming = [int(b) for b in raw[3]]
+    upcoming = [int(b) for b in raw[3][0::2]]
+    upcoming_at = [int(at) for at in raw[3][1::2]]
     jobs = _claimed(raw, 5)
     return ClaimResult(
         int(raw[0]),
@@ -253,6 +256,7 @@ def _parse_claim(raw: Any) -> ClaimResult:
         jobs,
         limiters,
         routes,
+        upcoming_at,
     )
 
 

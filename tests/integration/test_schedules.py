@@ -575,6 +575,10 @@ def test_a_claim_takes_the_runs_of_the_buckets_it_was_told_of(
     _set_due(r, app, "a", _now_ms(r) + 50)
     first = app.scripts.claim("w", 5, 10_000, 100).run(r)
     assert bucket_of("a") in first.upcoming, "the reply names the buckets due soon"
+    marker = r.zscore(app.keys.due, f"w:{bucket_of('a')}")
+    assert first.upcoming_at[first.upcoming.index(bucket_of("a"))] == marker, (
+        "each with when it comes due (its marker's score), so a worker passes only those due"
+    )
     _set_due(r, app, "a", _now_ms(r) - 10)
     told = app.scripts.claim("w", 5, 10_000, 100, first.upcoming).run(r)
     assert [j.id for j in told.jobs] == ["s:a"], "taken in the same call"

@@ -25,7 +25,7 @@
 -- ARGV[6 + n + m + i] the i-th passed bucket number
 -- Returns {now_ms, next_due_ms or -1, {due bucket numbers to promote, and due limiter markers
 --          "l:<key name>"}, {upcoming bucket
---          numbers}, priority of the best job left in the served `ready` keys or -1, then per
+--          numbers, each followed by its marker's ms}, priority of the best job left in the served `ready` keys or -1, then per
 --          item: id, spec or false, attempt, stalls, token, priority, extra, saved progress or
 --          false, then false or "<queue ('' for the default one)>|<ms it was first handed back
 --          for want of its task, or 0>" (false: the default queue, never handed back)}; for a

@@ -42,6 +42,10 @@ log = logging.getLogger("drumbeat.worker")
 
 # A busy worker whose jobs checkpoint promotes what comes due at most this often (seconds).
 _BUSY_PROMOTE_EVERY = 0.05
+# A claim takes the runs of the upcoming buckets due by this long after it is sent (ms): it
+# reaches Redis a little later, and a bucket that comes due meanwhile and was not passed is
+# reported instead (its runs then cost a promote_runs call of their own).
+_UPCOMING_SLACK_MS = 5
 
 
 class Claimer:
@@ -78,9 +82,9 @@ class Claimer:
         self._rewire = False
         """On a cluster: the last pipelined wait failed, so its master may have changed."""
         self._block: asyncio.Future[Any] | None = None
-        # Per shard: the schedule buckets heading `due` at the last reply; the next claim takes
-        # their runs itself (see claim.lua).
-        self._upcoming: dict[int, list[int]] = {}
+        # Per shard: the schedule buckets heading `due` at the last reply, with the time each
+        # comes due; the next claim takes the runs of those due by then itself (claim.lua).
+        self._upcoming: dict[int, list[tuple[int, int]]] = {}
         self._next_due_ms: int | None = None
         self._due_sooner = asyncio.Event()
         self.lendable: Callable[[], bool] = lambda: False
@@ -215,7 +219,7 @@ class Claimer:
         s, took = self.settings, 0
         while True:
             self._clock_offset_ms = result.now_ms - int(time.time() * 1000)
-            self._upcoming[shard] = result.upcoming
+            self._upcoming[shard] = list(zip(result.upcoming, result.upcoming_at, strict=True))
             if shard == 0:
                 self.on_best(result.best)
             if any(job.spec is None for job in result.jobs):
@@ -342,8 +346,14 @@ class Claimer:
         every queue served, a schedule shard from its default queue (its schedules')."""
         s = self.settings
         queues = self.queues if shard == 0 else [DEFAULT_QUEUE]
-        # Schedule buckets live in the default queue's `due`: only with it first.
-        buckets = self._upcoming.get(shard, ()) if queues[0] == DEFAULT_QUEUE else ()
+        # Schedule buckets live in the default queue's `due`: only with it first. Only those
+        # due by the time the claim runs: each bucket passed costs Redis about 2 µs, due or
+        # not, and at light load most of the upcoming ones are not due yet (passing them all
+        # was most of a run's Redis CPU there: `bench.cluster_periodic`).
+        buckets: list[int] = []
+        if queues[0] == DEFAULT_QUEUE:
+            by = self.now_ms() + _UPCOMING_SLACK_MS
+            buckets = [b for b, at in self._upcoming.get(shard, ()) if at <= by]
         return self.shards[shard].claim(
             self.worker_id, limit, s.lease_ms, s.batch_limit, buckets, queues=queues,
             routes=self.routes if buckets else (),
