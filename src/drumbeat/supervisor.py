@@ -151,6 +151,9 @@ class Supervisor:
         self._successor: subprocess.Popen[bytes] | None = None
         self._successor_started = 0.0
         self._leaving: subprocess.Popen[bytes] | None = None
+        # The roll's last new worker that took its place after READY_WAIT without saying it
+        # serves (older code, or a start slower than that), until it says so.
+        self._unproven: subprocess.Popen[bytes] | None = None
 
     def run(self) -> int:
         """Runs until SIGTERM/SIGINT (returns 0 once every worker stopped) or a crash loop
@@ -200,7 +203,10 @@ class Supervisor:
         if self._reloads and not self._roll and self._successor is None:
             self._reloads = 0
             self._roll = list(range(len(self.slots)))
+            self._unproven = None  # of an earlier roll: its fate is not this one's business
             log.info("SIGHUP: restarting %d worker processes one at a time", len(self._roll))
+        if self._roll and self._unproven_died():
+            return
         if self._leaving is not None:
             if self._leaving.poll() is None:
                 return
@@ -231,6 +237,7 @@ class Supervisor:
             log.warning("the new worker pid %d has not said it serves after %.0f s; it takes "
                         "the place of the old one all the same", self._successor.pid,
                         waited)  # fmt: skip
+            self._unproven = self._successor
         old, slot.proc = slot.proc, self._successor
         slot.started, slot.pause = self._successor_started, 0.5
         self._successor = None
@@ -240,6 +247,27 @@ class Supervisor:
         if old is not None and old.poll() is None:
             old.send_signal(signal.SIGTERM)  # it finishes or hands back its jobs, then exits
             self._leaving = old
+
+    def _unproven_died(self) -> bool:
+        """True if the roll's new worker that took its place unproven (`READY_WAIT`) died
+        before it served: new code whose start fails slowly. The roll stops (a new worker
+        still warming up is stopped too), so the other old workers serve on."""
+        proc = self._unproven
+        if proc is None or proc.pid in self._ready:
+            self._unproven = None
+            return False
+        if proc.poll() is None:
+            return False
+        log.error("rolling restart stopped: the new worker process pid %d %s before it "
+                  "served, after it had taken an old worker's place (it was silent for "
+                  "READY_WAIT, %.0f s; see its log above); the %d remaining old workers keep "
+                  "serving: fix the code and send SIGHUP again", proc.pid,
+                  _exit_reason(proc.returncode), READY_WAIT, len(self._roll))  # fmt: skip
+        if self._successor is not None and self._successor.poll() is None:
+            self._successor.send_signal(signal.SIGTERM)
+            self._retired.append(self._successor)
+        self._successor, self._roll, self._unproven = None, [], None
+        return True
 
     @property
     def pids(self) -> list[int]:

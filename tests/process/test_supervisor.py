@@ -19,6 +19,7 @@ import pytest
 import redis
 
 import drumbeat
+from drumbeat import supervisor
 from drumbeat.keys import Keys
 from drumbeat.supervisor import Supervisor
 from tests.helpers import wait_for
@@ -728,3 +729,32 @@ def test_a_successor_that_asks_for_its_own_before_it_took_its_slot_gets_one_once
     assert sup.slots[0].proc is s, "S should take A's slot when A leaves"
     assert sup._tend()
     assert _spare(sup) not in (a, s), "S, now a slot's worker, should get its successor"
+
+
+def test_a_roll_stops_when_a_new_worker_that_took_its_place_unproven_dies_before_it_serves(
+    standins: list[Supervisor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """New code whose start fails slower than READY_WAIT (here 0: stand-ins never say they
+    serve): the first new worker takes its old one's place unproven, then dies before it
+    serves. The roll stops there; the next old worker is not stopped for another such one."""
+    monkeypatch.setattr(supervisor, "READY_WAIT", 0.0)
+    sup = Supervisor(["-c", _STANDIN], processes=2, shutdown_grace=1.0)
+    standins.append(sup)
+    assert sup._tend()
+    old0, old1 = (slot.proc for slot in sup.slots)
+    assert old0 is not None and old1 is not None
+    sup._on_hup(signal.SIGHUP, None)
+    sup._rolling()  # the roll starts, with a new worker for slot 0
+    sup._rolling()  # silent for READY_WAIT: it takes slot 0's place, the old one is stopped
+    new0 = sup.slots[0].proc
+    assert new0 is not None and new0 not in (old0, old1)
+    wait_for(old0.poll, until=lambda code: code is not None,
+             message="the old worker of slot 0 should be stopped")  # fmt: skip
+    new0.kill()  # its start failed
+    new0.wait(10)
+    for _ in range(3):
+        sup._rolling()
+    assert not sup._roll, "the roll should stop"
+    assert sup.slots[1].proc is old1 and old1.poll() is None, (
+        "the old worker of slot 1 should serve on, not be replaced by another new worker"
+    )
