@@ -29,6 +29,7 @@ from typing import Protocol
 from drumbeat.worker.liveness import (
     PROTOCOL,
     SUPERVISOR_FD,
+    SUPERVISOR_HOLDS,
     SUPERVISOR_PROTOCOL,
     SUPERVISOR_READY,
     parse,
@@ -58,6 +59,18 @@ class Scaler(Protocol):
     def close(self) -> None:
         """The supervisor stops."""
         ...
+
+
+@dataclass
+class _Handover:
+    """A recycling worker's hand-over, until it is told to retire: its successors that die
+    before they serve are restarted with backoff (as a slot's worker is), and a crash loop of
+    them ends the recycle, the worker serving on."""
+
+    started: float  # when the successor running now started
+    restart_at: float | None = None  # when the next successor starts, after one died
+    pause: float = 0.5
+    quick_deaths: int = 0
 
 
 @dataclass
@@ -119,10 +132,14 @@ class Supervisor:
         # one, and must not take a successor meant for another slot.
         self._spares: dict[int, subprocess.Popen[bytes]] = {}
         # A recycling worker claims on until its successor serves; then it is told to retire
-        # (SIGUSR1). Its pid -> when its successor started, until it is told.
-        self._handing_over: dict[int, float] = {}
+        # (SIGUSR1). Its pid -> its hand-over, until it is told (or its recycle is given up).
+        self._handing_over: dict[int, _Handover] = {}
+        # A spare or a rolling restart's new worker that spent its budget before it took its
+        # slot: its successor starts once it has.
+        self._deferred: set[int] = set()
         self._env = {**os.environ, SUPERVISOR_FD: str(self._retiring_w),
-                     SUPERVISOR_PROTOCOL: str(PROTOCOL), SUPERVISOR_READY: "1"}  # fmt: skip
+                     SUPERVISOR_PROTOCOL: str(PROTOCOL), SUPERVISOR_READY: "1",
+                     SUPERVISOR_HOLDS: "1"}  # fmt: skip
         self.hang_timeout = hang_timeout
         self._beats: dict[int, float] = {}  # pid -> its last beat (its start before the first)
         self._beaten: set[int] = set()  # pids that beat at least once
@@ -134,6 +151,9 @@ class Supervisor:
         self._successor: subprocess.Popen[bytes] | None = None
         self._successor_started = 0.0
         self._leaving: subprocess.Popen[bytes] | None = None
+        # The roll's last new worker that took its place after READY_WAIT without saying it
+        # serves (older code, or a start slower than that), until it says so.
+        self._unproven: subprocess.Popen[bytes] | None = None
 
     def run(self) -> int:
         """Runs until SIGTERM/SIGINT (returns 0 once every worker stopped) or a crash loop
@@ -183,7 +203,10 @@ class Supervisor:
         if self._reloads and not self._roll and self._successor is None:
             self._reloads = 0
             self._roll = list(range(len(self.slots)))
+            self._unproven = None  # of an earlier roll: its fate is not this one's business
             log.info("SIGHUP: restarting %d worker processes one at a time", len(self._roll))
+        if self._roll and self._unproven_died():
+            return
         if self._leaving is not None:
             if self._leaving.poll() is None:
                 return
@@ -195,9 +218,16 @@ class Supervisor:
             self._successor, self._successor_started = self._spawn(), time.monotonic()
             return
         if self._successor.poll() is not None:
-            code = self._successor.returncode
-            log.error("a new worker process exited (%s) while warming up; the rolling restart "
-                      "stops and the old workers keep serving", code)  # fmt: skip
+            # New code that cannot start (an import error, a failing on_startup hook): each
+            # next slot would fail alike, so the roll ends here and no old worker is stopped.
+            log.error("rolling restart stopped: the new worker process pid %d (replacing "
+                      "worker process %d, pid %s) %s after %.1f s, before it served (see its "
+                      "log above); the %d remaining old workers keep serving: fix the code "
+                      "and send SIGHUP again", self._successor.pid, slot.index,
+                      "-" if slot.proc is None else slot.proc.pid,
+                      _exit_reason(self._successor.returncode),
+                      time.monotonic() - self._successor_started,
+                      len(self._roll))  # fmt: skip
             self._successor, self._roll = None, []
             return
         if self._successor.pid not in self._ready:
@@ -207,6 +237,7 @@ class Supervisor:
             log.warning("the new worker pid %d has not said it serves after %.0f s; it takes "
                         "the place of the old one all the same", self._successor.pid,
                         waited)  # fmt: skip
+            self._unproven = self._successor
         old, slot.proc = slot.proc, self._successor
         slot.started, slot.pause = self._successor_started, 0.5
         self._successor = None
@@ -216,6 +247,27 @@ class Supervisor:
         if old is not None and old.poll() is None:
             old.send_signal(signal.SIGTERM)  # it finishes or hands back its jobs, then exits
             self._leaving = old
+
+    def _unproven_died(self) -> bool:
+        """True if the roll's new worker that took its place unproven (`READY_WAIT`) died
+        before it served: new code whose start fails slowly. The roll stops (a new worker
+        still warming up is stopped too), so the other old workers serve on."""
+        proc = self._unproven
+        if proc is None or proc.pid in self._ready:
+            self._unproven = None
+            return False
+        if proc.poll() is None:
+            return False
+        log.error("rolling restart stopped: the new worker process pid %d %s before it "
+                  "served, after it had taken an old worker's place (it was silent for "
+                  "READY_WAIT, %.0f s; see its log above); the %d remaining old workers keep "
+                  "serving: fix the code and send SIGHUP again", proc.pid,
+                  _exit_reason(proc.returncode), READY_WAIT, len(self._roll))  # fmt: skip
+        if self._successor is not None and self._successor.poll() is None:
+            self._successor.send_signal(signal.SIGTERM)
+            self._retired.append(self._successor)
+        self._successor, self._roll, self._unproven = None, [], None
+        return True
 
     @property
     def pids(self) -> list[int]:
@@ -261,16 +313,7 @@ class Supervisor:
     def _tend(self) -> bool:
         """Starts the workers that are due to (re)start; False on a crash loop."""
         now = time.monotonic()
-        for pid in self._retirements():  # successors start before the retiring leave
-            if pid in self._spares:
-                continue  # said twice: one successor
-            if any(s.proc is not None and s.proc.pid == pid for s in self.slots):
-                self._spares[pid] = self._spawn()
-                self._handing_over[pid] = now
-            else:
-                # Not a slot's worker (one scaled down or leaving a rolling restart): it was
-                # leaving anyway, and nothing takes its place.
-                log.info("worker pid %d retires outside the pool; no successor", pid)
+        self._start_successors(now)
         self._hand_over(now)
         self._kill_hung(now)
         for slot in self.slots:
@@ -314,6 +357,26 @@ class Supervisor:
                 slot.proc = self._spawn()
                 slot.started = now
         return True
+
+    def _start_successors(self, now: float) -> None:
+        """Starts a successor for each slot's worker that asked for one (it retires once the
+        successor serves, `_hand_over`)."""
+        asked = self._retirements()
+        self._deferred &= {p.pid for p in self._live()}
+        asked += [pid for pid in self._deferred if self._slot_of(pid) is not None]
+        for pid in asked:  # successors start before the retiring leave
+            if pid in self._spares or pid in self._handing_over:
+                continue  # said twice: one successor
+            if self._slot_of(pid) is not None:
+                self._deferred.discard(pid)
+                self._spares[pid] = self._spawn()
+                self._handing_over[pid] = _Handover(now)
+            elif any(p.pid == pid for p in (*self._spares.values(), self._successor) if p):
+                self._deferred.add(pid)  # not in its slot yet: it gets a successor once it is
+            else:
+                # Not a slot's worker (one scaled down or leaving a rolling restart): it was
+                # leaving anyway, and nothing takes its place.
+                log.info("worker pid %d retires outside the pool; no successor", pid)
 
     def _stop(self) -> None:
         """Passes the stop on to every worker and waits for them; a second signal meanwhile
@@ -368,17 +431,57 @@ class Supervisor:
 
     def _hand_over(self, now: float) -> None:
         """Tells each recycling worker to retire (SIGUSR1) once its successor serves, or has
-        had `READY_WAIT` to (an older worker never says it serves)."""
-        for pid, started in list(self._handing_over.items()):
-            spare = self._spares.get(pid)
-            slot = next((s for s in self.slots if s.proc is not None and s.proc.pid == pid), None)
-            if spare is None or slot is None or slot.proc is None or slot.proc.poll() is not None:
+        had `READY_WAIT` to (an older worker never says it serves). A successor that dies before
+        it serves is restarted with backoff while the worker claims on; a crash loop of them
+        ends the recycle, and the worker serves on past its budget."""
+        for pid, over in list(self._handing_over.items()):
+            slot = self._slot_of(pid)
+            if slot is None or slot.proc is None or slot.proc.poll() is not None:
                 del self._handing_over[pid]  # gone already (or its successor was dropped)
                 continue
-            if spare.pid in self._ready or now - started >= READY_WAIT:
+            spare = self._spares.get(pid)
+            if spare is None:
+                if over.restart_at is not None and now >= over.restart_at:
+                    self._spares[pid] = self._spawn()
+                    over.started, over.restart_at = now, None
+                continue
+            if spare.poll() is not None and spare.pid not in self._ready:
+                self._successor_died(slot, pid, spare, over, now)
+                continue
+            if spare.pid in self._ready or now - over.started >= READY_WAIT:
                 del self._handing_over[pid]
                 with contextlib.suppress(ProcessLookupError):
                     slot.proc.send_signal(signal.SIGUSR1)
+
+    def _successor_died(
+        self, slot: _Slot, pid: int, spare: subprocess.Popen[bytes], over: _Handover, now: float
+    ) -> None:
+        """The successor of recycling worker ``pid`` died before it served: the worker claims
+        on, and another successor starts after a pause; a crash loop of them (`CRASH_LOOP`
+        quick deaths in a row) ends the recycle instead. The supervisor does not stop there: it
+        has lost no capacity (it stops on a crash loop only when a slot has no worker left)."""
+        del self._spares[pid]
+        lived = now - over.started
+        hung = spare.pid in self._hung
+        self._hung.discard(spare.pid)
+        if lived >= QUICK_DEATH:
+            over.pause, over.quick_deaths = 0.5, 0  # it lived: not a crash loop
+        elif spare.returncode != 0 and not hung:
+            over.quick_deaths += 1
+        if over.quick_deaths >= CRASH_LOOP:
+            del self._handing_over[pid]
+            log.error("recycling given up: the successors of worker process %d (pid %d) died "
+                      "%d times within %.0f s of starting, the last %s (see its log above); "
+                      "pid %d serves on past its budget, until it exits or a SIGHUP replaces "
+                      "it", slot.index, pid, over.quick_deaths, QUICK_DEATH,
+                      _exit_reason(spare.returncode), pid)  # fmt: skip
+            return
+        log.error("the successor pid %d of worker process %d (pid %d) %s after %.1f s, before "
+                  "it served (see its log above); pid %d claims on, another successor starts "
+                  "in %.1f s", spare.pid, slot.index, pid, _exit_reason(spare.returncode),
+                  lived, pid, over.pause)  # fmt: skip
+        over.restart_at = now + over.pause
+        over.pause = min(over.pause * 2, 30.0)
 
     def _kill_hung(self, now: float) -> None:
         """Kills every worker silent for `hang_timeout`; `_tend` restarts it as a death (its
@@ -410,10 +513,15 @@ class Supervisor:
     def _drop_spare(self, pid: int) -> None:
         """Stops the successor started for worker ``pid`` when its slot goes (a scale-down, a
         rolling restart) before ``pid`` left: it has no jobs yet, so a graceful stop."""
+        self._handing_over.pop(pid, None)
         spare = self._spares.pop(pid, None)
         if spare is not None and spare.poll() is None:
             spare.send_signal(signal.SIGTERM)
             self._retired.append(spare)
+
+    def _slot_of(self, pid: int) -> _Slot | None:
+        """The slot whose worker is ``pid``."""
+        return next((s for s in self.slots if s.proc is not None and s.proc.pid == pid), None)
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(self.argv, env=self._env, pass_fds=(self._retiring_w,))
@@ -425,3 +533,11 @@ class Supervisor:
         procs += [p for p in (self._successor, self._leaving) if p is not None]
         procs += self._retired
         return [p for p in procs if p.poll() is None]
+
+
+def _exit_reason(code: int | None) -> str:
+    """How a process ended, for a log line: "exited with 1", "was killed by SIGKILL"."""
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with {code}"

@@ -19,6 +19,7 @@ import pytest
 import redis
 
 import drumbeat
+from drumbeat import supervisor
 from drumbeat.keys import Keys
 from drumbeat.supervisor import Supervisor
 from tests.helpers import wait_for
@@ -59,16 +60,21 @@ def _start(
     *more: str,
     new_session: bool = False,
     app: str = "tests.apps.sup_app:app",
+    log: Path | None = None,
     **env: str,
 ) -> subprocess.Popen[bytes]:
     environ = {**os.environ, "DRUMBEAT_REDIS_URL": url, "DRUMBEAT_NAMESPACE": namespace,
                "DRUMBEAT_LEASE": "1.0", "DRUMBEAT_MAINTENANCE_INTERVAL": "0.2",
                "PYTHONPATH": str(ROOT), **env}  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "drumbeat", "worker", app, "--processes", str(processes),
-         "--concurrency", "4", *more],
-        cwd=ROOT, env=environ, start_new_session=new_session,
-    )  # fmt: skip
+    if log is not None:
+        environ["COLUMNS"] = "1000"  # one log line a record: the tests look for them
+    with contextlib.ExitStack() as stack:
+        stderr = None if log is None else stack.enter_context(log.open("wb"))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "drumbeat", "worker", app, "--processes", str(processes),
+             "--concurrency", "4", *more],
+            cwd=ROOT, env=environ, start_new_session=new_session, stderr=stderr,
+        )  # fmt: skip
     started.append(proc)
     return proc
 
@@ -307,6 +313,151 @@ def test_sighup_rolls_new_code_onto_every_worker_while_jobs_flow(
         )
     assert {pid for _, pid, _ in began} & new == new, "each new worker should serve"
     assert results[-8:] == ["new"] * 8, "jobs sent after the restart run the new code"
+
+
+# A deploy that breaks the code: the app's import fails, or its on_startup hook raises (each
+# process that tries notes its pid first). The tests below write it over a working one.
+_BROKEN_APP = """
+import os
+
+import redis
+
+import drumbeat
+
+_log = redis.Redis.from_url(os.environ["DRUMBEAT_REDIS_URL"])
+PREFIX = "test:{" + os.environ["DRUMBEAT_NAMESPACE"] + "}:"
+if "@HOW@" == "import":
+    _log.rpush(PREFIX + "failed", os.getpid())
+    raise ImportError("the new code does not import: a module it needs is missing")
+app = drumbeat.App()
+
+
+@app.on_startup
+def open_db() -> None:
+    _log.rpush(PREFIX + "failed", os.getpid())
+    raise ConnectionRefusedError("the new code's database is not there")
+
+
+@app.task
+async def work(n: int) -> str:
+    return "broken"
+"""
+
+
+def _failed(r: redis.Redis, namespace: str) -> list[int]:
+    """The pids of the processes that ran the broken code, in order."""
+    return [int(pid) for pid in r.lrange(f"test:{{{namespace}}}:failed", 0, -1)]
+
+
+def _logged(path: Path, text: str) -> list[str]:
+    """The lines of the supervisor's log (its stderr and its workers') that contain ``text``."""
+    return [line for line in path.read_text(errors="replace").splitlines() if text in line]
+
+
+def test_a_recycled_worker_serves_on_while_its_successors_fail_to_start(
+    redis_url: str,
+    namespace: str,
+    r: redis.Redis,
+    supervise: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    """A deploy without a reload breaks the code on disk; then a worker spends its --max-jobs.
+    Its successor fails to import: it is restarted with backoff, the old worker claiming on all
+    along; once the successors crash-loop, the recycle is given up (reported), and the old
+    worker serves on past its budget: the pool keeps its capacity, the supervisor runs on."""
+    module = f"recycled_{namespace.replace('-', '_')}"
+    source = tmp_path / f"{module}.py"
+    _write_app(source, "old", 0.0)
+    log = tmp_path / "supervisor.log"
+    sup = _start(supervise, redis_url, namespace, 1, "--max-jobs", "2", app=f"{module}:app",
+                 log=log, PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}",
+                 PYTHONDONTWRITEBYTECODE="1")  # fmt: skip
+    (old,) = wait_for(lambda: _registered(r, namespace), until=lambda pids: len(pids) == 1,
+                      message="the worker process should register")  # fmt: skip
+    source.write_text(_BROKEN_APP.replace("@HOW@", "import"))
+    app = drumbeat.App(redis_url, namespace=namespace)
+    jobs: list[drumbeat.Job[Any]] = []
+    deadline = time.monotonic() + 50  # an old worker was told to retire after 60 s
+    try:
+        # Jobs flow all along: the first two spend the budget, the rest run on the old worker.
+        while not _logged(log, "recycling given up"):
+            assert time.monotonic() < deadline, (
+                "the successors should be restarted until they crash-loop; "
+                f"{_failed(r, namespace)} failed so far"
+            )
+            assert sup.poll() is None, "the supervisor exited"
+            assert _registered(r, namespace) == {old}, "the old worker should serve on"
+            if sum(j.status() is not drumbeat.JobStatus.COMPLETE for j in jobs) < 2:
+                jobs.append(app.enqueue(f"{module}.work", len(jobs)))
+            time.sleep(0.05)
+        failed = _failed(r, namespace)
+        assert len(failed) == 5, f"a crash loop is 5 quick deaths, got {failed}"
+        (line,) = _logged(log, "recycling given up")
+        assert f"pid {old} serves on past its budget" in line, line
+        assert "exited with 1" in line, line
+        assert len(_logged(log, "before it served")) == 4, "each death should be logged"
+        assert _children(sup.pid) == {old}, "the failed successors should be gone"
+        jobs += [app.enqueue(f"{module}.work", len(jobs) + i) for i in range(4)]
+        assert {job.result(timeout=30) for job in jobs} == {"old"}
+        assert _registered(r, namespace) == {old}
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(30) == 0, "no worker slot was lost: a graceful stop exits 0"
+    finally:
+        app.close()
+
+
+def test_sighup_onto_code_that_fails_to_start_stops_the_roll_and_keeps_the_old_workers(
+    redis_url: str,
+    namespace: str,
+    r: redis.Redis,
+    supervise: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    """A deploy whose on_startup hook raises, then SIGHUP: the first new worker dies before it
+    serves; the roll stops there (logged with its pid and exit), no old worker is stopped, and
+    a fixed deploy with another SIGHUP rolls on."""
+    module = f"rollback_{namespace.replace('-', '_')}"
+    source = tmp_path / f"{module}.py"
+    _write_app(source, "old", 0.0)
+    log = tmp_path / "supervisor.log"
+    sup = _start(supervise, redis_url, namespace, 2, app=f"{module}:app", log=log,
+                 PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}",
+                 PYTHONDONTWRITEBYTECODE="1")  # fmt: skip
+    old = wait_for(lambda: _registered(r, namespace), until=lambda pids: len(pids) == 2,
+                   message="two worker processes should register")  # fmt: skip
+    source.write_text(_BROKEN_APP.replace("@HOW@", "hook"))
+    sup.send_signal(signal.SIGHUP)
+    app = drumbeat.App(redis_url, namespace=namespace)
+    fewest = 2
+    try:
+        deadline = time.monotonic() + 60
+        while not _logged(log, "rolling restart stopped"):
+            assert time.monotonic() < deadline, f"the roll did not stop: {_failed(r, namespace)}"
+            assert sup.poll() is None, "the supervisor exited"
+            fewest = min(fewest, len(_registered(r, namespace) & old))
+            time.sleep(0.05)
+        (failed,) = _failed(r, namespace)
+        (line,) = _logged(log, "rolling restart stopped")
+        assert f"pid {failed} " in line and "exited with 1" in line, line
+        assert "2 remaining old workers keep serving" in line, line
+        assert fewest == 2, "an old worker was stopped while its successor failed"
+        assert _children(sup.pid) == old
+        jobs = [app.enqueue(f"{module}.work", n) for n in range(8)]
+        assert {job.result(timeout=30) for job in jobs} == {"old"}
+        assert _registered(r, namespace) == old
+        assert _failed(r, namespace) == [failed], "the roll should not try the next slot"
+        _write_app(source, "new", 0.0)  # the fix
+        sup.send_signal(signal.SIGHUP)
+        new = wait_for(lambda: _registered(r, namespace),
+                       until=lambda pids: len(pids) == 2 and not pids & old, timeout=60,
+                       message="a SIGHUP after the fix should roll the new code on")  # fmt: skip
+        assert app.enqueue(f"{module}.work", 8).result(timeout=30) == "new"
+        wait_for(lambda: _children(sup.pid), until=lambda live: live == new,
+                 message="the old workers should exit, leaving the new ones")  # fmt: skip
+    finally:
+        app.close()
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(30) == 0
 
 
 def test_a_worker_whose_loop_is_blocked_is_replaced_and_its_job_finishes_on_the_next(
@@ -551,4 +702,59 @@ def test_no_scaling_decision_once_a_stop_began(
     assert not [r for r in caplog.records if "scaling" in r.getMessage()]
     assert scaler.closed_with_live == 1, (
         "the scaler should stop looking before the workers are stopped, not after"
+    )
+
+
+def test_a_successor_that_asks_for_its_own_before_it_took_its_slot_gets_one_once_it_has(
+    tmp_path: Path, standins: list[Supervisor]
+) -> None:
+    """Worker A recycles; its successor S spends its own budget before A has left (A finishes
+    a long job). S is not a slot's worker yet; it must get a successor once it is: a recycling
+    worker waits for the supervisor's word without a deadline, so a dropped ask would keep S
+    past its budget for good."""
+    sup = Supervisor(["-c", _STANDIN], processes=1, shutdown_grace=1.0)
+    standins.append(sup)
+    assert sup._tend()
+    a = sup.slots[0].proc
+    assert a is not None
+    os.write(sup._retiring_w, f"retire {a.pid}\n".encode())
+    assert sup._tend()
+    s = _spare(sup)
+    os.write(sup._retiring_w, f"retire {s.pid}\n".encode())
+    started = set(sup._live())
+    assert sup._tend()
+    assert set(sup._live()) == started, "S is not in its slot yet: no successor so early"
+    _exit0(tmp_path, a)
+    assert sup._tend()
+    assert sup.slots[0].proc is s, "S should take A's slot when A leaves"
+    assert sup._tend()
+    assert _spare(sup) not in (a, s), "S, now a slot's worker, should get its successor"
+
+
+def test_a_roll_stops_when_a_new_worker_that_took_its_place_unproven_dies_before_it_serves(
+    standins: list[Supervisor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """New code whose start fails slower than READY_WAIT (here 0: stand-ins never say they
+    serve): the first new worker takes its old one's place unproven, then dies before it
+    serves. The roll stops there; the next old worker is not stopped for another such one."""
+    monkeypatch.setattr(supervisor, "READY_WAIT", 0.0)
+    sup = Supervisor(["-c", _STANDIN], processes=2, shutdown_grace=1.0)
+    standins.append(sup)
+    assert sup._tend()
+    old0, old1 = (slot.proc for slot in sup.slots)
+    assert old0 is not None and old1 is not None
+    sup._on_hup(signal.SIGHUP, None)
+    sup._rolling()  # the roll starts, with a new worker for slot 0
+    sup._rolling()  # silent for READY_WAIT: it takes slot 0's place, the old one is stopped
+    new0 = sup.slots[0].proc
+    assert new0 is not None and new0 not in (old0, old1)
+    wait_for(old0.poll, until=lambda code: code is not None,
+             message="the old worker of slot 0 should be stopped")  # fmt: skip
+    new0.kill()  # its start failed
+    new0.wait(10)
+    for _ in range(3):
+        sup._rolling()
+    assert not sup._roll, "the roll should stop"
+    assert sup.slots[1].proc is old1 and old1.poll() is None, (
+        "the old worker of slot 1 should serve on, not be replaced by another new worker"
     )

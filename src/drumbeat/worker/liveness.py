@@ -33,6 +33,11 @@ PROTOCOL = 2
 #: its successor said it). Apart from `SUPERVISOR_PROTOCOL`: a worker of older code checks that
 #: for equality, and would stop beating under a supervisor that announced a higher protocol.
 SUPERVISOR_READY = "DRUMBEAT_SUPERVISOR_READY"
+#: Set by a supervisor that always tells a recycling worker when to retire (SIGUSR1), and keeps
+#: it serving while its successors fail to start (`recycling`): such a worker waits for the word
+#: without a deadline. An older supervisor sent it after `READY_WAIT` at the latest, dead
+#: successor or not; under one, the worker retires on its own after `HANDOVER_WAIT`.
+SUPERVISOR_HOLDS = "DRUMBEAT_SUPERVISOR_HOLDS"
 
 #: The longest between two ticks of a healthy loop (shorter when `Settings.hang_timeout` is
 #: small: a fifth of it).

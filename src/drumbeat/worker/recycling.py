@@ -4,7 +4,9 @@ long they take: nothing is handed back) and exits, so whatever a long-lived proc
 goes on claiming until the supervisor says the replacement serves (SIGUSR1), so capacity never
 dips: the budget is exceeded by the jobs it claims meanwhile (a replacement's start-up), which
 is what Celery's ``--max-tasks-per-child`` and gunicorn's ``--max-requests`` do too (the limit
-is checked after work, not before it).
+is checked after work, not before it). While its successors fail to start (new code that does
+not import, a failing ``on_startup``) it serves on, past its budget if need be: a recycle
+refreshes a process, it must not cost capacity.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ import resource
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .liveness import SUPERVISOR_READY, tell_supervisor
+from .liveness import SUPERVISOR_HOLDS, SUPERVISOR_READY, tell_supervisor
 
 log = logging.getLogger("drumbeat.worker")
 
 #: A worker that asked for its replacement retires on its own after this long if the supervisor
 #: has not told it to (SIGUSR1) by then: the supervisor's own wait for a successor to serve
-#: (supervisor.READY_WAIT) plus a margin.
+#: (supervisor.READY_WAIT) plus a margin. Only under an older supervisor: one that sets
+#: `SUPERVISOR_HOLDS` always tells, and may hold the worker while its successors fail.
 HANDOVER_WAIT = 75.0
 
 
@@ -91,8 +94,11 @@ class Recycler:
                     # The supervisor sends SIGUSR1 (`retire`) once the replacement serves.
                     log.info("recycling this worker: %s; claiming on until its replacement "
                              "serves, then finishing its jobs and exiting", why)  # fmt: skip
+                    holds = bool(os.environ.get(SUPERVISOR_HOLDS))
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.stopping.wait(), self.handover_wait)
+                        await asyncio.wait_for(
+                            self.stopping.wait(), None if holds else self.handover_wait
+                        )
                     if self.stopping.is_set():
                         return
                     log.warning(
