@@ -129,8 +129,13 @@ def test_lua_parsers_and_formatters_have_one_slot_per_field() -> None:
     after = re.search(r"local pattern = '(.*?)'", finish)
     assert after and _captures(after.group(1)) == len(SCHEDULE_FIELDS) - 2
     assert "(%d+|%d*)" in after.group(1), "last_ms|late as one capture"
-    written = re.search(r"string\.format\('(.*?)', gen, grid", finish)
-    assert written and len(written.group(1).split(FIELD_SEP)) == len(SCHEDULE_FIELDS) - 2
+    # The record is written by concatenation (no format string): one piece per capture, in
+    # order, each followed by a separator.
+    written = re.search(r"local record = (gen \.\. .*?)\n  --", finish, re.DOTALL)
+    assert written, "finish_runs.lua should build `local record = gen .. '|' .. ...`"
+    pieces = [p.strip() for p in written.group(1).split("..")]
+    assert pieces[1::2] == [f"'{FIELD_SEP}'"] * (len(SCHEDULE_FIELDS) - 3)
+    assert len(pieces[0::2]) == len(SCHEDULE_FIELDS) - 2
     run = re.search(r"key = (raw\[j\] \.\. .*?)}", _function("promote_buckets"))
     assert run and run.group(1).count(f"'{RUN_STATE_SEP}") == len(RUN_STATE_FIELDS) - 1
 
