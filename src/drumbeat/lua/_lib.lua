@@ -78,14 +78,21 @@ local function parse_state(s)
   return {attempt = 0, stalls = 0, priority = 0, seq = 0, unknown = 0, queue = '', key = ''}
 end
 
+-- The text of the integers 0..9, by value: most attempts, stalls and priorities are one of
+-- them, and string.format calls sprintf for each field it formats (%s included).
+local DIGITS = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'}
+
 -- A job of the default queue never handed back for want of its task (most jobs) keeps the
 -- short layout, so it costs what it did before queues existed.
 local function format_state(s)
+  local a, st, p = DIGITS[s.attempt], DIGITS[s.stalls], DIGITS[s.priority]
+  local head = (a or string.format('%d', s.attempt)) .. '|'
+    .. (st or string.format('%d', s.stalls)) .. '|' .. (p or string.format('%d', s.priority))
+    .. '|' .. string.format('%d', s.seq) .. '|'
   if (s.unknown or 0) == 0 and (s.queue or '') == '' then
-    return string.format('%d|%d|%d|%d|%s', s.attempt, s.stalls, s.priority, s.seq, s.key)
+    return head .. s.key
   end
-  return string.format('%d|%d|%d|%d|%d|%s|%s', s.attempt, s.stalls, s.priority, s.seq,
-    s.unknown, s.queue, s.key)
+  return head .. string.format('%d', s.unknown) .. '|' .. s.queue .. '|' .. s.key
 end
 
 -- The position of `queue` (a state's queue field: empty is the default queue) in `names`, the
@@ -441,12 +448,15 @@ local function take_all(k, c, ids, specs, states)
   -- Numbers passed to redis.call are formatted with %.17g on the way (and scores parsed back):
   -- the lease deadline, the same for every item, is formatted once, as an integer.
   local lease_at = string.format('%d', c.now + c.lease_ms)
+  -- An owner is token|worker|claimed_ms: all but the token is the same for every item
+  -- (string.format would call sprintf for each of its fields, the worker's %s included).
+  local owner_tail = '|' .. c.worker .. '|' .. string.format('%d', c.now)
   for i, id in ipairs(ids) do
     local s = states[i]
     s.attempt = s.attempt + 1
     state[2 * i - 1], state[2 * i] = id, format_state(s)
     owners[2 * i - 1] = id
-    owners[2 * i] = string.format('%d|%s|%d', token + i, c.worker, c.now)
+    owners[2 * i] = string.format('%d', token + i) .. owner_tail
     leases[2 * i - 1], leases[2 * i] = lease_at, id
     if s.attempt == 1 and string.sub(id, 1, 2) == RUN_PREFIX then
       local run_due = s.due or string.match(s.key, '^(%-?%d+):')
