@@ -2,7 +2,7 @@
 
     python -m bench.redis_cpu attach REDIS_URL [--seconds 3]
     python -m bench.redis_cpu harness [--n 100000] [--due 16384] [--batch 100] [--rounds 6]
-                                    [--promote 500]
+                                    [--promote 500] [--callgrind]
 
 ``attach`` samples a running Redis (e.g. the private one of a `bench.periodic` run, found with
 ``ps``) with ``SLOWLOG`` at a 0 µs threshold for a few seconds, then prints, per script (its sha
@@ -24,22 +24,29 @@ conversions). Rounds after the first are measured (the first warms Redis up); me
 rounds. CPU time still varies with what else runs on the machine: compare branches
 alternately, with the same arguments. ``--due 100`` is the light regime (each claim's runs go
 straight from their buckets to the worker); the default is a backlog (most runs pass through
-`ready`).
+`ready`). ``--callgrind`` runs the redis-server under ``valgrind --tool=callgrind``,
+instrumented only while a measured phase runs, and prints instructions per run instead: they
+do not vary with the machine's load (about 50 times slower; use fewer schedules and rounds,
+e.g. ``--n 20000 --due 100 --rounds 20`` and ``--n 20000 --due 3000 --rounds 4``).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import redis
 
-from bench._redis import RedisServer
+from bench._redis import RedisServer, find_server_binary
 
 NAMESPACE = "cpu"
 TASK = "bench.redis_cpu.noop"
@@ -215,8 +222,63 @@ class Harness:
             self.calls["finish_runs"] += 1
 
 
-def harness(n: int, due: int, batch: int, rounds: int, promote: int) -> int:
-    with RedisServer() as server, server.client() as client:
+class Callgrind:
+    """A redis-server under callgrind with instrumentation off but for the phases measured:
+    ``on()`` before one, ``take()`` after it gives its instructions (dumped, then zeroed)."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="drumbeat-callgrind-"))
+        self.wrapper = self.dir / "redis-server"
+        self.wrapper.write_text(
+            "#!/bin/sh\nexec valgrind --tool=callgrind --instr-atstart=no "
+            f'--callgrind-out-file={self.dir}/callgrind.out.%p {find_server_binary()} "$@"\n'
+        )
+        self.wrapper.chmod(0o755)
+        self.pid = 0
+
+    def _ctl(self, *args: str) -> None:
+        cmd = ["callgrind_control", *args, str(self.pid)]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def on(self) -> None:
+        self._ctl("-i", "on")
+
+    def take(self) -> int:
+        self._ctl("-i", "off")
+        before = set(self.dir.glob("callgrind.out.*"))
+        self._ctl("-d")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for path in set(self.dir.glob("callgrind.out.*")) - before:
+                for line in path.read_text().splitlines():
+                    if line.startswith("totals:"):  # written last: the dump is complete
+                        path.unlink()
+                        return int(line.split()[1])
+            time.sleep(0.1)
+        raise RuntimeError(f"callgrind wrote no complete dump into {self.dir} within 60 s")
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def harness(n: int, due: int, batch: int, rounds: int, promote: int, *, callgrind: bool) -> int:
+    cg = Callgrind() if callgrind else None
+    try:
+        results = _harness(n, due, batch, rounds, promote, cg=cg)
+    finally:
+        if cg is not None:
+            cg.close()
+    _print(results, n, due, batch, promote)
+    return 0
+
+
+def _harness(
+    n: int, due: int, batch: int, rounds: int, promote: int, *, cg: Callgrind | None
+) -> list[dict[str, Any]]:
+    with RedisServer(binary=str(cg.wrapper) if cg else None) as server, server.client() as client:
+        if cg is not None:
+            assert server.proc is not None
+            cg.pid = server.proc.pid  # the wrapper execs valgrind, which runs redis-server
         app = _register(server.url, n)
         try:
             from drumbeat.keys import Keys
@@ -228,11 +290,20 @@ def harness(n: int, due: int, batch: int, rounds: int, promote: int) -> int:
             results: list[dict[str, Any]] = []
             for r in range(rounds):
                 row: dict[str, Any] = {}
+                count = cg if r > 0 else None  # the first round warms up
                 cpu0, st0 = _cpu(client), _commandstats(client)
+                if count is not None:
+                    count.on()
                 jobs = h.claim_all(due)
+                if count is not None:
+                    row["claim_ir"] = count.take()
                 cpu1, st1 = _cpu(client), _commandstats(client)
                 now = int(client.time()[0]) * 1000
+                if count is not None:
+                    count.on()
                 h.finish_all(jobs, now - 1000)
+                if count is not None:
+                    row["finish_ir"] = count.take()
                 cpu2, st2 = _cpu(client), _commandstats(client)
                 row["claim_cpu"], row["finish_cpu"] = cpu1 - cpu0, cpu2 - cpu1
                 row["claim_stats"], row["finish_stats"] = _delta(st1, st0), _delta(st2, st1)
@@ -241,8 +312,7 @@ def harness(n: int, due: int, batch: int, rounds: int, promote: int) -> int:
                     results.append(row)
         finally:
             app.close()
-    _print(results, n, due, batch, promote)
-    return 0
+    return results
 
 
 def _print(results: list[dict[str, Any]], n: int, due: int, batch: int, promote: int) -> None:
@@ -251,6 +321,12 @@ def _print(results: list[dict[str, Any]], n: int, due: int, batch: int, promote:
 
     print(f"harness: {n:,} schedules, {due:,} due per round, batch {batch}, promote {promote}, "
           f"{len(results)} measured rounds (medians)")  # fmt: skip
+    if "claim_ir" in results[0]:
+        c_ir = med(lambda r: r["claim_ir"] / r["runs"])
+        f_ir = med(lambda r: r["finish_ir"] / r["runs"])
+        print(f"Redis instructions per run (callgrind): {(c_ir + f_ir) / 1e3:.1f} k (claiming "
+              f"{c_ir / 1e3:.1f} k, settling {f_ir / 1e3:.1f} k); the CPU times below are "
+              "valgrind's")  # fmt: skip
     claim = med(lambda r: r["claim_cpu"] * 1e6 / r["runs"])
     finish = med(lambda r: r["finish_cpu"] * 1e6 / r["runs"])
     # The least disturbed round: on a shared machine a busy neighbour (another process on the
@@ -291,12 +367,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     h.add_argument(
         "--promote", type=int, default=500, help="due markers a claim steps aside (batch_limit)"
     )
+    h.add_argument(
+        "--callgrind", action="store_true", help="count Redis's instructions per run (valgrind)"
+    )
     args = p.parse_args(argv)
     if args.mode == "attach":
         return attach(args.url, args.seconds)
     if args.due > args.n or args.batch < 1 or args.rounds < 2:
         p.error("--due must be <= --n, --batch >= 1, --rounds >= 2")
-    return harness(args.n, args.due, args.batch, args.rounds, args.promote)
+    return harness(
+        args.n, args.due, args.batch, args.rounds, args.promote, callgrind=args.callgrind
+    )
 
 
 if __name__ == "__main__":

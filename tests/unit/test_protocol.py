@@ -65,6 +65,8 @@ def _lua_constants() -> dict[str, int | str]:
     """Top-level ``local NAME = <integer or 'string'>`` lines of _lib.lua."""
     found: dict[str, int | str] = {}
     for name, value in re.findall(r"^local ([A-Z][A-Z0-9_]*) = (.+?)\s*$", LIB, re.MULTILINE):
+        if value.startswith("{"):  # a lookup table (DIGITS): Lua's own, nothing to share
+            continue
         string = re.fullmatch(r"'([^']*)'", value)
         if string:
             found[name] = string.group(1)
@@ -110,17 +112,26 @@ def test_lua_parsers_and_formatters_have_one_slot_per_field() -> None:
     # The long layout: the short one's last field holds unknown|queue|dedupkey.
     rest = re.search(r"string\.match\(k, '(.*?)'\)", _function("parse_state"))
     assert rest and _captures(rest.group(1)) == len(JOB_STATE_FIELDS) - 4
-    short_fmt, long_fmt = re.findall(r"string\.format\('(.*?)'", _function("format_state"))
-    assert short_fmt.split(FIELD_SEP) == [
-        "%s" if f in JOB_STATE_TEXT_FIELDS else "%d" for f in SHORT_JOB_STATE_FIELDS
-    ]
-    assert long_fmt.split(FIELD_SEP) == [
-        "%s" if f in JOB_STATE_TEXT_FIELDS else "%d" for f in JOB_STATE_FIELDS
-    ]
+    # format_state concatenates (string.format would call sprintf per field): the fields it
+    # names, in order, with a separator after each but the last, are the layouts'.
+    state = _function("format_state")
+    head = re.search(r"local head = (.*?)\n  if", state, re.DOTALL)
+    assert head and head.group(1).count(f"'{FIELD_SEP}'") == 4
+    short_tail, long_tail = re.findall(r"return head \.\. (.*)", state)
+    assert long_tail.count(f"'{FIELD_SEP}'") == 2
+
+    def named(text: str) -> list[str]:
+        return ["dedupkey" if f == "key" else f for f in re.findall(r"\bs\.(\w+)", text)]
+
+    assert named(head.group(1) + short_tail) == list(SHORT_JOB_STATE_FIELDS)
+    assert named(head.group(1) + long_tail) == list(JOB_STATE_FIELDS)
+    assert all(f in JOB_STATE_TEXT_FIELDS for f in named(short_tail + long_tail)[-2:])
     schedule = re.search(r"local pattern = '(.*?)'", _function("parse_schedule"))
     assert schedule and _captures(schedule.group(1)) == len(SCHEDULE_FIELDS)
-    owner = re.search(r"string\.format\('(.*?)', token \+ i", _function("take_all"))
-    assert owner and len(owner.group(1).split(FIELD_SEP)) == len(OWNER_FIELDS)
+    take = _function("take_all")
+    assert "= string.format('%d', token + i) .. owner_tail" in take
+    owner_tail = re.search(r"local owner_tail = (.*)", take)
+    assert owner_tail and owner_tail.group(1).count(f"'{FIELD_SEP}'") == len(OWNER_FIELDS) - 1
     lean = re.search(r"local pattern = '(.*?)'", _function("schedule_run_fields"))
     assert lean and len(lean.group(1).split(FIELD_SEP)) == len(SCHEDULE_FIELDS)
     # finish_runs.lua updates a record without splitting its task from its spec, nor its last
@@ -129,8 +140,13 @@ def test_lua_parsers_and_formatters_have_one_slot_per_field() -> None:
     after = re.search(r"local pattern = '(.*?)'", finish)
     assert after and _captures(after.group(1)) == len(SCHEDULE_FIELDS) - 2
     assert "(%d+|%d*)" in after.group(1), "last_ms|late as one capture"
-    written = re.search(r"string\.format\('(.*?)', gen, grid", finish)
-    assert written and len(written.group(1).split(FIELD_SEP)) == len(SCHEDULE_FIELDS) - 2
+    # The record is written by concatenation (no format string): one piece per capture, in
+    # order, each followed by a separator.
+    written = re.search(r"local record = (gen \.\. .*?)\n  --", finish, re.DOTALL)
+    assert written, "finish_runs.lua should build `local record = gen .. '|' .. ...`"
+    pieces = [p.strip() for p in written.group(1).split("..")]
+    assert pieces[1::2] == [f"'{FIELD_SEP}'"] * (len(SCHEDULE_FIELDS) - 3)
+    assert len(pieces[0::2]) == len(SCHEDULE_FIELDS) - 2
     run = re.search(r"key = (raw\[j\] \.\. .*?)}", _function("promote_buckets"))
     assert run and run.group(1).count(f"'{RUN_STATE_SEP}") == len(RUN_STATE_FIELDS) - 1
 

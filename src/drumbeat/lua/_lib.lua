@@ -57,34 +57,42 @@ local function signal_if_better(ready_key, signals_key, before, queue)
 end
 
 -- A missing or foreign state string must not break the script (one bad entry would stop every
--- claim), so it parses to defaults and the worker reports the job as malformed.
+-- claim), so it parses to defaults and the worker reports the job as malformed. The captures
+-- are digits, so "x + 0" converts them: one strtod, where tonumber() runs two.
 local function parse_state(s)
   if s then
     local a, st, p, q, k = string.match(s, '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
     if a then
-      local prio = tonumber(p)
+      local prio = p + 0
       if prio > MAX_PRIORITY then prio = MAX_PRIORITY end
       local u, qu = 0, ''
       -- A dedup key holds no `|`: one here means the longer layout (see format_state).
       if string.find(k, '|', 1, true) then
         local u2, qu2, k2 = string.match(k, '^(%d+)|([^|]*)|(.*)$')
-        if u2 then u, qu, k = tonumber(u2), qu2, k2 end
+        if u2 then u, qu, k = u2 + 0, qu2, k2 end
       end
-      return {attempt = tonumber(a), stalls = tonumber(st), priority = prio, seq = tonumber(q),
+      return {attempt = a + 0, stalls = st + 0, priority = prio, seq = q + 0,
               unknown = u, queue = qu, key = k}
     end
   end
   return {attempt = 0, stalls = 0, priority = 0, seq = 0, unknown = 0, queue = '', key = ''}
 end
 
+-- The text of the integers 0..9, by value: most attempts, stalls and priorities are one of
+-- them, and string.format calls sprintf for each field it formats (%s included).
+local DIGITS = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'}
+
 -- A job of the default queue never handed back for want of its task (most jobs) keeps the
 -- short layout, so it costs what it did before queues existed.
 local function format_state(s)
+  local a, st, p = DIGITS[s.attempt], DIGITS[s.stalls], DIGITS[s.priority]
+  local head = (a or string.format('%d', s.attempt)) .. '|'
+    .. (st or string.format('%d', s.stalls)) .. '|' .. (p or string.format('%d', s.priority))
+    .. '|' .. string.format('%d', s.seq) .. '|'
   if (s.unknown or 0) == 0 and (s.queue or '') == '' then
-    return string.format('%d|%d|%d|%d|%s', s.attempt, s.stalls, s.priority, s.seq, s.key)
+    return head .. s.key
   end
-  return string.format('%d|%d|%d|%d|%d|%s|%s', s.attempt, s.stalls, s.priority, s.seq,
-    s.unknown, s.queue, s.key)
+  return head .. string.format('%d', s.unknown) .. '|' .. s.queue .. '|' .. s.key
 end
 
 -- The position of `queue` (a state's queue field: empty is the default queue) in `names`, the
@@ -271,7 +279,7 @@ local function schedule_run_fields(v)
     gen, grid, flags, task, spec = string.match(old, pattern)
     if not gen then return nil end
   end
-  return gen, grid, tonumber(flags), task, spec
+  return gen, grid, flags + 0, task, spec
 end
 
 -- Task names are interned per shard (`tasks`: name -> code, "#<code>" -> name, "#" the last
@@ -453,15 +461,18 @@ local function take_all(k, c, ids, specs, states)
   -- Numbers passed to redis.call are formatted with %.17g on the way (and scores parsed back):
   -- the lease deadline, the same for every item, is formatted once, as an integer.
   local lease_at = string.format('%d', c.now + c.lease_ms)
+  -- An owner is token|worker|claimed_ms: all but the token is the same for every item
+  -- (string.format would call sprintf for each of its fields, the worker's %s included).
+  local owner_tail = '|' .. c.worker .. '|' .. string.format('%d', c.now)
   for i, id in ipairs(ids) do
     local s = states[i]
     s.attempt = s.attempt + 1
     state[2 * i - 1], state[2 * i] = id, format_state(s)
     owners[2 * i - 1] = id
-    owners[2 * i] = string.format('%d|%s|%d', token + i, c.worker, c.now)
+    owners[2 * i] = string.format('%d', token + i) .. owner_tail
     leases[2 * i - 1], leases[2 * i] = lease_at, id
-    if s.attempt == 1 and run_schedule_id(id) then
-      local run_due = s.due or tonumber(string.match(s.key, '^(%-?%d+):'))
+    if s.attempt == 1 and string.sub(id, 1, 2) == RUN_PREFIX then
+      local run_due = s.due or string.match(s.key, '^(%-?%d+):')
       if run_due then c.lateness[#c.lateness + 1] = math.max(0, c.now - run_due) end
     end
     local m = #out
@@ -532,27 +543,31 @@ local function promote_buckets(k, c, buckets, limit, settle)
   -- The markers' new scores (score, marker pairs) and the markers of emptied buckets, each
   -- written in one call for all buckets, not one per bucket.
   local marks, gone = {}, {}
+  -- Arguments passed as strings: Redis formats each number a script passes with %.17g (a
+  -- sprintf per bucket read), so they are formatted once per call. Scores are numbers: "+ 0"
+  -- converts them with one strtod, where tonumber() runs two.
+  local read_last, now_text = tostring(WHEEL_READ - 1), string.format('%d', c.now)
   for _, b in ipairs(buckets) do
     -- One read gives the due entries and the bucket's next due time after them, unless more
     -- than WHEEL_READ - 1 are due (a backlog): then the due ones are read, and the new head
     -- after they leave.
     -- Scores stay the strings Redis sent (integers: ms) where they are only copied: into the
     -- run's state and back into `due` (a number would be formatted again on the way).
-    local head = redis.call('ZRANGE', b[2], 0, WHEEL_READ - 1, 'WITHSCORES')
+    local head = redis.call('ZRANGE', b[2], '0', read_last, 'WITHSCORES')
     local found, dues, raw, next_due, next_raw = {}, {}, {}, nil, nil
     for j = 1, #head, 2 do
-      local score = tonumber(head[j + 1])
+      local score = head[j + 1] + 0
       if score > c.now then next_due, next_raw = score, head[j + 1] break end
       local m = #found + 1
       found[m], dues[m], raw[m] = head[j], score, head[j + 1]
     end
     local whole = next_due ~= nil or #head < 2 * WHEEL_READ
     if not whole then
-      local due = redis.call('ZRANGEBYSCORE', b[2], '-inf', c.now, 'WITHSCORES')
+      local due = redis.call('ZRANGEBYSCORE', b[2], '-inf', now_text, 'WITHSCORES')
       found, dues, raw = {}, {}, {}
       for j = 1, #due, 2 do
         local m = #found + 1
-        found[m], dues[m], raw[m] = due[j], tonumber(due[j + 1]), due[j + 1]
+        found[m], dues[m], raw[m] = due[j], due[j + 1] + 0, due[j + 1]
       end
     end
     local kept = false
@@ -599,8 +614,8 @@ local function promote_buckets(k, c, buckets, limit, settle)
         WHEEL_PREFIX .. b[1]
     elseif #found > 0 or settle == true or settle[b[1]] then
       if not whole then
-        local after = redis.call('ZRANGE', b[2], 0, 0, 'WITHSCORES')
-        next_due, next_raw = after[2] and tonumber(after[2]) or nil, after[2]
+        local after = redis.call('ZRANGE', b[2], '0', '0', 'WITHSCORES')
+        next_due, next_raw = after[2] and after[2] + 0 or nil, after[2]
       end
       if next_due then
         marks[#marks + 1], marks[#marks + 2] = next_raw, WHEEL_PREFIX .. b[1]
