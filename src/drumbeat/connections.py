@@ -9,8 +9,9 @@ URL's query string (``?socket_timeout=...``) override these, as redis-py lets th
 read timeout of clients for blocking commands, which a shorter one would cut short.
 
 A ``redis+cluster://host:port[,host:port...]`` URL names a Redis Cluster: any reachable nodes,
-the rest are discovered. Its clients are redis-py's cluster clients (they route each command by
-its keys' slot and follow MOVED); `node_client` opens a plain client to one node, for the
+the rest are discovered; ``rediss+cluster://`` is the same over TLS to every node, with the TLS
+options of a ``rediss://`` URL. Its clients are redis-py's cluster clients (they route each
+command by its keys' slot and follow MOVED); `node_client` opens a plain client to one node, for the
 worker's hand-driven connections (`Link`, `Waiter`), which must reach the slot's owner, and the
 producer's hot path keeps a `Direct` per master (`ClusterDirect`).
 
@@ -148,25 +149,28 @@ def _for_blocking(url: str) -> str:
 # -- Redis Cluster -------------------------------------------------------------------------------
 
 CLUSTER_SCHEME = "redis+cluster"
+TLS_CLUSTER_SCHEME = "rediss+cluster"
 
 
 def is_cluster(url: str) -> bool:
-    """Whether ``url`` names a Redis Cluster (``redis+cluster://``)."""
-    return url.partition("://")[0].lower() == CLUSTER_SCHEME
+    """Whether ``url`` names a Redis Cluster (``redis+cluster://``, ``rediss+cluster://``)."""
+    return url.partition("://")[0].lower() in (CLUSTER_SCHEME, TLS_CLUSTER_SCHEME)
 
 
 def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     """The startup nodes of a ``redis+cluster://[user:password@]host:port[,host:port...]
     [?option=value...]`` URL, and the connection options (credentials, query options) that
-    every node's connections take.
+    every node's connections take. ``rediss+cluster://`` connects to every node over TLS, its
+    query string taking the TLS options of a ``rediss://`` URL (``ssl_ca_certs``...).
 
     Raises:
         ValueError: the URL names no node, a node without a port, or a database (a cluster
             has only database 0).
     """
     scheme, _, rest = url.partition("://")
-    if scheme.lower() != CLUSTER_SCHEME:
-        raise ValueError(f"{url!r} is not a {CLUSTER_SCHEME}:// URL")
+    if scheme.lower() not in (CLUSTER_SCHEME, TLS_CLUSTER_SCHEME):
+        raise ValueError(f"{url!r} is not a {CLUSTER_SCHEME}:// or {TLS_CLUSTER_SCHEME}:// URL")
+    tls = scheme.lower() == TLS_CLUSTER_SCHEME
     rest, _, query = rest.partition("?")
     userinfo, _, hosts = rest.rpartition("@")
     hosts, _, path = hosts.partition("/")
@@ -192,9 +196,12 @@ def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     # redis-py's own URL parsing gives the query options their types (socket_timeout=2.5).
     user, _, password = userinfo.partition(":")
     auth = f"{user}:{password}@" if userinfo else ""
-    options = dict(redis.connection.parse_url(f"redis://{auth}{item}?{query}"))  # type: ignore[no-untyped-call]
+    base = "rediss" if tls else "redis"
+    options = dict(redis.connection.parse_url(f"{base}://{auth}{item}?{query}"))  # type: ignore[no-untyped-call]
     for name in ("host", "port", "db", "path", "connection_class"):
         options.pop(name, None)
+    if tls:  # the cluster clients and `node_client` take TLS as a flag, not a connection class
+        options["ssl"] = True
     if userinfo:
         options["username"], options["password"] = unquote(user) or None, unquote(password)
     return nodes, options
