@@ -9,7 +9,9 @@ The hosts are sentinels (any of them; the first that answers names the master); 
 the master's name in their configuration (``sentinel monitor <service> ...``). The credentials,
 the database (``/service/2`` or ``?db=2``) and the query options are those of the master's
 connections, as in a ``redis://`` URL; ``sentinel_username`` and ``sentinel_password`` are the
-sentinels' own, when they require auth.
+sentinels' own, when they require auth (``requirepass`` in sentinel.conf). A sentinel that
+refuses them raises `redis.AuthenticationError` saying so: redis-py itself counts a refused
+login as an unreachable sentinel and reports only that no master was found.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import redis
 import redis.asyncio as redis_async
 import redis.asyncio.sentinel as async_sentinel
 import redis.sentinel as sync_sentinel
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 SCHEME = "redis+sentinel"
 EXAMPLE = f"{SCHEME}://10.0.0.1:26379,10.0.0.2:26379/mymaster"
@@ -103,14 +108,67 @@ def parse(url: str) -> SentinelUrl:
     return SentinelUrl(sentinels, unquote(service), options, sentinel_options)
 
 
-def _sentinel_kwargs(parsed: SentinelUrl, options: dict[str, Any]) -> dict[str, Any]:
+def _refused(
+    sentinel: redis.Redis | redis_async.Redis, exc: redis.AuthenticationError
+) -> Exception:
+    kwargs = sentinel.connection_pool.connection_kwargs
+    given = "no password" if kwargs.get("password") is None else "the password given"
+    return redis.AuthenticationError(
+        f"the sentinel at {kwargs.get('host')}:{kwargs.get('port')} refused {given} ({exc}); "
+        "expected the sentinels' own password as sentinel_password= (and their ACL user as "
+        f"sentinel_username=) in the URL's query string, e.g. {EXAMPLE}?sentinel_password=..."
+    )
+
+
+class _SyncSentinels(sync_sentinel.Sentinel):
+    """redis-py's `Sentinel`, saying so when the sentinels refuse the login."""
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        try:
+            return cast(tuple[str, int], super().discover_master(service_name))  # type: ignore[no-untyped-call]
+        except sync_sentinel.MasterNotFoundError:
+            # A refused login counted as an unreachable sentinel: ask them why (only on this
+            # path, so a working setup pays nothing).
+            for sentinel in self.sentinels:
+                try:
+                    sentinel.ping()
+                except redis.AuthenticationError as exc:
+                    raise _refused(sentinel, exc) from None
+                except redis.RedisError:
+                    continue
+            raise
+
+
+class _AsyncSentinels(async_sentinel.Sentinel):
+    """`_SyncSentinels` for asyncio."""
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        try:
+            return cast(tuple[str, int], await super().discover_master(service_name))
+        except async_sentinel.MasterNotFoundError:
+            for sentinel in self.sentinels:
+                try:
+                    await sentinel.ping()
+                except redis.AuthenticationError as exc:
+                    raise _refused(sentinel, exc) from None
+                except redis.RedisError:
+                    continue
+            raise
+
+
+def _sentinel_kwargs(
+    parsed: SentinelUrl, options: dict[str, Any], retry: Retry | AsyncRetry
+) -> dict[str, Any]:
     # Asking a sentinel for the master is quick: never the long read timeout of a client for
     # blocking commands, or a dead sentinel would hold up the reconnect to the new master.
-    timeouts = {
+    # And one retry at once, not redis-py's default of 3 after a growing backoff (1, 2, 4 s):
+    # a sentinel that fails (or refuses the login) is passed over for the next one, and the
+    # master's client retries the whole lookup after its own backoff anyway.
+    return {
         "socket_connect_timeout": options["socket_connect_timeout"],
         "socket_timeout": min(options["socket_timeout"], options["socket_connect_timeout"]),
-    }
-    return timeouts | parsed.sentinel_options
+        "retry": retry,
+    } | parsed.sentinel_options
 
 
 class _SyncMaster(redis.Redis):
@@ -144,8 +202,8 @@ def sync_client(url: str, options: dict[str, Any]) -> redis.Redis:
     are overridden by the URL's."""
     parsed = parse(url)
     merged = options | parsed.options
-    manager = sync_sentinel.Sentinel(  # type: ignore[no-untyped-call]
-        parsed.sentinels, sentinel_kwargs=_sentinel_kwargs(parsed, merged)
+    manager = _SyncSentinels(  # type: ignore[no-untyped-call]
+        parsed.sentinels, sentinel_kwargs=_sentinel_kwargs(parsed, merged, Retry(NoBackoff(), 1))
     )
     pool = sync_sentinel.SentinelConnectionPool(parsed.service, manager, **merged)  # type: ignore[no-untyped-call]
     made = cast(_SyncMaster, _SyncMaster.from_pool(pool))
@@ -157,8 +215,9 @@ def async_client(url: str, options: dict[str, Any]) -> redis_async.Redis:
     """`sync_client` for asyncio callers."""
     parsed = parse(url)
     merged = options | parsed.options
-    manager = async_sentinel.Sentinel(  # type: ignore[no-untyped-call]
-        parsed.sentinels, sentinel_kwargs=_sentinel_kwargs(parsed, merged)
+    manager = _AsyncSentinels(  # type: ignore[no-untyped-call]
+        parsed.sentinels,
+        sentinel_kwargs=_sentinel_kwargs(parsed, merged, AsyncRetry(NoBackoff(), 1)),
     )
     pool = async_sentinel.SentinelConnectionPool(parsed.service, manager, **merged)  # type: ignore[no-untyped-call]
     made = cast(_AsyncMaster, _AsyncMaster.from_pool(pool))

@@ -1,6 +1,7 @@
 """A real Redis Sentinel setup: one master, one replica and three sentinels (`redis-server <conf>
 --sentinel`), each on a free port in a temp dir, with short failure detection so a failover
-takes a few seconds.
+takes a few seconds; ``sentinel_auth``: the same with a password on the sentinels
+(``requirepass``, and ``sentinel sentinel-pass`` so they can talk to each other).
 
 Without ``redis-server`` on PATH the sentinel tests are skipped, except in CI (``CI`` set),
 where that is a failure (.ci/run installs it).
@@ -31,6 +32,7 @@ SERVICE = "mymaster"
 START_TIMEOUT = 30.0
 DOWN_AFTER_MS = 1000
 FAILOVER_TIMEOUT_MS = 4000
+SENTINEL_PASSWORD = "sentinel-s3cret"
 
 
 class Process:
@@ -42,6 +44,7 @@ class Process:
         self.dir = root / str(self.port)
         self.dir.mkdir()
         self.sentinel = sentinel
+        self.password: str | None = None
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, *args: str) -> None:
@@ -68,7 +71,9 @@ class Process:
         return self.proc is not None and self.proc.poll() is None
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+        return redis.Redis(
+            host="127.0.0.1", port=self.port, socket_timeout=5, password=self.password
+        )
 
     def kill(self) -> None:
         """kill -9: no shutdown, no goodbye."""
@@ -89,18 +94,25 @@ class Process:
 
 class SentinelSetup:
     """A master, a replica and three sentinels watching them as `SERVICE`; `url` is the
-    ``redis+sentinel://`` URL naming the sentinels."""
+    ``redis+sentinel://`` URL naming the sentinels (and their password, if they have one)."""
 
-    def __init__(self, binary: str) -> None:
+    def __init__(self, binary: str, sentinel_password: str | None = None) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="drumbeat-sentinel-", dir="/tmp"))
         self.master = Process(binary, self.root)
         self.replica = Process(binary, self.root)
         self.sentinels = [Process(binary, self.root, sentinel=True) for _ in range(3)]
+        self.sentinel_password = sentinel_password
+        for watcher in self.sentinels:
+            watcher.password = sentinel_password
+
+    @property
+    def hosts(self) -> str:
+        return ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
 
     @property
     def url(self) -> str:
-        hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
-        return f"redis+sentinel://{hosts}/{SERVICE}"
+        query = f"?sentinel_password={self.sentinel_password}" if self.sentinel_password else ""
+        return f"redis+sentinel://{self.hosts}/{SERVICE}{query}"
 
     @property
     def nodes(self) -> list[Process]:
@@ -115,8 +127,13 @@ class SentinelSetup:
         for node in self.nodes:
             _poll(lambda n=node: _pings(n), f"redis-server on port {node.port} did not start")
         _poll(lambda: _in_sync(self.replica), "the replica did not sync with the master")
+        auth = []
+        if self.sentinel_password:
+            auth = [f"requirepass {self.sentinel_password}",
+                    f"sentinel sentinel-pass {self.sentinel_password}"]  # fmt: skip
         for watcher in self.sentinels:
             watcher.start(
+                *auth,
                 f"sentinel monitor {SERVICE} 127.0.0.1 {self.master.port} 2",
                 f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}",
                 f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}",
@@ -191,8 +208,8 @@ def _binary() -> str:
     return binary
 
 
-def _started() -> Iterator[SentinelSetup]:
-    setup = SentinelSetup(_binary())
+def _started(sentinel_password: str | None = None) -> Iterator[SentinelSetup]:
+    setup = SentinelSetup(_binary(), sentinel_password)
     try:
         setup.start()
         yield setup
@@ -203,6 +220,12 @@ def _started() -> Iterator[SentinelSetup]:
 @pytest.fixture(scope="session")
 def redis_sentinel() -> Iterator[SentinelSetup]:
     yield from _started()
+
+
+@pytest.fixture(scope="session")
+def sentinel_auth() -> Iterator[SentinelSetup]:
+    """Sentinels that require a password (`SENTINEL_PASSWORD`); `url` gives it."""
+    yield from _started(SENTINEL_PASSWORD)
 
 
 @pytest.fixture
