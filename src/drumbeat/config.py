@@ -38,7 +38,7 @@ class Settings:
 
     url: str | None = None
     """Redis URL (``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``,
-    ``rediss+cluster://``, ``redis+sentinel://``: see `connections`); ``None`` starts the
+    ``rediss+cluster://``, ``redis[s]+sentinel://``: see `connections`); ``None`` starts the
     embedded Redis."""
 
     namespace: str = "default"

@@ -15,7 +15,7 @@ command by its keys' slot and follow MOVED); `node_client` opens a plain client 
 worker's hand-driven connections (`Link`, `Waiter`), which must reach the slot's owner, and the
 producer's hot path keeps a `Direct` per master (`ClusterDirect`).
 
-A ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db][?option=value...]``
+A ``redis[s]+sentinel://[user:password@]host:port[,host:port...]/service[/db][?option=value...]``
 URL names a master through its sentinels (`drumbeat.sentinel`): every client here, and every
 connection made from a client's pool (`Direct`, the worker's `Link` and `Waiter`), asks the
 sentinels for the current master when it connects, so after a failover it reconnects to the

@@ -3,13 +3,15 @@ the sentinels (redis-py's `SentinelConnectionPool`), so a failover is followed b
 
 The URL, in the form users of redis-py, Celery and Kombu know from their sentinel settings::
 
-    redis+sentinel://[user:password@]host:port[,host:port...]/service[/db][?option=value...]
+    redis[s]+sentinel://[user:password@]host:port[,host:port...]/service[/db][?option=value...]
 
 The hosts are sentinels (any of them; the first that answers names the master); ``service`` is
 the master's name in their configuration (``sentinel monitor <service> ...``). The credentials,
 the database (``/service/2`` or ``?db=2``) and the query options are those of the master's
 connections, as in a ``redis://`` URL; ``sentinel_username`` and ``sentinel_password`` are the
-sentinels' own, when they require auth (``requirepass`` in sentinel.conf). A sentinel that
+sentinels' own, when they require auth (``requirepass`` in sentinel.conf). ``rediss+sentinel://``
+talks TLS to the sentinels and to the master, both with the TLS options of the query string
+(``ssl_ca_certs``, ``ssl_certfile``... as in a ``rediss://`` URL). A sentinel that
 refuses them raises `redis.AuthenticationError` saying so: redis-py itself counts a refused
 login as an unreachable sentinel and reports only that no master was found.
 """
@@ -29,13 +31,15 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 SCHEME = "redis+sentinel"
+TLS_SCHEME = "rediss+sentinel"
 EXAMPLE = f"{SCHEME}://10.0.0.1:26379,10.0.0.2:26379/mymaster"
-FORM = f"{SCHEME}://[user:password@]host:port[,host:port...]/service[/db]"
+FORM = "redis[s]+sentinel://[user:password@]host:port[,host:port...]/service[/db]"
 
 
 def is_sentinel(url: str) -> bool:
-    """Whether ``url`` names a master through its sentinels (``redis+sentinel://``)."""
-    return url.partition("://")[0].lower() == SCHEME
+    """Whether ``url`` names a master through its sentinels (``redis+sentinel://``, or
+    ``rediss+sentinel://`` over TLS)."""
+    return url.partition("://")[0].lower() in (SCHEME, TLS_SCHEME)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +62,9 @@ def parse(url: str) -> SentinelUrl:
             no service name, or a database that is not a number (or two different ones).
     """
     scheme, _, rest = url.partition("://")
-    if scheme.lower() != SCHEME:
+    if not is_sentinel(url):
         raise ValueError(f"{url!r} is not a {SCHEME}:// URL (expected {FORM})")
+    tls = scheme.lower() == TLS_SCHEME
     rest, _, query = rest.partition("?")
     userinfo, _, hosts = rest.rpartition("@")
     hosts, _, path = hosts.partition("/")
@@ -89,11 +94,15 @@ def parse(url: str) -> SentinelUrl:
     # redis-py's own URL parsing gives the query options their types (socket_timeout=2.5).
     first, at = sentinels[0]
     try:
-        options: dict[str, Any] = dict(redis.connection.parse_url(f"redis://{first}:{at}?{kept}"))  # type: ignore[no-untyped-call]
+        base = "rediss" if tls else "redis"
+        options: dict[str, Any] = dict(redis.connection.parse_url(f"{base}://{first}:{at}?{kept}"))  # type: ignore[no-untyped-call]
     except ValueError as exc:
         raise ValueError(f"Redis Sentinel URL {url!r}: {exc}") from None
     for name in ("host", "port", "path", "connection_class"):
         options.pop(name, None)
+    if tls:  # the sentinels' certificates are taken to be the master's, as one CA signs both
+        options["ssl"] = True
+        sentinel_options |= {k: v for k, v in options.items() if k.startswith("ssl")}
     if db:
         if not db.isdigit() or ("db" in options and options["db"] != int(db)):
             raise ValueError(

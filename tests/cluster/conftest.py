@@ -19,7 +19,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlencode
 
 import pytest
@@ -28,7 +27,7 @@ from redis.cluster import ClusterNode, RedisCluster
 
 import drumbeat
 from tests.conftest import _free_port
-from tests.tls.conftest import make_certificates
+from tests.tls.conftest import make_certificates, tls_args, tls_options
 
 MISSING = (
     "the Redis Cluster tests need redis-server and redis-cli on PATH "
@@ -42,16 +41,6 @@ MISSING_TLS = (
 
 MASTERS = 3
 START_TIMEOUT = 30.0
-
-
-def tls_options(certs: Path | None) -> dict[str, Any]:
-    """redis-py's options for a client of a TLS node whose certificates are in ``certs``
-    (none for a plain node)."""
-    if certs is None:
-        return {}
-    return {"ssl": True, "ssl_ca_certs": str(certs / "ca.crt"), "ssl_cert_reqs": "required",
-            "ssl_certfile": str(certs / "client.crt"),
-            "ssl_keyfile": str(certs / "client.key")}  # fmt: skip
 
 
 class Node:
@@ -82,10 +71,7 @@ class Node:
             ports = ["--port", str(self.port)]
         else:
             ports = ["--port", "0", "--tls-port", str(self.port), "--tls-cluster", "yes",
-                     "--tls-replication", "yes", "--tls-auth-clients", "yes",
-                     "--tls-cert-file", str(self.certs / "server.crt"),
-                     "--tls-key-file", str(self.certs / "server.key"),
-                     "--tls-ca-cert-file", str(self.certs / "ca.crt")]  # fmt: skip
+                     *tls_args(self.certs)]  # fmt: skip
         self.proc = subprocess.Popen(
             [self.binary, *ports, "--bind", "127.0.0.1",
              "--dir", str(self.dir), "--cluster-enabled", "yes",
