@@ -209,10 +209,16 @@ def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
 
 def _sync_cluster(url: str, options: dict[str, Any]) -> Redis:
     nodes, from_url = cluster_nodes(url)
-    made = RedisCluster(
-        startup_nodes=[ClusterNode(host, port) for host, port in nodes],  # type: ignore[no-untyped-call]
-        **(options | from_url),
-    )
+    try:  # the synchronous cluster client connects at once
+        made = RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in nodes],  # type: ignore[no-untyped-call]
+            **(options | from_url),
+        )
+    except redis.exceptions.RedisClusterException as exc:
+        explained = _cluster_explained(exc, tls=bool(from_url.get("ssl")))
+        if explained is exc:
+            raise
+        raise explained from exc
     # The cluster client answers the commands drumbeat sends (routing each by its keys' slot),
     # so callers keep one type; the few that need a node's connection pool (`Direct`, `Link`,
     # `Waiter`) check `is_cluster` first.
@@ -258,6 +264,43 @@ class _ClusterPipeline:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._pipe, name)
+
+
+def _cluster_explained(
+    exc: redis.exceptions.RedisClusterException, *, tls: bool
+) -> redis.exceptions.RedisClusterException:
+    """``exc`` (no node could be reached), saying what the URL must give when the cause was a
+    refused login or a TLS handshake, which redis-py's message leaves to guess; the same type
+    and start of message, so callers that wait out an unreachable cluster still do."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and len(chain) < 10:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    if any(isinstance(e, redis.AuthenticationError) for e in chain):
+        hint = (
+            "a node refused the login; expected the name and password of an enabled ACL user "
+            "in the URL (user:password@ before the first host)"
+        )
+    # The asyncio client keeps only the text of the TLS error ("[SSL: ...]"), not the error.
+    elif tls and any(
+        isinstance(e, ssl.SSLError | ConnectionResetError) or "[SSL" in str(e) for e in chain
+    ):
+        hint = (
+            "a node closed the TLS connection: a node that requires client certificates "
+            "(tls-auth-clients yes) does so to one that presents none, or one its CA did not "
+            "sign. Expected ssl_certfile= and ssl_keyfile= (the client certificate and key) and "
+            "ssl_ca_certs= (the CA that signed the nodes' certificates) in the URL's query string"
+        )
+    elif not tls and any(isinstance(e, ConnectionResetError) for e in chain):
+        hint = (
+            "a node closed the connection at once, as a node that speaks only TLS does to a "
+            f"plain one; for such a cluster, expected a {TLS_CLUSTER_SCHEME}:// URL with its TLS "
+            "options (ssl_ca_certs=...)"
+        )
+    else:
+        return exc
+    return type(exc)(f"{exc}; {hint}")
 
 
 def pipeline(client: Redis, *, transaction: bool) -> Any:
@@ -316,6 +359,16 @@ def _explained(client: Redis | redis_async.Redis) -> Iterator[None]:
     callers that retry connection errors still do."""
     try:
         yield
+    except redis.exceptions.RedisClusterException as exc:
+        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", {})
+        # The sync client keeps ``ssl=True``; the asyncio one turns it into a connection class.
+        tls = bool(kwargs.get("ssl")) or issubclass(
+            kwargs.get("connection_class", object), (redis.SSLConnection, redis_async.SSLConnection)
+        )
+        explained = _cluster_explained(exc, tls=tls)
+        if explained is exc:
+            raise
+        raise explained from exc
     except redis.AuthenticationError as exc:
         if getattr(client, "connection_pool", None) is None:  # a cluster: which node is unknown
             raise

@@ -5,6 +5,7 @@ master (its per-master `Link`s and idle waits), and a supervisor with the CLI.""
 from __future__ import annotations
 
 import ssl
+import uuid
 
 import pytest
 import redis
@@ -79,8 +80,32 @@ async def test_jobs_and_schedules_run_on_every_master_over_tls(tls_cluster: Clus
 def test_a_tls_cluster_refuses_a_plain_cluster_url(tls_cluster: ClusterServer) -> None:
     """The nodes speak only TLS: the same nodes under ``redis+cluster://`` do not answer."""
     plain = "redis+cluster://" + tls_cluster.url.partition("://")[2].partition("?")[0]
-    with pytest.raises(redis.exceptions.RedisClusterException, match="cannot be connected"):
+    expected = r"cannot be connected.*expected a rediss\+cluster:// URL"
+    with pytest.raises(redis.exceptions.RedisClusterException, match=expected):
         connections.sync_client(plain, socket_timeout=2)  # the cluster client connects at once
+
+
+async def test_a_missing_client_certificate_says_what_the_url_must_give(
+    tls_cluster: ClusterServer,
+) -> None:
+    base, _, query = tls_cluster.url.partition("?")
+    kept = "&".join(
+        o for o in query.split("&") if not o.startswith(("ssl_certfile", "ssl_keyfile"))
+    )
+    app = drumbeat.App(f"{base}?{kept}", namespace="c" + uuid.uuid4().hex[:12])
+
+    @app.task
+    def noop() -> None:
+        pass
+
+    expected = r"cannot be connected.*Expected ssl_certfile= and ssl_keyfile="
+    try:
+        with pytest.raises(redis.exceptions.RedisClusterException, match=expected):
+            noop.enqueue()
+        with pytest.raises(redis.exceptions.RedisClusterException, match=expected):
+            await noop.aenqueue()
+    finally:
+        await app.aclose()
 
 
 @pytest.mark.process
