@@ -18,6 +18,7 @@ login as an unreachable sentinel and reports only that no master was found.
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlencode
@@ -117,34 +118,49 @@ def parse(url: str) -> SentinelUrl:
     return SentinelUrl(sentinels, unquote(service), options, sentinel_options)
 
 
-def _refused(
-    sentinel: redis.Redis | redis_async.Redis, exc: redis.AuthenticationError
-) -> Exception:
+def _why(sentinel: redis.Redis | redis_async.Redis, exc: redis.RedisError) -> Exception | None:
+    """What the URL must give, when ``exc`` (from a sentinel) comes from the URL: a refused
+    login, or a TLS handshake the sentinel closed (no client certificate, or one its CA did not
+    sign); None for other failures (a sentinel down, say)."""
     kwargs = sentinel.connection_pool.connection_kwargs
-    given = "no password" if kwargs.get("password") is None else "the password given"
-    return redis.AuthenticationError(
-        f"the sentinel at {kwargs.get('host')}:{kwargs.get('port')} refused {given} ({exc}); "
-        "expected the sentinels' own password as sentinel_password= (and their ACL user as "
-        f"sentinel_username=) in the URL's query string, e.g. {EXAMPLE}?sentinel_password=..."
-    )
+    where = f"the sentinel at {kwargs.get('host')}:{kwargs.get('port')}"
+    if isinstance(exc, redis.AuthenticationError):
+        given = "no password" if kwargs.get("password") is None else "the password given"
+        return redis.AuthenticationError(
+            f"{where} refused {given} ({exc}); expected the sentinels' own password as "
+            "sentinel_password= (and their ACL user as sentinel_username=) in the URL's query "
+            f"string, e.g. {EXAMPLE}?sentinel_password=..."
+        )
+    # The TLS error is the connection error's cause or context, or only its text ("[SSL: ...]").
+    cause: BaseException | None = exc
+    while cause is not None and not (isinstance(cause, ssl.SSLError) or "[SSL" in str(cause)):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(exc, redis.ConnectionError) and cause is not None:
+        return redis.ConnectionError(
+            f"the TLS connection to {where} failed ({cause}); a sentinel that requires client "
+            "certificates (tls-auth-clients yes) closes connections that present none, or one "
+            "its CA did not sign. Expected ssl_certfile= and ssl_keyfile= (the client "
+            "certificate and key) and ssl_ca_certs= (the CA that signed the sentinels' "
+            f"certificates) in the {TLS_SCHEME}:// URL's query string"
+        )
+    return None
 
 
 class _SyncSentinels(sync_sentinel.Sentinel):
-    """redis-py's `Sentinel`, saying so when the sentinels refuse the login."""
+    """redis-py's `Sentinel`, saying so when the sentinels refuse the login or the TLS
+    handshake (redis-py counts either as an unreachable sentinel: "No master found")."""
 
     def discover_master(self, service_name: str) -> tuple[str, int]:
         try:
             return cast(tuple[str, int], super().discover_master(service_name))  # type: ignore[no-untyped-call]
         except sync_sentinel.MasterNotFoundError:
-            # A refused login counted as an unreachable sentinel: ask them why (only on this
-            # path, so a working setup pays nothing).
+            # Ask the sentinels why (only on this path, so a working setup pays nothing).
             for sentinel in self.sentinels:
                 try:
                     sentinel.ping()
-                except redis.AuthenticationError as exc:
-                    raise _refused(sentinel, exc) from None
-                except redis.RedisError:
-                    continue
+                except redis.RedisError as exc:
+                    if (why := _why(sentinel, exc)) is not None:
+                        raise why from None
             raise
 
 
@@ -158,10 +174,9 @@ class _AsyncSentinels(async_sentinel.Sentinel):
             for sentinel in self.sentinels:
                 try:
                     await sentinel.ping()
-                except redis.AuthenticationError as exc:
-                    raise _refused(sentinel, exc) from None
-                except redis.RedisError:
-                    continue
+                except redis.RedisError as exc:
+                    if (why := _why(sentinel, exc)) is not None:
+                        raise why from None
             raise
 
 

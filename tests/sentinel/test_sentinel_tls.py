@@ -8,6 +8,7 @@ import ssl
 import uuid
 
 import pytest
+import redis
 
 import drumbeat
 from drumbeat import connections, sentinel
@@ -65,3 +66,26 @@ def test_a_supervisor_and_the_cli_work_through_sentinels_over_tls(
     sentinel_tls: SentinelSetup,
 ) -> None:
     check_processes_on(sentinel_tls.url)
+
+
+async def test_a_missing_client_certificate_says_what_the_url_must_give(
+    sentinel_tls: SentinelSetup,
+) -> None:
+    base, _, query = sentinel_tls.url.partition("?")
+    kept = "&".join(
+        o for o in query.split("&") if not o.startswith(("ssl_certfile", "ssl_keyfile"))
+    )
+    app = drumbeat.App(f"{base}?{kept}", namespace="s" + uuid.uuid4().hex[:12])
+
+    @app.task
+    def noop() -> None:
+        pass
+
+    expected = r"TLS connection to the sentinel at 127\.0\.0\.1:\d+ failed .*ssl_certfile="
+    try:
+        with pytest.raises(redis.ConnectionError, match=expected):
+            noop.enqueue()
+        with pytest.raises(redis.ConnectionError, match=expected):
+            await noop.aenqueue()
+    finally:
+        await app.aclose()
