@@ -11,9 +11,11 @@ the database (``/service/2`` or ``?db=2``) and the query options are those of th
 connections, as in a ``redis://`` URL; ``sentinel_username`` and ``sentinel_password`` are the
 sentinels' own, when they require auth (``requirepass`` in sentinel.conf). ``rediss+sentinel://``
 talks TLS to the sentinels and to the master, both with the TLS options of the query string
-(``ssl_ca_certs``, ``ssl_certfile``... as in a ``rediss://`` URL). A sentinel that
-refuses them raises `redis.AuthenticationError` saying so: redis-py itself counts a refused
-login as an unreachable sentinel and reports only that no master was found.
+(``ssl_ca_certs``, ``ssl_certfile``... as in a ``rediss://`` URL).
+
+redis-py counts a sentinel that refuses the login or the TLS handshake as unreachable, and
+reports only that no master was found; here such a refusal raises an error naming the sentinel
+and what the URL must give (`_why`).
 """
 
 from __future__ import annotations

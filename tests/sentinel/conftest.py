@@ -5,8 +5,8 @@ takes a few seconds; ``sentinel_auth``: the same with a password on the sentinel
 ``sentinel_tls``: every process on a TLS port only, client certificates required (made by
 `tests.tls.conftest`'s helpers), reached by a ``rediss+sentinel://`` URL.
 
-Without ``redis-server`` on PATH the sentinel tests are skipped, except in CI (``CI`` set),
-where that is a failure (.ci/run installs it).
+Without ``redis-server`` (and ``openssl`` for ``sentinel_tls``) on PATH the sentinel tests are
+skipped, except in CI (``CI`` set), where that is a failure (.ci/run installs them).
 """
 
 from __future__ import annotations
