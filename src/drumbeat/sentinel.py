@@ -133,11 +133,17 @@ def _why(sentinel: redis.Redis | redis_async.Redis, exc: redis.RedisError) -> Ex
             "sentinel_password= (and their ACL user as sentinel_username=) in the URL's query "
             f"string, e.g. {EXAMPLE}?sentinel_password=..."
         )
-    # The TLS error is the connection error's cause or context, or only its text ("[SSL: ...]").
+    # The TLS error is the connection error's cause or context, or only its text ("[SSL: ...]");
+    # or, as often, a reset: the server closed the connection before its alert was read.
+    tls = issubclass(
+        sentinel.connection_pool.connection_class, (redis.SSLConnection, redis_async.SSLConnection)
+    )
     cause: BaseException | None = exc
-    while cause is not None and not (isinstance(cause, ssl.SSLError) or "[SSL" in str(cause)):
+    while cause is not None and not (
+        isinstance(cause, ssl.SSLError | ConnectionResetError) or "[SSL" in str(cause)
+    ):
         cause = cause.__cause__ or cause.__context__
-    if isinstance(exc, redis.ConnectionError) and cause is not None:
+    if tls and isinstance(exc, redis.ConnectionError) and cause is not None:
         return redis.ConnectionError(
             f"the TLS connection to {where} failed ({cause}); a sentinel that requires client "
             "certificates (tls-auth-clients yes) closes connections that present none, or one "
