@@ -38,7 +38,8 @@ class Settings:
 
     url: str | None = None
     """Redis URL (``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``,
-    ``redis+sentinel://``: see `connections`); ``None`` starts the embedded Redis."""
+    ``rediss+cluster://``, ``redis[s]+sentinel://``: see `connections`); ``None`` starts the
+    embedded Redis."""
 
     namespace: str = "default"
     """Prefix that keeps apps sharing one Redis apart; part of every key's hash tag."""

@@ -9,12 +9,13 @@ URL's query string (``?socket_timeout=...``) override these, as redis-py lets th
 read timeout of clients for blocking commands, which a shorter one would cut short.
 
 A ``redis+cluster://host:port[,host:port...]`` URL names a Redis Cluster: any reachable nodes,
-the rest are discovered. Its clients are redis-py's cluster clients (they route each command by
-its keys' slot and follow MOVED); `node_client` opens a plain client to one node, for the
+the rest are discovered; ``rediss+cluster://`` is the same over TLS to every node, with the TLS
+options of a ``rediss://`` URL. Its clients are redis-py's cluster clients (they route each
+command by its keys' slot and follow MOVED); `node_client` opens a plain client to one node, for the
 worker's hand-driven connections (`Link`, `Waiter`), which must reach the slot's owner, and the
 producer's hot path keeps a `Direct` per master (`ClusterDirect`).
 
-A ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db][?option=value...]``
+A ``redis[s]+sentinel://[user:password@]host:port[,host:port...]/service[/db][?option=value...]``
 URL names a master through its sentinels (`drumbeat.sentinel`): every client here, and every
 connection made from a client's pool (`Direct`, the worker's `Link` and `Waiter`), asks the
 sentinels for the current master when it connects, so after a failover it reconnects to the
@@ -148,25 +149,28 @@ def _for_blocking(url: str) -> str:
 # -- Redis Cluster -------------------------------------------------------------------------------
 
 CLUSTER_SCHEME = "redis+cluster"
+TLS_CLUSTER_SCHEME = "rediss+cluster"
 
 
 def is_cluster(url: str) -> bool:
-    """Whether ``url`` names a Redis Cluster (``redis+cluster://``)."""
-    return url.partition("://")[0].lower() == CLUSTER_SCHEME
+    """Whether ``url`` names a Redis Cluster (``redis+cluster://``, ``rediss+cluster://``)."""
+    return url.partition("://")[0].lower() in (CLUSTER_SCHEME, TLS_CLUSTER_SCHEME)
 
 
 def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     """The startup nodes of a ``redis+cluster://[user:password@]host:port[,host:port...]
     [?option=value...]`` URL, and the connection options (credentials, query options) that
-    every node's connections take.
+    every node's connections take. ``rediss+cluster://`` connects to every node over TLS, its
+    query string taking the TLS options of a ``rediss://`` URL (``ssl_ca_certs``...).
 
     Raises:
         ValueError: the URL names no node, a node without a port, or a database (a cluster
             has only database 0).
     """
     scheme, _, rest = url.partition("://")
-    if scheme.lower() != CLUSTER_SCHEME:
-        raise ValueError(f"{url!r} is not a {CLUSTER_SCHEME}:// URL")
+    if scheme.lower() not in (CLUSTER_SCHEME, TLS_CLUSTER_SCHEME):
+        raise ValueError(f"{url!r} is not a {CLUSTER_SCHEME}:// or {TLS_CLUSTER_SCHEME}:// URL")
+    tls = scheme.lower() == TLS_CLUSTER_SCHEME
     rest, _, query = rest.partition("?")
     userinfo, _, hosts = rest.rpartition("@")
     hosts, _, path = hosts.partition("/")
@@ -192,9 +196,12 @@ def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     # redis-py's own URL parsing gives the query options their types (socket_timeout=2.5).
     user, _, password = userinfo.partition(":")
     auth = f"{user}:{password}@" if userinfo else ""
-    options = dict(redis.connection.parse_url(f"redis://{auth}{item}?{query}"))  # type: ignore[no-untyped-call]
+    base = "rediss" if tls else "redis"
+    options = dict(redis.connection.parse_url(f"{base}://{auth}{item}?{query}"))  # type: ignore[no-untyped-call]
     for name in ("host", "port", "db", "path", "connection_class"):
         options.pop(name, None)
+    if tls:  # the cluster clients and `node_client` take TLS as a flag, not a connection class
+        options["ssl"] = True
     if userinfo:
         options["username"], options["password"] = unquote(user) or None, unquote(password)
     return nodes, options
@@ -202,10 +209,16 @@ def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
 
 def _sync_cluster(url: str, options: dict[str, Any]) -> Redis:
     nodes, from_url = cluster_nodes(url)
-    made = RedisCluster(
-        startup_nodes=[ClusterNode(host, port) for host, port in nodes],  # type: ignore[no-untyped-call]
-        **(options | from_url),
-    )
+    try:  # the synchronous cluster client connects at once
+        made = RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in nodes],  # type: ignore[no-untyped-call]
+            **(options | from_url),
+        )
+    except redis.exceptions.RedisClusterException as exc:
+        explained = _cluster_explained(exc, tls=bool(from_url.get("ssl")))
+        if explained is exc:
+            raise
+        raise explained from exc
     # The cluster client answers the commands drumbeat sends (routing each by its keys' slot),
     # so callers keep one type; the few that need a node's connection pool (`Direct`, `Link`,
     # `Waiter`) check `is_cluster` first.
@@ -251,6 +264,43 @@ class _ClusterPipeline:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._pipe, name)
+
+
+def _cluster_explained(
+    exc: redis.exceptions.RedisClusterException, *, tls: bool
+) -> redis.exceptions.RedisClusterException:
+    """``exc`` (no node could be reached), saying what the URL must give when the cause was a
+    refused login or a TLS handshake, which redis-py's message leaves to guess; the same type
+    and start of message, so callers that wait out an unreachable cluster still do."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and len(chain) < 10:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    if any(isinstance(e, redis.AuthenticationError) for e in chain):
+        hint = (
+            "a node refused the login; expected the name and password of an enabled ACL user "
+            "in the URL (user:password@ before the first host)"
+        )
+    # The asyncio client keeps only the text of the TLS error ("[SSL: ...]"), not the error.
+    elif tls and any(
+        isinstance(e, ssl.SSLError | ConnectionResetError) or "[SSL" in str(e) for e in chain
+    ):
+        hint = (
+            "a node closed the TLS connection: a node that requires client certificates "
+            "(tls-auth-clients yes) does so to one that presents none, or one its CA did not "
+            "sign. Expected ssl_certfile= and ssl_keyfile= (the client certificate and key) and "
+            "ssl_ca_certs= (the CA that signed the nodes' certificates) in the URL's query string"
+        )
+    elif not tls and any(isinstance(e, ConnectionResetError) for e in chain):
+        hint = (
+            "a node closed the connection at once, as a node that speaks only TLS does to a "
+            f"plain one; for such a cluster, expected a {TLS_CLUSTER_SCHEME}:// URL with its TLS "
+            "options (ssl_ca_certs=...)"
+        )
+    else:
+        return exc
+    return type(exc)(f"{exc}; {hint}")
 
 
 def pipeline(client: Redis, *, transaction: bool) -> Any:
@@ -317,6 +367,16 @@ def _explained(client: Redis | redis_async.Redis) -> Iterator[None]:
     callers that retry connection errors still do."""
     try:
         yield
+    except redis.exceptions.RedisClusterException as exc:
+        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", {})
+        # The sync client keeps ``ssl=True``; the asyncio one turns it into a connection class.
+        tls = bool(kwargs.get("ssl")) or issubclass(
+            kwargs.get("connection_class", object), (redis.SSLConnection, redis_async.SSLConnection)
+        )
+        explained = _cluster_explained(exc, tls=tls)
+        if explained is exc:
+            raise
+        raise explained from exc
     except redis.AuthenticationError as exc:
         if getattr(client, "connection_pool", None) is None:  # a cluster: which node is unknown
             raise

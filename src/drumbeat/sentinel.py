@@ -3,17 +3,24 @@ the sentinels (redis-py's `SentinelConnectionPool`), so a failover is followed b
 
 The URL, in the form users of redis-py, Celery and Kombu know from their sentinel settings::
 
-    redis+sentinel://[user:password@]host:port[,host:port...]/service[/db][?option=value...]
+    redis[s]+sentinel://[user:password@]host:port[,host:port...]/service[/db][?option=value...]
 
 The hosts are sentinels (any of them; the first that answers names the master); ``service`` is
 the master's name in their configuration (``sentinel monitor <service> ...``). The credentials,
 the database (``/service/2`` or ``?db=2``) and the query options are those of the master's
 connections, as in a ``redis://`` URL; ``sentinel_username`` and ``sentinel_password`` are the
-sentinels' own, when they require auth.
+sentinels' own, when they require auth (``requirepass`` in sentinel.conf). ``rediss+sentinel://``
+talks TLS to the sentinels and to the master, both with the TLS options of the query string
+(``ssl_ca_certs``, ``ssl_certfile``... as in a ``rediss://`` URL).
+
+redis-py counts a sentinel that refuses the login or the TLS handshake as unreachable, and
+reports only that no master was found; here such a refusal raises an error naming the sentinel
+and what the URL must give (`_why`).
 """
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlencode
@@ -22,15 +29,20 @@ import redis
 import redis.asyncio as redis_async
 import redis.asyncio.sentinel as async_sentinel
 import redis.sentinel as sync_sentinel
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 SCHEME = "redis+sentinel"
+TLS_SCHEME = "rediss+sentinel"
 EXAMPLE = f"{SCHEME}://10.0.0.1:26379,10.0.0.2:26379/mymaster"
-FORM = f"{SCHEME}://[user:password@]host:port[,host:port...]/service[/db]"
+FORM = "redis[s]+sentinel://[user:password@]host:port[,host:port...]/service[/db]"
 
 
 def is_sentinel(url: str) -> bool:
-    """Whether ``url`` names a master through its sentinels (``redis+sentinel://``)."""
-    return url.partition("://")[0].lower() == SCHEME
+    """Whether ``url`` names a master through its sentinels (``redis+sentinel://``, or
+    ``rediss+sentinel://`` over TLS)."""
+    return url.partition("://")[0].lower() in (SCHEME, TLS_SCHEME)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +65,9 @@ def parse(url: str) -> SentinelUrl:
             no service name, or a database that is not a number (or two different ones).
     """
     scheme, _, rest = url.partition("://")
-    if scheme.lower() != SCHEME:
+    if not is_sentinel(url):
         raise ValueError(f"{url!r} is not a {SCHEME}:// URL (expected {FORM})")
+    tls = scheme.lower() == TLS_SCHEME
     rest, _, query = rest.partition("?")
     userinfo, _, hosts = rest.rpartition("@")
     hosts, _, path = hosts.partition("/")
@@ -84,11 +97,15 @@ def parse(url: str) -> SentinelUrl:
     # redis-py's own URL parsing gives the query options their types (socket_timeout=2.5).
     first, at = sentinels[0]
     try:
-        options: dict[str, Any] = dict(redis.connection.parse_url(f"redis://{first}:{at}?{kept}"))  # type: ignore[no-untyped-call]
+        base = "rediss" if tls else "redis"
+        options: dict[str, Any] = dict(redis.connection.parse_url(f"{base}://{first}:{at}?{kept}"))  # type: ignore[no-untyped-call]
     except ValueError as exc:
         raise ValueError(f"Redis Sentinel URL {url!r}: {exc}") from None
     for name in ("host", "port", "path", "connection_class"):
         options.pop(name, None)
+    if tls:  # the sentinels' certificates are taken to be the master's, as one CA signs both
+        options["ssl"] = True
+        sentinel_options |= {k: v for k, v in options.items() if k.startswith("ssl")}
     if db:
         if not db.isdigit() or ("db" in options and options["db"] != int(db)):
             raise ValueError(
@@ -103,14 +120,87 @@ def parse(url: str) -> SentinelUrl:
     return SentinelUrl(sentinels, unquote(service), options, sentinel_options)
 
 
-def _sentinel_kwargs(parsed: SentinelUrl, options: dict[str, Any]) -> dict[str, Any]:
+def _why(sentinel: redis.Redis | redis_async.Redis, exc: redis.RedisError) -> Exception | None:
+    """What the URL must give, when ``exc`` (from a sentinel) comes from the URL: a refused
+    login, or a TLS handshake the sentinel closed (no client certificate, or one its CA did not
+    sign); None for other failures (a sentinel down, say)."""
+    kwargs = sentinel.connection_pool.connection_kwargs
+    where = f"the sentinel at {kwargs.get('host')}:{kwargs.get('port')}"
+    if isinstance(exc, redis.AuthenticationError):
+        given = "no password" if kwargs.get("password") is None else "the password given"
+        return redis.AuthenticationError(
+            f"{where} refused {given} ({exc}); expected the sentinels' own password as "
+            "sentinel_password= (and their ACL user as sentinel_username=) in the URL's query "
+            f"string, e.g. {EXAMPLE}?sentinel_password=..."
+        )
+    # The TLS error is the connection error's cause or context, or only its text ("[SSL: ...]");
+    # or, as often, a reset: the server closed the connection before its alert was read.
+    tls = issubclass(
+        sentinel.connection_pool.connection_class, (redis.SSLConnection, redis_async.SSLConnection)
+    )
+    cause: BaseException | None = exc
+    while cause is not None and not (
+        isinstance(cause, ssl.SSLError | ConnectionResetError) or "[SSL" in str(cause)
+    ):
+        cause = cause.__cause__ or cause.__context__
+    if tls and isinstance(exc, redis.ConnectionError) and cause is not None:
+        return redis.ConnectionError(
+            f"the TLS connection to {where} failed ({cause}); a sentinel that requires client "
+            "certificates (tls-auth-clients yes) closes connections that present none, or one "
+            "its CA did not sign. Expected ssl_certfile= and ssl_keyfile= (the client "
+            "certificate and key) and ssl_ca_certs= (the CA that signed the sentinels' "
+            f"certificates) in the {TLS_SCHEME}:// URL's query string"
+        )
+    return None
+
+
+class _SyncSentinels(sync_sentinel.Sentinel):
+    """redis-py's `Sentinel`, saying so when the sentinels refuse the login or the TLS
+    handshake (redis-py counts either as an unreachable sentinel: "No master found")."""
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        try:
+            return cast(tuple[str, int], super().discover_master(service_name))  # type: ignore[no-untyped-call]
+        except sync_sentinel.MasterNotFoundError:
+            # Ask the sentinels why (only on this path, so a working setup pays nothing).
+            for sentinel in self.sentinels:
+                try:
+                    sentinel.ping()
+                except redis.RedisError as exc:
+                    if (why := _why(sentinel, exc)) is not None:
+                        raise why from None
+            raise
+
+
+class _AsyncSentinels(async_sentinel.Sentinel):
+    """`_SyncSentinels` for asyncio."""
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        try:
+            return cast(tuple[str, int], await super().discover_master(service_name))
+        except async_sentinel.MasterNotFoundError:
+            for sentinel in self.sentinels:
+                try:
+                    await sentinel.ping()
+                except redis.RedisError as exc:
+                    if (why := _why(sentinel, exc)) is not None:
+                        raise why from None
+            raise
+
+
+def _sentinel_kwargs(
+    parsed: SentinelUrl, options: dict[str, Any], retry: Retry | AsyncRetry
+) -> dict[str, Any]:
     # Asking a sentinel for the master is quick: never the long read timeout of a client for
     # blocking commands, or a dead sentinel would hold up the reconnect to the new master.
-    timeouts = {
+    # And one retry at once, not redis-py's default of 3 after a growing backoff (1, 2, 4 s):
+    # a sentinel that fails (or refuses the login) is passed over for the next one, and the
+    # master's client retries the whole lookup after its own backoff anyway.
+    return {
         "socket_connect_timeout": options["socket_connect_timeout"],
         "socket_timeout": min(options["socket_timeout"], options["socket_connect_timeout"]),
-    }
-    return timeouts | parsed.sentinel_options
+        "retry": retry,
+    } | parsed.sentinel_options
 
 
 class _SyncMaster(redis.Redis):
@@ -144,8 +234,8 @@ def sync_client(url: str, options: dict[str, Any]) -> redis.Redis:
     are overridden by the URL's."""
     parsed = parse(url)
     merged = options | parsed.options
-    manager = sync_sentinel.Sentinel(  # type: ignore[no-untyped-call]
-        parsed.sentinels, sentinel_kwargs=_sentinel_kwargs(parsed, merged)
+    manager = _SyncSentinels(  # type: ignore[no-untyped-call]
+        parsed.sentinels, sentinel_kwargs=_sentinel_kwargs(parsed, merged, Retry(NoBackoff(), 1))
     )
     pool = sync_sentinel.SentinelConnectionPool(parsed.service, manager, **merged)  # type: ignore[no-untyped-call]
     made = cast(_SyncMaster, _SyncMaster.from_pool(pool))
@@ -157,8 +247,9 @@ def async_client(url: str, options: dict[str, Any]) -> redis_async.Redis:
     """`sync_client` for asyncio callers."""
     parsed = parse(url)
     merged = options | parsed.options
-    manager = async_sentinel.Sentinel(  # type: ignore[no-untyped-call]
-        parsed.sentinels, sentinel_kwargs=_sentinel_kwargs(parsed, merged)
+    manager = _AsyncSentinels(  # type: ignore[no-untyped-call]
+        parsed.sentinels,
+        sentinel_kwargs=_sentinel_kwargs(parsed, merged, AsyncRetry(NoBackoff(), 1)),
     )
     pool = async_sentinel.SentinelConnectionPool(parsed.service, manager, **merged)  # type: ignore[no-untyped-call]
     made = cast(_AsyncMaster, _AsyncMaster.from_pool(pool))

@@ -1,9 +1,12 @@
 """A real Redis Sentinel setup: one master, one replica and three sentinels (`redis-server <conf>
 --sentinel`), each on a free port in a temp dir, with short failure detection so a failover
-takes a few seconds.
+takes a few seconds; ``sentinel_auth``: the same with a password on the sentinels
+(``requirepass``, and ``sentinel sentinel-pass`` so they can talk to each other);
+``sentinel_tls``: every process on a TLS port only, client certificates required (made by
+`tests.tls.conftest`'s helpers), reached by a ``rediss+sentinel://`` URL.
 
-Without ``redis-server`` on PATH the sentinel tests are skipped, except in CI (``CI`` set),
-where that is a failure (.ci/run installs it).
+Without ``redis-server`` (and ``openssl`` for ``sentinel_tls``) on PATH the sentinel tests are
+skipped, except in CI (``CI`` set), where that is a failure (.ci/run installs them).
 """
 
 from __future__ import annotations
@@ -17,31 +20,42 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 import redis
 
 import drumbeat
 from tests.conftest import _free_port
+from tests.tls.conftest import make_certificates, tls_args, tls_options
 
 MISSING = (
     "the Redis Sentinel tests need redis-server on PATH (Debian: apt-get install redis-server)"
+)
+MISSING_TLS = (
+    "the Redis Sentinel tests over TLS need redis-server (built with TLS) and openssl on PATH "
+    "(Debian: apt-get install redis-server openssl)"
 )
 SERVICE = "mymaster"
 START_TIMEOUT = 30.0
 DOWN_AFTER_MS = 1000
 FAILOVER_TIMEOUT_MS = 4000
+SENTINEL_PASSWORD = "sentinel-s3cret"
 
 
 class Process:
     """One redis-server process (a data node or a sentinel) on its own port and dir."""
 
-    def __init__(self, binary: str, root: Path, *, sentinel: bool = False) -> None:
+    def __init__(
+        self, binary: str, root: Path, *, sentinel: bool = False, certs: Path | None = None
+    ) -> None:
         self.binary = binary
+        self.certs = certs
         self.port = _free_port()
         self.dir = root / str(self.port)
         self.dir.mkdir()
         self.sentinel = sentinel
+        self.password: str | None = None
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, *args: str) -> None:
@@ -49,10 +63,10 @@ class Process:
         if self.sentinel:  # a sentinel rewrites its own config file: it must be a file
             lines = [*args]
             conf.write_text("\n".join(lines) + "\n")
-            argv = [self.binary, str(conf), "--sentinel", "--port", str(self.port)]
+            argv = [self.binary, str(conf), "--sentinel", *self._ports()]
         else:
             conf.write_text("")
-            argv = [self.binary, str(conf), "--port", str(self.port), *args]
+            argv = [self.binary, str(conf), *self._ports(), *args]
         argv += [
             "--bind",
             "127.0.0.1",
@@ -63,12 +77,20 @@ class Process:
         ]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
+    def _ports(self) -> list[str]:
+        if self.certs is None:
+            return ["--port", str(self.port)]
+        return ["--port", "0", "--tls-port", str(self.port), *tls_args(self.certs)]
+
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+        return redis.Redis(
+            host="127.0.0.1", port=self.port, socket_timeout=5, password=self.password,
+            **tls_options(self.certs),
+        )  # fmt: skip
 
     def kill(self) -> None:
         """kill -9: no shutdown, no goodbye."""
@@ -89,24 +111,44 @@ class Process:
 
 class SentinelSetup:
     """A master, a replica and three sentinels watching them as `SERVICE`; `url` is the
-    ``redis+sentinel://`` URL naming the sentinels."""
+    ``redis+sentinel://`` URL naming the sentinels (and their password, if they have one)."""
 
-    def __init__(self, binary: str) -> None:
+    def __init__(
+        self, binary: str, sentinel_password: str | None = None, *, tls: bool = False
+    ) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="drumbeat-sentinel-", dir="/tmp"))
-        self.master = Process(binary, self.root)
-        self.replica = Process(binary, self.root)
-        self.sentinels = [Process(binary, self.root, sentinel=True) for _ in range(3)]
+        self.certs: Path | None = None
+        if tls:
+            self.certs = self.root / "certs"
+            self.certs.mkdir()
+        self.master = Process(binary, self.root, certs=self.certs)
+        self.replica = Process(binary, self.root, certs=self.certs)
+        self.sentinels = [
+            Process(binary, self.root, sentinel=True, certs=self.certs) for _ in range(3)
+        ]
+        self.sentinel_password = sentinel_password
+        for watcher in self.sentinels:
+            watcher.password = sentinel_password
+
+    @property
+    def hosts(self) -> str:
+        return ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
 
     @property
     def url(self) -> str:
-        hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
-        return f"redis+sentinel://{hosts}/{SERVICE}"
+        query = {k: v for k, v in tls_options(self.certs).items() if k != "ssl"}
+        if self.sentinel_password:
+            query["sentinel_password"] = self.sentinel_password
+        scheme = "redis+sentinel" if self.certs is None else "rediss+sentinel"
+        return f"{scheme}://{self.hosts}/{SERVICE}" + (f"?{urlencode(query)}" if query else "")
 
     @property
     def nodes(self) -> list[Process]:
         return [self.master, self.replica]
 
     def start(self) -> None:
+        if self.certs is not None:
+            make_certificates(self.certs)
         # No delay before a diskless full sync (5 s by default): the replica syncs at once.
         common = ["--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction",
                   "--repl-diskless-sync-delay", "0"]  # fmt: skip
@@ -115,8 +157,13 @@ class SentinelSetup:
         for node in self.nodes:
             _poll(lambda n=node: _pings(n), f"redis-server on port {node.port} did not start")
         _poll(lambda: _in_sync(self.replica), "the replica did not sync with the master")
+        auth = []
+        if self.sentinel_password:
+            auth = [f"requirepass {self.sentinel_password}",
+                    f"sentinel sentinel-pass {self.sentinel_password}"]  # fmt: skip
         for watcher in self.sentinels:
             watcher.start(
+                *auth,
                 f"sentinel monitor {SERVICE} 127.0.0.1 {self.master.port} 2",
                 f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}",
                 f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}",
@@ -182,17 +229,18 @@ def _poll(check: Callable[[], bool], message: str, timeout: float = START_TIMEOU
         time.sleep(0.05)
 
 
-def _binary() -> str:
+def _binary(*, tls: bool = False) -> str:
     binary = shutil.which("redis-server")
-    if binary is None:
+    missing = MISSING_TLS if tls else MISSING
+    if binary is None or (tls and shutil.which("openssl") is None):
         if os.environ.get("CI"):
-            pytest.fail(f"{MISSING}; CI must run the sentinel tests (.ci/run installs it)")
-        pytest.skip(MISSING)
+            pytest.fail(f"{missing}; CI must run the sentinel tests (.ci/run installs it)")
+        pytest.skip(missing)
     return binary
 
 
-def _started() -> Iterator[SentinelSetup]:
-    setup = SentinelSetup(_binary())
+def _started(sentinel_password: str | None = None, *, tls: bool = False) -> Iterator[SentinelSetup]:
+    setup = SentinelSetup(_binary(tls=tls), sentinel_password, tls=tls)
     try:
         setup.start()
         yield setup
@@ -203,6 +251,18 @@ def _started() -> Iterator[SentinelSetup]:
 @pytest.fixture(scope="session")
 def redis_sentinel() -> Iterator[SentinelSetup]:
     yield from _started()
+
+
+@pytest.fixture(scope="session")
+def sentinel_auth() -> Iterator[SentinelSetup]:
+    """Sentinels that require a password (`SENTINEL_PASSWORD`); `url` gives it."""
+    yield from _started(SENTINEL_PASSWORD)
+
+
+@pytest.fixture(scope="session")
+def sentinel_tls() -> Iterator[SentinelSetup]:
+    """Sentinels, master and replica on TLS ports only; `url` is ``rediss+sentinel://``."""
+    yield from _started(tls=True)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 import pytest
@@ -49,6 +50,26 @@ def make_certificates(where: Path) -> None:
         _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
                  "-CAcreateserial", "-out", f"{name}.crt", "-days", "2",
                  "-extfile", f"{name}.ext", cwd=where)  # fmt: skip
+
+
+def tls_options(certs: Path | None) -> dict[str, Any]:
+    """redis-py's options for a client of a TLS node whose certificates are in ``certs``
+    (none for a plain node)."""
+    if certs is None:
+        return {}
+    return {"ssl": True, "ssl_ca_certs": str(certs / "ca.crt"), "ssl_cert_reqs": "required",
+            "ssl_certfile": str(certs / "client.crt"),
+            "ssl_keyfile": str(certs / "client.key")}  # fmt: skip
+
+
+def tls_args(certs: Path) -> list[str]:
+    """redis-server's arguments for TLS with the certificates in ``certs``, client certificates
+    required, TLS for replication (and the cluster bus, if clustered) too; the port is the
+    caller's (``--port 0 --tls-port N``)."""
+    return ["--tls-replication", "yes", "--tls-auth-clients", "yes",
+            "--tls-cert-file", str(certs / "server.crt"),
+            "--tls-key-file", str(certs / "server.key"),
+            "--tls-ca-cert-file", str(certs / "ca.crt")]  # fmt: skip
 
 
 class TlsServer:
