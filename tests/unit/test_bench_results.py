@@ -14,7 +14,8 @@ RESULTS = REPO / "bench" / "results"
 DOCS = [REPO / "README.md", REPO / "bench" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 CITED = re.compile(r"bench/results/([\w.-]*\w)")
 RUN = re.compile(
-    r"(?:core|periodic|schedule-memory|checkpoints|elastic|limits|dashboard)-(?:quick-)?\d{8}T\d{6}Z"
+    r"(?:core|periodic|cluster-periodic|schedule-memory|checkpoints|elastic|limits|dashboard)"
+    r"-(?:quick-)?\d{8}T\d{6}Z"
 )
 SOURCE = re.compile(r"\((periodic-\d{8}T\d{6}Z\.json)\)")
 """How a report rebuilt with ``bench.periodic --render`` names each run it was rebuilt from."""
