@@ -198,7 +198,14 @@ async def test_an_enqueue_after_a_failover_lands_on_the_new_master(
         )
         landed = await asyncio.to_thread(_enqueue_through_failover, app, job, 1)
         assert landed.status() == "queued"
-        new = own_cluster.node_of(app.keys.ready)
+        # Asked again: a node whose view of the failover lags may still name the dead master
+        # (seen once in CI: the check below then connected to it and was refused).
+        new = await wait_for_async(
+            lambda: asyncio.to_thread(own_cluster.node_of, app.keys.ready),
+            lambda node: node is not master,
+            message=f"the cluster should name the new master of {master.address}'s slot",
+            timeout=30,
+        )
         # The next enqueues take the fast path again, to the new master.
         more = [job.enqueue(n) for n in range(2, 4)]
         assert new.address in _direct(app)._directs
