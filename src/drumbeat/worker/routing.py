@@ -47,7 +47,16 @@ class Nodes:
         """The master that owns ``key``'s slot."""
         if self.stale:
             if self._initialized:
-                await self._cluster.nodes_manager.initialize()
+                try:
+                    await self._cluster.nodes_manager.initialize()
+                except RuntimeError as exc:
+                    # redis-py 5.x iterates its startup nodes while another task's refresh
+                    # changes them ("dictionary changed size during iteration"; seen in CI
+                    # with every node down): a lookup that lost that race, as transient as
+                    # the outage that made both tasks refresh.
+                    raise redis.ConnectionError(
+                        f"asking the cluster for its slot map failed ({exc}); will ask again"
+                    ) from exc
             else:
                 await self._cluster.initialize()
                 self._initialized = True
