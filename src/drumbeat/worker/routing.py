@@ -10,6 +10,7 @@ asks the cluster again, after the caller's backoff (`retrying.is_transient`).
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, cast
@@ -42,29 +43,36 @@ class Nodes:
         self.stale = True
         """Whether the slot map must be asked for again before the next lookup."""
         self._initialized = False
+        # One refresh at a time: the claim, settle and signal paths share these nodes, and two
+        # refreshes of redis-py's slot map at once can break it (see address_of).
+        self._refreshing = asyncio.Lock()
 
     async def address_of(self, key: str) -> Address:
         """The master that owns ``key``'s slot."""
         if self.stale:
-            if self._initialized:
-                try:
-                    await self._cluster.nodes_manager.initialize()
-                except RuntimeError as exc:
-                    # redis-py 5.x iterates its startup nodes while another task's refresh
-                    # changes them ("dictionary changed size during iteration"; seen in CI
-                    # with every node down): a lookup that lost that race, as transient as
-                    # the outage that made both tasks refresh.
-                    raise redis.ConnectionError(
-                        f"asking the cluster for its slot map failed ({exc}); will ask again"
-                    ) from exc
-            else:
-                await self._cluster.initialize()
-                self._initialized = True
-            self.stale = False
+            async with self._refreshing:
+                if self.stale:  # else another task refreshed it while this one waited
+                    await self._refresh()
         node = self._cluster.get_node_from_key(key)
         if node is None:  # typed Optional for replicas; a master lookup raises instead
             raise redis.exceptions.SlotNotCoveredError(f"no master serves the slot of {key!r}")
         return node.host, int(node.port)
+
+    async def _refresh(self) -> None:
+        if not self._initialized:
+            await self._cluster.initialize()
+            self._initialized = True
+        else:
+            try:
+                await self._cluster.nodes_manager.initialize()
+            except RuntimeError as exc:
+                # redis-py 5.x iterates its startup nodes while another refresh (its own, on a
+                # command's connection error) changes them ("dictionary changed size during
+                # iteration"; seen in CI with every node down): as transient as the outage.
+                raise redis.ConnectionError(
+                    f"asking the cluster for its slot map failed ({exc}); will ask again"
+                ) from exc
+        self.stale = False
 
     async def client_of(self, key: str, *, fresh: bool = False) -> aredis.Redis:
         """A plain client to the master that owns ``key``'s slot (``fresh``: asking the cluster
