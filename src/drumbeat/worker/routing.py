@@ -43,7 +43,7 @@ class Nodes:
         self.stale = True
         """Whether the slot map must be asked for again before the next lookup."""
         self._initialized = False
-        # One refresh at a time: the claim, settle and signal paths share these nodes, and two
+        # One refresh at a time: the claim and settle paths share these nodes, and two
         # refreshes of redis-py's slot map at once can break it (see address_of).
         self._refreshing = asyncio.Lock()
 
