@@ -148,16 +148,35 @@ def _register(url: str, n: int) -> Any:
     return app
 
 
-def _make_due(client: redis.Redis, keys: Any, n: int, due: int, at_ms: int) -> None:
+def _make_due(
+    client: redis.Redis, keys: Any, n: int, due: int, at_ms: int, *, whole: bool = False
+) -> int:
     """Schedules s0..s<due - 1> due at ``at_ms``, every other one a day later (none comes due
-    while the harness runs), each bucket's marker at its earliest."""
+    while the harness runs), each bucket's marker at its earliest. ``whole``: instead, every
+    schedule of the buckets of s0, s1, ... until at least ``due`` are due, as when the
+    schedules of a bucket fall due together. Returns how many are due."""
     from drumbeat.keys import bucket_of
 
     later = at_ms + 86_400_000
     first: dict[int, int] = {}
+    buckets = [bucket_of(f"s{i}") for i in range(n)]
+    chosen: set[int] = set()
+    if whole:
+        members = Counter(buckets)
+        count = 0
+        for b in buckets:
+            if count >= due:
+                break
+            if b not in chosen:
+                chosen.add(b)
+                count += members[b]
     pipe = client.pipeline(transaction=False)
+    made = 0
     for i in range(n):
-        b, score = bucket_of(f"s{i}"), at_ms if i < due else later
+        b = buckets[i]
+        is_due = b in chosen if whole else i < due
+        made += is_due
+        score = at_ms if is_due else later
         pipe.zadd(keys.wheel(b), {f"s{i}": score})
         first[b] = min(first.get(b, score), score)
         if len(pipe) >= 10_000:
@@ -166,6 +185,7 @@ def _make_due(client: redis.Redis, keys: Any, n: int, due: int, at_ms: int) -> N
     for b, score in first.items():
         pipe.zadd(keys.due, {f"w:{b}": score})
     pipe.execute()
+    return made
 
 
 class Harness:
@@ -261,19 +281,21 @@ class Callgrind:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def harness(n: int, due: int, batch: int, rounds: int, promote: int, *, callgrind: bool) -> int:
+def harness(
+    n: int, due: int, batch: int, rounds: int, promote: int, *, callgrind: bool, whole: bool
+) -> int:
     cg = Callgrind() if callgrind else None
     try:
-        results = _harness(n, due, batch, rounds, promote, cg=cg)
+        results = _harness(n, due, batch, rounds, promote, cg=cg, whole=whole)
     finally:
         if cg is not None:
             cg.close()
-    _print(results, n, due, batch, promote)
+    _print(results, n, results[0]["runs"], batch, promote)
     return 0
 
 
 def _harness(
-    n: int, due: int, batch: int, rounds: int, promote: int, *, cg: Callgrind | None
+    n: int, due: int, batch: int, rounds: int, promote: int, *, cg: Callgrind | None, whole: bool
 ) -> list[dict[str, Any]]:
     with RedisServer(binary=str(cg.wrapper) if cg else None) as server, server.client() as client:
         if cg is not None:
@@ -285,7 +307,7 @@ def _harness(
 
             keys = Keys(NAMESPACE)
             now = int(client.time()[0]) * 1000
-            _make_due(client, keys, n, due, now - 1000)
+            due = _make_due(client, keys, n, due, now - 1000, whole=whole)
             h = Harness(client, batch, promote)
             results: list[dict[str, Any]] = []
             for r in range(rounds):
@@ -370,13 +392,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     h.add_argument(
         "--callgrind", action="store_true", help="count Redis's instructions per run (valgrind)"
     )
+    h.add_argument(
+        "--whole-buckets",
+        action="store_true",
+        help="make whole buckets due (their schedules fall due together), at least --due runs",
+    )
     args = p.parse_args(argv)
     if args.mode == "attach":
         return attach(args.url, args.seconds)
     if args.due > args.n or args.batch < 1 or args.rounds < 2:
         p.error("--due must be <= --n, --batch >= 1, --rounds >= 2")
     return harness(
-        args.n, args.due, args.batch, args.rounds, args.promote, callgrind=args.callgrind
+        args.n,
+        args.due,
+        args.batch,
+        args.rounds,
+        args.promote,
+        callgrind=args.callgrind,
+        whole=args.whole_buckets,
     )
 
 
