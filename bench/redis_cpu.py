@@ -2,7 +2,7 @@
 
     python -m bench.redis_cpu attach REDIS_URL [--seconds 3]
     python -m bench.redis_cpu harness [--n 100000] [--due 16384] [--batch 100] [--rounds 6]
-                                    [--promote 500] [--callgrind]
+                                    [--promote 500] [--callgrind] [--whole-buckets]
 
 ``attach`` samples a running Redis (e.g. the private one of a `bench.periodic` run, found with
 ``ps``) with ``SLOWLOG`` at a 0 µs threshold for a few seconds, then prints, per script (its sha
@@ -28,6 +28,9 @@ straight from their buckets to the worker); the default is a backlog (most runs 
 instrumented only while a measured phase runs, and prints instructions per run instead: they
 do not vary with the machine's load (about 50 times slower; use fewer schedules and rounds,
 e.g. ``--n 20000 --due 100 --rounds 20`` and ``--n 20000 --due 3000 --rounds 4``).
+``--whole-buckets`` makes every schedule of a bucket due with it (about ``--n`` / 16,384 per
+bucket), as in a run where the schedules of a bucket fall due together; by default most due
+runs have a bucket of their own.
 """
 
 from __future__ import annotations
