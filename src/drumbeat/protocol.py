@@ -59,7 +59,8 @@ def wheel_marker(bucket: int) -> str:
 
 #: A bucket a claim reports steps aside this long, so other workers do not promote it too.
 BUCKET_HOLD_MS = 1000
-#: A claim's reply names at most UPCOMING buckets whose markers come due within UPCOMING_MS.
+#: A claim's reply names at most UPCOMING markers of `due` that come due within UPCOMING_MS
+#: (when the worker asks for them: its list ran short).
 UPCOMING = 128
 UPCOMING_MS = 100
 

@@ -19,7 +19,7 @@ import redis.asyncio as aredis
 from redis.exceptions import NoScriptError
 
 from .keys import DEFAULT_QUEUE, Keys, bucket_of
-from .protocol import LIMIT_PREFIX, ROUTE_PREFIX
+from .protocol import LIMIT_PREFIX, ROUTE_PREFIX, UPCOMING, WHEEL_PREFIX
 
 T = TypeVar("T")
 
@@ -216,7 +216,8 @@ class ClaimResult:
     buckets: list[int]
     """Schedule buckets with due runs, for `Scripts.promote_runs`."""
     upcoming: list[int]
-    """Schedule buckets heading `due`, for the next claim to take their runs itself."""
+    """Schedule buckets heading `due`, for the next claim to take their runs itself (none
+    when the call did not ask: see `upcoming_asked`)."""
     best: int
     """Priority of the best job left in `ready` after the claim; -1 when it is empty."""
     jobs: list[Claimed]
@@ -226,6 +227,8 @@ class ClaimResult:
     """Queues that due schedule runs go to whose keys the call lacked: pass them next time."""
     upcoming_at: list[int] = field(default_factory=list)
     """When each of `upcoming` comes due (its marker's score, Redis ms)."""
+    upcoming_asked: bool = True
+    """False when the call asked for no upcoming buckets (`Scripts.claim`'s ``upcoming`` 0)."""
 
 
 def _parse_claim(raw: Any) -> ClaimResult:
@@ -244,8 +247,16 @@ def _parse_claim(raw: Any) -> ClaimResult:
                 routes.append(text[len(ROUTE_PREFIX) :])
             else:
                 buckets.append(int(text))
-    upcoming = [int(b) for b in raw[3][0::2]]
-    upcoming_at = [int(at) for at in raw[3][1::2]]
+    # The markers as ZRANGEBYSCORE gave them: buckets ("w:<b>") are picked out here, limiter
+    # markers skipped (cheaper in the worker than in the script, which Redis runs for all).
+    upcoming: list[int] = []
+    upcoming_at: list[int] = []
+    markers = raw[3] or ()
+    for i in range(0, len(markers), 2):
+        marker = _str(markers[i])
+        if marker.startswith(WHEEL_PREFIX):
+            upcoming.append(int(marker[len(WHEEL_PREFIX) :]))
+            upcoming_at.append(int(float(markers[i + 1])))
     jobs = _claimed(raw, 5)
     return ClaimResult(
         int(raw[0]),
@@ -257,6 +268,7 @@ def _parse_claim(raw: Any) -> ClaimResult:
         limiters,
         routes,
         upcoming_at,
+        raw[3] is not None,
     )
 
 
@@ -352,11 +364,14 @@ class Scripts:
         *,
         queues: Sequence[str] = (DEFAULT_QUEUE,),
         routes: Sequence[str] = (),
+        upcoming: int = UPCOMING,
     ) -> Call[ClaimResult]:
         """Claims from ``queues`` (the default queue first, if served). ``buckets``: schedule
         buckets whose due runs this claim takes (`upcoming` of the last reply; only with the
         default queue first: schedules are kept by it). ``routes``: other queues the runs of
-        those buckets may go to (the queues served are passed anyway)."""
+        those buckets may go to (the queues served are passed anyway). ``upcoming``: most
+        upcoming buckets wanted in the reply (0: none; the query costs Redis more than an
+        empty claim)."""
         k = self.k
         keys = [k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.lateness, k.tasks]
         keys.append(k.progress)
@@ -368,6 +383,7 @@ class Scripts:
         for bucket in buckets:
             keys += [k.wheel(bucket), k.schedules(bucket)]
         args: list[str | int] = [worker, limit, lease_ms, promote, len(queues), len(others)]
+        args.append(upcoming)
         args += [_queue_arg(q) for q in queues]
         args += [*others, *buckets]
         return Call("claim", keys, args, _parse_claim)

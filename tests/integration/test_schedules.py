@@ -586,6 +586,27 @@ def test_a_claim_takes_the_runs_of_the_buckets_it_was_told_of(
     assert _due(r, app, "a") is None
 
 
+def test_a_claim_names_upcoming_buckets_only_when_asked(app: drumbeat.App, r: redis.Redis) -> None:
+    """The query costs Redis more than an empty claim: a worker asks only when its list ran
+    short. Limiter markers in `due` are not buckets and are left out."""
+
+    @app.task
+    def tick() -> None: ...
+
+    app.schedule("a", tick, every=60)
+    _set_due(r, app, "a", _now_ms(r) + 50)
+    r.zadd(app.keys.due, {"l:t:some.task": _now_ms(r) + 40})
+    quiet = app.scripts.claim("w", 5, 10_000, 100, upcoming=0).run(r)
+    assert not quiet.upcoming_asked and quiet.upcoming == [], "not asked: no list at all"
+    asked = app.scripts.claim("w", 5, 10_000, 100, upcoming=1).run(r)
+    assert asked.upcoming_asked and asked.upcoming == [], (
+        "one marker wanted: the limiter marker, due first, is not a bucket"
+    )
+    full = app.scripts.claim("w", 5, 10_000, 100).run(r)
+    assert full.upcoming == [bucket_of("a")], "the bucket, not the limiter marker"
+    assert full.upcoming_at == [int(r.zscore(app.keys.due, f"w:{bucket_of('a')}") or 0)]
+
+
 def _late(app: drumbeat.App, r: redis.Redis, schedule_id: str) -> bytes:
     """The `late` field of a schedule's record, as finish_runs.lua wrote it."""
     raw = r.hget(app.scheduler.shards[0].schedules(bucket_of(schedule_id)), schedule_id)

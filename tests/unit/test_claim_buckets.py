@@ -7,25 +7,50 @@ import asyncio
 
 from drumbeat.config import Settings
 from drumbeat.keys import Keys
+from drumbeat.protocol import UPCOMING
 from drumbeat.scripts import Scripts
-from drumbeat.worker.claiming import _UPCOMING_SLACK_MS, Claimer
+from drumbeat.worker.claiming import _UPCOMING_AHEAD_MS, _UPCOMING_SLACK_MS, Claimer
 from drumbeat.worker.claims import ClaimTable
 
 
-def _passed(claimer: Claimer) -> list[int]:
+def _call(claimer: Claimer) -> tuple[list[int], int]:
+    """The buckets a claim passes, and how many upcoming ones it asks for."""
     call = claimer._claim_call(0, 10)
     n_queues, n_others = int(call.args[4]), int(call.args[5])
-    return [int(b) for b in call.args[6 + n_queues + n_others :]]
+    return [int(b) for b in call.args[7 + n_queues + n_others :]], int(call.args[6])
 
 
-def test_only_the_upcoming_buckets_due_by_the_claim_are_passed() -> None:
-    claimer = Claimer(
+def _passed(claimer: Claimer) -> list[int]:
+    return _call(claimer)[0]
+
+
+def _claimer() -> Claimer:
+    return Claimer(
         worker_id="w", shards=[Scripts(Keys("ns"))], settings=Settings(), table=ClaimTable(4),
         start=lambda shard, job: None, stopping=asyncio.Event(),
     )  # fmt: skip
+
+
+def test_only_the_upcoming_buckets_due_by_the_claim_are_passed() -> None:
+    claimer = _claimer()
     now = claimer.now_ms()
     claimer._upcoming[0] = [(1, now - 10), (2, now), (3, now + _UPCOMING_SLACK_MS - 1),
                             (4, now + 5_000), (5, now + 60_000)]  # fmt: skip
     assert _passed(claimer) == [1, 2, 3], "due, or due within the slack; not the later ones"
     claimer._upcoming[0] = []
     assert _passed(claimer) == []
+
+
+def test_a_claim_asks_for_upcoming_buckets_only_when_its_list_runs_short() -> None:
+    """The query costs Redis more than an empty claim (`bench.redis_cpu`): a list that still
+    reaches well past this claim's buckets serves the next claims too, minus what they pass."""
+    claimer = _claimer()
+    now = claimer.now_ms()
+    far = now + _UPCOMING_SLACK_MS + _UPCOMING_AHEAD_MS + 1_000
+    claimer._upcoming[0] = [(1, now - 10), (2, now + 500), (3, far)]
+    assert _call(claimer) == ([1], 0), "the list reaches far enough: none asked for"
+    assert claimer._upcoming[0] == [(2, now + 500), (3, far)], "what was passed left it"
+    claimer._upcoming[0] = [(1, now - 10), (2, now + _UPCOMING_SLACK_MS + 1)]
+    assert _call(claimer) == ([1], UPCOMING), "it ends right after this claim's: asked"
+    claimer._upcoming[0] = []
+    assert _call(claimer) == ([], UPCOMING), "an empty list: asked"

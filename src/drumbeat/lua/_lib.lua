@@ -671,20 +671,18 @@ local function promote_buckets(k, c, buckets, limit, settle)
   return early or redis.call('ZCARD', k.ready) > 0
 end
 
--- The buckets whose markers come due soon, each followed by its marker's score (ms, as Redis
--- formats it): a worker passes those due by the time of its next claim to that claim, which
--- then takes their runs itself instead of reporting them (one call per cycle, not two). The
--- times let it pass only those: each bucket passed costs a claim about 2 µs of Redis CPU, due
--- or not.
-local function upcoming_buckets(due_key, now)
-  local out = {}
-  local soon = redis.call('ZRANGEBYSCORE', due_key, '-inf', now + UPCOMING_MS, 'WITHSCORES',
-    'LIMIT', 0, UPCOMING)
-  for i = 1, #soon, 2 do
-    local bucket = wheel_bucket(soon[i])
-    if bucket then out[#out + 1], out[#out + 2] = bucket, soon[i + 1] end
-  end
-  return out
+-- The markers of `due` that come due soon, at most `want`, each followed by its score (ms, as
+-- Redis formats it), as ZRANGEBYSCORE gives them: a worker passes the buckets ("w:<b>") of
+-- those due by the time of its next claim to that claim, which then takes their runs itself
+-- instead of reporting them (one call per cycle, not two). The times let it pass only those:
+-- each bucket passed costs a claim about 2 µs of Redis CPU, due or not. The worker picks the
+-- buckets out (it skips limiter markers): a loop here over 128 markers cost Redis as much as
+-- the query itself. A worker asks only when its list runs short (UPCOMING_MS), since the query
+-- costs Redis more than an empty claim: `want` 0 reads nothing and replies false.
+local function upcoming_markers(due_key, now, want)
+  if want <= 0 then return false end
+  return redis.call('ZRANGEBYSCORE', due_key, '-inf', now + UPCOMING_MS, 'WITHSCORES',
+    'LIMIT', 0, math.min(want, UPCOMING))
 end
 
 -- Limits (acquire_limits.lua, release_limits.lua). A limiter key's `limit:<key>` hash holds

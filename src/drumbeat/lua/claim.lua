@@ -2,7 +2,7 @@
 -- due (delayed jobs and retries) in each served queue, takes the best of their `ready` keys by
 -- priority, then enqueue order, across queues (see pop_queues), and gives each a lease and a
 -- fresh fencing token. Takes the due runs of the schedule buckets the worker passed (those that
--- headed `due` at its last call, see upcoming_buckets) and re-scores their markers that are
+-- headed `due` at its last call, see upcoming_markers) and re-scores their markers that are
 -- due; reports other due buckets, whose keys it cannot name, for promote_runs.lua, and the due
 -- markers of limiter keys ("l:<key name>", whose keys it cannot name either), for
 -- release_limits.lua; both step aside for BUCKET_HOLD_MS. Records the
@@ -21,11 +21,13 @@
 --          i-th passed bucket
 -- ARGV[1] worker id   ARGV[2] limit   ARGV[3] lease_ms   ARGV[4] most due entries to promote
 -- ARGV[5] number of served queues (n)   ARGV[6] number of other queues (m)
--- ARGV[6 + q] the q-th served queue's name, then ARGV[6 + n + r] the r-th other queue's
--- ARGV[6 + n + m + i] the i-th passed bucket number
+-- ARGV[7] most upcoming markers wanted (0: none, see upcoming_markers)
+-- ARGV[7 + q] the q-th served queue's name, then ARGV[7 + n + r] the r-th other queue's
+-- ARGV[7 + n + m + i] the i-th passed bucket number
 -- Returns {now_ms, next_due_ms or -1, {due bucket numbers to promote, and due limiter markers
---          "l:<key name>"}, {upcoming bucket
---          numbers, each followed by its marker's ms}, priority of the best job left in the served `ready` keys or -1, then per
+--          "l:<key name>"}, {upcoming markers, "w:<bucket>" or "l:<key name>", each followed
+--          by its ms} or false when none were wanted, priority of the best job left in the
+--          served `ready` keys or -1, then per
 --          item: id, spec or false, attempt, stalls, token, priority, extra, saved progress or
 --          false, then false or "<queue ('' for the default one)>|<ms it was first handed back
 --          for want of its task, or 0>" (false: the default queue, never handed back)}; for a
@@ -70,11 +72,11 @@ local now = now_ms()
 local limit = tonumber(ARGV[2])
 local nq, nr = tonumber(ARGV[5]), tonumber(ARGV[6])
 local queues, readies = {}, {}
-local routes = routes_from(nr, 7 + nq, 10 + 3 * nq)
+local routes = routes_from(nr, 8 + nq, 10 + 3 * nq)
 for q = 1, nq do
   queues[q] = {ready = KEYS[7 + 3 * q], due = KEYS[8 + 3 * q], wake = KEYS[9 + 3 * q]}
   readies[q] = queues[q].ready
-  routes[ARGV[6 + q]] = queues[q]
+  routes[ARGV[7 + q]] = queues[q]
 end
 local buckets = {}
 local k = {ready = queues[1].ready, jobs = KEYS[1], state = KEYS[2], owners = KEYS[3],
@@ -83,7 +85,7 @@ local k = {ready = queues[1].ready, jobs = KEYS[1], state = KEYS[2], owners = KE
 local c = {worker = ARGV[1], now = now, lease_ms = tonumber(ARGV[3]),
            out = {now, -1, buckets, {}, -1}, lateness = {}}
 local passed, is_passed = {}, {}
-local before_buckets, before_args = 8 + 3 * nq + 2 * nr, 6 + nq + nr
+local before_buckets, before_args = 8 + 3 * nq + 2 * nr, 7 + nq + nr
 for i = 1, #ARGV - before_args do
   local b = ARGV[before_args + i]
   passed[i] = {b, KEYS[before_buckets + 2 * i], KEYS[before_buckets + 2 * i + 1]}
@@ -161,5 +163,5 @@ else
   end
 end
 if next_due then c.out[2] = next_due end
-c.out[4] = upcoming_buckets(queues[1].due, now)
+c.out[4] = upcoming_markers(queues[1].due, now, tonumber(ARGV[7]))
 return c.out

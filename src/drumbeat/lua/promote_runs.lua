@@ -17,7 +17,7 @@
 -- ARGV[1] worker id  ARGV[2] limit  ARGV[3] lease_ms  ARGV[4] number of other queues (n)
 -- ARGV[4 + r] the r-th other queue's name  ARGV[4 + n + i] the i-th bucket number
 -- Returns what claim.lua returns, with no buckets: {now_ms, next_due_ms or -1, {}, {upcoming
---          buckets and their markers' ms}, best priority left in `ready` or -1, items...}
+--          markers and their ms}, best priority left in `ready` or -1, items...}
 local now = now_ms()
 local k = {ready = KEYS[2], jobs = KEYS[3], state = KEYS[4], owners = KEYS[8],
            leases = KEYS[9], fence = KEYS[10], seq = KEYS[5], tasks = KEYS[7], due = KEYS[1],
@@ -33,6 +33,6 @@ if promote_buckets(k, c, buckets, tonumber(ARGV[2]), true) then wake(KEYS[6]) en
 record_lateness(KEYS[11], now, c.lateness)
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[2] then c.out[2] = tonumber(head[2]) end
-c.out[4] = upcoming_buckets(KEYS[1], now)
+c.out[4] = upcoming_markers(KEYS[1], now, UPCOMING)
 c.out[5] = ready_priority(KEYS[2])
 return c.out
