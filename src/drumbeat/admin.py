@@ -344,7 +344,7 @@ def ready_by_queue(stats: QueueStats) -> dict[str, tuple[int, ...]]:
 def _claimed_shards(app: App) -> list[Keys]:
     """The shards workers claim from: the jobs' shard, then schedule shards if apart."""
     if app.settings.schedule_shards > 1:
-        return [app.keys, *app.scheduler.shards]
+        return [app.keys, *app.scheduler.apart]
     return [app.keys]
 
 
@@ -565,4 +565,4 @@ def schedule_stats(app: App) -> ScheduleStats:
             name = _str(k)
             merged[f"{name[0]}{i}.{name[1:]}"] = _str(v)
     total = app.scheduler.count(client)
-    return ScheduleStats(total, len(shards), lateness_summary(merged, now_ms))
+    return ScheduleStats(total, len(app.scheduler.apart) or 1, lateness_summary(merged, now_ms))

@@ -329,13 +329,19 @@ class App:
 
         Returns one code per schedule, in the order given: 1 created, 2 updated, 0 unchanged.
         """
-        upserts = self.scheduler.upserts(list(schedules), self._now_ms())
+        queues = self.known_queues() if self.scheduler.apart else []
+        upserts = self.scheduler.upserts(list(schedules), self._now_ms(), queues)
+        if upserts.moves:
+            self._run(upserts.moves)
         return upserts.in_order(self._run(upserts.calls))
 
     async def aschedule_many(self, schedules: Iterable[Schedule]) -> list[int]:
         """`schedule_many` for async callers."""
         items = list(schedules)
-        upserts = self.scheduler.upserts(items, await self._anow_ms())
+        queues = await self.aknown_queues() if self.scheduler.apart else []
+        upserts = self.scheduler.upserts(items, await self._anow_ms(), queues)
+        if upserts.moves:
+            await self._arun(upserts.moves)
         return upserts.in_order(await self._arun(upserts.calls))
 
     def unschedule(self, *ids: str) -> int:

@@ -202,7 +202,8 @@ def signal_calls(app: App, queues: Sequence[str] | None = None) -> list[Call[Any
     calls = [app.scripts.scale_signal(lease, True, queues or app.queues(), RECENT_WINDOWS)]
     if app.settings.schedule_shards > 1:
         calls += [
-            s.scale_signal(lease, False, windows=RECENT_WINDOWS) for s in app.scheduler.scripts
+            s.scale_signal(lease, False, windows=RECENT_WINDOWS)
+            for s in app.scheduler.apart_scripts
         ]
     return calls
 

@@ -97,6 +97,10 @@ class Upserts:
     calls: list[Call[list[int]]]
     order: list[int]
     """The input position of each schedule, in the order the calls hold them."""
+    moves: list[Call[int]] = field(default_factory=list)
+    """Run before `calls`: each schedule leaves the shard it does not belong in (with
+    schedule_shards > 1, a schedule that became limited or routed moves to the jobs' shard,
+    and back when it no longer is)."""
 
     def in_order(self, results: Sequence[list[int]]) -> list[int]:
         """The calls' codes, one per schedule, in input order."""
@@ -108,21 +112,45 @@ class Upserts:
 
 
 class Scheduler:
-    """The schedule store of one app: shard routing and the script calls for each operation."""
+    """The schedule store of one app: shard routing and the script calls for each operation.
+
+    With ``schedule_shards`` 1, schedules live in the jobs' shard. With S > 1, a schedule
+    lives in one of S schedule shards by a hash of its id, unless its runs are limited or go
+    to a queue other than the default one: such a schedule lives in the jobs' shard, where
+    the limiter keys and the queues are, so one limiter holds for all its runs and every job
+    (a limit is exact across shards) and its runs reach their queue. Limited work is bounded
+    by its limit, so it needs no spreading. `shards` lists every shard schedules live in (the
+    jobs' shard last), `apart` the S schedule shards; an id's record is in one of its `homes`.
+    """
 
     def __init__(self, app: App) -> None:
         self.app = app
         ns, n = app.settings.namespace, app.settings.schedule_shards
-        self.shards: list[Keys] = [Keys(ns)] if n == 1 else [Keys(ns, i) for i in range(n)]
+        self.apart: list[Keys] = [] if n == 1 else [Keys(ns, i) for i in range(n)]
+        self.shards: list[Keys] = [*self.apart, Keys(ns)]
         self.scripts = [Scripts(k) for k in self.shards]
+        self.apart_scripts = self.scripts[: len(self.apart)]
+        self.jobs_shard = len(self.shards) - 1
+        """The index of the jobs' shard in `shards`."""
 
     def shard_of(self, schedule_id: str) -> int:
-        return _stable_hash("shard", schedule_id) % len(self.shards)
+        """The shard a schedule of the default queue without limits lives in."""
+        if not self.apart:
+            return self.jobs_shard
+        return _stable_hash("shard", schedule_id) % len(self.apart)
+
+    def homes(self, schedule_id: str) -> list[int]:
+        """The shards a schedule may live in: its hashed one, then the jobs' shard."""
+        shard = self.shard_of(schedule_id)
+        return [shard] if shard == self.jobs_shard else [shard, self.jobs_shard]
 
     def _by_shard(self, ids: Iterable[str]) -> dict[int, list[str]]:
+        """Each id under every shard it may live in (writes there are no-ops where it does
+        not: each script skips an id without a record)."""
         out: dict[int, list[str]] = defaultdict(list)
         for schedule_id in ids:
-            out[self.shard_of(check_schedule_id(schedule_id))].append(schedule_id)
+            for shard in self.homes(check_schedule_id(schedule_id)):
+                out[shard].append(schedule_id)
         return out
 
     def _chunks(self, items: list[Any], per_call: int = 1) -> Iterator[list[Any]]:
@@ -132,10 +160,15 @@ class Scheduler:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def upserts(self, schedules: Iterable[Schedule], now_ms: int) -> Upserts:
-        """Validate and encode every schedule first (nothing is written if one is bad)."""
+    def upserts(
+        self, schedules: Iterable[Schedule], now_ms: int, queues: Sequence[str] = ()
+    ) -> Upserts:
+        """Validate and encode every schedule first (nothing is written if one is bad).
+        ``queues``: with schedule_shards > 1, the queues a run of a schedule that moves may
+        wait in (`App.known_queues`)."""
         groups: dict[int, list[tuple[str, int, int, int, str, bytes, str]]] = defaultdict(list)
         positions: dict[int, list[int]] = defaultdict(list)
+        leaving: dict[int, list[str]] = defaultdict(list)
         settings, codec = self.app.settings, self.app.codec
         for position, s in enumerate(schedules):
             if not isinstance(s, Schedule):
@@ -147,12 +180,6 @@ class Scheduler:
             priority = task.config.priority if s.priority is None else s.priority
             queue = task.config.queue if s.queue is None else s.queue
             Options(priority=priority, queue=queue)  # checks both
-            if queue != DEFAULT_QUEUE and len(self.shards) > 1:
-                raise InvalidJob(
-                    f"schedule {s.id!r}: its runs go to queue {queue!r}, and with "
-                    f"schedule_shards > 1 a schedule's runs can only go to the default queue "
-                    "(not built yet); use schedule_shards=1 or the default queue"
-                )
             encode_call(codec, s.args, s.kwargs, settings.max_payload_bytes)  # names a bad one
             limits = task.call_limits(
                 f"schedule {s.id!r}",
@@ -162,18 +189,9 @@ class Scheduler:
                 limit_by=s.limit_by,
                 limiter=s.limiter,
             )
-            if limits or task.limits:  # an unknown limiter, a limit_by the args lack
+            limited = bool(limits or task.limits)
+            if limited:  # an unknown limiter, a limit_by the args lack
                 self.app.limits_of(limits or task.limits, task, s.args, s.kwargs)
-                if len(self.shards) > 1:
-                    # Each shard keeps its own limiter keys (a script touches one slot), so a
-                    # limit would hold per shard: S shards, up to S times the rate.
-                    raise InvalidJob(
-                        f"schedule {s.id!r}: its runs are limited (rate or concurrency), and "
-                        "with schedule_shards > 1 each shard would keep its own limiter, so "
-                        "the limit would hold per shard, not across them (limits shared by "
-                        "shards are not built yet); use schedule_shards=1, or limit jobs "
-                        "enqueued by an unlimited scheduled task instead"
-                    )
             spec = encode_schedule_spec(
                 codec,
                 list(s.args),
@@ -182,15 +200,28 @@ class Scheduler:
                 None if limits is None else limits.to_record(),
             )
             grid, due = cadence.first_due(s.id, now_ms)
-            shard = self.shard_of(s.id)
+            # Limited or routed: in the jobs' shard, with the limiter keys and the queues.
+            shard = self.jobs_shard if limited or queue != DEFAULT_QUEUE else self.shard_of(s.id)
             groups[shard].append((s.id, priority, grid, due, task.name, spec, queue))
             positions[shard].append(position)
+            for other in self.homes(s.id):
+                if other != shard:
+                    leaving[other].append(s.id)
         calls = [
             self.scripts[shard].upsert_schedules(chunk)
             for shard, items in groups.items()
             for chunk in self._chunks(items)
         ]
-        return Upserts(calls, [p for shard in groups for p in positions[shard]])
+        # Nothing to move in most calls, but which schedules moved is not known without a read
+        # per schedule: the removal is that read (a no-op for an id without a record there).
+        # Removed first: a crash in between loses the schedule until it is registered again,
+        # where the other order would run it twice.
+        moves = [
+            self.scripts[other].unschedule(chunk, queues)
+            for other, ids in leaving.items()
+            for chunk in self._chunks(ids)
+        ]
+        return Upserts(calls, [p for shard in groups for p in positions[shard]], moves)
 
     def _task(self, task: Task[Any, Any] | str) -> Task[Any, Any]:
         if isinstance(task, Task):
@@ -226,7 +257,8 @@ class Scheduler:
         for schedule_id, value in stored.items():
             cadence = self.decode(schedule_id, value).cadence
             grid, due = cadence.first_due(schedule_id, now_ms)
-            items[self.shard_of(schedule_id)].append((schedule_id, grid, due))
+            for shard in self.homes(schedule_id):  # a no-op where it has no record
+                items[shard].append((schedule_id, grid, due))
         return [
             self.scripts[shard].resume_schedules(chunk)
             for shard, its in items.items()
@@ -241,9 +273,15 @@ class Scheduler:
 
     def records(self, ids: Sequence[str]) -> Plan[tuple[str, bytes]]:
         """The stored records of ``ids`` that exist, as (id, record)."""
-        ids = list(ids)
-        values = yield Reads([("HGET", self._bucket_key(i), i) for i in ids])
-        yield from ((i, v) for i, v in zip(ids, values, strict=True) if v is not None)
+        reads = [(i, shard) for i in ids for shard in self.homes(check_schedule_id(i))]
+        values = yield Reads(
+            [("HGET", self.shards[shard].schedules(bucket_of(i)), i) for i, shard in reads]
+        )
+        found: dict[str, bytes] = {}
+        for (i, _), v in zip(reads, values, strict=True):
+            if v is not None:
+                found.setdefault(i, v)
+        yield from ((i, found[i]) for i in dict.fromkeys(ids) if i in found)
 
     def read(self, client: redis.Redis, ids: Sequence[str]) -> dict[str, bytes]:
         """The stored records of ``ids`` that exist."""
@@ -251,11 +289,6 @@ class Scheduler:
 
     async def aread(self, client: redis_async.Redis, ids: Sequence[str]) -> dict[str, bytes]:
         return dict(await adrive(client, self.records(ids)))
-
-    def _bucket_key(self, schedule_id: str) -> str:
-        return self.shards[self.shard_of(check_schedule_id(schedule_id))].schedules(
-            bucket_of(schedule_id)
-        )
 
     def listing(self, prefix: str = "") -> Plan[ScheduleInfo]:
         """Every schedule whose id starts with ``prefix``, with its state: each shard's buckets
@@ -288,18 +321,27 @@ class Scheduler:
 
     def lookup(self, schedule_id: str) -> Plan[ScheduleInfo]:
         """One schedule with its state, if it exists."""
-        keys = self.shards[self.shard_of(check_schedule_id(schedule_id))]
         bucket = bucket_of(schedule_id)
-        value, due, fault, names = yield Reads(
-            [
-                ("HGET", keys.schedules(bucket), schedule_id),
-                ("ZSCORE", keys.wheel(bucket), schedule_id),
-                ("HGET", keys.faults, schedule_id),
-                ("HGETALL", keys.tasks),
-            ]
-        )
-        if value is not None:
-            yield self.decode(schedule_id, value, _task_names(names), due, fault)
+        for shard in self.homes(check_schedule_id(schedule_id)):
+            keys = self.shards[shard]
+            value, due, fault, names = yield Reads(
+                [
+                    ("HGET", keys.schedules(bucket), schedule_id),
+                    ("ZSCORE", keys.wheel(bucket), schedule_id),
+                    ("HGET", keys.faults, schedule_id),
+                    ("HGETALL", keys.tasks),
+                ]
+            )
+            if value is not None:
+                yield self.decode(schedule_id, value, _task_names(names), due, fault)
+                return
+
+    def home_of(self, client: redis.Redis, schedule_id: str) -> int | None:
+        """The shard a schedule lives in (an index of `shards`), or None."""
+        for shard in self.homes(check_schedule_id(schedule_id)):
+            if client.hexists(self.shards[shard].schedules(bucket_of(schedule_id)), schedule_id):
+                return shard
+        return None
 
     def info(self, client: redis.Redis, schedule_id: str) -> ScheduleInfo | None:
         """One schedule with its state, or None."""

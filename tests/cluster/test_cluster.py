@@ -119,10 +119,10 @@ async def test_schedule_shards_on_different_masters_run(redis_cluster: ClusterSe
         app.schedule_many([drumbeat.Schedule(i, tick, every=1, args=(i,)) for i in ids])
         shards = {app.scheduler.shard_of(i) for i in ids}
         assert shards == {0, 1, 2}, f"12 schedules should use all 3 shards, used {shards}"
-        masters = _masters_of(redis_cluster, app.scheduler.shards)
+        masters = _masters_of(redis_cluster, app.scheduler.apart)
         assert len(set(masters)) == 3, f"the 3 shards should be on 3 masters: {masters}"
         with redis_cluster.client() as client:
-            slots = {client.keyslot(k.due) for k in app.scheduler.shards}
+            slots = {client.keyslot(k.due) for k in app.scheduler.apart}
         assert len(slots) == 3
 
         async with running_worker(app, concurrency=4):
@@ -143,7 +143,7 @@ async def test_an_idle_worker_blocks_on_each_shards_master(redis_cluster: Cluste
     keys of several shards would be refused as cross-slot (and the worker would poll)."""
     ns = _spread_namespace(redis_cluster, 3)
     app = drumbeat.App(redis_cluster.url, namespace=ns, schedule_shards=3)
-    shards = [app.keys, *app.scheduler.shards]
+    shards = [app.keys, *app.scheduler.apart]
     expected: dict[int, int] = {}
     for port in _masters_of(redis_cluster, shards):
         expected[port] = expected.get(port, 0) + 1

@@ -59,7 +59,7 @@ async def test_jobs_and_schedules_run_on_every_master_over_tls(tls_cluster: Clus
 
         ids = [f"s{i}" for i in range(12)]
         app.schedule_many([drumbeat.Schedule(i, tick, every=1, args=(i,)) for i in ids])
-        masters = _masters_of(tls_cluster, app.scheduler.shards)
+        masters = _masters_of(tls_cluster, app.scheduler.apart)
         assert len(set(masters)) == 3, f"the 3 shards should be on 3 masters: {masters}"
         async with running_worker(app, concurrency=4):
             assert await job.aresult(timeout=20) == 42

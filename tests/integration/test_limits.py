@@ -13,6 +13,7 @@ import redis
 
 import drumbeat
 from drumbeat.errors import InvalidJob
+from drumbeat.keys import bucket_of
 from tests.conftest import running_worker
 from tests.helpers import wait_for_async
 
@@ -328,24 +329,65 @@ async def test_jobs_claimed_together_acquire_their_limit_in_claim_order(lapp: dr
     assert order == sorted(order), f"a later job took the permit first: {order}"
 
 
-def test_limited_schedules_are_refused_with_schedule_shards(redis_url: str, namespace: str) -> None:
-    """With schedule_shards > 1 each shard keeps its own limiter keys: a limit would hold per
-    shard, so a schedule whose runs are limited (by its task or by itself) is refused."""
-    app = drumbeat.App(redis_url, namespace=namespace, schedule_shards=2)
+async def test_limited_schedules_share_one_limiter_across_schedule_shards(
+    redis_url: str, namespace: str
+) -> None:
+    """With schedule_shards > 1 a limited schedule lives in the jobs' shard, with the limiter
+    keys: one limiter holds for the runs of every such schedule (a limit per shard would let
+    each shard run one at once)."""
+    app = drumbeat.App(redis_url, namespace=namespace, schedule_shards=3, min_interval=0.05,
+                       idle_block=0.5)  # fmt: skip
+    running = most = ran = 0
 
-    @app.task(rate_limit="5/s")
-    async def search(keyword: str) -> None: ...
+    @app.task(concurrency_limit=1)
+    async def search(keyword: str) -> None:
+        nonlocal running, most, ran
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.03)
+        running -= 1
+        ran += 1
+
+    ids = [f"m{i}" for i in range(12)]
+    await app.aschedule_many(drumbeat.Schedule(i, search, every=0.1, args=[i]) for i in ids)
+    r = app.redis
+    assert {app.scheduler.home_of(r, i) for i in ids} == {app.scheduler.jobs_shard}, (
+        "every limited schedule lives in the jobs' shard"
+    )
+    assert len({app.scheduler.shard_of(i) for i in ids}) > 1, "their ids hash to several shards"
+    async with running_worker(app, concurrency=8):
+        await wait_for_async(lambda: ran >= 20, message="the runs should go on", timeout=30)
+    await app.aunschedule(*ids)
+    assert most == 1, f"{most} runs at once under concurrency_limit=1"
+    await app.aclose()
+
+
+def test_a_schedule_moves_to_the_jobs_shard_when_it_becomes_limited_and_back(
+    redis_url: str, namespace: str
+) -> None:
+    app = drumbeat.App(redis_url, namespace=namespace, schedule_shards=2)
 
     @app.task
     async def poll(user: str) -> None: ...
 
-    with pytest.raises(InvalidJob, match="schedule_shards > 1 each shard would keep its own"):
-        app.schedule("s", search, every=60, args=["k"])
-    with pytest.raises(InvalidJob, match="limit would hold per shard"):
-        app.schedule("p", poll, every=60, args=["u"], concurrency_limit=1, limit_by="user")
-    assert app.get_schedule("s") is None and app.get_schedule("p") is None
-    app.schedule("p", poll, every=60, args=["u"])  # unlimited: as before
-    assert app.get_schedule("p") is not None
+    r, scheduler = app.redis, app.scheduler
+    hashed = scheduler.shard_of("p")
+    plain = drumbeat.Schedule("p", poll, every=60, args=["u"])
+    limited = drumbeat.Schedule("p", poll, every=60, args=["u"], concurrency_limit=1,
+                                limit_by="user")  # fmt: skip
+    assert app.schedule_many([plain]) == [1]
+    assert scheduler.home_of(r, "p") == hashed
+    assert app.schedule_many([limited]) == [1], "created where it lives now"
+    assert scheduler.home_of(r, "p") == scheduler.jobs_shard, "moved to the jobs' shard"
+    assert not r.hexists(scheduler.shards[hashed].schedules(bucket_of("p")), "p"), "one copy"
+    info = app.get_schedule("p")
+    assert info is not None and info.args == ["u"], "found where it lives now"
+    assert app.pause("p") == 1 and app.resume("p") == 1 and app.run_now("p") == 1
+    assert app.schedule_many([plain]) == [1], "unlimited again: moves back"
+    assert scheduler.home_of(r, "p") == hashed
+    assert not r.hexists(scheduler.shards[scheduler.jobs_shard].schedules(bucket_of("p")), "p")
+    assert not r.hexists(app.keys.state, "s:p"), "the run queued in the jobs' shard went with it"
+    assert app.unschedule("p") == 1 and app.get_schedule("p") is None
     app.close()
 
 

@@ -584,16 +584,25 @@ async def test_a_run_waiting_in_another_queue_is_withdrawn_by_pause_and_unschedu
     assert qapp.get_schedule("b") is None
 
 
-def test_a_schedule_of_another_queue_is_refused_with_schedule_shards(
+async def test_a_schedule_of_another_queue_runs_there_with_schedule_shards(
     redis_url: str, namespace: str
 ) -> None:
-    app = drumbeat.App(redis_url, namespace=namespace, schedule_shards=2)
+    """With schedule_shards > 1 a schedule routed to another queue lives in the jobs' shard,
+    where the queues are, so its runs reach their queue."""
+    app = drumbeat.App(redis_url, namespace=namespace, schedule_shards=2, min_interval=0.05,
+                       idle_block=0.5)  # fmt: skip
+    seen: list[str] = []
 
     @app.task(queue="builds")
-    async def build() -> None: ...
+    async def build() -> None:
+        seen.append(drumbeat.current_job().job_id)
 
-    with pytest.raises(InvalidJob, match="schedule_shards > 1"):
-        app.schedule("b", build, every=60)
     with pytest.raises(InvalidJob, match="queue name 'no space'"):
-        app.schedule("b", build, every=60, queue="no space")
-    app.close()
+        await app.aschedule("b", build, every=60, queue="no space")
+    await app.aschedule("b", build, every=0.1)
+    assert app.scheduler.home_of(app.redis, "b") == app.scheduler.jobs_shard
+    async with running_worker(app, queues=["default", "builds"]):
+        await wait_for_async(lambda: len(seen) >= 2, message="its runs run in 'builds'")
+    await app.aunschedule("b")
+    assert set(seen) == {"s:b"}
+    await app.aclose()

@@ -449,7 +449,7 @@ async def test_schedules_spread_over_shards_all_run(
             for i in range(40)
             if app.scheduler.shard_of(f"s{i}") == n
         )
-        for n, k in enumerate(app.scheduler.shards)
+        for n, k in enumerate(app.scheduler.apart)
     ]
     assert len(sizes) == 4 and all(sizes)
     assert not any(r.exists(app.keys.schedules(bucket_of(f"s{i}"))) for i in range(40)), (

@@ -238,8 +238,8 @@ def schedules_show(
         if info is None:
             raise CliError(f"no schedule with id {schedule_id!r}")
         now_ms = redis_now_ms(app)
-        shard = app.scheduler.shard_of(schedule_id)
-        shards = len(app.scheduler.shards)
+        home = app.scheduler.home_of(app.redis, schedule_id)
+        shards = len(app.scheduler.apart)
     if as_json:
         shapes.emit(shapes.schedule_json(info, schedule_state(info)))
         return
@@ -279,7 +279,9 @@ def schedules_show(
     table.add_row("misfires", str(info.misfires))
     table.add_row("generation", str(info.generation))
     if shards > 1:
-        table.add_row("shard", f"{shard} of {shards}")
+        # A limited or routed schedule lives with the jobs (see `Scheduler`).
+        where = "jobs' shard" if home in (None, app.scheduler.jobs_shard) else f"{home} of {shards}"
+        table.add_row("shard", where)
     table.add_row("last error", "-" if info.last_error is None else escape(info.last_error))
     _out().print(table)
 

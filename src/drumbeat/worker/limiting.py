@@ -123,16 +123,18 @@ class Gate:
 
     def _tell_per_shard(self, keyed: list[tuple[str, Limit]]) -> None:
         """A run of a schedule shard acquires its limits on its own shard's keys (a script
-        touches one slot). Making such a schedule is refused, but its task may have gained a
-        limit since it was made: say once per key that the limit then holds per shard."""
+        touches one slot). A limited schedule lives in the jobs' shard (`Scheduler`), but its
+        task may have gained a limit since it was last registered: say once per key that the
+        limit then holds per shard until it is registered again."""
         for name, _ in keyed:
             if name not in self._told_per_shard:
                 self._told_per_shard.add(name)
                 log.warning(
                     "limiter key %r: a run of a schedule shard acquires it on its shard's own "
                     "keys, so across the %d schedule shards the limit holds per shard (up to %d "
-                    "times it); schedule_shards > 1 refuses limited schedules, so this task "
-                    "gained its limit after its schedules were made",
+                    "times it): this task gained its limit after its schedules were registered; "
+                    "registering them again moves them to the jobs' shard, which shares one "
+                    "limiter",
                     name, len(self.shards) - 1, len(self.shards) - 1,
                 )  # fmt: skip
 

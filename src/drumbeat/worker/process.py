@@ -90,7 +90,7 @@ class Worker:
         # Every shard this worker serves: jobs' shard first, then schedule shards if apart.
         self.shards: list[Scripts] = [app.scripts]
         if app.settings.schedule_shards > 1:
-            self.shards += app.scheduler.scripts
+            self.shards += app.scheduler.apart_scripts
         # A sync run paused at a checkpoint keeps its thread while the urgent job it lent its
         # slot to runs in another; lending only ever goes to a strictly higher priority, so a
         # slot nests at most one run per priority level. (Threads start only when needed.)
