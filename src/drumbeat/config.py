@@ -20,6 +20,9 @@ MAX_CONCURRENCY = LUA_UNPACK_MAX
 #: A claim steps aside up to `batch_limit` due schedule buckets in one ``ZADD`` of (score, marker)
 #: pairs, two values each (claim.lua); acks, reaps and runs unpack one id per item.
 MAX_BATCH_LIMIT = LUA_UNPACK_MAX // 2
+#: `Settings.handover_wait`'s default lies this far past `Settings.ready_wait`: a recycling
+#: worker's own deadline must not run out before the supervisor's wait for its successor does.
+HANDOVER_MARGIN = 15.0
 
 
 def check_concurrency(concurrency: int) -> None:
@@ -29,6 +32,22 @@ def check_concurrency(concurrency: int) -> None:
             f"concurrency must be between 1 and {MAX_CONCURRENCY} (a claim takes that many jobs "
             f"in one Lua call, whose unpack() handles at most {LUA_UNPACK_MAX} values), "
             f"got {concurrency!r}"
+        )
+
+
+def check_handover_wait(handover_wait: float | None, ready_wait: float) -> None:
+    """Raises `ConfigurationError` unless a recycling worker's own deadline outlasts its
+    supervisor's wait for the successor: sooner, it would retire before its successor serves.
+    ``None`` (the default, derived from ``ready_wait``) always does."""
+    if handover_wait is None:
+        return
+    if not handover_wait > 0:
+        raise ConfigurationError(f"handover_wait must be > 0, got {handover_wait!r}")
+    if not handover_wait > ready_wait:
+        raise ConfigurationError(
+            f"handover_wait must be longer than ready_wait ({ready_wait:g} s: a recycling "
+            f"worker would retire before the supervisor stopped waiting for its successor), "
+            f"got {handover_wait!r}; leave it unset for ready_wait + {HANDOVER_MARGIN:g} s"
         )
 
 
@@ -103,6 +122,18 @@ class Settings:
     """Seconds a supervisor's pool must stay larger than the backlog needs before it retires
     one process (``DRUMBEAT_SCALE_DOWN_AFTER``); each further process waits as long again."""
 
+    ready_wait: float = 60.0
+    """Seconds a supervisor gives a new worker (a recycled one's successor, a rolling restart's)
+    to say it serves (registered, claiming: after its ``on_startup`` hooks) before it stops the
+    worker it replaces all the same (``DRUMBEAT_READY_WAIT``). Raise it for apps whose start-up
+    takes longer, so that capacity never dips while they warm up."""
+
+    handover_wait: float | None = None
+    """Seconds a recycling worker waits for its supervisor's word to retire before it retires on
+    its own (``DRUMBEAT_HANDOVER_WAIT``); only under an older supervisor, as today's always
+    gives the word. ``None``: `ready_wait` + `HANDOVER_MARGIN`; a value of its own must exceed
+    `ready_wait`."""
+
     metrics: bool = True
     """Workers count settled jobs per task and outcome, and their run times, in Redis (for
     ``GET /metrics`` of ``drumbeat dashboard``); one extra command in each settle write."""
@@ -119,7 +150,8 @@ class Settings:
         if self.codec not in ("json", "msgpack"):
             raise ConfigurationError(f"codec must be 'json' or 'msgpack', got {self.codec!r}")
         for name in (
-            "lease", "shutdown_grace", "idle_block", "maintenance_interval", "scale_interval"
+            "lease", "shutdown_grace", "idle_block", "maintenance_interval", "scale_interval",
+            "ready_wait",
         ):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name} must be > 0, got {getattr(self, name)!r}")
@@ -133,6 +165,7 @@ class Settings:
                 raise ConfigurationError(
                     f"{name} must be >= 0 seconds, got {getattr(self, name)!r}"
                 )
+        check_handover_wait(self.handover_wait, self.ready_wait)
         if self.min_interval <= 0:
             raise ConfigurationError(f"min_interval must be > 0, got {self.min_interval!r}")
         for name in ("max_payload_bytes", "schedule_shards"):
@@ -151,6 +184,14 @@ class Settings:
     @property
     def lease_ms(self) -> int:
         return int(self.lease * 1000)
+
+    @property
+    def handover_deadline(self) -> float:
+        """`handover_wait`, or its default when unset (derived here, not stored: a `replace`
+        of `ready_wait` moves it along)."""
+        if self.handover_wait is None:
+            return self.ready_wait + HANDOVER_MARGIN
+        return self.handover_wait
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
@@ -175,7 +216,7 @@ class Settings:
                     values[f.name] = raw.lower() in ("1", "true", "yes", "on")
                 elif isinstance(default, int):
                     values[f.name] = int(raw)
-                elif isinstance(default, float):
+                elif isinstance(default, float) or f.type == "float | None":
                     values[f.name] = float(raw)
                 else:
                     values[f.name] = raw

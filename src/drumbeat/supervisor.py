@@ -41,10 +41,6 @@ log = logging.getLogger("drumbeat.supervisor")
 QUICK_DEATH = 10.0
 #: This many quick deaths in a row stop the supervisor (exit 1) instead of restarting again.
 CRASH_LOOP = 5
-#: In a rolling restart, an old worker is stopped once its successor serves (it said "ready":
-#: registered, claiming), however long its start-up takes. A successor still silent after this
-#: long (older code, which never says it) takes the old one's place all the same.
-READY_WAIT = 60.0
 _POLL = 0.1
 
 
@@ -99,6 +95,10 @@ class Supervisor:
             `QUICK_DEATH`.
         maximum: the most processes ``scaler`` may ask for (default: ``processes``).
         scaler: asked every loop how many processes to run.
+        ready_wait: `Settings.ready_wait`. An old worker (recycling, or in a rolling restart)
+            is stopped once its successor serves (it said "ready": registered, claiming),
+            however long its start-up takes; a successor still silent after this long (slow,
+            or older code, which never says it) takes the old one's place all the same.
     """
 
     def __init__(
@@ -110,6 +110,7 @@ class Supervisor:
         *,
         maximum: int | None = None,
         scaler: Scaler | None = None,
+        ready_wait: float = 60.0,
     ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be >= 1, got {processes}")
@@ -141,6 +142,7 @@ class Supervisor:
                      SUPERVISOR_PROTOCOL: str(PROTOCOL), SUPERVISOR_READY: "1",
                      SUPERVISOR_HOLDS: "1"}  # fmt: skip
         self.hang_timeout = hang_timeout
+        self.ready_wait = ready_wait
         self._beats: dict[int, float] = {}  # pid -> its last beat (its start before the first)
         self._beaten: set[int] = set()  # pids that beat at least once
         self._ready: set[int] = set()  # pids that said they serve
@@ -151,7 +153,7 @@ class Supervisor:
         self._successor: subprocess.Popen[bytes] | None = None
         self._successor_started = 0.0
         self._leaving: subprocess.Popen[bytes] | None = None
-        # The roll's last new worker that took its place after READY_WAIT without saying it
+        # The roll's last new worker that took its place after ready_wait without saying it
         # serves (older code, or a start slower than that), until it says so.
         self._unproven: subprocess.Popen[bytes] | None = None
 
@@ -196,7 +198,7 @@ class Supervisor:
 
     def _rolling(self) -> None:
         """One step of a rolling restart: for each slot in turn, a new worker (new code)
-        starts; once it serves (`READY_WAIT`) the old one is stopped gracefully, and once that
+        starts; once it serves (`ready_wait`) the old one is stopped gracefully, and once that
         has left, the next slot. Capacity never drops below N, however long the new code takes
         to start. A new worker that dies while starting ends the restart and leaves the old
         workers serving."""
@@ -232,11 +234,11 @@ class Supervisor:
             return
         if self._successor.pid not in self._ready:
             waited = time.monotonic() - self._successor_started
-            if waited < READY_WAIT:
+            if waited < self.ready_wait:
                 return
-            log.warning("the new worker pid %d has not said it serves after %.0f s; it takes "
-                        "the place of the old one all the same", self._successor.pid,
-                        waited)  # fmt: skip
+            log.warning("the new worker pid %d has not said it serves after %.0f s "
+                        "(ready_wait, DRUMBEAT_READY_WAIT); it takes the place of the old one "
+                        "all the same", self._successor.pid, waited)  # fmt: skip
             self._unproven = self._successor
         old, slot.proc = slot.proc, self._successor
         slot.started, slot.pause = self._successor_started, 0.5
@@ -249,7 +251,7 @@ class Supervisor:
             self._leaving = old
 
     def _unproven_died(self) -> bool:
-        """True if the roll's new worker that took its place unproven (`READY_WAIT`) died
+        """True if the roll's new worker that took its place unproven (`ready_wait`) died
         before it served: new code whose start fails slowly. The roll stops (a new worker
         still warming up is stopped too), so the other old workers serve on."""
         proc = self._unproven
@@ -260,9 +262,9 @@ class Supervisor:
             return False
         log.error("rolling restart stopped: the new worker process pid %d %s before it "
                   "served, after it had taken an old worker's place (it was silent for "
-                  "READY_WAIT, %.0f s; see its log above); the %d remaining old workers keep "
+                  "ready_wait, %g s; see its log above); the %d remaining old workers keep "
                   "serving: fix the code and send SIGHUP again", proc.pid,
-                  _exit_reason(proc.returncode), READY_WAIT, len(self._roll))  # fmt: skip
+                  _exit_reason(proc.returncode), self.ready_wait, len(self._roll))  # fmt: skip
         if self._successor is not None and self._successor.poll() is None:
             self._successor.send_signal(signal.SIGTERM)
             self._retired.append(self._successor)
@@ -431,7 +433,7 @@ class Supervisor:
 
     def _hand_over(self, now: float) -> None:
         """Tells each recycling worker to retire (SIGUSR1) once its successor serves, or has
-        had `READY_WAIT` to (an older worker never says it serves). A successor that dies before
+        had `ready_wait` to (an older worker never says it serves). A successor that dies before
         it serves is restarted with backoff while the worker claims on; a crash loop of them
         ends the recycle, and the worker serves on past its budget."""
         for pid, over in list(self._handing_over.items()):
@@ -448,7 +450,12 @@ class Supervisor:
             if spare.poll() is not None and spare.pid not in self._ready:
                 self._successor_died(slot, pid, spare, over, now)
                 continue
-            if spare.pid in self._ready or now - over.started >= READY_WAIT:
+            if spare.pid in self._ready or now - over.started >= self.ready_wait:
+                if spare.pid not in self._ready:
+                    log.warning("the successor pid %d of worker process %d (pid %d) has not "
+                                "said it serves after %.0f s (ready_wait, DRUMBEAT_READY_WAIT); "
+                                "pid %d retires all the same", spare.pid, slot.index, pid,
+                                now - over.started, pid)  # fmt: skip
                 del self._handing_over[pid]
                 with contextlib.suppress(ProcessLookupError):
                     slot.proc.send_signal(signal.SIGUSR1)

@@ -19,7 +19,6 @@ import pytest
 import redis
 
 import drumbeat
-from drumbeat import supervisor
 from drumbeat.keys import Keys
 from drumbeat.supervisor import Supervisor
 from tests.helpers import wait_for
@@ -460,6 +459,55 @@ def test_sighup_onto_code_that_fails_to_start_stops_the_roll_and_keeps_the_old_w
     assert sup.wait(30) == 0
 
 
+@pytest.mark.parametrize("how", ["recycle", "sighup"])
+def test_a_lowered_ready_wait_gives_up_on_a_silent_successor_after_it_not_after_60_s(
+    redis_url: str,
+    namespace: str,
+    r: redis.Redis,
+    supervise: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+    *,
+    how: str,
+) -> None:
+    """DRUMBEAT_READY_WAIT=2: the new code's start-up outlasts the test (its worker beats, but
+    never says it serves), so the supervisor stops the old worker once ready_wait has passed,
+    whether the old one recycles (--max-jobs) or a SIGHUP replaces it. The default (60 s) would
+    still be waiting at the deadline."""
+    module = f"silent_{how}_{namespace.replace('-', '_')}"
+    source = tmp_path / f"{module}.py"
+    _write_app(source, "old", 0.0)
+    log = tmp_path / "supervisor.log"
+    sup = _start(supervise, redis_url, namespace, 1, "--max-jobs", "1", app=f"{module}:app",
+                 log=log, PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}",
+                 PYTHONDONTWRITEBYTECODE="1", DRUMBEAT_READY_WAIT="2",
+                 DRUMBEAT_SHUTDOWN_GRACE="1")  # fmt: skip
+    (old,) = wait_for(lambda: _registered(r, namespace), until=lambda pids: len(pids) == 1,
+                      message="the worker process should register")  # fmt: skip
+    _write_app(source, "new", 3600.0)
+    app = drumbeat.App(redis_url, namespace=namespace)
+    try:
+        if how == "recycle":
+            assert app.enqueue(f"{module}.work", 0).result(timeout=30) == "old"
+        else:
+            sup.send_signal(signal.SIGHUP)
+        # Well short of the default 60 s, on a loaded machine too.
+        wait_for(lambda: _logged(log, "has not said it serves after"), timeout=40,
+                 message="the supervisor should give up waiting for the silent successor "
+                 "after ready_wait (2 s)")  # fmt: skip
+        wait_for(lambda: _children(sup.pid), until=lambda live: len(live) == 1 and old not in live,
+                 timeout=40, message="the old worker should be stopped and exit, leaving the "
+                 "silent successor")  # fmt: skip
+        (line,) = _logged(log, "has not said it serves after")
+        assert "DRUMBEAT_READY_WAIT" in line, line
+        assert not _registered(r, namespace) - {old}, "the new worker never serves here"
+        assert sup.poll() is None, "the supervisor exited"
+    finally:
+        # No graceful stop: a worker still in its on_startup hook waits that out before it
+        # heeds SIGTERM, so the supervisor would kill it only after shutdown_grace + 10 s.
+        # The fixture kills both.
+        app.close()
+
+
 def test_a_worker_whose_loop_is_blocked_is_replaced_and_its_job_finishes_on_the_next(
     redis_url: str, namespace: str, r: redis.Redis, supervise: list[subprocess.Popen[bytes]]
 ) -> None:
@@ -732,20 +780,19 @@ def test_a_successor_that_asks_for_its_own_before_it_took_its_slot_gets_one_once
 
 
 def test_a_roll_stops_when_a_new_worker_that_took_its_place_unproven_dies_before_it_serves(
-    standins: list[Supervisor], monkeypatch: pytest.MonkeyPatch
+    standins: list[Supervisor],
 ) -> None:
-    """New code whose start fails slower than READY_WAIT (here 0: stand-ins never say they
+    """New code whose start fails slower than ready_wait (here 0: stand-ins never say they
     serve): the first new worker takes its old one's place unproven, then dies before it
     serves. The roll stops there; the next old worker is not stopped for another such one."""
-    monkeypatch.setattr(supervisor, "READY_WAIT", 0.0)
-    sup = Supervisor(["-c", _STANDIN], processes=2, shutdown_grace=1.0)
+    sup = Supervisor(["-c", _STANDIN], processes=2, shutdown_grace=1.0, ready_wait=0.0)
     standins.append(sup)
     assert sup._tend()
     old0, old1 = (slot.proc for slot in sup.slots)
     assert old0 is not None and old1 is not None
     sup._on_hup(signal.SIGHUP, None)
     sup._rolling()  # the roll starts, with a new worker for slot 0
-    sup._rolling()  # silent for READY_WAIT: it takes slot 0's place, the old one is stopped
+    sup._rolling()  # silent for ready_wait: it takes slot 0's place, the old one is stopped
     new0 = sup.slots[0].proc
     assert new0 is not None and new0 not in (old0, old1)
     wait_for(old0.poll, until=lambda code: code is not None,

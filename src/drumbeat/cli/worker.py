@@ -125,7 +125,7 @@ def worker(
                 )  # fmt: skip
                 supervisor = Supervisor(
                     argv, lo, s.shutdown_grace, hang_timeout=s.hang_timeout, maximum=hi,
-                    scaler=scaler,
+                    scaler=scaler, ready_wait=s.ready_wait,
                 )  # fmt: skip
                 raise typer.Exit(supervisor.run())
             ran = True

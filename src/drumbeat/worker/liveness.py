@@ -35,8 +35,9 @@ PROTOCOL = 2
 SUPERVISOR_READY = "DRUMBEAT_SUPERVISOR_READY"
 #: Set by a supervisor that always tells a recycling worker when to retire (SIGUSR1), and keeps
 #: it serving while its successors fail to start (`recycling`): such a worker waits for the word
-#: without a deadline. An older supervisor sent it after `READY_WAIT` at the latest, dead
-#: successor or not; under one, the worker retires on its own after `HANDOVER_WAIT`.
+#: without a deadline. An older supervisor sent it after its ready wait (60 s) at the latest,
+#: dead successor or not; under one, the worker retires on its own after
+#: `Settings.handover_wait`.
 SUPERVISOR_HOLDS = "DRUMBEAT_SUPERVISOR_HOLDS"
 
 #: The longest between two ticks of a healthy loop (shorter when `Settings.hang_timeout` is

@@ -122,8 +122,9 @@ class Worker:
         )
         self.budget = budget or Budget()
         self.recycler = Recycler(
-            self.budget, lambda: self.processed + self.failed, self.retire, self._stopping
-        )
+            self.budget, lambda: self.processed + self.failed, self.retire, self._stopping,
+            handover_wait=self.settings.handover_deadline,
+        )  # fmt: skip
         self.lending = Lending(
             worker_id=self.id, scripts=app.scripts, table=self.table, settings=self.settings,
             codec=app.codec, start_lent=self.runs.start_lent, stopping=self._stopping,

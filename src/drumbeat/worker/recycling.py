@@ -23,12 +23,6 @@ from .liveness import SUPERVISOR_HOLDS, SUPERVISOR_READY, tell_supervisor
 
 log = logging.getLogger("drumbeat.worker")
 
-#: A worker that asked for its replacement retires on its own after this long if the supervisor
-#: has not told it to (SIGUSR1) by then: the supervisor's own wait for a successor to serve
-#: (supervisor.READY_WAIT) plus a margin. Only under an older supervisor: one that sets
-#: `SUPERVISOR_HOLDS` always tells, and may hold the worker while its successors fail.
-HANDOVER_WAIT = 75.0
-
 
 @dataclass(frozen=True, slots=True)
 class Budget:
@@ -59,6 +53,16 @@ def resident_mib() -> float:
 
 
 class Recycler:
+    """Retires the worker once ``budget`` is spent.
+
+    Args:
+        handover_wait: a worker that asked for its replacement retires on its own after this
+            long if the supervisor has not told it to (SIGUSR1) by then
+            (`Settings.handover_deadline`: the supervisor's own wait for a successor to serve,
+            `Settings.ready_wait`, plus a margin). Only under an older supervisor: one that sets
+            `SUPERVISOR_HOLDS` always tells, and may hold the worker while its successors fail.
+    """
+
     def __init__(
         self,
         budget: Budget,
@@ -66,8 +70,8 @@ class Recycler:
         retire: Callable[[], None],
         stopping: asyncio.Event,
         *,
+        handover_wait: float,
         interval: float = 0.1,
-        handover_wait: float = HANDOVER_WAIT,
     ) -> None:
         self.budget = budget
         self.done = done
