@@ -697,13 +697,19 @@ class Scripts:
         `protocol.run_due_ms`) or None when unknown: its lateness is then not recorded)."""
         k = self.k
         keys = [k.due, k.leases, k.owners, k.state, k.faults, k.wake, k.jobs]
+        # Each bucket's keys once (the runs of a bucket end together), named by their place.
+        slots: dict[int, int] = {}
         packed = []
         for member, token, outcome, ms, gen, grid, due, error, was in items:
             bucket = bucket_of(member[2:])
-            keys += [k.wheel(bucket), k.schedules(bucket)]
+            slot = slots.get(bucket)
+            if slot is None:
+                slot = slots[bucket] = len(slots) + 1
+                keys += [k.wheel(bucket), k.schedules(bucket)]
             was_due = "" if was is None else was
             packed.append(
-                f"{member}|{token}|{outcome}|{ms}|{gen}|{grid}|{due}|{was_due}|{bucket}|{error}"
+                f"{member}|{token}|{outcome}|{ms}|{gen}|{grid}|{due}|{was_due}|{bucket}/{slot}|"
+                f"{error}"
             )
         return Call("finish_runs", keys, packed, _ints)
 

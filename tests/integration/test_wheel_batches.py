@@ -222,3 +222,32 @@ def test_lateness_adds_up_within_a_window_and_a_reused_slot_starts_over(
     assert held[f"m{nxt}"] == 9, "another slot's window is kept"
     assert held[f"c{bin_(5)}"] == 2 and held[f"c{bin_(7)}"] == 1, "cumulative counts keep all"
     assert held["cs"] == 5 + 100 + 5 + 3000 + 50 + 9 + 7
+
+
+def test_one_settle_of_runs_from_two_buckets_names_each_buckets_keys_once(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    """The runs of a bucket fall due and end together: their keys go once per call, and each
+    run is put back in its own bucket, in whatever order the runs come."""
+    keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
+    now = _now_ms(r)
+    a = _ids_in_bucket(3)
+    b = _ids_in_bucket(
+        2, next(bucket_of(f"o{n}") for n in range(100) if bucket_of(f"o{n}") != bucket_of(a[0]))
+    )
+    _put(app, r, dict.fromkeys(a + b, now - 1000))
+    claimed = scripts.promote_runs([bucket_of(a[0]), bucket_of(b[0])], "w1", 100, 60_000).run(r)
+    jobs = {j.id[2:]: j for j in claimed.jobs}
+    order = [a[0], b[0], a[1], b[1], a[2]]  # interleaved
+    items = [
+        (jobs[i].id, jobs[i].token, "ok", 1, 1, now + 60_000 + n, now + 60_000 + n, "", now - 1000)
+        for n, i in enumerate(order)
+    ]
+    call = scripts.finish_runs(items)
+    assert len(call.keys) == 7 + 2 * 2, f"two buckets' keys once each: {call.keys}"
+    assert call.run(r) == [1] * 5
+    for n, i in enumerate(order):
+        assert r.zscore(keys.wheel(bucket_of(i)), i) == now + 60_000 + n, f"{i} in its bucket"
+        assert not r.hexists(keys.owners, "s:" + i)
+    assert r.zscore(keys.due, protocol.wheel_marker(bucket_of(a[0]))) == now + 60_000
+    assert r.zscore(keys.due, protocol.wheel_marker(bucket_of(b[0]))) == now + 60_001

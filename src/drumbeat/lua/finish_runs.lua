@@ -6,10 +6,11 @@
 --
 -- KEYS[1] due (zset)    KEYS[2] leases (zset)  KEYS[3] owners (hash)  KEYS[4] state (hash)
 -- KEYS[5] faults (hash) KEYS[6] wake (zset)    KEYS[7] jobs (hash)
--- KEYS[6 + 2i] wheel:<b> (zset), KEYS[7 + 2i] schedules:<b> (hash) of the i-th run's schedule
+-- KEYS[6 + 2j] wheel:<b> (zset), KEYS[7 + 2j] schedules:<b> (hash) of the j-th bucket named
+--          (each bucket once: the runs of a bucket fall due, and end, together)
 -- ARGV    one per run, packed (one argument is far cheaper to send than ten):
 --         "<member>|<token>|<outcome ok|fail|skip>|<duration ms>|<generation run>|
---          <next grid ms>|<next due ms>|<this run's due ms, or empty>|<bucket>|
+--          <next grid ms>|<next due ms>|<this run's due ms, or empty>|<bucket>/<j>|
 --          <error text, may hold anything>"
 -- Returns one integer per run: 1 settled, 0 refused (lease lost)
 -- (Defined here, not in _lib.lua: every script runs all of _lib's definitions on every call.)
@@ -68,13 +69,13 @@ end
 local out = {}
 local runs, members = {}, {}
 for i, packed in ipairs(ARGV) do
-  local member, token, outcome, ms, gen, grid, due, due_was, first, bucket, err =
+  local member, token, outcome, ms, gen, grid, due, due_was, first, bucket, slot, err =
     string.match(packed,
-      '^([^|]+)|(%d+)|(%a+)|(%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d*):?(%d*)|(%d+)|(.*)$')
+      '^([^|]+)|(%d+)|(%a+)|(%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d*):?(%d*)|(%d+)/(%d+)|(.*)$')
   -- Kept as the strings they came as: after_run converts what it needs.
   runs[i] = {member = member, token = token, outcome = outcome, ms = ms, gen = gen,
-             grid = grid, due = due, bucket = bucket, err = err, due_was = due_was,
-             first = first}
+             grid = grid, due = due, bucket = bucket, slot = slot, err = err,
+             due_was = due_was, first = first}
   members[i] = member or ''
 end
 
@@ -90,7 +91,7 @@ for i, run in ipairs(runs) do
     settled[#settled + 1] = run.member
     local group = buckets[run.bucket]
     if not group then
-      group = {wheel = KEYS[6 + 2 * i], schedules = KEYS[7 + 2 * i], runs = {}}
+      group = {wheel = KEYS[6 + 2 * run.slot], schedules = KEYS[7 + 2 * run.slot], runs = {}}
       buckets[run.bucket] = group
     end
     group.runs[#group.runs + 1] = run
