@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import redis
 
 import drumbeat
+from drumbeat.protocol import KEEP_FIELD
 
 T = TypeVar("T")
 
@@ -80,6 +81,12 @@ async def wait_for_event(event: asyncio.Event, *, message: str, timeout: float =
         await asyncio.wait_for(event.wait(), timeout)
     except TimeoutError:
         raise AssertionError(f"{message} (not within {timeout} s)") from None
+
+
+def entries(r: redis.Redis, key: str) -> int:
+    """The fields of a `state` or `owners` hash, not counting the one kept so that Redis stores
+    it as a hash table (`protocol.KEEP_FIELD`)."""
+    return int(r.hlen(key)) - int(r.hexists(key, KEEP_FIELD))
 
 
 def redis_now_ms(r: redis.Redis) -> int:

@@ -15,7 +15,7 @@ import drumbeat
 from drumbeat.protocol import MAX_PRIORITY, PRIORITY_SPAN
 from drumbeat.scripts import Call
 from tests.conftest import RedisServer, reap_call, running_worker
-from tests.helpers import blocked_in, commands, wait_for_async
+from tests.helpers import blocked_in, commands, entries, wait_for_async
 
 
 async def _idle_in(r: redis.Redis, command: str, seconds: int, what: str) -> None:
@@ -141,7 +141,7 @@ async def test_retries_with_backoff_then_dead_letter(app: drumbeat.App, r: redis
     assert r.zscore(app.keys.dead, job.id) is not None
     assert r.hexists(app.keys.errors, job.id)
     assert r.hexists(app.keys.jobs, job.id), "the record stays so the job can be retried"
-    assert r.zcard(app.keys.leases) == 0 and r.hlen(app.keys.owners) == 0
+    assert r.zcard(app.keys.leases) == 0 and entries(r, app.keys.owners) == 0
 
 
 async def test_retry_request_and_timeout(app: drumbeat.App) -> None:
@@ -256,7 +256,7 @@ async def test_results_are_kept_for_their_ttl_then_swept(
         await j2.aresult(timeout=1)
     assert r.hexists(app.keys.results, j3.id)
     # Every finished job's record is gone; only outcomes (indexed in `expires`) remain.
-    assert r.hlen(app.keys.jobs) == 0 and r.hlen(app.keys.state) == 0
+    assert r.hlen(app.keys.jobs) == 0 and entries(r, app.keys.state) == 0
     await app.aclose()
 
 

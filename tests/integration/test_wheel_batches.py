@@ -251,3 +251,24 @@ def test_one_settle_of_runs_from_two_buckets_names_each_buckets_keys_once(
         assert not r.hexists(keys.owners, "s:" + i)
     assert r.zscore(keys.due, protocol.wheel_marker(bucket_of(a[0]))) == now + 60_000
     assert r.zscore(keys.due, protocol.wheel_marker(bucket_of(b[0]))) == now + 60_001
+
+
+def test_state_and_owners_stay_hash_tables_when_few_claims_are_held(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    """Under 512 fields Redis keeps a hash as a listpack, where each field read, write and
+    delete scans the whole hash, and drops the key with its last field: each claim then wrote
+    into a listpack field by field (27,000 instructions an entry for 600, `bench.redis_cpu`)."""
+    keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
+    now = _now_ms(r)
+    ids = _ids_in_bucket(3)
+    _put(app, r, dict.fromkeys(ids, now - 1000))
+    jobs = scripts.promote_runs([bucket_of(ids[0])], "w1", 100, 60_000).run(r).jobs
+    assert len(jobs) == 3
+    for key in (keys.state, keys.owners):
+        assert r.object("encoding", key) == b"hashtable", f"{key} with 3 fields"
+    items = [(j.id, j.token, "ok", 1, 1, now + 60_000, now + 60_000, "", now - 1000) for j in jobs]
+    assert scripts.finish_runs(items).run(r) == [1] * 3
+    for key in (keys.state, keys.owners):
+        assert r.hkeys(key) == [protocol.KEEP_FIELD.encode()], f"{key}: only the kept field"
+        assert r.object("encoding", key) == b"hashtable", f"{key} stays a hash table"

@@ -47,10 +47,11 @@ SHARED = [
     "ROUTE_FIELD",
     "PARKED_FIELD",
     "MARKERS_FIELD",
+    "KEEP_FIELD",
 ]
 #: Constants only Lua needs (a new one must be placed in one of the two lists).
 LUA_ONLY = {"CALL_MANY_CHUNK", "LIMIT_PURGE", "LIMIT_RECHECK_MS", "LIMIT_NEAR_MS", "WHEEL_READ",
-            "MAX_LATENESS_BIN"}  # fmt: skip
+            "MAX_LATENESS_BIN", "KEEP_VALUE"}  # fmt: skip
 
 LAYOUTS = {
     "JOB_STATE_FIELDS": FIELD_SEP.join(JOB_STATE_FIELDS),
