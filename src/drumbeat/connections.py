@@ -56,6 +56,10 @@ try:  # redis-py < 6 keeps the cluster's error replies (MOVED, ASK, TRYAGAIN...)
     from redis.cluster import ClusterParser as _ErrorClasses  # type: ignore[attr-defined]
 except ImportError:  # from 6 on, every parser knows them
     _ErrorClasses = BaseParser
+try:  # and its asyncio cluster client's parser (a plain client's raises a bare ResponseError)
+    from redis.asyncio.cluster import ClusterParser as _AsyncClusterParser  # type: ignore[attr-defined]
+except ImportError:
+    _AsyncClusterParser = None
 
 log = logging.getLogger("drumbeat")
 
@@ -317,7 +321,13 @@ def node_client(
     """A plain asyncio client to one node of the cluster ``url`` names (its credentials and
     options), for connections driven by hand that must reach the owner of a slot."""
     _, from_url = cluster_nodes(url)
-    return redis_async.Redis(host=host, port=port, **(_options(socket_timeout) | from_url))
+    made = redis_async.Redis(host=host, port=port, **(_options(socket_timeout) | from_url))
+    if _AsyncClusterParser is not None:
+        # redis-py < 6: so that its connections (and a `Link`'s, made from the same options)
+        # raise MovedError, AskError, TryAgainError..., which the worker follows or waits out,
+        # and not a bare ResponseError, which it takes for a script's error.
+        made.connection_pool.connection_kwargs["parser_class"] = _AsyncClusterParser
+    return made
 
 
 # -- server checks -------------------------------------------------------------------------------

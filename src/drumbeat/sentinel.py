@@ -20,7 +20,9 @@ and what the URL must give (`_why`).
 
 from __future__ import annotations
 
+import asyncio
 import ssl
+import threading
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlencode
@@ -156,9 +158,25 @@ def _why(sentinel: redis.Redis | redis_async.Redis, exc: redis.RedisError) -> Ex
 
 class _SyncSentinels(sync_sentinel.Sentinel):
     """redis-py's `Sentinel`, saying so when the sentinels refuse the login or the TLS
-    handshake (redis-py counts either as an unreachable sentinel: "No master found")."""
+    handshake (redis-py counts either as an unreachable sentinel: "No master found"), and
+    asking them for the master one lookup at a time.
+
+    redis-py moves the sentinel that answered to the front of its list by the index it had
+    when the lookup began, which another lookup may have changed meanwhile (every connection
+    of a client reconnects at once after a failover): the list then names one sentinel twice
+    and loses another, never asked again, whose connections are never closed. One at a time
+    also spares the others the wait on a dead sentinel: the first lookup moves a live one
+    forward."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        self._lookup = threading.Lock()
 
     def discover_master(self, service_name: str) -> tuple[str, int]:
+        with self._lookup:
+            return self._discover_master(service_name)
+
+    def _discover_master(self, service_name: str) -> tuple[str, int]:
         try:
             return cast(tuple[str, int], super().discover_master(service_name))  # type: ignore[no-untyped-call]
         except sync_sentinel.MasterNotFoundError:
@@ -175,7 +193,15 @@ class _SyncSentinels(sync_sentinel.Sentinel):
 class _AsyncSentinels(async_sentinel.Sentinel):
     """`_SyncSentinels` for asyncio."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        self._lookup = asyncio.Lock()
+
     async def discover_master(self, service_name: str) -> tuple[str, int]:
+        async with self._lookup:
+            return await self._discover_master(service_name)
+
+    async def _discover_master(self, service_name: str) -> tuple[str, int]:
         try:
             return cast(tuple[str, int], await super().discover_master(service_name))
         except async_sentinel.MasterNotFoundError:
@@ -234,7 +260,7 @@ def sync_client(url: str, options: dict[str, Any]) -> redis.Redis:
     are overridden by the URL's."""
     parsed = parse(url)
     merged = options | parsed.options
-    manager = _SyncSentinels(  # type: ignore[no-untyped-call]
+    manager = _SyncSentinels(
         parsed.sentinels, sentinel_kwargs=_sentinel_kwargs(parsed, merged, Retry(NoBackoff(), 1))
     )
     pool = sync_sentinel.SentinelConnectionPool(parsed.service, manager, **merged)  # type: ignore[no-untyped-call]
@@ -247,7 +273,7 @@ def async_client(url: str, options: dict[str, Any]) -> redis_async.Redis:
     """`sync_client` for asyncio callers."""
     parsed = parse(url)
     merged = options | parsed.options
-    manager = _AsyncSentinels(  # type: ignore[no-untyped-call]
+    manager = _AsyncSentinels(
         parsed.sentinels,
         sentinel_kwargs=_sentinel_kwargs(parsed, merged, AsyncRetry(NoBackoff(), 1)),
     )

@@ -272,6 +272,12 @@ def own_sentinel() -> Iterator[SentinelSetup]:
 
 
 @pytest.fixture
+def own_sentinel_tls() -> Iterator[SentinelSetup]:
+    """A TLS sentinel setup for this test alone (it kills the master)."""
+    yield from _started(tls=True)
+
+
+@pytest.fixture
 async def sentinel_app(redis_sentinel: SentinelSetup) -> AsyncIterator[drumbeat.App]:
     app = drumbeat.App(redis_sentinel.url, namespace="s" + uuid.uuid4().hex[:12])
     yield app

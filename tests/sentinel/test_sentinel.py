@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ import redis
 
 import drumbeat
 from drumbeat import connections, sentinel
-from tests.conftest import RedisServer, running_worker, server_binary
+from tests.conftest import RedisServer, _free_port, running_worker, server_binary
 from tests.ha_process import check_processes_on
 from tests.helpers import wait_for_async
 from tests.sentinel.conftest import SentinelSetup
@@ -74,6 +75,31 @@ def test_every_client_reaches_the_master_through_the_sentinels(
     finally:
         for client in made:
             client.close()
+
+
+async def test_concurrent_connects_keep_every_sentinel_once(redis_sentinel: SentinelSetup) -> None:
+    """redis-py moves the sentinel that answered to the front of its list by index, and the
+    index goes stale while another connect's lookup awaits: lookups at once (a worker's
+    connections reconnecting after a failover) could list one sentinel twice and lose another,
+    whose connections were then never closed. The first sentinel named here is down, so every
+    lookup moves the second one forward."""
+    dead = _free_port()
+    url = redis_sentinel.url.replace("://", f"://127.0.0.1:{dead},", 1)
+    sync_made = connections.sync_client(url)
+    made = connections.async_client(url)
+    try:
+        everyone = {id(s) for s in made.manager.sentinels}  # type: ignore[attr-defined]
+        await asyncio.gather(*(made.ping() for _ in range(10)))  # 10 connections, 10 lookups
+        listed = [id(s) for s in made.manager.sentinels]  # type: ignore[attr-defined]
+        assert sorted(listed) == sorted(everyone), "each sentinel is listed once"
+        sync_everyone = {id(s) for s in sync_made.manager.sentinels}  # type: ignore[attr-defined]
+        with ThreadPoolExecutor(10) as pool:
+            list(pool.map(lambda _: sync_made.connection_pool.get_master_address(), range(200)))  # type: ignore[attr-defined]
+        listed = [id(s) for s in sync_made.manager.sentinels]  # type: ignore[attr-defined]
+        assert sorted(listed) == sorted(sync_everyone), "each sentinel is listed once (threads)"
+    finally:
+        await made.aclose()
+        sync_made.close()
 
 
 async def test_a_job_and_a_schedule_run_through_a_sentinel_url(

@@ -4,8 +4,17 @@ A connection driven by hand (`Link`) talks to one server, but on a cluster a scr
 reach the master that owns its keys' slot (every key of one call shares it: the shard's hash
 tag). `Nodes` asks the cluster client where a key lives and keeps a plain client per master;
 `Routed` sends each call on its master's `Link` and returns the replies in the order sent. A
-MOVED reply or a lost connection (a failover, a resharding) marks the map stale: the next send
-asks the cluster again, after the caller's backoff (`retrying.is_transient`).
+MOVED reply or a lost connection (a failover, a finished resharding) marks the map stale: the
+next send asks the cluster again, after the caller's backoff (`retrying.is_transient`).
+
+An ASK reply (the slot is migrating, and the old owner lacks one of the call's keys) is
+followed once: ``ASKING`` then the call, on one connection to the node it names, and the map
+is left as it is (the slot is still the old owner's). Redis runs a call of several keys on the
+importing node only if every key is there already; otherwise it answers ``TRYAGAIN``, which the
+caller waits out like any transient error, until the migration ends and the old owner answers
+MOVED. Most scripts name a key that exists only when needed (a result, a dedup entry, the
+signals channel), so most calls during a migration wait; following ASK spares the wait to
+those whose keys have all moved.
 """
 
 from __future__ import annotations
@@ -18,9 +27,10 @@ from typing import Any, cast
 import redis
 import redis.asyncio as aredis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoScriptError
 
 from drumbeat import connections
-from drumbeat.scripts import Call
+from drumbeat.scripts import SOURCES, Call
 
 from .link import Link
 
@@ -99,7 +109,7 @@ class Routed:
     def __init__(self, nodes: Nodes) -> None:
         self.nodes = nodes
         self._links: dict[Address, Link] = {}
-        self._order: deque[Link] = deque()
+        self._order: deque[tuple[Link, Call[Any]]] = deque()
 
     @property
     def unread(self) -> int:
@@ -117,28 +127,31 @@ class Routed:
         # next send (see `Link.send`), and the order of the old ones is of no use.
         self._order.clear()
         groups: dict[Address, list[Call[Any]]] = {}
-        order: list[Address] = []
+        order: list[tuple[Address, Call[Any]]] = []
         for call in calls:
             address = await self.nodes.address_of(call.keys[0])
             groups.setdefault(address, []).append(call)
-            order.append(address)
+            order.append((address, call))
         try:
             for address, group in groups.items():
                 await self._link(address).send(group)
         except BaseException:
             self.nodes.stale = True
             raise
-        self._order.extend(self._links[address] for address in order)
+        self._order.extend((self._links[address], call) for address, call in order)
 
     async def next(self) -> tuple[Call[Any], Any]:
-        """The next call sent and its parsed reply, as `Link.next`; a MOVED or ASK reply (the
-        slot moved: the call did not run) or a lost connection also marks the map stale."""
-        link = self._order.popleft()
+        """The next call sent and its parsed reply, as `Link.next`; a MOVED reply (the slot
+        moved: the call did not run) or a lost connection also marks the map stale, and an ASK
+        reply is followed (see the module docstring)."""
+        link, call = self._order.popleft()
         try:
             return await link.next()
-        except redis.exceptions.AskError:  # and MovedError
+        except redis.exceptions.MovedError:
             self.nodes.stale = True
             raise
+        except redis.exceptions.AskError as exc:
+            ask = exc
         except redis.ResponseError:
             raise
         except BaseException:
@@ -146,6 +159,32 @@ class Routed:
             self.nodes.stale = True
             self._order.clear()
             raise
+        return call, call.parse(await self._asked(call, ask))
+
+    async def _asked(self, call: Call[Any], ask: redis.exceptions.AskError) -> Any:
+        """The raw reply of ``call`` sent where ``ask`` points, after ``ASKING`` (which holds
+        for the next command on that connection only: both go in one pipeline, on one of the
+        node's client's connections, not on its `Link`, whose replies may be unread). Its
+        error reply raises: ``TRYAGAIN`` (some keys have not moved yet) or, if the migration
+        ended meanwhile, MOVED or ASK again, which are not followed (a MOVED marks the map
+        stale)."""
+        client = self.nodes.client((ask.host, ask.port))
+        command = call.command()
+        for attempt in range(2):
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.execute_command("ASKING")
+                pipe.execute_command(*command)
+                _, reply = await pipe.execute(raise_on_error=False)
+            if not isinstance(reply, NoScriptError) or attempt:
+                break
+            # The importing node has not seen this script yet.
+            _evalsha, _sha, *rest = command
+            command = ("EVAL", SOURCES[call.name], *rest)
+        if isinstance(reply, redis.exceptions.MovedError):
+            self.nodes.stale = True
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
     async def run(self, calls: Sequence[Call[Any]]) -> list[Any]:
         """As `Link.run`: the parsed replies, or the first error reply once all are read."""

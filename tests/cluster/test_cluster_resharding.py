@@ -1,0 +1,128 @@
+"""The worker's routing (`worker.routing`) while a shard's slot migrates to another master, as
+``redis-cli --cluster reshard`` moves it: marked importing and migrating, its keys moved with
+``MIGRATE``, then given away. The old owner answers ASK for a call whose keys are not all there;
+the worker follows it (``ASKING``, then the call, on the importing master) without touching its
+slot map, and once the slot is given away the old owner's MOVED updates the map."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+import redis
+
+import drumbeat
+from drumbeat import connections
+from drumbeat.worker.retrying import is_transient
+from drumbeat.worker.routing import Nodes, Routed
+from tests.cluster.conftest import ClusterServer, Node
+from tests.cluster.test_cluster_direct import _asking, _masters, _node_id
+from tests.conftest import running_worker
+from tests.helpers import wait_for_async
+
+pytestmark = pytest.mark.cluster
+
+WORKER = "w-resharding"
+LEASE_MS = 60_000
+
+
+def _migrate(source: Node, target: Node, slot: int) -> None:
+    """Starts moving ``slot`` from ``source`` to ``target`` and moves every key it holds."""
+    with target.client() as client:
+        client.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", _node_id(source))
+    with source.client() as client:
+        client.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", _node_id(target))
+        keys = client.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+        assert keys, f"slot {slot} holds the shard's keys"
+        client.migrate("127.0.0.1", target.port, keys, 0, 5000)
+
+
+def _give_away(masters: list[Node], slot: int, target: Node) -> None:
+    """Ends the migration: ``slot`` is ``target``'s (told first: it bumps its config epoch, so
+    the rest of the cluster takes its word)."""
+    for node in sorted(masters, key=lambda n: n is not target):
+        with node.client() as client:
+            client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", _node_id(target))
+
+
+async def test_a_claim_during_a_slot_migration_follows_ask_to_the_importing_master(
+    redis_cluster: ClusterServer,
+) -> None:
+    """Redis runs a call of several keys on the importing master only if every key is there
+    already, so the shard is first given each key a claim names, as a busy shard has them: a
+    schedule that ran (its lateness), queued and delayed jobs, a claimed job that saved its
+    progress. The claim sent during the migration then takes the next job through ASK, where
+    before it failed until the migration ended. Its ack names keys that exist only when needed
+    (the job's `done` list, results): the importing master answers TRYAGAIN, a transient error
+    the settler waits out, and after the migration the ack lands on the new master."""
+    app = drumbeat.App(redis_cluster.url, namespace="r" + uuid.uuid4().hex[:12])
+    ticks: list[int] = []
+
+    @app.task
+    def tick() -> None:
+        ticks.append(1)
+
+    @app.task
+    def job(n: int) -> None: ...
+
+    scripts = app.scripts
+    masters = _masters(redis_cluster)
+    source = redis_cluster.node_of(app.keys.ready)
+    target = next(node for node in masters if node is not source)
+    with redis_cluster.client() as cluster:
+        slot = cluster.keyslot(app.keys.ready)
+    client = connections.worker_client(redis_cluster.url, 1.0)
+    nodes = Nodes(redis_cluster.url, client, 5.0)
+    routed = Routed(nodes)
+    try:
+        app.schedule("tick", tick, every=1)
+        async with running_worker(app, concurrency=1):
+            await wait_for_async(lambda: len(ticks), lambda n: n >= 1, message="a run of tick")
+        first, second = job.enqueue(1), job.enqueue(2)
+        job.options(delay=3600).enqueue(3)
+        (taken,) = await routed.run([scripts.claim(WORKER, 1, LEASE_MS, 100)])
+        assert [j.id for j in taken.jobs] == [first.id]
+        await routed.run([scripts.save_progress(first.id, taken.jobs[0].token, b"half")])
+        claim = scripts.claim(WORKER, 1, LEASE_MS, 100)
+        with source.client() as admin:
+            missing = [key for key in claim.keys if not admin.exists(key)]
+        assert not missing, f"the test means every key of the claim to exist: {missing}"
+        with target.client() as admin:  # the importing master has not seen the scripts
+            admin.script_flush()
+        asked = _asking(target)
+
+        _migrate(source, target, slot)
+        try:
+            (during,) = await routed.run([claim])
+            assert [j.id for j in during.jobs] == [second.id], "the claim took the next job"
+            assert _asking(target) > asked, "the claim went to the importing master"
+            assert not nodes.stale, "an ASK leaves the slot map as it is"
+            assert await nodes.address_of(app.keys.ready) == ("127.0.0.1", source.port)
+            token = during.jobs[0].token
+            ack = scripts.complete([(second.id, token, b"null", 0, during.jobs[0].extra)])
+            with pytest.raises(redis.exceptions.TryAgainError) as refused:
+                await routed.run([ack])
+            assert is_transient(refused.value), "the settler sends the ack again later"
+        finally:
+            _give_away(masters, slot, target)
+
+        deadline = time.monotonic() + 30
+        while True:  # as the settler does: send again after a transient error
+            try:
+                assert await routed.run([ack]) == [[1]], "the ack was accepted"
+                break
+            except redis.RedisError as exc:
+                assert is_transient(exc), f"the ack after the migration failed: {exc!r}"
+                assert time.monotonic() < deadline, f"the ack still fails 30 s on: {exc!r}"
+                await asyncio.sleep(0.1)
+        assert await nodes.address_of(app.keys.ready) == ("127.0.0.1", target.port)
+        with target.client() as admin:  # the ack ran on the new master, where the jobs went
+            assert admin.hmget(app.keys.jobs, [first.id, second.id])[1] is None
+        assert first.status() == "running"
+    finally:
+        await routed.aclose()
+        await nodes.aclose()
+        await client.aclose()
+        await app.aclose()
