@@ -6,6 +6,7 @@ tests/process/test_limits_process.py."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 
 import pytest
@@ -380,3 +381,29 @@ async def test_a_sharded_run_of_a_task_that_gained_a_limit_is_told_per_shard(
     told = [r.getMessage() for r in caplog.records if "holds per shard" in r.getMessage()]
     assert len(told) == 1, f"told once for the one limiter key, got {told}"
     assert "2 schedule shards" in told[0], told[0]
+
+
+async def test_a_run_knows_the_start_its_rate_limit_granted(lapp: drumbeat.App) -> None:
+    """`current_job().granted_ms` is the start the limiter granted each run (Redis clock): at
+    50/s with burst 1, consecutive grants are at least the 20 ms interval apart (a property of
+    the limiter, not of how fast the machine is); an unlimited run has none."""
+    granted: dict[int, int | None] = {}
+
+    @lapp.task(rate_limit="50/s")
+    async def tick(n: int) -> None:
+        granted[n] = drumbeat.current_job().granted_ms
+
+    @lapp.task
+    async def free() -> None:
+        granted[-1] = drumbeat.current_job().granted_ms
+
+    n = 20
+    await lapp.aenqueue_many([tick.prepare(i) for i in range(n)] + [free.prepare()])
+    async with running_worker(lapp, concurrency=8):
+        await wait_for_async(lambda: len(granted) == n + 1, message="every job should run",
+                             timeout=30)  # fmt: skip
+    assert granted.pop(-1) is None, "an unlimited run has no granted start"
+    times = sorted(t for t in granted.values() if t is not None)
+    assert len(times) == n, f"every rate-limited run should know its grant: {granted}"
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert min(gaps) >= 20, f"grants closer than the 20 ms interval of 50/s: {gaps}"

@@ -95,10 +95,10 @@ class Gate:
         job: Claimed,
         keyed: list[tuple[str, Limit]],
         now_ms: Callable[[], int],
-    ) -> bool:
-        """True: the run may start now. False: the job gave up its claim to wait (or its
-        lease was lost), so the run must not start. ``now_ms``: Redis time, as the worker
-        knows it."""
+    ) -> int | None:
+        """The start the limits granted (Redis clock ms; reached when this returns): the run
+        may start. None: the job gave up its claim to wait (or its lease was lost), so the run
+        must not start. ``now_ms``: Redis time, as the worker knows it."""
         assert self.client is not None
         if shard > 0:
             self._tell_per_shard(keyed)
@@ -114,12 +114,12 @@ class Gate:
             delay = reply[1] - now_ms()
             if delay > 0:
                 await asyncio.sleep(delay / 1000)
-            return True
+            return int(reply[1])
         if reply[0] == 0:
             log.warning("job %s: its lease was taken over before its limits were acquired", job.id)
         else:
             self.parked += 1
-        return False
+        return None
 
     def _tell_per_shard(self, keyed: list[tuple[str, Limit]]) -> None:
         """A run of a schedule shard acquires its limits on its own shard's keys (a script
