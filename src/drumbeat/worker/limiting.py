@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aredis
+from redis.exceptions import NoScriptError
 
 from drumbeat.errors import InvalidJob
 from drumbeat.job import Spec
@@ -49,10 +50,15 @@ class Gate:
         # the ones its tasks name.
         self.queues = list(dict.fromkeys([*queues, *app.queues()]))
         self.client: aredis.Redis | None = None
-        # Acquisitions go to Redis one at a time, in the order the runs asked (the order they
-        # were claimed in): on the client's pool, a call that waits for a new connection would
-        # reach Redis after later ones and take a permit out of turn.
-        self._in_turn = asyncio.Lock()
+        # Acquisitions reach Redis in the order the runs asked (the order they were claimed
+        # in): on the client's pool, a call that waits for a new connection would reach Redis
+        # after later ones and take a permit out of turn. One at a time (a round trip each)
+        # kept the order, but a claimed batch's last run waited for all the others' round trips
+        # and jobs were acquired and parked more often (bench.limits: 56 -> 74 Redis commands
+        # per rate-limited job, 24 -> 37 per concurrency-limited one); so the ones waiting are
+        # sent together, in order, in one pipeline.
+        self._waiting: list[tuple[Call[list[int]], asyncio.Future[list[int]]]] = []
+        self._sender: asyncio.Task[None] | None = None
         self.parked = 0
         """Runs that gave up their claim to wait for a limit (booked or parked)."""
         self._told_per_shard: set[str] = set()
@@ -106,8 +112,7 @@ class Gate:
             job.id, job.token, queue=job.queue, lease_ms=self.lease_ms, horizon_ms=HORIZON_MS,
             limits=[(name, limit.args()) for name, limit in keyed],
         )  # fmt: skip
-        async with self._in_turn:  # asyncio.Lock is first come, first served
-            reply = await call.arun(self.client)
+        reply = await self._in_turn(call)
         if reply[0] == 1:
             # Granted for a start a few ms ahead (LIMIT_NEAR_MS): wait for that time itself
             # (Redis' clock), not for a delay from the call, whose reply may come late.
@@ -120,6 +125,41 @@ class Gate:
         else:
             self.parked += 1
         return None
+
+    async def _in_turn(self, call: Call[list[int]]) -> list[int]:
+        """``call``'s reply, sent after every acquisition asked before it, in one pipeline with
+        the ones asked while the previous pipeline was out."""
+        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self._waiting.append((call, future))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send_waiting())
+        return await future
+
+    async def _send_waiting(self) -> None:
+        assert self.client is not None
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            try:
+                async with self.client.pipeline(transaction=False) as pipe:
+                    for call, _ in batch:
+                        pipe.execute_command(*call.command())
+                    raws = await pipe.execute(raise_on_error=False)
+            except Exception as exc:  # the connection: every call of the batch fails with it
+                raws = [exc] * len(batch)
+            for (call, future), raw in zip(batch, raws, strict=True):
+                try:
+                    if isinstance(raw, NoScriptError):  # Redis lost its scripts: EVAL this one
+                        reply = await call.arun(self.client)
+                    elif isinstance(raw, Exception):
+                        raise raw
+                    else:
+                        reply = call.parse(raw)
+                except Exception as exc:
+                    if not future.done():  # done: its run was cancelled (a stop)
+                        future.set_exception(exc)
+                    continue
+                if not future.done():
+                    future.set_result(reply)
 
     def _tell_per_shard(self, keyed: list[tuple[str, Limit]]) -> None:
         """A run of a schedule shard acquires its limits on its own shard's keys (a script
