@@ -418,8 +418,8 @@ async def test_a_claimed_batch_acquires_in_one_round_trip_in_order(
     own_redis: RedisServer, namespace: str
 ) -> None:
     """The acquisitions of jobs claimed together reach Redis in claim order, sent together:
-    one at a time (a round trip each) kept the order, but the last of a batch waited for all
-    the others, and under a backlog of a rate-limited task parked more often (bench.limits:
+    one at a time (a round trip each) kept the order, but the runs of a batch then started a
+    round trip apart and the worker claimed and settled about one job at a time (bench.limits:
     Redis commands per job 56 -> 74). Round trips are Redis' read events on a server of its
     own (a small pipeline arrives in one read)."""
     app = drumbeat.App(own_redis.url, namespace=namespace)
