@@ -457,3 +457,33 @@ async def test_a_claimed_batch_acquires_in_one_round_trip_in_order(
         await client.aclose()
         r.close()
         await app.aclose()
+
+
+async def test_acquisitions_waiting_on_a_cancelled_sender_are_cancelled(
+    redis_url: str, namespace: str
+) -> None:
+    """The task that sends the waiting acquisitions is cancelled (the worker stops): the runs
+    waiting for its replies are cancelled too, rather than wait forever."""
+    app = drumbeat.App(redis_url, namespace=namespace)
+
+    @app.task(concurrency_limit=1)
+    async def step(n: int) -> None: ...
+
+    app.enqueue_many([step.prepare(i) for i in range(3)])
+    r = redis.Redis.from_url(redis_url)
+    client = aredis.Redis.from_url(redis_url)
+    try:
+        claimed = app.scripts.claim("w", 3, 60_000, 100).run(r).jobs
+        gate = Gate(app, [app.scripts], ["default"])
+        gate.client = client
+        keyed = gate.keys_of(step, decode_spec(claimed[0].spec or b""))
+        runs = [asyncio.create_task(gate.acquire(0, job, keyed, lambda: 0)) for job in claimed]
+        await asyncio.sleep(0)  # the runs ask; the sender is made, not yet run
+        assert gate._sender is not None
+        gate._sender.cancel()
+        done = await asyncio.wait_for(asyncio.gather(*runs, return_exceptions=True), 30)
+        assert all(isinstance(x, asyncio.CancelledError) for x in done), done
+    finally:
+        await client.aclose()
+        r.close()
+        await app.aclose()

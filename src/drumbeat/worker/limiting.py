@@ -98,6 +98,7 @@ class Gate:
         # limit; Redis commands per job 56 -> 74 and 24 -> 37); so the ones waiting are sent
         # together, in order, in one pipeline.
         self._waiting: list[tuple[Call[list[int]], asyncio.Future[list[int]]]] = []
+        self._in_flight: list[tuple[Call[list[int]], asyncio.Future[list[int]]]] = []
         self._sender: asyncio.Task[None] | None = None
         self.clock = RedisClock()
         """Redis' time, as the replies of acquisitions tell it (see `RedisClock`)."""
@@ -175,37 +176,56 @@ class Gate:
         self._waiting.append((call, future))
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._send_waiting())
+            self._sender.add_done_callback(self._sender_done)
         return await future
 
     async def _send_waiting(self) -> None:
         assert self.client is not None
         while self._waiting:
-            batch, self._waiting = self._waiting, []
+            self._in_flight, self._waiting = self._waiting, []
+            await self._send(self.client, self._in_flight)
+        self._in_flight = []
+
+    def _sender_done(self, sender: asyncio.Task[None]) -> None:
+        """Cancelled (the worker stops; perhaps before it ran at all): no run may wait for a
+        reply that will not come. (A sender that ended as it should may already have a
+        successor, which owns the runs waiting now.)"""
+        if not sender.cancelled() or sender is not self._sender:
+            return
+        left = [*self._in_flight, *self._waiting]
+        self._in_flight, self._waiting = [], []
+        for _, future in left:
+            if not future.done():
+                future.cancel()
+
+    async def _send(
+        self, client: aredis.Redis, batch: list[tuple[Call[list[int]], asyncio.Future[list[int]]]]
+    ) -> None:
+        try:
+            async with client.pipeline(transaction=False) as pipe:
+                for call, _ in batch:
+                    pipe.execute_command(*call.command())
+                raws = await pipe.execute(raise_on_error=False)
+        except Exception as exc:  # the connection: every call of the batch fails with it
+            raws = [exc] * len(batch)
+        read_ms = time.time() * 1000
+        for raw in raws:
+            if isinstance(raw, list) and len(raw) == 3:  # granted, with Redis' time
+                self.clock.observe(int(raw[2]), read_ms)
+        for (call, future), raw in zip(batch, raws, strict=True):
             try:
-                async with self.client.pipeline(transaction=False) as pipe:
-                    for call, _ in batch:
-                        pipe.execute_command(*call.command())
-                    raws = await pipe.execute(raise_on_error=False)
-            except Exception as exc:  # the connection: every call of the batch fails with it
-                raws = [exc] * len(batch)
-            read_ms = time.time() * 1000
-            for raw in raws:
-                if isinstance(raw, list) and len(raw) == 3:  # granted, with Redis' time
-                    self.clock.observe(int(raw[2]), read_ms)
-            for (call, future), raw in zip(batch, raws, strict=True):
-                try:
-                    if isinstance(raw, NoScriptError):  # Redis lost its scripts: EVAL this one
-                        reply = await call.arun(self.client)
-                    elif isinstance(raw, Exception):
-                        raise raw
-                    else:
-                        reply = call.parse(raw)
-                except Exception as exc:
-                    if not future.done():  # done: its run was cancelled (a stop)
-                        future.set_exception(exc)
-                    continue
-                if not future.done():
-                    future.set_result(reply)
+                if isinstance(raw, NoScriptError):  # Redis lost its scripts: EVAL this one
+                    reply = await call.arun(client)
+                elif isinstance(raw, Exception):
+                    raise raw
+                else:
+                    reply = call.parse(raw)
+            except Exception as exc:
+                if not future.done():  # done: its run was cancelled (a stop)
+                    future.set_exception(exc)
+                continue
+            if not future.done():
+                future.set_result(reply)
 
     def _tell_per_shard(self, keyed: list[tuple[str, Limit]]) -> None:
         """A run of a schedule shard acquires its limits on its own shard's keys (a script
