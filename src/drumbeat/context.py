@@ -46,6 +46,9 @@ class Context:
     """The progress this job last saved at a checkpoint (in an earlier attempt, before a crash,
     a retry or a hand-back); None if it never saved any."""
     checkpoints: Checkpoints | None = field(default=None, repr=False, compare=False)
+    granted_ms: int | None = None
+    """When this run's rate and concurrency limits granted its start (epoch ms, Redis clock;
+    the worker waits for it when it is a few ms ahead); None for a run of an unlimited task."""
 
 
 _current: ContextVar[Context] = ContextVar("drumbeat_job")

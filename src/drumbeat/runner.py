@@ -125,7 +125,7 @@ class Gate(Protocol):
         job: Claimed,
         keyed: list[tuple[str, Limit]],
         now_ms: Callable[[], int],
-    ) -> bool: ...
+    ) -> int | None: ...
 
 
 # A schedule record that cannot be read still comes back this much later, so it cannot spin.
@@ -174,12 +174,13 @@ class Runner:
         found = await self._task_of(job, now_ms, named)
         if not isinstance(found, tuple):
             return found
-        task, spec = found
+        task, spec, granted_ms = found
         ttl_ms = self._ttl_ms(task)
         if checkpoints is not None:
             checkpoints.is_async = task.is_async
         ctx = Context(job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
-                      progress=decode_progress(job.progress), checkpoints=checkpoints)  # fmt: skip
+                      progress=decode_progress(job.progress), checkpoints=checkpoints,
+                      granted_ms=granted_ms)  # fmt: skip
         token = _current.set(ctx)
         try:
             if task.is_async and task.config.timeout is None:  # the common case, inlined
@@ -196,9 +197,10 @@ class Runner:
 
     async def _task_of(
         self, job: Claimed, now_ms: Callable[[], int], named: Named | None
-    ) -> tuple[Task[Any, Any], Spec] | Outcome:
-        """The job's task and call, once it may run; else what becomes of it (its task is
-        unknown here, its record unreadable, or its limits do not let it start now)."""
+    ) -> tuple[Task[Any, Any], Spec, int | None] | Outcome:
+        """The job's task, call and granted start (`Context.granted_ms`), once it may run;
+        else what becomes of it (its task is unknown here, its record unreadable, or its limits
+        do not let it start now)."""
         try:
             if job.spec is None:
                 raise SerializationError("no job record: a foreign or corrupt entry in the queue")
@@ -211,10 +213,11 @@ class Runner:
         except SerializationError as exc:
             return self._bury(job, str(exc), None, now_ms())
         if self.gate is not None and (task.limits or spec.limits is not None):
-            held_back = await self._acquire(job, task, spec, named, now_ms)
-            if held_back is not None:
-                return held_back
-        return task, spec
+            acquired = await self._acquire(job, task, spec, named, now_ms)
+            if isinstance(acquired, Parked | Bury):
+                return acquired
+            return task, spec, acquired
+        return task, spec, None
 
     async def _schedule_task(
         self,
@@ -226,22 +229,24 @@ class Runner:
         limits: Any,
         named: Named | None,
         now_ms: Callable[[], int],
-    ) -> Task[Any, Any] | Parked | str:
-        """The task of a schedule's run, once its limits let it start; else `Parked`, or why
-        the run fails (its task is unknown here: it keeps its cadence, the task may be
-        deployed later; or it names a limiter this worker lacks)."""
+    ) -> tuple[Task[Any, Any], int | None] | Parked | str:
+        """The task of a schedule's run and its granted start (`Context.granted_ms`), once
+        its limits let it start; else `Parked`, or why the run fails (its task is unknown here:
+        it keeps its cadence, the task may be deployed later; or it names a limiter this worker
+        lacks)."""
         try:
             task = self.app.get_task(name)
         except UnknownTask as exc:
             return str(exc)
         if self.gate is not None and (task.limits or limits is not None):
             spec = Spec(task.name, args, kwargs, limits)  # the schedule's own limits, if any
-            held_back = await self._acquire(job, task, spec, named, now_ms)
-            if isinstance(held_back, Bury):
-                return held_back.reason
-            if held_back is not None:
-                return held_back
-        return task
+            acquired = await self._acquire(job, task, spec, named, now_ms)
+            if isinstance(acquired, Bury):
+                return acquired.reason
+            if isinstance(acquired, Parked):
+                return acquired
+            return task, acquired
+        return task, None
 
     async def _acquire(
         self,
@@ -250,8 +255,9 @@ class Runner:
         spec: Spec,
         named: Named | None,
         now_ms: Callable[[], int],
-    ) -> Parked | Bury | None:
-        """Acquires the limits of a job of a limited task: None when it may run now."""
+    ) -> Parked | Bury | int | None:
+        """Acquires the limits of a job of a limited task: the start they granted (Redis
+        clock ms) or None (it has no limiter key) when it may run now."""
         assert self.gate is not None
         try:
             keyed = self.gate.keys_of(task, spec)
@@ -266,11 +272,11 @@ class Runner:
         finally:
             if named is not None:
                 named.acquiring = False
-        if not granted:
+        if granted is None:
             return Parked()
         if named is not None:
             named.held_limits = [name for name, limit in keyed if limit.concurrency]
-        return None
+        return granted
 
     def _unknown(self, job: Claimed, error: str, now_ms: int) -> Unknown | Bury:
         """A job whose task this worker lacks goes back for one that knows it, until no worker
@@ -361,11 +367,11 @@ class Runner:
         )
         if isinstance(found, str | Parked):
             return next_slot("fail", found) if isinstance(found, str) else found
-        task = found
+        task, granted_ms = found
         if checkpoints is not None:
             checkpoints.is_async = task.is_async
         ctx = Context(job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
-                      schedule_id, due, checkpoints=checkpoints)  # fmt: skip
+                      schedule_id, due, checkpoints=checkpoints, granted_ms=granted_ms)  # fmt: skip
         token = _current.set(ctx)
         try:
             await self._timed(task, args, kwargs, checkpoints)

@@ -6,15 +6,21 @@ tests/process/test_limits_process.py."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 from collections.abc import AsyncIterator
 
 import pytest
 import redis
+import redis.asyncio as aredis
 
 import drumbeat
 from drumbeat.errors import InvalidJob
+from drumbeat.job import decode_spec
 from drumbeat.keys import bucket_of
-from tests.conftest import running_worker
+from drumbeat.scripts import SOURCES
+from drumbeat.worker.limiting import Gate
+from tests.conftest import RedisServer, running_worker
 from tests.helpers import wait_for_async
 
 
@@ -422,3 +428,104 @@ async def test_a_sharded_run_of_a_task_that_gained_a_limit_is_told_per_shard(
     told = [r.getMessage() for r in caplog.records if "holds per shard" in r.getMessage()]
     assert len(told) == 1, f"told once for the one limiter key, got {told}"
     assert "2 schedule shards" in told[0], told[0]
+
+
+async def test_a_run_knows_the_start_its_rate_limit_granted(lapp: drumbeat.App) -> None:
+    """`current_job().granted_ms` is the start the limiter granted each run (Redis clock): at
+    50/s with burst 1, consecutive grants are at least the 20 ms interval apart (a property of
+    the limiter, not of how fast the machine is); an unlimited run has none."""
+    granted: dict[int, int | None] = {}
+    early: list[float] = []
+
+    @lapp.task(rate_limit="50/s")
+    async def tick(n: int) -> None:
+        granted[n] = at = drumbeat.current_job().granted_ms
+        # Redis' TIME and time.time() read one clock here (one machine): no run starts before
+        # the time it was granted (the worker's estimate of Redis' time is a lower bound).
+        if at is not None and time.time() * 1000 < at:
+            early.append(at - time.time() * 1000)
+
+    @lapp.task
+    async def free() -> None:
+        granted[-1] = drumbeat.current_job().granted_ms
+
+    n = 20
+    await lapp.aenqueue_many([tick.prepare(i) for i in range(n)] + [free.prepare()])
+    async with running_worker(lapp, concurrency=8):
+        await wait_for_async(lambda: len(granted) == n + 1, message="every job should run",
+                             timeout=30)  # fmt: skip
+    assert granted.pop(-1) is None, "an unlimited run has no granted start"
+    times = sorted(t for t in granted.values() if t is not None)
+    assert len(times) == n, f"every rate-limited run should know its grant: {granted}"
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert min(gaps) >= 20, f"grants closer than the 20 ms interval of 50/s: {gaps}"
+    assert not early, f"runs started before their grant, by ms: {early}"
+
+
+async def test_a_claimed_batch_acquires_in_one_round_trip_in_order(
+    own_redis: RedisServer, namespace: str
+) -> None:
+    """The acquisitions of jobs claimed together reach Redis in claim order, sent together:
+    one at a time (a round trip each) kept the order, but the runs of a batch then started a
+    round trip apart and the worker claimed and settled about one job at a time (bench.limits:
+    Redis commands per job 56 -> 74). Round trips are Redis' read events on a server of its
+    own (a small pipeline arrives in one read)."""
+    app = drumbeat.App(own_redis.url, namespace=namespace)
+
+    @app.task(concurrency_limit=1)
+    async def step(n: int) -> None: ...
+
+    app.enqueue_many([step.prepare(i) for i in range(8)])
+    r = redis.Redis.from_url(own_redis.url)
+    client = aredis.Redis.from_url(own_redis.url)
+    try:
+        claimed = app.scripts.claim("w", 8, 60_000, 100).run(r).jobs
+        assert [decode_spec(j.spec or b"").args for j in claimed] == [[i] for i in range(8)]
+        gate = Gate(app, [app.scripts], ["default"])
+        gate.client = client
+        await client.ping()  # the connection's own set-up commands, before counting
+        r.script_load(SOURCES["acquire_limits"])  # else every call's NOSCRIPT is retried alone
+        keyed = gate.keys_of(step, decode_spec(claimed[0].spec or b""))
+        reads = int(r.info("stats")["total_reads_processed"])
+        replies = await asyncio.gather(
+            *(gate.acquire(0, job, keyed, lambda: int(time.time() * 1000)) for job in claimed)
+        )
+        reads = int(r.info("stats")["total_reads_processed"]) - reads - 1  # less the INFO
+        assert replies[0] is not None and replies[1:] == [None] * 7, (
+            f"the first job claimed should take the only permit, the rest park: {replies}"
+        )
+        assert reads <= 2, f"8 acquisitions took {reads} round trips; expected 1 (2 if split)"
+    finally:
+        await client.aclose()
+        r.close()
+        await app.aclose()
+
+
+async def test_acquisitions_waiting_on_a_cancelled_sender_are_cancelled(
+    redis_url: str, namespace: str
+) -> None:
+    """The task that sends the waiting acquisitions is cancelled (the worker stops): the runs
+    waiting for its replies are cancelled too, rather than wait forever."""
+    app = drumbeat.App(redis_url, namespace=namespace)
+
+    @app.task(concurrency_limit=1)
+    async def step(n: int) -> None: ...
+
+    app.enqueue_many([step.prepare(i) for i in range(3)])
+    r = redis.Redis.from_url(redis_url)
+    client = aredis.Redis.from_url(redis_url)
+    try:
+        claimed = app.scripts.claim("w", 3, 60_000, 100).run(r).jobs
+        gate = Gate(app, [app.scripts], ["default"])
+        gate.client = client
+        keyed = gate.keys_of(step, decode_spec(claimed[0].spec or b""))
+        runs = [asyncio.create_task(gate.acquire(0, job, keyed, lambda: 0)) for job in claimed]
+        await asyncio.sleep(0)  # the runs ask; the sender is made, not yet run
+        assert gate._sender is not None
+        gate._sender.cancel()
+        done = await asyncio.wait_for(asyncio.gather(*runs, return_exceptions=True), 30)
+        assert all(isinstance(x, asyncio.CancelledError) for x in done), done
+    finally:
+        await client.aclose()
+        r.close()
+        await app.aclose()

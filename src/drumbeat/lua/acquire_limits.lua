@@ -40,8 +40,8 @@
 -- ARGV[1] job id  ARGV[2] token  ARGV[3] lease_ms  ARGV[4] horizon_ms
 -- ARGV[1 + 4i] name of the i-th key, then its interval ms (0: no rate), tolerance ms,
 --          concurrency (0: none)
--- Returns {1, start ms} granted, {2, start ms} reserved, {3, i} parked on the i-th key,
---          {0} lease lost
+-- Returns {1, start ms, now ms} granted (now: Redis' clock, by which the worker waits for the
+--          start), {2, start ms} reserved, {3, i} parked on the i-th key, {0} lease lost
 
 -- The key has room now for the better job parked ahead of this one (`l.behind`, of the same
 -- queue): it moves on to `ready` with a ticket (it keeps its place: its score), instead of
@@ -146,7 +146,7 @@ if park == nil and start <= now + LIMIT_NEAR_MS then
       redis.call('ZREM', l.permits, id)  -- a rate's ticket is spent by the start it booked
     end
   end
-  return {1, math.floor(start)}
+  return {1, math.floor(start), now}
 end
 
 -- Not now: the claim goes (the attempt it counted is given back), like defer_unknown.lua.
