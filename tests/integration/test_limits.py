@@ -253,8 +253,13 @@ async def test_parked_jobs_keep_priority_and_order_and_can_be_cancelled(
     assert r.hget(lapp.keys.parking, "p|default") == b"0"
 
 
-async def test_schedule_runs_are_limited_too(redis_url: str, namespace: str) -> None:
-    lapp = drumbeat.App(redis_url, namespace=namespace, idle_block=0.5, min_interval=0.05)
+@pytest.mark.parametrize("shards", [1, 3])
+async def test_schedule_runs_are_limited_too(redis_url: str, namespace: str, shards: int) -> None:
+    """With schedule_shards > 1 a limited schedule lives in the jobs' shard, with the limiter
+    keys: one limiter holds for the runs of every such schedule (a limiter per shard would let
+    each shard run one at once)."""
+    lapp = drumbeat.App(redis_url, namespace=namespace, idle_block=0.5, min_interval=0.05,
+                        schedule_shards=shards)  # fmt: skip
     running, peak, done = 0, 0, 0
 
     @lapp.task(concurrency_limit=1)
@@ -266,11 +271,17 @@ async def test_schedule_runs_are_limited_too(redis_url: str, namespace: str) -> 
         running -= 1
         done += 1
 
-    for i in range(3):
-        await lapp.aschedule(f"poll{i}", poll, every=0.1, args=[i])
+    ids = [f"poll{i}" for i in range(12 if shards > 1 else 3)]
+    for i, schedule_id in enumerate(ids):
+        await lapp.aschedule(schedule_id, poll, every=0.1, args=[i])
+    if shards > 1:
+        scheduler = lapp.scheduler
+        homes = {scheduler.home_of(lapp.redis, i) for i in ids}
+        assert homes == {scheduler.jobs_shard}, "every limited schedule lives with the jobs"
+        assert len({scheduler.shard_of(i) for i in ids}) > 1, "their ids hash to several shards"
     async with running_worker(lapp, concurrency=4):
         await wait_for_async(lambda: done >= 8, message="the schedules should run", timeout=20)
-        await lapp.aunschedule("poll0", "poll1", "poll2")
+        await lapp.aunschedule(*ids)
     await lapp.aclose()
     assert peak == 1, f"at most one run of the concurrency-1 task at once, saw {peak}"
 
@@ -333,39 +344,6 @@ async def test_jobs_claimed_together_acquire_their_limit_in_claim_order(lapp: dr
             await wait_for_async(lambda r=rounds: len(order) >= 8 * (r + 1),
                                  message="the jobs did not run", timeout=20)  # fmt: skip
     assert order == sorted(order), f"a later job took the permit first: {order}"
-
-
-async def test_limited_schedules_share_one_limiter_across_schedule_shards(
-    redis_url: str, namespace: str
-) -> None:
-    """With schedule_shards > 1 a limited schedule lives in the jobs' shard, with the limiter
-    keys: one limiter holds for the runs of every such schedule (a limit per shard would let
-    each shard run one at once)."""
-    app = drumbeat.App(redis_url, namespace=namespace, schedule_shards=3, min_interval=0.05,
-                       idle_block=0.5)  # fmt: skip
-    running = most = ran = 0
-
-    @app.task(concurrency_limit=1)
-    async def search(keyword: str) -> None:
-        nonlocal running, most, ran
-        running += 1
-        most = max(most, running)
-        await asyncio.sleep(0.03)
-        running -= 1
-        ran += 1
-
-    ids = [f"m{i}" for i in range(12)]
-    await app.aschedule_many(drumbeat.Schedule(i, search, every=0.1, args=[i]) for i in ids)
-    r = app.redis
-    assert {app.scheduler.home_of(r, i) for i in ids} == {app.scheduler.jobs_shard}, (
-        "every limited schedule lives in the jobs' shard"
-    )
-    assert len({app.scheduler.shard_of(i) for i in ids}) > 1, "their ids hash to several shards"
-    async with running_worker(app, concurrency=8):
-        await wait_for_async(lambda: ran >= 20, message="the runs should go on", timeout=30)
-    await app.aunschedule(*ids)
-    assert most == 1, f"{most} runs at once under concurrency_limit=1"
-    await app.aclose()
 
 
 def test_a_schedule_moves_to_the_jobs_shard_when_it_becomes_limited_and_back(

@@ -149,7 +149,13 @@ def _enqueue_through_failover(app: drumbeat.App, task: drumbeat.Task[Any, Any], 
 async def test_a_worker_carries_on_after_the_master_is_killed(
     redis_sentinel: SentinelSetup, own_sentinel: SentinelSetup
 ) -> None:
-    app = drumbeat.App(own_sentinel.url, namespace="s" + uuid.uuid4().hex[:12])
+    await carries_on_after_the_master_is_killed(own_sentinel)
+
+
+async def carries_on_after_the_master_is_killed(setup: SentinelSetup) -> None:
+    """kill -9 of the master; the sentinels promote the replica; a running worker runs and
+    settles the jobs enqueued after the failover, on the new master."""
+    app = drumbeat.App(setup.url, namespace="s" + uuid.uuid4().hex[:12])
     ran: set[int] = set()
 
     @app.task
@@ -161,25 +167,31 @@ async def test_a_worker_carries_on_after_the_master_is_killed(
             for n in range(5):
                 note.enqueue(n)
             await wait_for_async(lambda: len(ran), lambda k: k == 5, message="5 jobs ran")
-            old = own_sentinel.master_port()
-            own_sentinel.node(old).kill()
+            old = setup.master_port()
+            setup.node(old).kill()
             await wait_for_async(
-                lambda: asyncio.to_thread(own_sentinel.master_port),
+                lambda: asyncio.to_thread(setup.master_port),
                 lambda port: port != old,
                 message=f"the sentinels should promote the replica after the master on {old} died",
                 timeout=60,
             )
-            for n in range(5, 10):
-                await asyncio.to_thread(_enqueue_through_failover, app, note, n)
+            late = [await asyncio.to_thread(_enqueue_through_failover, app, note, n)
+                    for n in range(5, 10)]  # fmt: skip
             await wait_for_async(
                 lambda: sorted(ran), lambda seen: set(range(5, 10)) <= set(seen),
                 message="the worker should run the jobs enqueued after the failover",
                 timeout=40,
             )  # fmt: skip
-            new = own_sentinel.node(own_sentinel.master_port())
-            with new.client() as client:
-                keys = list(client.scan_iter(match=f"drumbeat:{{{app.settings.namespace}}}*"))
-            assert keys, "the jobs went to the new master"
+            await wait_for_async(
+                lambda: asyncio.to_thread(lambda: [j.status() for j in late]),
+                lambda s: s == ["complete"] * 5,
+                message="the worker should settle the jobs on the new master",
+            )  # fmt: skip
+        new = setup.node(setup.master_port())
+        assert new.port != old
+        with new.client() as client:
+            keys = list(client.scan_iter(match=f"drumbeat:{{{app.settings.namespace}}}*"))
+        assert keys, "the jobs enqueued after the failover went to the new master"
     finally:
         await app.aclose()
 

@@ -4,7 +4,6 @@ fast path, a supervisor and the CLI, and a worker that follows a failover over T
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 import uuid
 
@@ -17,7 +16,7 @@ from tests.conftest import running_worker
 from tests.ha_process import check_processes_on
 from tests.helpers import wait_for_async
 from tests.sentinel.conftest import SentinelSetup
-from tests.sentinel.test_sentinel import _enqueue_through_failover
+from tests.sentinel.test_sentinel import carries_on_after_the_master_is_killed
 
 
 def test_a_rediss_sentinel_url_gives_its_tls_options_to_the_sentinels_and_the_master() -> None:
@@ -69,46 +68,7 @@ async def test_a_worker_follows_a_failover_over_tls(own_sentinel_tls: SentinelSe
     port only and requires a client certificate, so the worker's claim and settle connections
     (and the producer's) reach the new master only if they reconnect with the URL's TLS
     options: a connection that kept the address but lost the certificates is refused."""
-    setup = own_sentinel_tls
-    app = drumbeat.App(setup.url, namespace="s" + uuid.uuid4().hex[:12])
-    ran: set[int] = set()
-
-    @app.task
-    def note(n: int) -> None:
-        ran.add(n)
-
-    try:
-        async with running_worker(app, concurrency=2):
-            for n in range(5):
-                note.enqueue(n)
-            await wait_for_async(lambda: len(ran), lambda k: k == 5, message="5 jobs ran")
-            old = setup.master_port()
-            setup.node(old).kill()
-            await wait_for_async(
-                lambda: asyncio.to_thread(setup.master_port),
-                lambda port: port != old,
-                message=f"the sentinels should promote the replica after the master on {old} died",
-                timeout=60,
-            )
-            late = [await asyncio.to_thread(_enqueue_through_failover, app, note, n)
-                    for n in range(5, 10)]  # fmt: skip
-            await wait_for_async(
-                lambda: sorted(ran), lambda seen: set(range(5, 10)) <= set(seen),
-                message="the worker should run the jobs enqueued after the failover, over TLS",
-                timeout=40,
-            )  # fmt: skip
-            await wait_for_async(
-                lambda: asyncio.to_thread(lambda: [j.status() for j in late]),
-                lambda s: s == ["complete"] * 5,
-                message="the worker should settle the jobs on the new master",
-            )  # fmt: skip
-        new = setup.node(setup.master_port())
-        assert new.port != old
-        with new.client() as client:
-            keys = list(client.scan_iter(match=f"drumbeat:{{{app.settings.namespace}}}*"))
-        assert keys, "the jobs enqueued after the failover went to the new master"
-    finally:
-        await app.aclose()
+    await carries_on_after_the_master_is_killed(own_sentinel_tls)
 
 
 @pytest.mark.process
