@@ -327,12 +327,12 @@ def _locked(paths: _Paths) -> Iterator[None]:
         os.close(fd)  # also releases the lock
 
 
-def _client(sock: Path) -> redis.Redis:
+def _client(sock: Path, timeout: float = _PROBE_TIMEOUT) -> redis.Redis:
     # No retries: a probe wants the first answer, and retry backoff would stretch the
     # timeouts that bound every wait here.
     return redis.Redis(
         unix_socket_path=str(sock),
-        socket_timeout=_PROBE_TIMEOUT,
+        socket_timeout=timeout,
         socket_connect_timeout=_PROBE_TIMEOUT,
         retry=Retry(NoBackoff(), 0),
     )
@@ -463,6 +463,9 @@ def _shutdown(paths: _Paths) -> int | None:
         pid: int | None = None
         with contextlib.suppress(RedisError):
             pid = int(client.info("server")["process_id"])
+    # Answered only once the server is done: it fsyncs its AOF first (over a second on a busy
+    # disk, seen in CI) or finishes a script, so this waits as long as the exit may take.
+    with _client(paths.socket, timeout=_STOP_TIMEOUT) as client:
         try:
             # Plain SHUTDOWN: with AOF on and no save points it fsyncs the AOF and writes no
             # RDB snapshot.

@@ -210,6 +210,37 @@ def test_data_survives_restart(home: Path) -> None:
         assert client.get("drumbeat:test") == b"kept"
 
 
+def test_a_server_slow_to_answer_shutdown_is_waited_for(home: Path) -> None:
+    """SHUTDOWN not answered within the probe timeout (here a script holds the server for
+    longer; in CI an fsync of the AOF did) is not a refusal: stop waits for the exit."""
+    url = embedded.ensure_running(home)
+    pid = _server_pid(url)
+    # Longer than stop's probe, INFO and SHUTDOWN timeouts together; shorter than Redis's
+    # busy-reply threshold (5 s), past which it would answer BUSY instead.
+    busy = 4 * embedded._PROBE_TIMEOUT
+    spin = (
+        "local t = redis.call('TIME') local s = t[1] + t[2] / 1e6 "
+        "repeat t = redis.call('TIME') until t[1] + t[2] / 1e6 - s > tonumber(ARGV[1]) return 1"
+    )
+    script = subprocess.Popen([sys.executable, "-c", (
+        "import redis, sys; redis.Redis.from_url(sys.argv[1]).eval(sys.argv[2], 0, sys.argv[3])"
+    ), url, spin, str(busy)])  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        with redis.Redis.from_url(url, socket_timeout=0.2) as client:
+            while True:  # until the script holds the server
+                try:
+                    client.ping()
+                except redis.TimeoutError:
+                    break
+                assert time.monotonic() < deadline, "the script never held the server"
+                time.sleep(0.02)
+        assert embedded.stop(home) is True
+        _wait_gone(pid)
+    finally:
+        script.wait(timeout=30)
+
+
 def test_stale_socket_from_killed_server(home: Path) -> None:
     url = embedded.ensure_running(home)
     dead_pid = _server_pid(url)
