@@ -474,21 +474,24 @@ class Scripts:
         job_id: str,
         names: Sequence[str],
         *,
+        token: int | None = None,
         queues: Sequence[str],
         horizon_ms: int,
         lease_ms: int,
         batch: int,
     ) -> Call[list[int]]:
-        """Drops ``job_id``'s permits (if given) on the limiter keys ``names`` and moves parked
-        jobs of ``queues`` on (see release_limits.lua); returns [how many moved, the earliest
-        time it wrote to a `due`, or -1]."""
+        """Drops ``job_id``'s permits (if given; unless a run other than ``token``'s owns the
+        job now) on the limiter keys ``names`` and moves parked jobs of ``queues`` on (see
+        release_limits.lua); returns [how many moved, the earliest time it wrote to a `due`, or
+        -1]."""
         k = self.k
-        keys = [k.leases, k.state, k.parking]
+        keys = [k.leases, k.state, k.parking, k.owners]
         for queue in queues:
             keys += [k.ready_of(queue), k.due_of(queue), k.wake_of(queue)]
         for name in names:
             keys += [k.limit(name), k.permits(name), k.parked(name)]
-        args: list[str | int] = [job_id, len(queues), horizon_ms, lease_ms, batch]
+        args: list[str | int] = [job_id, "" if token is None else token, len(queues)]
+        args += [horizon_ms, lease_ms, batch]
         args += [*queues, *names]
         return Call("release_limits", keys, args, _ints)
 

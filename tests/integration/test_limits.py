@@ -18,7 +18,7 @@ import drumbeat
 from drumbeat.errors import InvalidJob
 from drumbeat.job import decode_spec
 from drumbeat.keys import bucket_of
-from drumbeat.scripts import SOURCES
+from drumbeat.scripts import SOURCES, Claimed
 from drumbeat.worker.limiting import Gate
 from tests.conftest import RedisServer, running_worker
 from tests.helpers import wait_for_async
@@ -173,6 +173,51 @@ async def test_a_named_limiter_is_shared_by_its_tasks(lapp: drumbeat.App, r: red
         await wait_for_async(lambda: done == 20, message="all 20 jobs should run", timeout=20)
     assert peak == 2, f"at most 2 runs of the shared limiter at once, saw {peak}"
     assert r.zcard(lapp.keys.permits("n:shop")) == 0
+
+
+def test_a_late_release_spares_the_permit_the_jobs_next_run_took(
+    lapp: drumbeat.App, r: redis.Redis
+) -> None:
+    """A run's settle may reach Redis before its release, and the job's next run (a retry, a
+    schedule's next run) be claimed and granted in between, taking the ended run's permit as
+    its own: the late release must leave that permit, or the key lets one more run in (seen in
+    CI: two runs of one user at once under concurrency 1)."""
+
+    @lapp.task(concurrency_limit=1)
+    def held(n: int) -> None: ...
+
+    key = f"t:{held.name}"
+    assert held.limits.own is not None
+    limit = held.limits.own.args()
+    s = lapp.scripts
+
+    def claim() -> Claimed:
+        [run] = s.claim("w", 1, 60_000, 100).run(r).jobs
+        return run
+
+    def acquire(run: Claimed) -> int:
+        call = s.acquire_limits(run.id, run.token, queue="default", lease_ms=60_000,
+                                horizon_ms=200, limits=[(key, limit)])  # fmt: skip
+        return call.run(r)[0]
+
+    def release(run: Claimed) -> None:
+        s.release_limits(run.id, [key], token=run.token, queues=["default"], horizon_ms=200,
+                         lease_ms=60_000, batch=10).run(r)  # fmt: skip
+
+    job = held.enqueue(1)
+    first = claim()
+    assert acquire(first) == 1
+    s.retry([(first.id, first.token, 0, 0)]).run(r)  # its run ended: it runs again at once
+    second = claim()
+    assert (second.id, second.token != first.token) == (job.id, True)
+    assert acquire(second) == 1, "the next run takes the permit the ended run left"
+    release(first)  # the first run's release, late
+    assert r.zscore(lapp.keys.permits(key), job.id) is not None, "the running one's permit went"
+    held.enqueue(2)
+    other = claim()
+    assert acquire(other) == 3, "a second run of the key started while one runs"
+    release(second)
+    assert r.zscore(lapp.keys.permits(key), job.id) is None, "a run's own release frees it"
 
 
 async def test_a_hand_back_releases_the_permit(lapp: drumbeat.App, r: redis.Redis) -> None:

@@ -1,6 +1,7 @@
 -- Releases limiter keys and passes what they free on to the jobs parked on them: a worker calls
 -- it when a run of a job holding a concurrency permit ends (in any way: done, failed, retried,
--- cancelled, handed back; with the job's id, whose permits it drops), and when a claim reports
+-- cancelled, handed back; with the job's id and the run's token, whose permits it drops), and
+-- when a claim reports
 -- a key's marker "l:<key name>" due (without an id: a rate can book more starts, or a permit may
 -- have lapsed with its crashed worker's lease). Per key, it purges lapsed permits whose job
 -- holds no lease, then moves the best parked jobs (priority, then order) while the key allows:
@@ -13,26 +14,38 @@
 -- marker added or dropped (see count_parking; an entry whose job was cancelled was counted off
 -- by cancel.lua).
 --
--- KEYS[1] leases (zset)  KEYS[2] state (hash)  KEYS[3] parking (hash)
--- KEYS[3q + 1], KEYS[3q + 2], KEYS[3q + 3] ready, due, wake (zsets) of the q-th queue
---          (n = ARGV[2])
--- KEYS[3n + 1 + 3i], KEYS[3n + 2 + 3i], KEYS[3n + 3 + 3i] limit:<key> (hash), permits:<key>
+-- The release of a run that ended is fenced by its token: the run's settle may reach Redis
+-- first, and the job's next run (a schedule's, a retry's) be claimed and granted before it:
+-- its acquisition took the ended run's permit as its own (a ticket), so a release that came
+-- after dropped the permit of a running job, and the key let one more run in (seen in CI:
+-- two runs at once under concurrency 1). So a permit goes only while no other run owns the
+-- job.
+--
+-- KEYS[1] leases (zset)  KEYS[2] state (hash)  KEYS[3] parking (hash)  KEYS[4] owners (hash)
+-- KEYS[3q + 2], KEYS[3q + 3], KEYS[3q + 4] ready, due, wake (zsets) of the q-th queue
+--          (n = ARGV[3])
+-- KEYS[3n + 2 + 3i], KEYS[3n + 3 + 3i], KEYS[3n + 4 + 3i] limit:<key> (hash), permits:<key>
 --          (zset), parked:<key> (zset) of the i-th key
--- ARGV[1] the id of the job whose permits go, or ''   ARGV[2] number of queues (n)
--- ARGV[3] horizon_ms   ARGV[4] lease_ms   ARGV[5] batch (most jobs moved per key)
--- ARGV[5 + q] name of the q-th queue ("default" for the default one)
--- ARGV[5 + n + i] name of the i-th key
+-- ARGV[1] the id of the job whose permits go, or ''   ARGV[2] the token of its run that ended
+-- ARGV[3] number of queues (n)   ARGV[4] horizon_ms   ARGV[5] lease_ms
+-- ARGV[6] batch (most jobs moved per key)
+-- ARGV[6 + q] name of the q-th queue ("default" for the default one)
+-- ARGV[6 + n + i] name of the i-th key
 -- A parked job of a queue not given stays parked (a worker serving it moves it on: the marker
 -- also goes to the due of any queue given that holds one).
 -- Returns {jobs moved on, the earliest time it wrote to a `due` (a booked start or a marker), or
 --          -1}: a worker whose claim reply came before this call must not sleep past it.
 local now = now_ms()
-local id, nq = ARGV[1], tonumber(ARGV[2])
-local horizon, lease_ms, batch = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local id, token, nq = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local horizon, lease_ms, batch = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local names, queues = {}, {}
 for q = 1, nq do
-  names[q] = ARGV[5 + q]
-  queues[q] = {ready = KEYS[3 * q + 1], due = KEYS[3 * q + 2], wake = KEYS[3 * q + 3]}
+  names[q] = ARGV[6 + q]
+  queues[q] = {ready = KEYS[3 * q + 2], due = KEYS[3 * q + 3], wake = KEYS[3 * q + 4]}
+end
+if id ~= '' then
+  local owner = redis.call('HGET', KEYS[4], id)
+  if owner and not holds(owner, token) then id = '' end  -- its next run holds the permit now
 end
 local sizes = {}
 local function backlog(q)
@@ -43,9 +56,9 @@ local woken, moved, earliest = {}, 0, -1
 local function wrote_due(at)
   if earliest < 0 or at < earliest then earliest = at end
 end
-local base = 3 * nq + 1
-for i = 1, #ARGV - 5 - nq do
-  local l = {name = ARGV[5 + nq + i], limit = KEYS[base + 3 * i], permits = KEYS[base + 3 * i + 1],
+local base = 3 * nq + 2
+for i = 1, #ARGV - 6 - nq do
+  local l = {name = ARGV[6 + nq + i], limit = KEYS[base + 3 * i], permits = KEYS[base + 3 * i + 1],
              parked = KEYS[base + 3 * i + 2], leases = KEYS[1]}
   limit_config(l)
   if id ~= '' then redis.call('ZREM', l.permits, id) end

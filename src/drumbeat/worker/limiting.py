@@ -244,18 +244,21 @@ class Gate:
                     name, len(self.shards) - 1, len(self.shards) - 1,
                 )  # fmt: skip
 
-    def release_call(self, shard: int, job_id: str, names: Sequence[str]) -> Call[list[int]]:
+    def release_call(
+        self, shard: int, job_id: str, names: Sequence[str], token: int | None = None
+    ) -> Call[list[int]]:
         return self.shards[shard].release_limits(
-            job_id, names, queues=self.queues, horizon_ms=HORIZON_MS, lease_ms=self.lease_ms,
-            batch=RELEASE_BATCH,
+            job_id, names, token=token, queues=self.queues, horizon_ms=HORIZON_MS,
+            lease_ms=self.lease_ms, batch=RELEASE_BATCH,
         )  # fmt: skip
 
-    async def release(self, shard: int, job_id: str, names: Sequence[str]) -> None:
-        """Frees ``job_id``'s permits on ``names`` (its run ended) and moves parked jobs on.
-        Best effort: a permit left behind lapses with the job's lease and is purged."""
+    async def release(self, shard: int, job_id: str, token: int, names: Sequence[str]) -> None:
+        """Frees the permits on ``names`` of ``job_id``'s run ``token`` (it ended) and moves
+        parked jobs on. Best effort: a permit left behind lapses with the job's lease and is
+        purged."""
         assert self.client is not None
         try:
-            await self.release_call(shard, job_id, names).arun(self.client)
+            await self.release_call(shard, job_id, names, token).arun(self.client)
         except Exception as exc:
             log.warning("releasing the limits of job %s failed (%s: %s); they lapse with its "
                         "lease", job_id, type(exc).__name__, exc)  # fmt: skip

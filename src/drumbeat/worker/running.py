@@ -56,7 +56,7 @@ class Runs:
         """Redis time (the claimer's clock)."""
         self.control: Callable[[Claim], Control] | None = None
         """Makes each run's checkpoints (`checkpoints.Lending.control`)."""
-        self.release: Callable[[int, str, list[str]], Awaitable[None]] | None = None
+        self.release: Callable[[int, str, int, list[str]], Awaitable[None]] | None = None
         """Frees the concurrency permits of a run that ended (`limiting.Gate.release`)."""
 
     def start(self, shard: int, job: Claimed) -> None:
@@ -108,7 +108,7 @@ class Runs:
         finally:
             self.table.ended(claim)
             if claim.held_limits and not claim.lost and self.release is not None:
-                await self.release(claim.shard, job.id, claim.held_limits)
+                await self.release(claim.shard, job.id, job.token, claim.held_limits)
             if hooks.per_job:
                 await hooks.after(JobEnd(job, end, time.monotonic() - started))
 
