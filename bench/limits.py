@@ -9,7 +9,8 @@ per job (``INFO commandstats`` of a private redis-server, everything included: e
 acquires, parks, releases, acks, and the commands scripts call), with the commands that cost
 the most. Concurrency: M jobs of a task with
 ``concurrency_limit=C, limit_by="user_id"`` over U users, each run sleeping a few ms: the most
-runs of one user at once (must equal C, never exceed it).
+runs of each user at once (must equal C, never exceed it; U x C must fit in the P x S slots, or
+the pool cannot load every key to its limit: the default 6 x 5 leaves 10 slots spare).
 
     python -m bench.limits [--jobs 10000] [--rate 500/s] [--processes 2] [--slots 20]
 
@@ -69,6 +70,7 @@ def _drain(args: argparse.Namespace, kind: str) -> tuple[list[list[Any]], int, C
     run's (key, start, end, granted start or None), the number of jobs and the Redis commands
     spent, per command."""
     import drumbeat
+    from drumbeat.protocol import KEEP_FIELD
     from drumbeat.task import Prepared
 
     with RedisServer() as server, tempfile.TemporaryDirectory() as out:
@@ -91,8 +93,9 @@ def _drain(args: argparse.Namespace, kind: str) -> tuple[list[list[Any]], int, C
                  for _ in range(args.processes)]  # fmt: skip
         try:
             deadline = time.monotonic() + args.timeout
-            # Done when no job is left: waiting, parked (a parked job keeps its state) or running.
-            while client.hlen(app.keys.state) > 0:
+            # Done when no job is left: waiting, parked (a parked job keeps its state) or running
+            # (the state hash also keeps a field of its own, KEEP_FIELD, once claimed from).
+            while client.hlen(app.keys.state) - client.hexists(app.keys.state, KEEP_FIELD) > 0:
                 if time.monotonic() > deadline:
                     raise SystemExit(f"{kind}: jobs left after {args.timeout} s")
                 time.sleep(0.2)
@@ -165,11 +168,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--slots", type=int, default=20)
     parser.add_argument("--concurrency-jobs", type=int, default=2_000)
-    parser.add_argument("--users", type=int, default=10)
+    parser.add_argument("--users", type=int, default=6)
     parser.add_argument("--per-user", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=0.01)
     parser.add_argument("--timeout", type=float, default=300)
     args = parser.parse_args(argv)
+    if args.users * args.per_user > args.processes * args.slots:
+        parser.error(f"--users {args.users} x --per-user {args.per_user} permits exceed the "
+                     f"{args.processes} x {args.slots} slots: some user could never reach its "
+                     f"limit; use fewer users or more slots")  # fmt: skip
     lines: list[str] = []
 
     def say(line: str) -> None:
@@ -204,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     peaks = peak_overlap(runs)
     say(f"concurrency_limit={args.per_user} by user_id, {len(peaks)} users, {n:,} jobs of "
           f"{args.seconds * 1000:.0f} ms: most runs of one user at once: {max(peaks.values())} "
-          f"(the least any user reached: {min(peaks.values())}); "
+          f"(per user: {', '.join(str(peaks[k]) for k in sorted(peaks))}); "
           f"Redis commands/job: {_per_job(commands, n)}")  # fmt: skip
     load = os.getloadavg()
     say(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
