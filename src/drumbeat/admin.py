@@ -30,7 +30,7 @@ from .protocol import (
     ready_score,
     wheel_marker,
 )
-from .scripts import Call
+from .scripts import Call, Scripts
 
 if TYPE_CHECKING:
     import redis
@@ -210,9 +210,11 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
             pipe.zcard(k.leases)
             pipe.zrange(k.leases, start, stop, withscores=True)
             pipe.hgetall(k.parking)
+        for k in app.job_keys:  # other queues are in the job shards only
+            _count_queues(pipe, k, others)
+        for k in app.job_keys:
+            pipe.zcard(k.dead)
         main = app.keys
-        _count_queues(pipe, main, others)
-        pipe.zcard(main.dead)
         pipe.zrange(main.workers, 0, -1, withscores=True)
         pipe.hgetall(main.workerinfo)
         raw = pipe.execute()
@@ -220,13 +222,17 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
     default, running_total, listed, parking = _shard_counts(shards, raw[1:])
     queues = [_parked(default, parking)]
     at = 1 + len(shards) * _PER_SHARD
-    queues += [
-        _parked(q, parking)
-        for q in _queue_counts(others, raw[at : at + len(others) * (len(levels) + 1)])
+    width = len(others) * (len(levels) + 1)
+    per_shard = [
+        _queue_counts(others, raw[at + i * width : at + (i + 1) * width])
+        for i in range(len(app.job_keys))
     ]
+    queues += [_parked(_summed(parts), parking) for parts in zip(*per_shard, strict=True)]
     counts = [sum(q.ready_by_priority[p] for q in queues) for p in levels]
     delayed = sum(q.delayed for q in queues)
-    dead, workers, infos = raw[at + len(others) * (len(levels) + 1) :]
+    at += len(app.job_keys) * width
+    dead = sum(int(n) for n in raw[at : at + len(app.job_keys)])
+    workers, infos = raw[at + len(app.job_keys) :]
     listed = sorted(listed)[:limit]  # closest to expiry first, over all shards
     running = _running(client, listed, now_ms)
 
@@ -320,6 +326,12 @@ def _queue_counts(queues: Sequence[str], raw: Sequence[Any]) -> list[QueueCounts
     return out
 
 
+def _summed(parts: Sequence[QueueCounts]) -> QueueCounts:
+    """One queue's counts over the job shards."""
+    by_priority = tuple(sum(n) for n in zip(*(p.ready_by_priority for p in parts), strict=True))
+    return QueueCounts(parts[0].name, by_priority, sum(p.delayed for p in parts))
+
+
 def _parked(counts: QueueCounts, parking: Mapping[str, int]) -> QueueCounts:
     """``counts`` with its parked jobs, and without the limiter markers its `due` holds (the
     `parking` counters summed over the shards; clamped at 0: jobs parked before the counters
@@ -342,10 +354,10 @@ def ready_by_queue(stats: QueueStats) -> dict[str, tuple[int, ...]]:
 
 
 def _claimed_shards(app: App) -> list[Keys]:
-    """The shards workers claim from: the jobs' shard, then schedule shards if apart."""
+    """The shards workers claim from: the job shards, then schedule shards if apart."""
     if app.settings.schedule_shards > 1:
-        return [app.keys, *app.scheduler.apart]
-    return [app.keys]
+        return [*app.job_keys, *app.scheduler.apart]
+    return list(app.job_keys)
 
 
 def _running(
@@ -414,23 +426,31 @@ def _worker_stats(worker_id: str, beat_ms: int, now_ms: int, raw: bytes | None) 
 
 
 def dead_letters(app: App, limit: int = 50) -> list[DeadLetter]:
-    """The newest ``limit`` dead letters, newest first, with their task and failure."""
+    """The newest ``limit`` dead letters over the job shards, newest first, with their task
+    and failure."""
     if limit <= 0:
         return []
-    k = app.keys
     client = app.redis
-    entries = _pairs(client.zrange(k.dead, 0, limit - 1, desc=True, withscores=True))
+    with client.pipeline(transaction=False) as pipe:
+        for k in app.job_keys:
+            pipe.zrange(k.dead, 0, limit - 1, desc=True, withscores=True)
+        tops = pipe.execute()
+    entries = [(score, job_id, k) for k, top in zip(app.job_keys, tops, strict=True)
+               for job_id, score in _pairs(top)]  # fmt: skip
+    entries = sorted(entries, key=lambda e: -e[0])[:limit]
     if not entries:
         return []
-    ids = [job_id for job_id, _ in entries]
     with client.pipeline(transaction=False) as pipe:
-        pipe.hmget(k.errors, ids)
-        pipe.hmget(k.jobs, ids)
-        pipe.hmget(k.progress, ids)
-        errors, specs, saved = pipe.execute()
+        for _, job_id, k in entries:
+            pipe.hget(k.errors, job_id)
+            pipe.hget(k.jobs, job_id)
+            pipe.hget(k.progress, job_id)
+        raw = pipe.execute()
     return [
-        _dead_letter(job_id, int(score), err, spec, decode_progress(progress))
-        for (job_id, score), err, spec, progress in zip(entries, errors, specs, saved, strict=True)
+        _dead_letter(
+            job_id, int(score), raw[3 * i], raw[3 * i + 1], decode_progress(raw[3 * i + 2])
+        )
+        for i, (score, job_id, _) in enumerate(entries)
     ]
 
 
@@ -457,7 +477,10 @@ def _dead_letter(
 
 def dead_count(app: App) -> int:
     """How many jobs are in the dead-letter set."""
-    return int(app.redis.zcard(app.keys.dead))
+    with app.redis.pipeline(transaction=False) as pipe:
+        for k in app.job_keys:
+            pipe.zcard(k.dead)
+        return sum(int(n) for n in pipe.execute())
 
 
 def retry_dead(app: App, ids: Sequence[str] | None) -> int:
@@ -467,25 +490,44 @@ def retry_dead(app: App, ids: Sequence[str] | None) -> int:
     skipped).
     """
     queues = app.known_queues()
-    return _apply(app, ids, lambda batch: app.scripts.revive(batch, queues))
+    return _apply(app, ids, lambda scripts, batch: scripts.revive(batch, queues))
 
 
 def purge_dead(app: App, ids: Sequence[str] | None) -> int:
     """Delete dead letters for good; ``None`` deletes all of them. Returns how many."""
-    return _apply(app, ids, app.scripts.purge)
+    return _apply(app, ids, lambda scripts, batch: scripts.purge(batch))
 
 
-def _apply(app: App, ids: Sequence[str] | None, make: Callable[[Sequence[str]], Call[int]]) -> int:
+_Make = Callable[[Scripts, Sequence[str]], Call[int]]
+
+
+def _apply(app: App, ids: Sequence[str] | None, make: _Make) -> int:
+    """``make``'s calls over ``ids`` (each in the job shard it names), or over every dead
+    letter of every job shard."""
     batch = app.settings.batch_limit
     client = app.redis
-    if ids is not None:
-        unique = list(dict.fromkeys(ids))
-        return sum(make(unique[i : i + batch]).run(client) for i in range(0, len(unique), batch))
+    if ids is None:
+        return sum(
+            _apply_all(app, k, s, make) for k, s in zip(app.job_keys, app.job_scripts, strict=True)
+        )
+    total = 0
+    by_shard: dict[str, list[str]] = {}
+    for job_id in dict.fromkeys(ids):
+        by_shard.setdefault(app.job_shard(job_id)[0].tag, []).append(job_id)
+    for group in by_shard.values():
+        _, scripts = app.job_shard(group[0])
+        total += sum(make(scripts, group[i : i + batch]).run(client)
+                     for i in range(0, len(group), batch))  # fmt: skip
+    return total
 
-    # All of them: walk the set oldest first up to the newest entry present now, so jobs that
-    # die again meanwhile (a retried job failing at once) are not picked up in a loop. Entries
-    # a script skips stay in place, so the offset moves past them.
-    dead = app.keys.dead
+
+def _apply_all(app: App, keys: Keys, scripts: Scripts, make: _Make) -> int:
+    """Walks one shard's dead set oldest first up to the newest entry present now, so jobs
+    that die again meanwhile (a retried job failing at once) are not picked up in a loop.
+    Entries a script skips stay in place, so the offset moves past them."""
+    batch = app.settings.batch_limit
+    client = app.redis
+    dead = keys.dead
     newest = _pairs(client.zrange(dead, -1, -1, withscores=True))
     if not newest:
         return 0
@@ -495,7 +537,7 @@ def _apply(app: App, ids: Sequence[str] | None, make: Callable[[Sequence[str]], 
         chunk = _members(client.zrange(dead, "-inf", upto, byscore=True, offset=offset, num=batch))
         if not chunk:
             return total
-        done = make(chunk).run(client)
+        done = make(scripts, chunk).run(client)
         total += done
         offset += len(chunk) - done
 

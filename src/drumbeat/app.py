@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import zlib
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
@@ -14,7 +16,7 @@ from . import connections
 from .config import Settings
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .job import Job, encode_spec
-from .keys import DEFAULT_QUEUE, Keys, check_name
+from .keys import DEFAULT_QUEUE, Keys, check_name, job_shard_of, new_job_id
 from .limits import Limit, Limits, argument_value, make_limit, make_limits
 from .resources import Hook, Register, Resources
 from .schedule import Mode
@@ -57,6 +59,13 @@ class App:
         )
         self.keys = Keys(self.settings.namespace)
         self.scripts = Scripts(self.keys)
+        self.job_keys = [
+            Keys.job_keys(self.keys.namespace, k) for k in range(self.settings.job_shards)
+        ]
+        """The job shards' keys (`Settings.job_shards`); the first is `keys`, the main shard."""
+        self.job_scripts = [self.scripts, *(Scripts(k) for k in self.job_keys[1:])]
+        # Producers spread jobs over the shards in turn, each from its own place in the turn.
+        self._turn = itertools.count(int.from_bytes(os.urandom(2), "big"))
         self.codec: Codec = CODECS[self.settings.codec]
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.limiters: dict[str, Limit] = {}
@@ -444,11 +453,33 @@ class App:
         names = {_decoded(q) for q in stored} | set(self.queues())
         return sorted(names, key=lambda q: (q != DEFAULT_QUEUE, q))
 
+    def job_shard(self, job_id: str) -> tuple[Keys, Scripts]:
+        """The keys and scripts of the job shard ``job_id`` names (its id says which)."""
+        k = job_shard_of(job_id)
+        if k < len(self.job_keys):
+            return self.job_keys[k], self.job_scripts[k]
+        # Made by an app with more job shards: the id still says where it lives.
+        keys = Keys.job_keys(self.keys.namespace, k)
+        return keys, Scripts(keys)
+
+    def _job_shard_for(self, key: str | None, limited: bool, turn: int) -> int:
+        """Where a new job goes: a limited one to the main shard (its limiter keys live there,
+        so the limit is one for all), one with a dedup key to the shard the key hashes to (so
+        one key is deduplicated in one place), any other to this producer's turn."""
+        n = len(self.job_keys)
+        if n == 1 or limited:
+            return 0
+        if key is not None:
+            return zlib.crc32(key.encode()) % n
+        return turn % n
+
     def _enqueue_calls(self, jobs: Iterable[Prepared]) -> list[Call[Any]]:
-        # One call per run of consecutive jobs of one queue (the script writes to that
-        # queue's keys), at most `batch_limit` jobs each; replies keep the order given.
-        groups: list[tuple[str, list[str | bytes | int]]] = []
+        # One call per run of consecutive jobs of one queue and shard (the script writes to
+        # that queue's keys), at most `batch_limit` jobs each; replies keep the order given. A
+        # call's unkeyed jobs share one shard, the next call takes the next: batches spread.
+        groups: list[tuple[str, int, list[str | bytes | int]]] = []
         limit = self.settings.max_payload_bytes
+        turn = next(self._turn)
         for prepared in jobs:
             if not isinstance(prepared, Prepared):
                 raise InvalidJob(
@@ -457,12 +488,11 @@ class App:
                 )
             o = prepared.options
             known = self.tasks.get(prepared.task)
+            limits = o.limits or (known.limits if known is not None else None)
             if known is None:
                 _check_task_name(prepared.task)
-            else:
-                limits = o.limits or known.limits
-                if limits:
-                    self.limits_of(limits, known, prepared.args, prepared.kwargs)
+            elif limits:
+                self.limits_of(limits, known, prepared.args, prepared.kwargs)
             spec = encode_spec(
                 self.codec,
                 prepared.task,
@@ -471,16 +501,16 @@ class App:
             )
             check_size(spec, limit, f"job of task {prepared.task!r}")
             queue = o.queue or self._queue_of(prepared.task)
-            if (
-                not groups
-                or groups[-1][0] != queue
-                or (len(groups[-1][1]) >= 6 * self.settings.batch_limit)
-            ):
-                groups.append((queue, []))
-            groups[-1][1].extend(
-                (os.urandom(16).hex(), spec, o.priority, o.delay_ms, o.at_ms, o.key or "")
+            full = bool(groups) and len(groups[-1][2]) >= 6 * self.settings.batch_limit
+            if full:
+                turn = next(self._turn)  # the next batch of unkeyed jobs goes to the next shard
+            shard = self._job_shard_for(o.key, bool(limits), turn)
+            if full or not groups or groups[-1][:2] != (queue, shard):
+                groups.append((queue, shard, []))
+            groups[-1][2].extend(
+                (new_job_id(shard), spec, o.priority, o.delay_ms, o.at_ms, o.key or "")
             )
-        return [self.scripts.enqueue(g, queue) for queue, g in groups]
+        return [self.job_scripts[shard].enqueue(g, queue) for queue, shard, g in groups]
 
     def _queue_of(self, task: str) -> str:
         known = self.tasks.get(task)

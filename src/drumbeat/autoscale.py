@@ -194,12 +194,14 @@ def _supervisor(sid: str, expiry_ms: int, info: Mapping[str, Any]) -> Supervisor
 
 
 def signal_calls(app: App, queues: Sequence[str] | None = None) -> list[Call[Any]]:
-    """The `scale_signal.lua` call of every shard workers claim from; the first (the jobs'
-    shard, where workers and supervisors register) reads the registrations too, and counts
-    the backlog of ``queues`` (default: those the app's tasks name); schedule shards hold the
-    default queue's runs only."""
+    """The `scale_signal.lua` call of every shard workers claim from; the first (the main
+    shard, where workers and supervisors register) reads the registrations too; the job shards
+    count the backlog of ``queues`` (default: those the app's tasks name); schedule shards hold
+    the default queue's runs only."""
     lease = app.settings.lease_ms
-    calls = [app.scripts.scale_signal(lease, True, queues or app.queues(), RECENT_WINDOWS)]
+    served = queues or app.queues()
+    calls = [app.scripts.scale_signal(lease, True, served, RECENT_WINDOWS)]
+    calls += [s.scale_signal(lease, False, served, RECENT_WINDOWS) for s in app.job_scripts[1:]]
     if app.settings.schedule_shards > 1:
         calls += [
             s.scale_signal(lease, False, windows=RECENT_WINDOWS)

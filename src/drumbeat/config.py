@@ -101,6 +101,13 @@ class Settings:
     """Shards schedules are spread over, each under its own hash tag (for Redis Cluster);
     1 keeps them beside the jobs."""
 
+    job_shards: int = 1
+    """Shards jobs are spread over, each under its own hash tag (for Redis Cluster: spread them
+    over the masters); 1 keeps every job in the namespace's main shard. A job's id names its
+    shard, so `Job` calls go straight to it; jobs with a dedup key go to the shard the key
+    hashes to, limited jobs to the main shard (where their limits live). Priority and order are
+    strict within a shard; across shards a worker takes from each in turn."""
+
     progress_interval: float = 1.0
     """Least time between two saves of a job's progress at its checkpoints; progress is also
     saved before a checkpoint lends the slot and before a shutdown hands the job back."""
@@ -168,7 +175,7 @@ class Settings:
         check_handover_wait(self.handover_wait, self.ready_wait)
         if self.min_interval <= 0:
             raise ConfigurationError(f"min_interval must be > 0, got {self.min_interval!r}")
-        for name in ("max_payload_bytes", "schedule_shards"):
+        for name in ("max_payload_bytes", "schedule_shards", "job_shards"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         check_concurrency(self.concurrency)

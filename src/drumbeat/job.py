@@ -166,6 +166,7 @@ class Job(Generic[R]):
         self.app = app
         self.id = job_id
         self.created = created
+        self._keys, self._scripts = app.job_shard(job_id)  # the shard its id names
 
     def __repr__(self) -> str:
         return f"<Job {self.id}>"
@@ -178,11 +179,11 @@ class Job(Generic[R]):
 
     def progress(self) -> Any:
         """The progress the job last saved at a checkpoint; None if none (or it finished)."""
-        return decode_progress(self.app.redis.hget(self.app.keys.progress, self.id))
+        return decode_progress(self.app.redis.hget(self._keys.progress, self.id))
 
     async def aprogress(self) -> Any:
         client = await self.app.aredis()
-        return decode_progress(await client.hget(self.app.keys.progress, self.id))
+        return decode_progress(await client.hget(self._keys.progress, self.id))
 
     def cancel(self) -> bool:
         """Cancels the job: a queued or delayed one is removed at once (status `cancelled`);
@@ -196,11 +197,11 @@ class Job(Generic[R]):
         return bool(await call.arun(await self.app.aredis()))
 
     def status(self) -> JobStatus:
-        call = self.app.scripts.job_status(self.id, queues=self.app.queues())
+        call = self._scripts.job_status(self.id, queues=self.app.queues())
         return _status(call.run(self.app.redis))
 
     async def astatus(self) -> JobStatus:
-        call = self.app.scripts.job_status(self.id, queues=self.app.queues())
+        call = self._scripts.job_status(self.id, queues=self.app.queues())
         return _status(await call.arun(await self.app.aredis()))
 
     def result(self, timeout: float | None = None) -> R:
@@ -210,11 +211,11 @@ class Job(Generic[R]):
         `JobNotFound` if there is no such job or its outcome was not kept.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        client, done = self.app.redis, self.app.keys.done(self.id)
+        client, done = self.app.redis, self._keys.done(self.id)
         # Its own client: a wait outlasts the read timeout that ordinary commands get.
         blocking = self.app.connections.blocking
         while True:
-            found = self.app.scripts.job_status(self.id, _watch_ms(deadline)).run(client)
+            found = self._scripts.job_status(self.id, _watch_ms(deadline)).run(client)
             if (value := _settled(self.id, found)) is not _PENDING:
                 return value  # type: ignore[no-any-return]
             wait = _next_wait(deadline, self.id, timeout)
@@ -225,10 +226,10 @@ class Job(Generic[R]):
     async def aresult(self, timeout: float | None = None) -> R:
         """`result` for async callers."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        client, done = await self.app.aredis(), self.app.keys.done(self.id)
+        client, done = await self.app.aredis(), self._keys.done(self.id)
         blocking = await self.app.connections.ablocking()
         while True:
-            found = await self.app.scripts.job_status(self.id, _watch_ms(deadline)).arun(client)
+            found = await self._scripts.job_status(self.id, _watch_ms(deadline)).arun(client)
             if (value := _settled(self.id, found)) is not _PENDING:
                 return value  # type: ignore[no-any-return]
             wait = _next_wait(deadline, self.id, timeout)
@@ -238,7 +239,8 @@ class Job(Generic[R]):
 def cancel_call(app: App, job_id: str, queues: Sequence[str] = ()) -> Call[int]:
     """1 cancelled (it waited), 2 cancel requested (it runs), 0 nothing to cancel; a waiting
     job is found in the default queue and in ``queues``."""
-    return app.scripts.cancel(job_id, round(app.settings.result_ttl * 1000), queues)
+    _, scripts = app.job_shard(job_id)
+    return scripts.cancel(job_id, round(app.settings.result_ttl * 1000), queues)
 
 
 _PENDING = object()

@@ -1,13 +1,16 @@
 """The Redis key schema: the only code that formats a Redis key.
 
-Every key is ``drumbeat:{<namespace>[:<shard>]}:<name>``. The braces make the namespace (and
-shard) a Redis Cluster hash tag, so every key one script touches lives in one slot. The table
-in ``docs/redis-keys.md`` describes each key; ``tests/unit/test_keys.py`` checks the two agree.
+Every key is ``drumbeat:{<namespace>[:<shard>]}:<name>``: no shard for the main one (jobs, and
+schedules unless spread), ``<n>`` for schedule shard n, ``j<k>`` for job shard k > 0. The braces
+make the namespace (and shard) a Redis Cluster hash tag, so every key one script touches lives
+in one slot. The table in ``docs/redis-keys.md`` describes each key; ``tests/unit/test_keys.py``
+checks the two agree.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 
@@ -80,6 +83,24 @@ def bucket_of(schedule_id: str) -> int:
 #: ``<name>:<limiter key>``.
 LIMIT_KEYS: dict[str, str] = {"limit": "hash", "permits": "zset", "parked": "zset"}
 
+#: A job of job shard k > 0 has the id ``<32 hex digits>.<k>``, one of the main shard the 32 hex
+#: digits alone: a `Job` call finds its shard from the id, with no lookup.
+_SHARDED_JOB_ID = re.compile(r"[0-9a-f]{32}\.([1-9][0-9]*)")
+
+
+def new_job_id(shard: int = 0) -> str:
+    """A fresh job id that names job shard ``shard``."""
+    hexed = os.urandom(16).hex()
+    return hexed if shard == 0 else f"{hexed}.{shard}"
+
+
+def job_shard_of(job_id: str) -> int:
+    """The job shard a job id names (0, the main shard, for any id not made by `new_job_id`
+    for another one: a schedule's run is found through its schedule)."""
+    m = _SHARDED_JOB_ID.fullmatch(job_id)
+    return int(m[1]) if m else 0
+
+
 #: Keys made per job; each one has a Redis expiry.
 JOB_KEYS: dict[str, str] = {"done": "list"}
 
@@ -106,7 +127,8 @@ class Keys:
     """The keys of one shard of one namespace."""
 
     namespace: str
-    shard: int | None = None
+    shard: int | str | None = None
+    """None: the main shard; n: schedule shard n; ``j<k>``: job shard k (see `job_keys`)."""
 
     def __post_init__(self) -> None:
         check_name(self.namespace, "namespace")
@@ -116,6 +138,11 @@ class Keys:
         """The Cluster hash tag shared by every key of this shard."""
         inner = self.namespace if self.shard is None else f"{self.namespace}:{self.shard}"
         return "{" + inner + "}"
+
+    @classmethod
+    def job_keys(cls, namespace: str, shard: int) -> Keys:
+        """The keys of job shard ``shard`` (0: the main shard)."""
+        return cls(namespace) if shard == 0 else cls(namespace, f"j{shard}")
 
     def key(self, name: str) -> str:
         if name not in SHARD_KEYS:

@@ -13,7 +13,7 @@ import redis
 
 import drumbeat
 from drumbeat import admin, connections
-from drumbeat.keys import Keys
+from drumbeat.keys import Keys, job_shard_of
 from drumbeat.worker.routing import Nodes, Routed
 from tests.cluster.conftest import ClusterServer
 from tests.conftest import running_worker
@@ -134,6 +134,34 @@ async def test_schedule_shards_on_different_masters_run(redis_cluster: ClusterSe
             )
         infos = {info.id: info for info in app.schedules()}
         assert all(infos[i].runs >= 2 for i in ids), {i: infos[i].runs for i in ids}
+    finally:
+        await app.aclose()
+
+
+async def test_job_shards_on_different_masters_run_and_route_by_id(
+    redis_cluster: ClusterServer,
+) -> None:
+    """`job_shards=3` whose tags sit on the 3 masters: jobs spread over them, each `Job` call
+    goes to its shard's master by its id, and a worker drains all three."""
+    for _ in range(200):
+        ns = "c" + uuid.uuid4().hex[:12]
+        if len(set(_masters_of(redis_cluster, [Keys.job_keys(ns, k) for k in range(3)]))) == 3:
+            break
+    else:
+        raise AssertionError("no namespace of 200 tried spread 3 job shards over the masters")
+    app = drumbeat.App(redis_cluster.url, namespace=ns, job_shards=3, idle_block=0.5)
+
+    @app.task
+    async def square(n: int) -> int:
+        return n * n
+
+    try:
+        jobs = [await square.aenqueue(n) for n in range(9)]
+        assert len({job_shard_of(job.id) for job in jobs}) == 3, [job.id for job in jobs]
+        assert {await job.astatus() for job in jobs} == {"queued"}
+        async with running_worker(app, concurrency=4):
+            assert [await job.aresult(timeout=30) for job in jobs] == [n * n for n in range(9)]
+        assert admin.queue_stats(app).ready == 0
     finally:
         await app.aclose()
 

@@ -92,3 +92,15 @@ def test_the_default_queue_keeps_the_keys_it_had() -> None:
         keys.wake,
     ]
     assert keys.ready_of("builds") == "drumbeat:{orders}:ready:builds"
+
+
+def test_a_job_id_names_its_job_shard() -> None:
+    from drumbeat.keys import Keys, job_shard_of, new_job_id
+
+    assert job_shard_of(new_job_id()) == 0 and "." not in new_job_id()
+    assert [job_shard_of(new_job_id(k)) for k in (1, 2, 17)] == [1, 2, 17]
+    # Not ids of a job shard: a schedule's run (its schedule id may hold a dot), a foreign id.
+    for other in ("s:monitor.1", "abc.1", f"{'0' * 32}.0", f"{'0' * 32}.x", f"{'A' * 32}.1"):
+        assert job_shard_of(other) == 0, other
+    assert Keys.job_keys("ns", 0) == Keys("ns")
+    assert Keys.job_keys("ns", 2).ready == "drumbeat:{ns:j2}:ready"

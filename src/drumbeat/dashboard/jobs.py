@@ -133,13 +133,14 @@ def describe(job_id: str, spec: bytes | None) -> dict[str, Any]:
 
 
 def _shard(app: App, job_id: str) -> tuple[Keys, Scripts]:
-    """A schedule's run lives in its schedule's shard; every other job in the main one."""
+    """A schedule's run lives in its schedule's shard; every other job in the job shard its
+    id names."""
     if job_id.startswith(RUN_PREFIX) and app.scheduler.apart:
         schedule_id = job_id[len(RUN_PREFIX) :]
         found = app.scheduler.home_of(app.redis, schedule_id)
         i = app.scheduler.shard_of(schedule_id) if found is None else found
         return app.scheduler.shards[i], app.scheduler.scripts[i]
-    return app.keys, app.scripts
+    return app.job_shard(job_id)
 
 
 def job_json(app: App, job_id: str) -> dict[str, Any]:
@@ -222,7 +223,10 @@ def running_json(app: App, limit: int = RUNNING_LIMIT) -> dict[str, Any]:
     specs: dict[str, Any] = {}
     plain = [r.id for r in running if not r.id.startswith(RUN_PREFIX)]
     if plain:
-        specs = dict(zip(plain, app.redis.hmget(app.keys.jobs, plain), strict=True))
+        with pipeline(app.redis, transaction=False) as pipe:
+            for job_id in plain:  # each in the job shard its id names
+                pipe.hget(app.job_shard(job_id)[0].jobs, job_id)
+            specs = dict(zip(plain, pipe.execute(), strict=True))
     jobs = [
         {
             "id": r.id,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from drumbeat.errors import Interrupted, LeaseLost
@@ -44,7 +44,8 @@ class Lending:
         self,
         *,
         worker_id: str,
-        scripts: Scripts,
+        shards: Sequence[Scripts],
+        jobs: int = 1,
         table: ClaimTable,
         settings: Settings,
         codec: Codec,
@@ -55,16 +56,19 @@ class Lending:
         self.worker_id = worker_id
         self.queues = queues
         """The queues the worker serves: it lends its slots to their jobs only."""
-        self.scripts = scripts
+        self.shards = shards
+        """The worker's shards (a run's progress is saved in its own)."""
+        self.jobs = jobs
+        """How many of them, first, are job shards (urgent jobs wait in those)."""
         self.table = table
         self.settings = settings
         self.codec = codec
         self.start_lent = start_lent
         self.stopping = stopping
         self.interval = settings.progress_interval
-        self.best = NO_PRIORITY
-        """Priority of the most urgent job known to wait in a served queue's `ready` (jobs'
-        shard)."""
+        self._best = [NO_PRIORITY] * jobs
+        """Per job shard, the priority of the most urgent job known to wait in a served
+        queue's `ready`."""
         self.claiming = False
         """A lend's claim is in flight: other checkpoints do not race it for the same job."""
         self.retiring = False
@@ -86,15 +90,22 @@ class Lending:
         self.loop = asyncio.get_running_loop()
         self.client = client
 
-    def seen(self, best: int) -> None:
-        """A claim reply told the best priority left in `ready`: that replaces the view."""
-        self.best = best
+    @property
+    def best(self) -> int:
+        """Priority of the most urgent job known to wait, over the job shards."""
+        return max(self._best)
 
-    def heard(self, priority: int, queue: str = DEFAULT_QUEUE) -> None:
-        """A job of ``priority`` became ready in ``queue`` (a signal); lending may pay off if
-        this worker serves that queue."""
-        if queue in self.queues:
-            self.best = max(self.best, priority)
+    def seen(self, best: int, shard: int = 0) -> None:
+        """A claim reply told the best priority left in a job shard's `ready`: that replaces
+        the view of that shard."""
+        if shard < self.jobs:
+            self._best[shard] = best
+
+    def heard(self, priority: int, queue: str = DEFAULT_QUEUE, shard: int = 0) -> None:
+        """A job of ``priority`` became ready in ``queue`` of job shard ``shard`` (a signal);
+        lending may pay off if this worker serves that queue."""
+        if queue in self.queues and shard < self.jobs:
+            self._best[shard] = max(self._best[shard], priority)
 
     def control(self, claim: Claim) -> Control:
         return Control(self, claim)
@@ -108,7 +119,8 @@ class Lending:
         assert self.client is not None
         job = control.claim.job
         blob = encode_progress(self.codec, control.progress, self.settings.max_payload_bytes)
-        saved = await self.scripts.save_progress(job.id, job.token, blob).arun(self.client)
+        shard = self.shards[control.claim.shard]
+        saved = await shard.save_progress(job.id, job.token, blob).arun(self.client)
         control.dirty = False
         control.saved_at = time.monotonic()
         if not saved:
@@ -120,7 +132,8 @@ class Lending:
         assert self.client is not None
         if self.claiming:
             return
-        call = self.scripts.claim_urgent(
+        shard = self._best.index(self.best)  # where the most urgent job waits
+        call = self.shards[shard].claim_urgent(
             self.worker_id, control.priority + 1, self.settings.lease_ms, self.queues
         )
         self.claiming = True
@@ -128,10 +141,10 @@ class Lending:
             result = await call.arun(self.client)
         finally:
             self.claiming = False
-        self.best = result.best
+        self._best[shard] = result.best
         if not result.jobs:
             return
-        claim = self.start_lent(0, result.jobs[0])
+        claim = self.start_lent(shard, result.jobs[0])
         assert claim.task is not None
         log.info("job %s lends its slot to job %s (priority %d > %d)", control.claim.job.id,
                  claim.job.id, claim.job.priority, control.priority)  # fmt: skip

@@ -64,6 +64,7 @@ class Claimer:
         start: Callable[[int, Claimed], None],
         stopping: asyncio.Event,
         queues: list[str] = [DEFAULT_QUEUE],  # noqa: B006 (never mutated)
+        jobs: int = 1,
     ) -> None:
         self.worker_id = worker_id
         self.queues = queues
@@ -71,9 +72,11 @@ class Claimer:
         self.routes: list[str] = []
         """The other queues due schedule runs may go to (this app's tasks' queues, and those
         a claim reported: a run of a queue not passed stays in its bucket for a second)."""
+        self.jobs = jobs
+        """The first ``jobs`` shards are job shards (every queue); the rest schedule shards."""
         # Schedule shards hold only schedules, kept by the default queue (whose runs, with
         # schedule_shards > 1, go to the default queue too).
-        self.shards = shards if queues[0] == DEFAULT_QUEUE else shards[:1]
+        self.shards = shards if queues[0] == DEFAULT_QUEUE else shards[:jobs]
         self.settings = settings
         self.table = table
         self._start = start
@@ -94,8 +97,9 @@ class Claimer:
         self._due_sooner = asyncio.Event()
         self.lendable: Callable[[], bool] = lambda: False
         """Whether a running job checkpoints (so promoting what comes due may let it lend)."""
-        self.on_best: Callable[[int], None] = lambda best: None
-        """Told the priority of the best job left in the jobs' `ready` after each claim."""
+        self.on_best: Callable[[int, int], None] = lambda best, shard: None
+        """Told the priority of the best job left in a job shard's `ready` after each claim (and
+        which shard)."""
         self.release_limits: Callable[[int, str, list[str]], Call[list[int]]] | None = None
         """Makes the call that moves on the jobs parked on limiter keys whose markers a claim
         found due (`limiting.Gate.release_call`)."""
@@ -226,8 +230,8 @@ class Claimer:
             self._clock_offset_ms = result.now_ms - int(time.time() * 1000)
             if result.upcoming_asked:
                 self._upcoming[shard] = list(zip(result.upcoming, result.upcoming_at, strict=True))
-            if shard == 0:
-                self.on_best(result.best)
+            if shard < self.jobs:
+                self.on_best(result.best, shard)
             if any(job.spec is None for job in result.jobs):
                 await self._fill_run_specs(shard, result.jobs)
             for job in result.jobs:
@@ -348,17 +352,18 @@ class Claimer:
         return last if took < free else None
 
     def _claim_call(self, shard: int, limit: int) -> Call[ClaimResult]:
-        """A claim of up to ``limit`` items from one shard: the jobs' shard (0) claims from
-        every queue served, a schedule shard from its default queue (its schedules')."""
+        """A claim of up to ``limit`` items from one shard: a job shard claims from every queue
+        served, a schedule shard from its default queue (its schedules')."""
         s = self.settings
-        queues = self.queues if shard == 0 else [DEFAULT_QUEUE]
+        queues = self.queues if shard < self.jobs else [DEFAULT_QUEUE]
         # Schedule buckets live in the default queue's `due`: only with it first. Only those
         # due by the time the claim runs: each bucket passed costs Redis about 2 µs, due or
         # not, and at light load most of the upcoming ones are not due yet (passing them all
         # was most of a run's Redis CPU there: `bench.cluster_periodic`).
         buckets: list[int] = []
         want = 0
-        if queues[0] == DEFAULT_QUEUE:
+        # Schedules live in the main shard and the schedule shards, none in other job shards.
+        if queues[0] == DEFAULT_QUEUE and (shard == 0 or shard >= self.jobs):
             by = self.now_ms() + _UPCOMING_SLACK_MS
             known = self._upcoming.get(shard, [])
             buckets = [b for b, at in known if at <= by]
@@ -381,8 +386,7 @@ class Claimer:
         client, block = self._client, self.settings.idle_block
         if not isinstance(self._link, Routed):
             return await client.bzpopmin(self._wake_keys(), block)
-        groups = [[self.shards[0].k.wake_of(q) for q in self.queues]]
-        groups += [[shard.k.wake] for shard in self.shards[1:]]
+        groups = self._wake_groups()
         pops = [asyncio.ensure_future(client.bzpopmin(keys, block)) for keys in groups]
         try:
             done, _ = await asyncio.wait(pops, return_when="FIRST_COMPLETED")
@@ -394,8 +398,13 @@ class Claimer:
 
     def _wake_keys(self) -> list[str]:
         """What an idle wait blocks on: a marker for any queue served, on any shard."""
-        keys = [self.shards[0].k.wake_of(q) for q in self.queues]
-        return keys + [shard.k.wake for shard in self.shards[1:]]
+        return [key for group in self._wake_groups() for key in group]
+
+    def _wake_groups(self) -> list[list[str]]:
+        """Per shard, its wake keys: a job shard's of every queue served, a schedule shard's
+        of its default queue."""
+        return [[shard.k.wake_of(q) for q in self.queues] if i < self.jobs else [shard.k.wake]
+                for i, shard in enumerate(self.shards)]  # fmt: skip
 
     async def cancel_block(self) -> None:
         """Drops the outstanding `BZPOPMIN` (a busy worker must not swallow wake markers meant

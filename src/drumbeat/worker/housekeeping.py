@@ -33,8 +33,12 @@ class Housekeeper:
         stopping: asyncio.Event,
         registry: str = "",
         served: Sequence[str] = (),
+        *,
+        jobs: int = 1,
     ) -> None:
         self.shards = shards
+        self.jobs = jobs
+        """The first ``jobs`` shards are job shards: their reaps requeue to every queue."""
         self.settings = settings
         self.stopping = stopping
         self.registry = registry
@@ -67,7 +71,8 @@ class Housekeeper:
                 if self.registry:
                     stored = await client.smembers(self.registry)
                     names = sorted({*self.served, *(_str(q) for q in stored)})
-                    self._reaps[0] = self._reap_call(self.shards[0], names)
+                    for i in range(self.jobs):
+                        self._reaps[i] = self._reap_call(self.shards[i], names)
                 for shard, reap in enumerate(self._reaps):
                     more = await self._reap(client, shard, reap) or more
                 backoff.reset()

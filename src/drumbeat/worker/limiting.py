@@ -228,20 +228,21 @@ class Gate:
                 future.set_result(reply)
 
     def _tell_per_shard(self, keyed: list[tuple[str, Limit]]) -> None:
-        """A run of a schedule shard acquires its limits on its own shard's keys (a script
-        touches one slot). A limited schedule lives in the jobs' shard (`Scheduler`), but its
-        task may have gained a limit since it was last registered: say once per key that the
-        limit then holds per shard until it is registered again."""
+        """A run outside the main shard acquires its limits on its own shard's keys (a script
+        touches one slot). Limited schedules and jobs live in the main shard (`Scheduler`,
+        `App._job_shard_for`), but a schedule's task may have gained a limit since it was
+        registered, and a job's producer may not have known its task's limits: say once per
+        key that the limit then holds per shard."""
         for name, _ in keyed:
             if name not in self._told_per_shard:
                 self._told_per_shard.add(name)
                 log.warning(
-                    "limiter key %r: a run of a schedule shard acquires it on its shard's own "
-                    "keys, so across the %d schedule shards the limit holds per shard (up to %d "
-                    "times it): this task gained its limit after its schedules were registered; "
-                    "registering them again moves them to the jobs' shard, which shares one "
-                    "limiter",
-                    name, len(self.shards) - 1, len(self.shards) - 1,
+                    "limiter key %r: a run outside the main shard acquires it on its shard's "
+                    "own keys, so across the %d shards the limit holds per shard (up to %d "
+                    "times it): a schedule whose task gained its limit after it was registered "
+                    "(register it again), or a job enqueued by a producer that did not know "
+                    "its task's limits (import the task where the job is enqueued)",
+                    name, len(self.shards), len(self.shards),
                 )  # fmt: skip
 
     def release_call(

@@ -87,8 +87,10 @@ class Worker:
         self.hooks.on_stop.append(app.resources.aclose)  # last: the hooks may still use them
         self.started_ms = int(time.time() * 1000)
         self.cpu = CpuMeter()
-        # Every shard this worker serves: jobs' shard first, then schedule shards if apart.
-        self.shards: list[Scripts] = [app.scripts]
+        # Every shard this worker serves: the job shards first (the main one first), then
+        # schedule shards if apart.
+        self.shards: list[Scripts] = list(app.job_scripts)
+        jobs = len(self.shards)
         if app.settings.schedule_shards > 1:
             self.shards += app.scheduler.apart_scripts
         # A sync run paused at a checkpoint keeps its thread while the urgent job it lent its
@@ -108,7 +110,7 @@ class Worker:
         self.runs = Runs(self.table, self.runner, self.settler, self.hooks)
         self.claimer = Claimer(
             worker_id=self.id, shards=self.shards, settings=self.settings, table=self.table,
-            start=self.runs.start, stopping=self._stopping, queues=self.queues,
+            start=self.runs.start, stopping=self._stopping, queues=self.queues, jobs=jobs,
         )  # fmt: skip
         self.runs.now_ms = self.claimer.now_ms
         self.claimer.routes = [q for q in app.queues() if q != DEFAULT_QUEUE]
@@ -118,7 +120,7 @@ class Worker:
         self.runs.release = self.gate.release
         self.claimer.release_limits = self.gate.release_call
         self.housekeeper = Housekeeper(
-            self.shards, self.settings, self._stopping, app.keys.queues, self.queues
+            self.shards, self.settings, self._stopping, app.keys.queues, self.queues, jobs=jobs
         )
         self.budget = budget or Budget()
         self.recycler = Recycler(
@@ -126,7 +128,8 @@ class Worker:
             handover_wait=self.settings.handover_deadline,
         )  # fmt: skip
         self.lending = Lending(
-            worker_id=self.id, scripts=app.scripts, table=self.table, settings=self.settings,
+            worker_id=self.id, shards=self.shards, jobs=jobs, table=self.table,
+            settings=self.settings,
             codec=app.codec, start_lent=self.runs.start_lent, stopping=self._stopping,
             queues=self.queues,
         )  # fmt: skip
@@ -134,7 +137,7 @@ class Worker:
         self.claimer.on_best = self.lending.seen
         self.claimer.lendable = self.lending.lendable
         self.signals = Signals(
-            app.keys.signals, self._stopping, on_ready=self.lending.heard,
+            [k.signals for k in app.job_keys], self._stopping, on_ready=self.lending.heard,
             on_cancel=self.runs.cancel, on_due=self.claimer.due_at,
         )  # fmt: skip
         self.liveness = Liveness(min(TICK, self.settings.hang_timeout / 5), self.wedged)
@@ -253,7 +256,8 @@ class Worker:
                     lambda: self.signals.run(
                         client
                         if nodes is None
-                        else lambda: nodes.client_of(self.signals.channel, fresh=True)
+                        # Non-sharded pub/sub: any node hears every shard's channel.
+                        else lambda: nodes.client_of(self.signals.channels[0], fresh=True)
                     ),
                 ),
             ]

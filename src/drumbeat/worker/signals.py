@@ -1,4 +1,4 @@
-"""Signals: what Redis tells a busy worker between its claims, on a pub/sub channel per shard.
+"""Signals: what Redis tells a busy worker between its claims, on a pub/sub channel per job shard.
 
 - ``r<priority>``: a job became the head of `ready` (enqueued, handed back, requeued). A worker
   whose slots are all busy learns of urgent work here, so its checkpoints can lend a slot
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import redis.asyncio as aredis
 
@@ -31,13 +31,14 @@ log = logging.getLogger("drumbeat.worker")
 class Signals:
     def __init__(
         self,
-        channel: str,
+        channels: Sequence[str],
         stopping: asyncio.Event,
-        on_ready: Callable[[int, str], None],
+        on_ready: Callable[[int, str, int], None],
         on_cancel: Callable[[str], None],
         on_due: Callable[[int], None],
     ) -> None:
-        self.channel = channel
+        self.channels = list(channels)
+        """The job shards' channels, in the worker's shard order (a ready signal says which)."""
         self.stopping = stopping
         self.on_ready = on_ready
         self.on_cancel = on_cancel
@@ -66,22 +67,24 @@ class Signals:
 
     async def _listen(self, client: aredis.Redis) -> None:
         async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
-            await pubsub.subscribe(self.channel)
+            await pubsub.subscribe(*self.channels)
             self.subscribed.set()
             while not self.stopping.is_set():
                 message = await pubsub.get_message(timeout=1.0)
                 if message is not None:
-                    self.handle(message["data"])
+                    self.handle(message["data"], message["channel"])
 
-    def handle(self, data: bytes | str) -> None:
+    def handle(self, data: bytes | str, channel: bytes | str = b"") -> None:
         text = data.decode() if isinstance(data, bytes) else data
+        name = channel.decode() if isinstance(channel, bytes) else channel
         kind, rest = text[:1], text[1:]
         priority, _, queue = rest.partition(":")
         if kind == "r" and priority.isdigit():
-            self.on_ready(int(priority), queue or DEFAULT_QUEUE)
+            shard = self.channels.index(name) if name in self.channels else 0
+            self.on_ready(int(priority), queue or DEFAULT_QUEUE, shard)
         elif kind == "c" and rest:
             self.on_cancel(rest)
         elif kind == "d" and rest.isdigit():
             self.on_due(int(rest))
         else:
-            log.warning("ignoring an unknown signal %r on %s", text[:100], self.channel)
+            log.warning("ignoring an unknown signal %r on %s", text[:100], name)
