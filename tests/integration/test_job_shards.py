@@ -11,7 +11,7 @@ import pytest
 import redis
 
 import drumbeat
-from drumbeat import admin
+from drumbeat import admin, autoscale
 from drumbeat.keys import job_shard_of
 from tests.conftest import running_worker
 from tests.helpers import wait_for_async
@@ -50,6 +50,7 @@ async def test_jobs_spread_over_the_shards_and_each_is_found_by_its_id(
         assert r.zcard(keys.ready) == shards.count(k), f"shard {k} holds its own jobs"
     assert len({keys.tag for keys in sharded.job_keys}) == SHARDS, "one hash tag per shard"
     assert admin.queue_stats(sharded).ready == 12, "status counts every shard"
+    assert sum(autoscale.read_signal(sharded).ready_by_priority) == 12, "so does the autoscaler"
     assert {await job.astatus() for job in jobs} == {"queued"}
     async with running_worker(sharded, concurrency=4):
         assert [await job.aresult(timeout=20) for job in jobs] == [2 * n for n in range(12)]
