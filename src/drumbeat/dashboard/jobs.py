@@ -243,11 +243,18 @@ def running_json(app: App, limit: int = RUNNING_LIMIT) -> dict[str, Any]:
 
 
 def queued_json(
-    app: App, queue: str, priority: int, after: int | None = None, limit: int = PAGE
+    app: App,
+    queue: str,
+    priority: int,
+    after: int | None = None,
+    limit: int = PAGE,
+    *,
+    shard: int = 0,
 ) -> dict[str, Any]:
-    """The jobs waiting in ``queue`` at ``priority``, in the order they will run, starting
-    after the score ``after`` (the ``next`` of the previous page); with the level's counts."""
-    keys = app.keys
+    """The jobs waiting in ``queue`` at ``priority`` in job shard ``shard``, in the order they
+    will run, starting after the score ``after`` (the ``next`` of the previous page); with the
+    level's counts (in that shard: each shard keeps its own order)."""
+    keys = app.job_keys[shard]
     ready = keys.ready_of(queue)
     low, high = admin.level_range(priority)
     start = low if after is None else f"({after}"
@@ -274,6 +281,7 @@ def queued_json(
     more = len(listed) == limit and limit > 0
     return {
         "queue": queue,
+        "shard": shard,
         "priority": priority,
         "count": int(counts[priority]),
         "counts_by_priority": [int(n) for n in counts],
@@ -314,14 +322,14 @@ def _is_marker(member: str, state: bytes | None) -> bool:
 
 
 def delayed_json(
-    app: App, queue: str, after: DueCursor | None = None, limit: int = PAGE
+    app: App, queue: str, after: DueCursor | None = None, limit: int = PAGE, *, shard: int = 0
 ) -> dict[str, Any]:
     """The jobs waiting in ``queue``'s `due` (delayed, or backing off before a retry), the
     soonest due first, starting at ``after`` (the ``next`` of the previous page); markers are
     skipped. ``in_due`` counts the members of `due`, markers included: telling them apart
     (as the overview's delayed count does, with a ZMSCORE of the 16,384 bucket markers) would
     cost a page five times what the listing does."""
-    keys = app.keys
+    keys = app.job_keys[shard]
     due = keys.due_of(queue)
     with pipeline(app.redis, transaction=True) as pipe:
         pipe.time()
@@ -368,6 +376,7 @@ def delayed_json(
     return {
         **shapes.timestamp("now", int(now[0]) * 1000 + int(now[1]) // 1000),
         "queue": queue,
+        "shard": shard,
         "in_due": int(in_due),
         "jobs": jobs,
         "next": str(DueCursor(score, skip)) if more and score is not None else None,
@@ -407,12 +416,17 @@ def _queue_name(app: App, request: Request) -> str:
     return queue
 
 
-def _queue_params(app: App, request: Request) -> tuple[str, int, int | None, int]:
+def _queue_params(app: App, request: Request) -> tuple[str, int, int | None, int, int]:
     queue = _queue_name(app, request)
     priority = _int_param(request, "priority", MIN_PRIORITY, MAX_PRIORITY, MAX_PRIORITY)
     after = _optional_int(request, "after", 0, 2**53)
     limit = _int_param(request, "limit", 1, 1000, PAGE)
-    return queue, priority, after, limit
+    return queue, priority, after, limit, _shard_param(app, request)
+
+
+def _shard_param(app: App, request: Request) -> int:
+    """The job shard a listing reads (``shard``; 0, the main one, by default)."""
+    return _int_param(request, "shard", 0, len(app.job_keys) - 1, 0)
 
 
 def _due_cursor(request: Request, name: str) -> DueCursor | None:
@@ -420,9 +434,10 @@ def _due_cursor(request: Request, name: str) -> DueCursor | None:
     return DueCursor.parse(raw) if raw else None
 
 
-def _delayed_params(app: App, request: Request) -> tuple[str, DueCursor | None, int]:
+def _delayed_params(app: App, request: Request) -> tuple[str, DueCursor | None, int, int]:
     queue = _queue_name(app, request)
-    return queue, _due_cursor(request, "after"), _int_param(request, "limit", 1, 1000, PAGE)
+    limit = _int_param(request, "limit", 1, 1000, PAGE)
+    return queue, _due_cursor(request, "after"), limit, _shard_param(app, request)
 
 
 def _bad(exc: BadQuery) -> JSONResponse:
@@ -448,20 +463,23 @@ class JobsPages:
     def _page_data(self, request: Request) -> dict[str, Any]:
         app = self.app
         job_id = request.query_params.get("id", "").strip()
-        queue, priority, after, _ = _queue_params(app, request)
+        queue, priority, after, _, shard = _queue_params(app, request)
         due_after = _due_cursor(request, "due_after")
         # Without a priority asked for, the best one with jobs waiting.
         if "priority" not in request.query_params:
-            counts = queued_json(app, queue, priority, limit=0)["counts_by_priority"]
+            counts = queued_json(app, queue, priority, limit=0, shard=shard)["counts_by_priority"]
             priority = next((p for p in range(MAX_PRIORITY, -1, -1) if counts[p]), MAX_PRIORITY)
         return {
             "job": job_json(app, job_id) if job_id else None,
             "asked": job_id,
             "running": running_json(app),
-            "queued": queued_json(app, queue, priority, after),
+            "queued": queued_json(app, queue, priority, after, shard=shard),
             "queues": [DEFAULT_QUEUE, *(q for q in app.known_queues() if q != DEFAULT_QUEUE)],
             "first_page": after is None,
-            "delayed": delayed_json(app, queue, due_after),
+            "delayed": delayed_json(app, queue, due_after, shard=shard),
+            "shards": len(app.job_keys),
+            # What each listing link carries to stay in this shard ("" in the main one).
+            "in_shard": f"&shard={shard}" if shard else "",
             "first_due_page": due_after is None,
         }
 
@@ -485,17 +503,20 @@ class JobsPages:
 
     async def api_queued(self, request: Request) -> Response:
         try:
-            queue, priority, after, limit = await run_in_threadpool(
+            queue, priority, after, limit, shard = await run_in_threadpool(
                 _queue_params, self.app, request
             )
         except BadQuery as exc:
             return _bad(exc)
-        found = await run_in_threadpool(queued_json, self.app, queue, priority, after, limit)
+        found = await run_in_threadpool(
+            queued_json, self.app, queue, priority, after, limit, shard=shard
+        )
         return JSONResponse(found)
 
     async def api_delayed(self, request: Request) -> Response:
         try:
-            queue, after, limit = await run_in_threadpool(_delayed_params, self.app, request)
+            queue, after, limit, shard = await run_in_threadpool(_delayed_params, self.app, request)
         except BadQuery as exc:
             return _bad(exc)
-        return JSONResponse(await run_in_threadpool(delayed_json, self.app, queue, after, limit))
+        found = await run_in_threadpool(delayed_json, self.app, queue, after, limit, shard=shard)
+        return JSONResponse(found)
