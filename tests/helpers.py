@@ -84,8 +84,8 @@ async def wait_for_event(event: asyncio.Event, *, message: str, timeout: float =
 
 
 def entries(r: redis.Redis, key: str) -> int:
-    """The fields of a `state` or `owners` hash, not counting the one kept so that Redis stores
-    it as a hash table (`protocol.KEEP_FIELD`)."""
+    """The fields of a `state`, `owners` or `jobs` hash, not counting the one kept so that
+    Redis stores it as a hash table (`protocol.KEEP_FIELD`)."""
     return int(r.hlen(key)) - int(r.hexists(key, KEEP_FIELD))
 
 

@@ -45,8 +45,8 @@ ROUTE_PREFIX = "q:"
 ROUTE_FIELD = "#q"
 
 
-#: A field of the `state` and `owners` hashes that is never deleted, with a value too long for a
-#: listpack, so Redis keeps both as hash tables (see _lib.lua); never a job id.
+#: A field of the `state`, `owners` and `jobs` hashes that is never deleted, with a value too
+#: long for a listpack, so Redis keeps them as hash tables (see _lib.lua); never a job id.
 KEEP_FIELD = "~"
 
 #: Fields of a shard's `parking` hash, followed by a queue name ("default" for the default

@@ -19,7 +19,7 @@ import drumbeat
 from drumbeat import connections
 from drumbeat.scripts import SOURCES
 from tests.conftest import RedisServer, running_worker
-from tests.helpers import wait_for
+from tests.helpers import entries, wait_for
 
 # redis-py 8 gives up on a reply after 5 s unless told otherwise; these waits outlast that.
 LONGER_THAN_DEFAULT = 7.0
@@ -158,7 +158,7 @@ async def test_each_producer_thread_enqueues_on_a_connection_of_its_own(
         wait_for(lambda: _direct_ids(own_r), lambda ids: not ids,
                  message="closing the app should close every thread's connection")  # fmt: skip
     assert len(ids) == threads * per_thread, "every enqueue should return a job of its own"
-    assert own_r.hlen(own_app.keys.jobs) == threads * per_thread
+    assert entries(own_r, own_app.keys.jobs) == threads * per_thread
 
 
 async def test_a_producer_thread_that_ends_closes_its_connection_without_the_collector(
@@ -177,7 +177,7 @@ async def test_a_producer_thread_that_ends_closes_its_connection_without_the_col
                  message="a thread's own connection should close when the thread ends")  # fmt: skip
     finally:
         gc.enable()
-    assert own_r.hlen(own_app.keys.jobs) == 1
+    assert entries(own_r, own_app.keys.jobs) == 1
 
 
 async def test_a_killed_producer_connection_costs_no_enqueue(
@@ -192,7 +192,7 @@ async def test_a_killed_producer_connection_costs_no_enqueue(
     job = work.enqueue()  # through the client's retry, then on a new connection of its own
     work.enqueue()
     assert own_r.hexists(own_app.keys.jobs, job.id)
-    assert own_r.hlen(own_app.keys.jobs) == 3
+    assert entries(own_r, own_app.keys.jobs) == 3
     assert killed not in _direct_ids(own_r)
 
 
@@ -219,7 +219,7 @@ async def test_a_forked_child_enqueues_on_its_own_connection_and_leaves_the_pare
     opened = own_r.info("stats")["total_connections_received"] - connections_before
     assert opened == 1, f"the child should open one connection of its own, opened {opened}"
     work.enqueue("parent again")
-    assert own_r.hlen(own_app.keys.jobs) == 3
+    assert entries(own_r, own_app.keys.jobs) == 3
     assert parent_conn in _direct_ids(own_r), (
         "the parent's connection should survive the child (the child must open its own and "
         "never close or shut down the inherited socket)"

@@ -256,7 +256,7 @@ async def test_results_are_kept_for_their_ttl_then_swept(
         await j2.aresult(timeout=1)
     assert r.hexists(app.keys.results, j3.id)
     # Every finished job's record is gone; only outcomes (indexed in `expires`) remain.
-    assert r.hlen(app.keys.jobs) == 0 and entries(r, app.keys.state) == 0
+    assert entries(r, app.keys.jobs) == 0 and entries(r, app.keys.state) == 0
     await app.aclose()
 
 

@@ -272,3 +272,27 @@ def test_state_and_owners_stay_hash_tables_when_few_claims_are_held(
     for key in (keys.state, keys.owners):
         assert r.hkeys(key) == [protocol.KEEP_FIELD.encode()], f"{key}: only the kept field"
         assert r.object("encoding", key) == b"hashtable", f"{key} stays a hash table"
+
+
+def test_jobs_and_state_are_hash_tables_from_the_first_run_queued_or_job_enqueued(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    """The same for `jobs`: runs a claim cannot start wait in `ready` with their spec in `jobs`,
+    which was a listpack for every burst of fewer than 512 (a sixth of a run's Redis
+    instructions went to scanning it, `bench.redis_cpu --whole-buckets`); and for a namespace
+    whose first write is an enqueue."""
+    keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
+    now = _now_ms(r)
+    ids = _ids_in_bucket(3)
+    _put(app, r, dict.fromkeys(ids, now - 1000))
+    taken = scripts.promote_runs([bucket_of(ids[0])], "w1", 1, 60_000).run(r).jobs
+    assert len(taken) == 1 and r.zcard(keys.ready) == 2, "two runs wait in ready"
+    for key in (keys.jobs, keys.state):
+        assert r.object("encoding", key) == b"hashtable", f"{key} with 2 queued runs"
+    other = drumbeat.App(app.settings.url, namespace=app.settings.namespace + "e")
+    try:
+        other.enqueue_many([drumbeat.Prepared("t.x", [], {})])
+        for key in (other.keys.jobs, other.keys.state):
+            assert r.object("encoding", key) == b"hashtable", f"{key} after one enqueue"
+    finally:
+        other.close()

@@ -442,15 +442,15 @@ end
 local THROUGHPUT_WINDOW_MS = 10000
 local THROUGHPUT_WINDOWS = 91
 
--- `state` and `owners` hold an entry per job or run queued or in flight: a few hundred at most
--- times. Redis keeps a hash of up to 512 fields (hash-max-listpack-entries) with values up to
+-- `state`, `owners` and `jobs` hold an entry per job or run queued or in flight: a few hundred
+-- at most times. Redis keeps a hash of up to 512 fields (hash-max-listpack-entries) with values up to
 -- 64 bytes (hash-max-listpack-value) as a listpack, where every read, write and delete of a
 -- field scans the whole hash, and deletes the key once its last field goes, so each burst of
 -- claims rebuilt a listpack field by field: writing 600 claims' entries into such a hash cost
 -- Redis 27,000 instructions an entry, against 1,600 in a hash table (`bench.redis_cpu`). A
 -- value longer than a listpack takes makes Redis convert the hash at once, it never converts
--- back, and this field is never deleted, so every claim writes it first (job ids start with a
--- letter or digit: never "~").
+-- back, and this field is never deleted, so the writes that add entries carry it first (a
+-- claim's, an enqueue's, a queued run's; job ids start with a letter or digit: never "~").
 local KEEP_FIELD = '~'
 local KEEP_VALUE = 'drumbeat keeps this field so that Redis stores this hash as a hash table (docs/redis-keys.md)'
 
@@ -508,13 +508,18 @@ end
 -- Puts `ids` in `ready_key` (default: `k.ready`) by priority with their states (and specs, if
 -- given), one call per key.
 local function queue_all(k, ids, specs, states, ready_key)
-  local state, ready, jobs = {}, {}, {}
+  if #ids == 0 then return end
+  -- Each hash written gets its KEEP_FIELD first (see there): a burst of runs queued into an
+  -- empty `jobs` built a listpack that every write, read and delete then scanned (about a
+  -- sixth of a run's Redis instructions when runs go through `ready`, `bench.redis_cpu`).
+  local state, ready, jobs = {KEEP_FIELD, KEEP_VALUE}, {}, {KEEP_FIELD, KEEP_VALUE}
   for i, id in ipairs(ids) do
-    state[2 * i - 1], state[2 * i] = id, format_state(states[i])
+    state[2 * i + 1], state[2 * i + 2] = id, format_state(states[i])
     ready[2 * i - 1] = string.format('%d', ready_score(states[i].priority, states[i].seq))
     ready[2 * i] = id
-    if specs then jobs[2 * i - 1], jobs[2 * i] = id, specs[i] end
+    if specs then jobs[2 * i + 1], jobs[2 * i + 2] = id, specs[i] end
   end
+  if not specs then jobs = {} end
   call_many('HSET', k.state, state)
   call_many('ZADD', ready_key or k.ready, ready)
   call_many('HSET', k.jobs, jobs)

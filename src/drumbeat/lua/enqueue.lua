@@ -43,8 +43,9 @@ for i = 0, n - 1 do
     out[#out + 1] = 0
   else
     seq = seq + 1
-    redis.call('HSET', KEYS[3], id, spec)
-    redis.call('HSET', KEYS[4], id,
+    -- Each write carries the KEEP_FIELD of its hash (see there): same call, no extra one.
+    redis.call('HSET', KEYS[3], KEEP_FIELD, KEEP_VALUE, id, spec)
+    redis.call('HSET', KEYS[4], KEEP_FIELD, KEEP_VALUE, id,
       format_state({attempt = 0, stalls = 0, priority = priority, seq = seq, unknown = 0,
                     queue = queue, key = key}))
     if key ~= '' then redis.call('HSET', KEYS[5], key, id) end
