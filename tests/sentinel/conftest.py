@@ -51,12 +51,30 @@ class Process:
     ) -> None:
         self.binary = binary
         self.certs = certs
-        self.port = _free_port()
-        self.dir = root / str(self.port)
-        self.dir.mkdir()
+        self.root = root
+        self.pick_port()
         self.sentinel = sentinel
         self.password: str | None = None
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def pick_port(self) -> None:
+        """A port free now, and a data dir of its own."""
+        self.port = _free_port()
+        self.dir = self.root / str(self.port)
+        self.dir.mkdir()
+
+    def start_pinging(self, *args: str) -> None:
+        """Starts and waits for its PING; a port another process took between the pick and the
+        bind (seen with parallel fixtures) is picked again, up to three times."""
+        for attempt in range(3):
+            self.start(*args)
+            try:
+                _poll(lambda: _pings(self), f"redis-server on port {self.port} did not start")
+                return
+            except PortTaken:
+                if attempt == 2:
+                    raise
+                self.pick_port()
 
     def start(self, *args: str) -> None:
         conf = self.dir / "redis.conf"
@@ -152,17 +170,16 @@ class SentinelSetup:
         # No delay before a diskless full sync (5 s by default): the replica syncs at once.
         common = ["--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction",
                   "--repl-diskless-sync-delay", "0"]  # fmt: skip
-        self.master.start(*common)
-        self.replica.start(*common, "--replicaof", "127.0.0.1", str(self.master.port))
-        for node in self.nodes:
-            _poll(lambda n=node: _pings(n), f"redis-server on port {node.port} did not start")
+        # One after the other: each names the ports of those started before it.
+        self.master.start_pinging(*common)
+        self.replica.start_pinging(*common, "--replicaof", "127.0.0.1", str(self.master.port))
         _poll(lambda: _in_sync(self.replica), "the replica did not sync with the master")
         auth = []
         if self.sentinel_password:
             auth = [f"requirepass {self.sentinel_password}",
                     f"sentinel sentinel-pass {self.sentinel_password}"]  # fmt: skip
         for watcher in self.sentinels:
-            watcher.start(
+            watcher.start_pinging(
                 *auth,
                 f"sentinel monitor {SERVICE} 127.0.0.1 {self.master.port} 2",
                 f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}",
@@ -194,11 +211,18 @@ class SentinelSetup:
         return next(n for n in self.nodes if n.port == port)
 
 
+class PortTaken(RuntimeError):
+    """A process could not bind a port picked free: another process took it meanwhile."""
+
+
 def _pings(process: Process) -> bool:
     if not process.alive:
         assert process.proc is not None
-        raise RuntimeError(f"redis-server on port {process.port} exited "
-                           f"({process.proc.returncode}); see {process.dir}/redis.log")  # fmt: skip
+        log = process.dir / "redis.log"
+        text = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        kind = PortTaken if "Address already in use" in text else RuntimeError
+        raise kind(f"redis-server on port {process.port} exited ({process.proc.returncode}); "
+                   f"see {log}:\n{text}")  # fmt: skip
     try:
         with process.client() as client:
             return bool(client.ping())
