@@ -212,7 +212,7 @@ class App:
 
     def enqueue_many(self, jobs: Iterable[Prepared]) -> list[Job[Any]]:
         """Enqueue many jobs in one round trip per `Settings.batch_limit` jobs, pipelined."""
-        calls = self._enqueue_calls(jobs)
+        calls, positions = self._enqueue_calls(jobs)
         if not calls:
             return []
         # The first call alone loads the script if Redis lacks it; the rest go in a pipeline.
@@ -228,11 +228,11 @@ class App:
                 # NOSCRIPT did nothing, so running it again cannot add a job twice.
                 again = isinstance(reply, NoScriptError)
                 results.append(call.run(self.redis) if again else _parsed(call, reply))
-        return self._jobs_of(results)
+        return self._jobs_of(results, positions)
 
     async def aenqueue_many(self, jobs: Iterable[Prepared]) -> list[Job[Any]]:
         """`enqueue_many` for async callers."""
-        calls = self._enqueue_calls(jobs)
+        calls, positions = self._enqueue_calls(jobs)
         if not calls:
             return []
         client = await self.aredis()
@@ -245,7 +245,7 @@ class App:
             for call, reply in zip(calls[1:], raw, strict=True):
                 again = isinstance(reply, NoScriptError)  # as in enqueue_many
                 results.append(await call.arun(client) if again else _parsed(call, reply))
-        return self._jobs_of(results)
+        return self._jobs_of(results, positions)
 
     def enqueue(self, task: str, *args: Any, **kwargs: Any) -> Job[Any]:
         """Enqueue a task by name (for producers that do not import the task's code); a task
@@ -473,14 +473,20 @@ class App:
             return zlib.crc32(key.encode()) % n
         return turn % n
 
-    def _enqueue_calls(self, jobs: Iterable[Prepared]) -> list[Call[Any]]:
-        # One call per run of consecutive jobs of one queue and shard (the script writes to
-        # that queue's keys), at most `batch_limit` jobs each; replies keep the order given. A
-        # call's unkeyed jobs share one shard, the next call takes the next: batches spread.
-        groups: list[tuple[str, int, list[str | bytes | int]]] = []
-        limit = self.settings.max_payload_bytes
+    def _enqueue_calls(self, jobs: Iterable[Prepared]) -> tuple[list[Call[Any]], list[list[int]]]:
+        """The enqueue calls of ``jobs`` and, per call, the positions of its jobs among them
+        (the replies are put back in the order given).
+
+        One call per run of jobs of one queue in one shard, at most `batch_limit` jobs each: a
+        shard keeps the order of its jobs (the script writes to that queue's keys, and `seq`
+        orders them). A call's unkeyed jobs share one shard, and once their batch is full the
+        next batch goes to the next shard: batches spread; keyed ones go where their keys hash
+        to, each shard's in as few calls as its queues allow."""
+        groups: list[tuple[str, int, list[str | bytes | int], list[int]]] = []
+        current: dict[int, int] = {}  # shard -> its group being filled
+        limit, batch = self.settings.max_payload_bytes, self.settings.batch_limit
         turn = next(self._turn)
-        for prepared in jobs:
+        for i, prepared in enumerate(jobs):
             if not isinstance(prepared, Prepared):
                 raise InvalidJob(
                     f"enqueue_many takes jobs made by task.prepare(...) or "
@@ -501,23 +507,34 @@ class App:
             )
             check_size(spec, limit, f"job of task {prepared.task!r}")
             queue = o.queue or self._queue_of(prepared.task)
-            full = bool(groups) and len(groups[-1][2]) >= 6 * self.settings.batch_limit
-            if full:
-                turn = next(self._turn)  # the next batch of unkeyed jobs goes to the next shard
             shard = self._job_shard_for(o.key, bool(limits), turn)
-            if full or not groups or groups[-1][:2] != (queue, shard):
-                groups.append((queue, shard, []))
-            groups[-1][2].extend(
+            g = current.get(shard)
+            spread = len(self.job_keys) > 1 and o.key is None and not limits
+            if spread and g is not None and len(groups[g][3]) >= batch:
+                turn = next(self._turn)  # a full batch of unkeyed jobs: the next shard's turn
+                shard = self._job_shard_for(None, False, turn)
+                g = current.get(shard)
+            if g is None or groups[g][0] != queue or len(groups[g][3]) >= batch:
+                groups.append((queue, shard, [], []))
+                g = current[shard] = len(groups) - 1
+            groups[g][2].extend(
                 (new_job_id(shard), spec, o.priority, o.delay_ms, o.at_ms, o.key or "")
             )
-        return [self.job_scripts[shard].enqueue(g, queue) for queue, shard, g in groups]
+            groups[g][3].append(i)
+        calls = [self.job_scripts[shard].enqueue(items, queue) for queue, shard, items, _ in groups]
+        return calls, [positions for *_, positions in groups]
 
     def _queue_of(self, task: str) -> str:
         known = self.tasks.get(task)
         return DEFAULT_QUEUE if known is None else known.config.queue
 
-    def _jobs_of(self, results: Sequence[Any]) -> list[Job[Any]]:
-        return [Job(self, e.id, e.created) for batch in results for e in batch]
+    def _jobs_of(self, results: Sequence[Any], positions: Sequence[list[int]]) -> list[Job[Any]]:
+        """Each call's jobs, back in the order they were given."""
+        jobs: list[Job[Any]] = [None] * sum(map(len, positions))  # type: ignore[list-item]
+        for batch, where in zip(results, positions, strict=True):
+            for e, i in zip(batch, where, strict=True):
+                jobs[i] = Job(self, e.id, e.created)
+        return jobs
 
 
 class _Decorator(Protocol):

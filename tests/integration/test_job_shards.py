@@ -76,6 +76,27 @@ async def test_a_dedup_key_and_a_limit_pin_the_shard(sharded: drumbeat.App) -> N
     assert shards == {0}, "limited jobs live in the main shard, with their limiter keys"
 
 
+async def test_a_batch_of_keyed_jobs_goes_in_one_call_per_shard_in_the_order_given(
+    sharded: drumbeat.App,
+) -> None:
+    """Keys hash their jobs to every shard in turn; the batch still makes one call per shard
+    (not one per change of shard), and each job comes back at its place."""
+
+    @sharded.task
+    async def once(n: int) -> None: ...
+
+    keys = [f"order{n}" for n in range(30)]
+    calls, _ = sharded._enqueue_calls([once.options(key=k).prepare(n) for n, k in enumerate(keys)])
+    assert len(calls) == SHARDS, f"{len(calls)} calls for 30 keyed jobs over {SHARDS} shards"
+    first = await sharded.aenqueue_many([once.options(key=k).prepare(1) for k in keys])
+    assert [job_shard_of(job.id) for job in first] == [
+        zlib.crc32(k.encode()) % SHARDS for k in keys
+    ], "each job at the place of its key"
+    again = await sharded.aenqueue_many([once.options(key=k).prepare(2) for k in reversed(keys)])
+    assert [job.id for job in again] == [job.id for job in reversed(first)]
+    assert not any(job.created for job in again)
+
+
 async def test_dead_letters_retry_purge_and_cancel_across_shards(sharded: drumbeat.App) -> None:
     @sharded.task
     async def fail(n: int) -> None:
