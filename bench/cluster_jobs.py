@@ -8,12 +8,13 @@ For each master count M it starts M ``redis-server --cluster-enabled yes`` nodes
 as `bench.cluster_periodic` does (`tests.cluster.small.SmallCluster`: no replicas, the slots in
 M equal ranges), picks a namespace whose J = ``--shards-per-master`` x M job shards land evenly
 on the masters (`Keys.job_keys`), and enqueues ``--jobs`` no-op jobs with ``App(url,
-job_shards=J).enqueue_many`` in batches of at most 1,000, a multiple of J of them: a producer
-sends each call's jobs to the next shard in turn, so every shard gets as many batches (checked
-from the enqueued ids, `keys.job_shard_of`). Then it runs ``drumbeat worker
-bench.cluster_jobs_app:app --processes W --concurrency C`` on the ``redis+cluster://`` URL until
-every shard's ``ready`` and ``leases`` are empty (polled every 20 ms, one pipelined round trip
-per master). The baseline is the same on one plain redis-server with ``job_shards=1``.
+job_shards=J).enqueue_many`` calls of at most ``batch_limit`` (500) jobs, a multiple of J of
+them: a producer sends each script call's jobs (at most ``batch_limit``) to the next shard in
+turn, so every shard gets as many calls (checked from the enqueued ids, `keys.job_shard_of`).
+Then it runs ``drumbeat worker bench.cluster_jobs_app:app --processes W --concurrency C`` on
+the ``redis+cluster://`` URL until every shard's ``ready`` and ``leases`` are empty (polled
+every 20 ms, one pipelined round trip per master). The baseline is the same on one plain
+redis-server with ``job_shards=1``.
 
 Per master it reports the jobs its shards held (all drained: their shards emptied and the
 `metrics` counters count every job complete), its Redis CPU over the drain (``INFO``
@@ -54,15 +55,18 @@ from .cluster_jobs_app import TASK
 
 APP = "bench.cluster_jobs_app:app"
 RESULTS = Path(__file__).resolve().parent / "results"
-MOST_PER_BATCH = 1000
 POLL = 0.02
 
 
-def batch_sizes(jobs: int, shards: int, most: int = MOST_PER_BATCH) -> list[int]:
-    """Sizes of the enqueue calls: a multiple of ``shards`` of them (each call's jobs go to one
-    shard, the next call's to the next), at most ``most`` jobs each, as equal as can be."""
-    if jobs < 1 or shards < 1 or most < 1:
-        raise ValueError(f"jobs, shards and most must be >= 1, got {jobs}, {shards}, {most}")
+def batch_sizes(jobs: int, shards: int, most: int) -> list[int]:
+    """Sizes of the enqueue calls: a multiple of ``shards`` of them, at most ``most`` jobs each
+    (`Settings.batch_limit`: a call of more is split into script calls that go to a shard each,
+    so calls of 833 jobs would put 500 on one shard and 333 on the next), as equal as can be."""
+    if shards < 1 or most < 1 or jobs < shards:
+        raise ValueError(
+            f"expected shards >= 1, most >= 1 and at least as many jobs as shards, got {jobs} "
+            f"jobs, {shards} shards, most {most}"
+        )
     calls = shards * -(-jobs // (shards * most))
     return [jobs // calls + (i < jobs % calls) for i in range(calls)]
 
@@ -90,6 +94,9 @@ class Case:
     emptied_s: list[float]
     """Per job shard: when it emptied, from the first claim."""
     completed: int
+    workers_cpu: float
+    """CPU seconds of the worker command's processes over the drain (within a look)."""
+    processes: int
     commands: list[tuple[str, float, float]]
 
     @property
@@ -105,6 +112,27 @@ class Case:
 
 def _noop(i: int) -> None:
     """Enqueueing only needs the task's name; the workers run `cluster_jobs_app.noop`."""
+
+
+def group_cpu(pgid: int) -> tuple[float, int]:
+    """CPU seconds (user + system) of the live processes of a process group, and how many there
+    are (the worker command's supervisor and its worker processes: /proc/<pid>/stat)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, found = 0, 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # exited meanwhile
+        # The command name may hold spaces and parentheses: the fields follow its last ')'.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid:  # pgrp, the 5th field
+            total += int(fields[11]) + int(fields[12])  # utime, stime: the 14th and 15th
+            found += 1
+    return total / tick, found
 
 
 def _outstanding(app: drumbeat.App) -> tuple[list[int], int]:
@@ -133,7 +161,7 @@ def run_case(
     try:
         task = app.task(name=TASK)(_noop)
         app.redis.ping()  # connect (and check the eviction policy) before any timing
-        sizes = batch_sizes(args.jobs, shards)
+        sizes = batch_sizes(args.jobs, shards, app.settings.batch_limit)
         ids: list[str] = []
         cpu0, t0 = cpu_seconds(servers), time.perf_counter()
         for size in sizes:
@@ -157,37 +185,20 @@ def run_case(
              "--concurrency", str(args.concurrency), "--log-level", "warning"],
             env=env, start_new_session=True,
         )  # fmt: skip
-        # The drain starts after the last look that found every job waiting, and ends by the
-        # first that found none: measured within two looks (POLL apart) at most.
-        first, unclaimed = started, True
-        emptied: list[float | None] = [None] * shards
-        deadline = time.monotonic() + args.timeout
-        while True:
-            left, ready = _outstanding(app)
-            now = time.perf_counter()
-            if unclaimed and ready == args.jobs:
-                first = now
-            else:
-                unclaimed = False
-            for k, n in enumerate(left):
-                if n == 0 and emptied[k] is None:
-                    emptied[k] = now
-            if all(e is not None for e in emptied):
-                break
-            if worker.poll() is not None:
-                raise RuntimeError(f"{label}: the worker exited with {worker.returncode}, "
-                                   f"{sum(left)} jobs left ({left} per shard)")  # fmt: skip
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{label}: {sum(left)} jobs left ({left} per shard) after "
-                                   f"{args.timeout:g} s; expected none (--timeout)")  # fmt: skip
-            time.sleep(POLL)
+        first, emptied, workers_cpu0 = _drain(label, app, worker, args.jobs, args.timeout)
         cpu3, stats1 = cpu_seconds(servers), commandstats(servers)
-        done = [e for e in emptied if e is not None]
+        workers_cpu1, processes = group_cpu(worker.pid)
         completed = _completed(app, args.jobs)
     finally:
         if worker is not None:
-            os.killpg(worker.pid, signal.SIGTERM)
-            worker.wait(60)
+            # The supervisor alone: it passes SIGTERM on, and a worker that got a second one
+            # would stop at once.
+            worker.terminate()
+            try:
+                worker.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait()
         app.close()
     return Case(
         label=label,
@@ -198,12 +209,46 @@ def run_case(
         enqueue_s=enqueue_s,
         enqueue_cpu=[b - a for a, b in zip(cpu0, cpu1, strict=True)],
         startup_s=first - started,
-        drain_s=max(done) - first,
+        drain_s=max(emptied) - first,
         drain_cpu=[b - a for a, b in zip(cpu2, cpu3, strict=True)],
-        emptied_s=[e - first for e in done],
+        emptied_s=[e - first for e in emptied],
         completed=completed,
+        workers_cpu=workers_cpu1 - workers_cpu0,
+        processes=processes,
         commands=costliest(stats0, stats1, args.jobs, top=8),
     )
+
+
+def _drain(
+    label: str, app: drumbeat.App, worker: subprocess.Popen[bytes], jobs: int, timeout: float
+) -> tuple[float, list[float], float]:
+    """Waits until every job shard is empty. Returns when the drain started (the last look that
+    found every job waiting: within a look, POLL, of the first claim), when each shard emptied
+    (the first look that found it so), and the workers' CPU seconds at the start."""
+    first, unclaimed, workers_cpu0 = time.perf_counter(), True, 0.0
+    emptied: list[float | None] = [None] * len(app.job_keys)
+    deadline = time.monotonic() + timeout
+    while True:
+        left, ready = _outstanding(app)
+        now = time.perf_counter()
+        if unclaimed and ready == jobs:
+            first = now
+            workers_cpu0, _ = group_cpu(worker.pid)  # their start-up, left out of the drain
+        else:
+            unclaimed = False
+        for k, n in enumerate(left):
+            if n == 0 and emptied[k] is None:
+                emptied[k] = now
+        done = [e for e in emptied if e is not None]
+        if len(done) == len(emptied):
+            return first, done, workers_cpu0
+        if worker.poll() is not None:
+            raise RuntimeError(f"{label}: the worker exited with {worker.returncode}, "
+                               f"{sum(left)} jobs left ({left} per shard)")  # fmt: skip
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{label}: {sum(left)} jobs left ({left} per shard) after "
+                               f"{timeout:g} s; expected none (--timeout)")  # fmt: skip
+        time.sleep(POLL)
 
 
 def _completed(app: drumbeat.App, jobs: int) -> int:
@@ -245,7 +290,8 @@ def _row(c: Case) -> str:
     enq_us = ", ".join(f"{1e6 * x / n:.1f}" for x, n in zip(c.enqueue_cpu, jobs, strict=True))
     return (f"| {c.label} | {len(c.per_shard)} | {', '.join(f'{n:,.0f}' for n in jobs)} | "
             f"{c.drain_s:.2f} s | {c.jobs / c.drain_s:,.0f} | {pct} | {drain_us} µs | "
-            f"{enq_us} µs |")  # fmt: skip
+            f"{enq_us} µs | {c.workers_cpu / c.drain_s:.2f} cores, "
+            f"{1e6 * c.workers_cpu / c.jobs:.0f} µs |")  # fmt: skip
 
 
 def _notes(c: Case) -> list[str]:
@@ -255,8 +301,9 @@ def _notes(c: Case) -> list[str]:
     return [
         f"- {c.label}: namespace `{c.namespace}`, jobs per job shard {c.per_shard} (shard k on "
         f"master {c.owner}); enqueue {c.enqueue_s:.2f} s ({c.jobs / c.enqueue_s:,.0f} jobs/s); "
-        f"worker start to first claim {c.startup_s:.2f} s; each master's last shard emptied "
-        f"{', '.join(f'{e:.2f}' for e in emptied)} s after the first claim; `metrics` counts "
+        f"worker start to first claim {c.startup_s:.2f} s ({c.processes} processes); each "
+        f"master's last shard emptied {', '.join(f'{e:.2f}' for e in emptied)} s after the "
+        "first claim; `metrics` counts "
         f"{c.completed:,} of {c.jobs:,} complete",
         f"- {c.label}, per job, the costliest commands of the drain (every master): {top}",
     ]
@@ -280,8 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"- command: `{command}`",
         f"- CPU: {cpu_model()}, {os.cpu_count()} cores (every Redis, the workers and the harness "
         f"all on it); load average at start {' '.join(f'{x:.2f}' for x in load0)}",
-        f"- {args.jobs:,} no-op jobs enqueued (`enqueue_many`, at most {MOST_PER_BATCH:,} a "
-        f"call), then drained by `drumbeat worker {APP} --processes {args.workers} --concurrency "
+        f"- {args.jobs:,} no-op jobs enqueued (`enqueue_many`, at most `batch_limit` (500) "
+        "a call, a multiple of the job shards of them: each call to the next shard), then "
+        f"drained by `drumbeat worker {APP} --processes {args.workers} --concurrency "
         f"{args.concurrency}`; {args.shards_per_master} job shards per master on the cluster, "
         "`job_shards=1` on the plain redis-server",
         "- per master, in master order; Redis CPU is INFO used_cpu_user + used_cpu_sys, over the "
@@ -290,8 +338,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "jobs/s = jobs / drain time",
         "",
         "| setup | job shards | jobs per master | drain | jobs/s | Redis CPU per master "
-        "(% of the drain) | Redis CPU per job, per master: drain | enqueue |",
-        "|---|---:|---|---:|---:|---|---|---|",
+        "(% of the drain) | Redis CPU per job, per master: drain | enqueue | workers' CPU over "
+        "the drain, per job |",
+        "|---|---:|---|---:|---:|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
     notes: list[str] = []

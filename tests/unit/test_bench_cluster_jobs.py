@@ -12,21 +12,21 @@ from drumbeat.keys import Keys
 
 
 @pytest.mark.parametrize(
-    ("jobs", "shards", "calls"), [(20_000, 6, 24), (500, 2, 2), (7, 3, 3), (2, 4, 4), (1000, 1, 1)]
+    ("jobs", "shards", "calls"), [(20_000, 6, 42), (500, 2, 2), (1001, 2, 4), (7, 3, 3), (9, 1, 1)]
 )
 def test_batch_sizes_are_a_multiple_of_the_shards_and_as_equal_as_can_be(
     jobs: int, shards: int, calls: int
 ) -> None:
-    sizes = batch_sizes(jobs, shards)
+    sizes = batch_sizes(jobs, shards, 500)
     assert sum(sizes) == jobs, f"{sizes} does not add up to {jobs} jobs"
-    assert len(sizes) == calls, f"expected {calls} calls of at most 1,000 jobs, got {sizes}"
+    assert len(sizes) == calls, f"expected {calls} calls of at most 500 jobs, got {sizes}"
     assert len(sizes) % shards == 0, f"{len(sizes)} calls do not go round {shards} shards evenly"
-    assert max(sizes) - min(sizes) <= 1 and max(sizes) <= 1000, sizes
+    assert max(sizes) - min(sizes) <= 1 and max(sizes) <= 500, sizes
 
 
 def test_batch_sizes_refuses_what_it_cannot_split() -> None:
-    with pytest.raises(ValueError, match="must be >= 1"):
-        batch_sizes(0, 2)
+    with pytest.raises(ValueError, match="at least as many jobs as shards, got 2 jobs, 4 shards"):
+        batch_sizes(2, 4, 500)
 
 
 def _slot_ranges(masters: int) -> dict[int, int]:
