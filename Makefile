@@ -86,6 +86,7 @@ bench-quick: $(STAMP)
 	$(PY) -m bench.core --quick
 	$(PY) -m bench.periodic --quick --systems drumbeat
 	$(PY) -m bench.checkpoints --quick
+	$(PY) -m bench.cluster_jobs --masters 1 --jobs 500
 
 clean:
 	rm -rf $(VENV) $(VENV_MIN) bench/.venv-peers .pytest_cache .mypy_cache .ruff_cache

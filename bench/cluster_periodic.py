@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -42,6 +41,8 @@ import drumbeat
 from drumbeat.keys import Keys
 from drumbeat.protocol import bin_percentile_ms
 
+from . import _cluster
+from ._cluster import commandstats, cpu_model, cpu_seconds
 from ._redis import find_server_binary
 
 TASK = "bench.periodic.noop"
@@ -50,48 +51,16 @@ SHARDS_PER_MASTER = 4
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def _cpu() -> str:
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
-def _cpu_seconds(cluster: SmallCluster) -> list[float]:
-    """Each master's Redis CPU so far (INFO used_cpu_user + used_cpu_sys)."""
-    out = []
-    for node in cluster.nodes:
-        with node.client() as c:
-            info = c.info("cpu")
-        out.append(float(info["used_cpu_user"]) + float(info["used_cpu_sys"]))
-    return out
-
-
-def _commandstats(cluster: SmallCluster) -> dict[str, tuple[int, int]]:
-    """Every master's commands so far, summed: name -> (calls, µs)."""
-    out: dict[str, tuple[int, int]] = {}
-    for node in cluster.nodes:
-        with node.client() as c:
-            stats = c.info("commandstats")
-        for name, v in stats.items():
-            calls, usec = out.get(name, (0, 0))
-            out[name] = (calls + int(v["calls"]), usec + int(v["usec"]))
-    return out
-
-
 def even_namespace(cluster: SmallCluster, shards: int) -> str:
-    """A namespace whose schedule shards land SHARDS_PER_MASTER on each master (a stable search:
-    the same names on every run)."""
-    m = len(cluster.nodes)
-    for attempt in range(100_000):
-        ns = f"bench{attempt}"
-        per = [0] * m
-        for i in range(shards):
-            per[cluster.master_of((Keys(ns) if shards == 1 else Keys(ns, i)).due)] += 1
-        if all(p == shards // m for p in per):
-            return ns
-    raise RuntimeError(f"no namespace spreads {shards} shards evenly over {m} masters")
+    """A namespace whose schedule shards land evenly on the masters (a stable search: the same
+    names on every run)."""
+    return _cluster.even_namespace(
+        cluster.master_of,
+        len(cluster.nodes),
+        shards,
+        # One shard: the schedules live with the jobs (no shard number in the tag).
+        lambda ns, i: (Keys(ns) if shards == 1 else Keys(ns, i)).due,
+    )
 
 
 def _lateness_bins(client: RedisCluster, keys: Sequence[Keys]) -> list[dict[int, int]]:
@@ -149,11 +118,11 @@ def one_case(masters: int, args: argparse.Namespace) -> dict[str, object]:
         client = RedisCluster(
             startup_nodes=[ClusterNode("127.0.0.1", n.port) for n in cluster.nodes]  # type: ignore[no-untyped-call]
         )
-        bins0, cpu0, w0 = _lateness_bins(client, keys), _cpu_seconds(cluster), time.monotonic()
-        stats0 = _commandstats(cluster)
+        bins0, cpu0, w0 = _lateness_bins(client, keys), cpu_seconds(cluster.nodes), time.monotonic()
+        stats0 = commandstats(cluster.nodes)
         time.sleep(args.duration)
-        bins1, cpu1, w1 = _lateness_bins(client, keys), _cpu_seconds(cluster), time.monotonic()
-        stats1 = _commandstats(cluster)
+        bins1, cpu1, w1 = _lateness_bins(client, keys), cpu_seconds(cluster.nodes), time.monotonic()
+        stats1 = commandstats(cluster.nodes)
         client.close()
     finally:
         app.close()
@@ -171,11 +140,7 @@ def one_case(masters: int, args: argparse.Namespace) -> dict[str, object]:
                 merged[b] = merged.get(b, 0) + d
     cpu = [c1 - c0 for c0, c1 in zip(cpu0, cpu1, strict=True)]
     runs = max(1, sum(runs_per_master))
-    commands = sorted(
-        ((name[len("cmdstat_") :], (c - stats0.get(name, (0, 0))[0]) / runs,
-          (u - stats0.get(name, (0, 0))[1]) / runs) for name, (c, u) in stats1.items()),
-        key=lambda x: -x[2],
-    )  # fmt: skip
+    commands = _cluster.costliest(stats0, stats1, runs)
     return {
         "masters": masters,
         "shards": shards,
@@ -191,7 +156,7 @@ def one_case(masters: int, args: argparse.Namespace) -> dict[str, object]:
         ],
         "p50_ms": bin_percentile_ms(merged, 0.5) if merged else float("nan"),
         "p99_ms": bin_percentile_ms(merged, 0.99) if merged else float("nan"),
-        "commands": [c for c in commands if c[1] > 0][:12],
+        "commands": commands,
     }
 
 
@@ -211,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "# Periodic schedules on a Redis Cluster of 1 to N masters (bench.cluster_periodic)",
         "",
         f"- command: `{command}`",
-        f"- CPU: {_cpu()}, {os.cpu_count()} cores (masters, workers and harness all on it); "
+        f"- CPU: {cpu_model()}, {os.cpu_count()} cores (masters, workers and harness all on it); "
         f"load average at start {load[0]:.2f}",
         f"- {args.n:,} schedules every {args.interval:g} s ({args.n / args.interval:,.0f} runs/s "
         f"due), {args.workers} worker processes x {args.concurrency} slots "

@@ -14,7 +14,8 @@ RESULTS = REPO / "bench" / "results"
 DOCS = [REPO / "README.md", REPO / "bench" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 CITED = re.compile(r"bench/results/([\w.-]*\w)")
 RUN = re.compile(
-    r"(?:core|periodic|cluster-periodic|schedule-memory|checkpoints|elastic|limits|dashboard)"
+    r"(?:core|periodic|cluster-periodic|cluster-jobs|schedule-memory|checkpoints|elastic|limits"
+    r"|dashboard)"
     r"-(?:quick-)?\d{8}T\d{6}Z"
 )
 SOURCE = re.compile(r"\((periodic-\d{8}T\d{6}Z\.json)\)")
