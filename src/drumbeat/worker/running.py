@@ -61,18 +61,21 @@ class Runs:
 
     def start(self, shard: int, job: Claimed) -> None:
         claim = self.table.hold(shard, job)
-        self.table.started(
-            claim, asyncio.create_task(self._run(claim), name=f"drumbeat-job-{job.id}")
-        )
+        self.table.started(claim, self._task(claim))
 
     def start_lent(self, shard: int, job: Claimed) -> Claim:
         """Starts an urgent job in a slot a paused run lent at a checkpoint."""
         claim = self.table.hold(shard, job)
         claim.lent = True
-        self.table.started(
-            claim, asyncio.create_task(self._run(claim), name=f"drumbeat-job-{job.id}")
-        )
+        self.table.started(claim, self._task(claim))
         return claim
+
+    def _task(self, claim: Claim) -> asyncio.Task[None]:
+        # The loop's own create_task names the task as it makes it (`asyncio.create_task` sets
+        # the name afterwards, through a function of its own: a cost per run).
+        return asyncio.get_running_loop().create_task(
+            self._run(claim), name=f"drumbeat-job-{claim.job.id}"
+        )
 
     async def _run(self, claim: Claim) -> None:
         job, hooks, started = claim.job, self.hooks, time.monotonic()
