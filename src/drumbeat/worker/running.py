@@ -80,6 +80,7 @@ class Runs:
     async def _run(self, claim: Claim) -> None:
         job, hooks, started = claim.job, self.hooks, time.monotonic()
         end = "crashed"
+        outcome: Outcome | None = None  # named for the hooks only: `end` is made when they run
         if self.control is not None:
             claim.control = self.control(claim)
         try:
@@ -91,7 +92,6 @@ class Runs:
                 if not claim.cancelled or claim.lost:
                     raise  # a stop (the claim is handed back) or a lost lease
                 outcome = self.runner.cancelled(job, self.now_ms())  # Job.cancel
-            end = _end_name(outcome)
             claim.seconds = time.monotonic() - started
             if isinstance(outcome, Bury):
                 log.error("job %s dead-lettered: %s", job.id, outcome.reason)
@@ -113,6 +113,7 @@ class Runs:
             if claim.held_limits and not claim.lost and self.release is not None:
                 await self.release(claim.shard, job.id, job.token, claim.held_limits)
             if hooks.per_job:
+                end = end if outcome is None else _end_name(outcome)
                 await hooks.after(JobEnd(job, end, time.monotonic() - started))
 
     def cancel(self, job_id: str) -> None:
