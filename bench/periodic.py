@@ -566,6 +566,9 @@ def analyse(
     m["commands_per_run"] = m.get("redis_commands", 0) / len(lateness)
     if "redis_cpu_s" in m:  # the ceiling of one Redis core: runs/s = 1e6 / this
         m["redis_us_per_run"] = m["redis_cpu_s"] * 1e6 / len(lateness)
+    # The system's own processes per run (the bench's recording in the task included): with
+    # Redis's, what one run costs the machine.
+    m["procs_us_per_run"] = cpu * 1e6 / len(lateness)
     for prefix, values in (
         ("late", lateness),
         ("late_own", own if s.due_match != "exposed" else []),
@@ -647,10 +650,11 @@ def table_lines(outcomes: Sequence[Outcome]) -> list[str]:
 def detail_lines(outcomes: Sequence[Outcome]) -> list[str]:
     """Where the time went: CPU per process kind, Redis commands per run, memory, starvation."""
     lines = [
-        "| system | schedules | CPU s by process | Redis commands/run | RSS MiB | "
+        "| system | schedules | CPU s by process | processes' CPU µs/run | Redis commands/run | "
+        "RSS MiB | "
         "schedules with no run in the window | runs the system skipped | lateness vs the "
         "system's own due time p50 / p99 | startup s | processes in the window, mean / max |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for system, case, group in grouped(outcomes):
         if group[0].skipped:
@@ -669,7 +673,8 @@ def detail_lines(outcomes: Sequence[Outcome]) -> list[str]:
             else "-"
         )
         lines.append(
-            f"| {system} | {case.label} | {cpu or '-'} | {_fmt(m.get('commands_per_run'), 1)} | "
+            f"| {system} | {case.label} | {cpu or '-'} | {_fmt(m.get('procs_us_per_run'), 1)} | "
+            f"{_fmt(m.get('commands_per_run'), 1)} | "
             f"{_fmt(rss)} | {_fmt(m.get('starved'))} | {_fmt(skipped) if skipped else '0'} | "
             f"{own} | {_fmt(m.get('startup_s'), 1)} | {_procs(m)} |"
         )
@@ -1049,7 +1054,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{s.name}, {case.label}, #{rep}: {_fmt(m.get('rate'))} runs/s of "
                     f"{_fmt(m.get('ideal_rate'))} ({_fmt(m.get('pct_ideal'), 1)} %), "
                     f"p99 {_late(m.get('late_p99'))}, dup {_fmt(m.get('duplicates'))}, CPU "
-                    f"{_fmt(m.get('cpu_total_s'), 1)} s, load {_fmt(m.get('load_1m_start'), 2)}"
+                    f"{_fmt(m.get('cpu_total_s'), 1)} s "
+                    f"({_fmt(m.get('procs_us_per_run'), 1)} µs/run in the processes), "
+                    f"load {_fmt(m.get('load_1m_start'), 2)}"
                     + (f", ERROR: {o.errors[0].splitlines()[0]}" if o.errors else "")
                 )
     info["load_end"] = list(os.getloadavg())

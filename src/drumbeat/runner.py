@@ -10,7 +10,7 @@ import random
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,7 +27,7 @@ from .job import (
 )
 from .limits import Limit
 from .protocol import FIELD_SEP, RUN_PREFIX, RUN_STATE_FIELDS, RUN_STATE_SEP
-from .schedule import decode_schedule_spec, is_misfire, jitter_ms
+from .schedule import Cadence, decode_schedule_spec, is_misfire, jitter_ms
 from .scripts import Claimed
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ class Parked:
     attempt) and it waits in Redis for its turn. Nothing to settle."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs a setattr call per field, per run
 class RunDone:
     """A schedule's run ended (or was skipped); where the schedule goes next."""
 
@@ -131,6 +131,10 @@ class Gate(Protocol):
 # A schedule record that cannot be read still comes back this much later, so it cannot spin.
 _UNREADABLE_RETRY_MS = 60_000
 
+_RUN_PREFIX_LEN = len(RUN_PREFIX)
+_RUN_STATE_LEN = len(RUN_STATE_FIELDS)
+_FIELD_SEP_BYTES = FIELD_SEP.encode()
+
 
 def printable(text: str) -> str:
     """``text`` as valid UTF-8: an error message may hold lone surrogates (from bytes decoded
@@ -143,6 +147,47 @@ def backoff_delay(task: Task[Any, Any], failures: int, rand: Callable[[], float]
     """Exponential backoff with equal jitter: half the step fixed, half random, capped."""
     step = min(task.config.backoff_max, task.config.backoff * 2 ** (failures - 1))
     return float(step / 2 + step / 2 * rand())
+
+
+class _Slot:
+    """A schedule's run under way: where its schedule goes once it ends (`next`)."""
+
+    __slots__ = ("cadence", "due", "gen", "grid", "manual", "now_ms", "schedule_id", "started")
+
+    def __init__(
+        self,
+        schedule_id: str,
+        *,
+        due: int,
+        grid: int,
+        gen: int,
+        manual: bool,
+        cadence: Cadence,
+        now_ms: Callable[[], int],
+        started: float,
+    ) -> None:
+        self.schedule_id = schedule_id
+        self.due = due
+        self.grid = grid
+        self.gen = gen
+        self.manual = manual
+        """Queued by `Schedule.run_now`: it keeps the slot it jumped ahead of."""
+        self.cadence = cadence
+        self.now_ms = now_ms
+        self.started = started
+        """When the run began (`time.monotonic`)."""
+
+    def next(self, outcome: str, error: str = "") -> RunDone:
+        """The outcome of the run, ended now, and its schedule's next slot."""
+        end, grid, cadence = self.now_ms(), self.grid, self.cadence
+        if self.manual and grid > end:
+            nxt = (grid, grid + jitter_ms(self.schedule_id, grid, cadence.jitter_ms), 0)
+        else:
+            nxt = cadence.after_run(self.schedule_id, grid, end)
+        duration = round((time.monotonic() - self.started) * 1000)
+        return RunDone(
+            outcome, duration, self.gen, nxt[0], nxt[1], printable(error) if error else ""
+        )
 
 
 class Runner:
@@ -162,15 +207,26 @@ class Runner:
         a thread cannot be stopped, so each holds a thread of the pool until its call returns."""
         self._abandoned_lock = threading.Lock()
 
-    async def run(
+    def run(
         self,
         job: Claimed,
         now_ms: Callable[[], int],
         checkpoints: Checkpoints | None = None,
         named: Named | None = None,
-    ) -> Outcome:
+    ) -> Coroutine[Any, Any, Outcome]:
+        """The run of a claimed job, to await: its `Outcome`. (The coroutine of a schedule's run
+        or of a job's, handed over as it is: a coroutine more per run costs its frame.)"""
         if job.id.startswith(RUN_PREFIX):
-            return await self._run_schedule(job, now_ms, checkpoints, named)
+            return self._run_schedule(job, now_ms, checkpoints, named)
+        return self._run_job(job, now_ms, checkpoints, named)
+
+    async def _run_job(
+        self,
+        job: Claimed,
+        now_ms: Callable[[], int],
+        checkpoints: Checkpoints | None,
+        named: Named | None,
+    ) -> Outcome:
         found = await self._task_of(job, now_ms, named)
         if not isinstance(found, tuple):
             return found
@@ -218,35 +274,6 @@ class Runner:
                 return acquired
             return task, spec, acquired
         return task, spec, None
-
-    async def _schedule_task(
-        self,
-        job: Claimed,
-        name: str,
-        *,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        limits: Any,
-        named: Named | None,
-        now_ms: Callable[[], int],
-    ) -> tuple[Task[Any, Any], int | None] | Parked | str:
-        """The task of a schedule's run and its granted start (`Context.granted_ms`), once
-        its limits let it start; else `Parked`, or why the run fails (its task is unknown here:
-        it keeps its cadence, the task may be deployed later; or it names a limiter this worker
-        lacks)."""
-        try:
-            task = self.app.get_task(name)
-        except UnknownTask as exc:
-            return str(exc)
-        if self.gate is not None and (task.limits or limits is not None):
-            spec = Spec(task.name, args, kwargs, limits)  # the schedule's own limits, if any
-            acquired = await self._acquire(job, task, spec, named, now_ms)
-            if isinstance(acquired, Bury):
-                return acquired.reason
-            if isinstance(acquired, Parked):
-                return acquired
-            return task, acquired
-        return task, None
 
     async def _acquire(
         self,
@@ -326,66 +353,88 @@ class Runner:
         """Runs one due run of a schedule (once its task's limits let it start); never raises,
         so a failure never stops the schedule."""
         start_ms, started = now_ms(), time.monotonic()
-        schedule_id = job.id[len(RUN_PREFIX) :]
-        gen = -1
-        try:
-            # A fifth field, the first start of a run that stalled, is finish_runs' business.
-            due_s, grid_s, gen_s, manual = job.extra.split(RUN_STATE_SEP)[: len(RUN_STATE_FIELDS)]
-            due, grid, gen = int(due_s), int(grid_s), int(gen_s)
-            if job.spec is None:
-                raise SerializationError("no schedule record")
-            # "<task name>|<spec>", as promote_runs / run_now copied it
-            task_name, spec_blob = job.spec.split(FIELD_SEP.encode(), 1)
-            if named is not None:
-                named.task_name = task_name.decode(errors="replace")
-            args, kwargs, cadence, limits = decode_schedule_spec(spec_blob)
-        except Exception as exc:  # a damaged record: report it, come back later
-            error = f"unreadable schedule record: {type(exc).__name__}: {exc}"
-            retry_at = start_ms + _UNREADABLE_RETRY_MS
-            return RunDone("fail", 0, gen, retry_at, retry_at, error)
-
-        def next_slot(outcome: str, error: str = "") -> RunDone:
-            end = now_ms()
-            if manual == "1" and grid > end:  # a run-now keeps the slot it jumped ahead of
-                nxt = (grid, grid + jitter_ms(schedule_id, grid, cadence.jitter_ms), 0)
-            else:
-                nxt = cadence.after_run(schedule_id, grid, end)
-            duration = round((time.monotonic() - started) * 1000)
-            return RunDone(outcome, duration, gen, nxt[0], nxt[1], printable(error))
-
-        not_run = self._not_run(job, due, start_ms, cadence.grace_ms)
-        if not_run is not None:
-            return next_slot(*not_run)
-        found = await self._schedule_task(
-            job,
-            task_name.decode(),
-            args=args,
-            kwargs=kwargs,
-            limits=limits,
-            named=named,
-            now_ms=now_ms,
-        )
-        if isinstance(found, str | Parked):
-            return next_slot("fail", found) if isinstance(found, str) else found
-        task, granted_ms = found
+        decoded = self._decode_run(job, named, (start_ms, started), now_ms)
+        if isinstance(decoded, RunDone):
+            return decoded
+        slot, task_name, args, kwargs, limits = decoded
+        task = self._run_task(job, slot, start_ms, task_name)
+        if isinstance(task, tuple):
+            return slot.next(*task)
+        granted_ms = None
+        if self.gate is not None and (task.limits or limits is not None):
+            spec = Spec(task.name, args, kwargs, limits)  # the schedule's own limits, if any
+            acquired = await self._acquire(job, task, spec, named, now_ms)
+            if isinstance(acquired, Parked | Bury):
+                return (
+                    acquired if isinstance(acquired, Parked) else slot.next("fail", acquired.reason)
+                )
+            granted_ms = acquired
         if checkpoints is not None:
             checkpoints.is_async = task.is_async
+        # Positionally: keywords cost a frozen dataclass's init more than its fields' order.
         ctx = Context(job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
-                      schedule_id, due, checkpoints=checkpoints, granted_ms=granted_ms)  # fmt: skip
+                      slot.schedule_id, slot.due, None, checkpoints, granted_ms)  # fmt: skip
         token = _current.set(ctx)
         try:
-            await self._timed(task, args, kwargs, checkpoints)
-            return next_slot("ok")
+            if task.is_async and task.config.timeout is None:  # the common case, inlined
+                await task.fn(*args, **kwargs)
+            else:
+                await self._timed(task, args, kwargs, checkpoints)
+            return slot.next("ok")
         except Interrupted as stop:  # a run is not resumed: it ends, the schedule goes on
-            return next_slot("skip" if stop.reason == "handback" else "fail", stop.reason)
+            return slot.next("skip" if stop.reason == "handback" else "fail", stop.reason)
         except Exception as exc:
             if isinstance(exc, TimeoutError):
                 error = f"timed out after {task.config.timeout} s"
             else:
                 error = f"{type(exc).__name__}: {exc}"[:2000]
-            return next_slot("fail", error)
+            return slot.next("fail", error)
         finally:
             _current.reset(token)
+
+    def _decode_run(
+        self,
+        job: Claimed,
+        named: Named | None,
+        start: tuple[int, float],
+        now_ms: Callable[[], int],
+    ) -> tuple[_Slot, bytes, list[Any], dict[str, Any], Any] | RunDone:
+        """A run's place in its schedule and its record's (task name, args, kwargs, limits);
+        a damaged record is reported (`RunDone`) and comes back later. ``start``: when the
+        run began, (Redis ms, `time.monotonic`)."""
+        gen = -1
+        try:
+            # A fifth field, the first start of a run that stalled, is finish_runs' business.
+            due_s, grid_s, gen_s, manual = job.extra.split(RUN_STATE_SEP)[:_RUN_STATE_LEN]
+            due, grid, gen = int(due_s), int(grid_s), int(gen_s)
+            if job.spec is None:
+                raise SerializationError("no schedule record")
+            # "<task name>|<spec>", as promote_runs / run_now copied it
+            task_name, spec_blob = job.spec.split(_FIELD_SEP_BYTES, 1)
+            if named is not None:
+                named.task_name = task_name.decode(errors="replace")
+            args, kwargs, cadence, limits = decode_schedule_spec(spec_blob)
+        except Exception as exc:
+            error = f"unreadable schedule record: {type(exc).__name__}: {exc}"
+            retry_at = start[0] + _UNREADABLE_RETRY_MS
+            return RunDone("fail", 0, gen, retry_at, retry_at, error)
+        slot = _Slot(job.id[_RUN_PREFIX_LEN:], due=due, grid=grid, gen=gen, manual=manual == "1",
+                     cadence=cadence, now_ms=now_ms, started=start[1])  # fmt: skip
+        return slot, task_name, args, kwargs, limits
+
+    def _run_task(
+        self, job: Claimed, slot: _Slot, start_ms: int, task_name: bytes
+    ) -> Task[Any, Any] | tuple[str, str]:
+        """The task of a run that may start; else (outcome, error) of the run settled without
+        it (a misfire, a run that stalled too often, or its task unknown here: it keeps its
+        cadence, the task may be deployed later)."""
+        not_run = self._not_run(job, slot.due, start_ms, slot.cadence.grace_ms)
+        if not_run is not None:
+            return not_run
+        try:
+            return self.app.get_task(task_name.decode())
+        except UnknownTask as exc:
+            return "fail", str(exc)
 
     def _not_run(
         self, job: Claimed, due: int, start_ms: int, grace_ms: int

@@ -18,7 +18,7 @@ import redis
 import redis.asyncio as aredis
 from redis.exceptions import NoScriptError
 
-from .keys import DEFAULT_QUEUE, Keys, bucket_of
+from .keys import DEFAULT_QUEUE, WHEEL_BUCKETS, Keys, bucket_of
 from .protocol import LIMIT_PREFIX, ROUTE_PREFIX, UPCOMING, WHEEL_PREFIX
 
 T = TypeVar("T")
@@ -282,19 +282,26 @@ class Lent:
 
 
 def _claimed(raw: Any, start: int) -> list[Claimed]:
+    # One pass over the reply, CLAIMED_FIELDS at a time, each Claimed made positionally: a
+    # worker parses one per run (index arithmetic and keywords cost twice as much).
+    fields = iter(raw)
+    for _ in range(start):
+        next(fields)
     return [
         Claimed(
-            id=_str(raw[i]),
-            spec=raw[i + 1] or None,
-            attempt=int(raw[i + 2]),
-            stalls=int(raw[i + 3]),
-            token=int(raw[i + 4]),
-            priority=int(raw[i + 5]),
-            extra=_str(raw[i + 6]),
-            progress=raw[i + 7] or None,
-            where=raw[i + 8] or None,
+            job_id.decode() if type(job_id) is bytes else job_id,
+            spec or None,
+            int(attempt),
+            int(stalls),
+            int(token),
+            int(priority),
+            extra.decode() if type(extra) is bytes else extra,
+            progress or None,
+            where or None,
         )
-        for i in range(start, len(raw), CLAIMED_FIELDS)
+        for job_id, spec, attempt, stalls, token, priority, extra, progress, where in zip(
+            *([fields] * CLAIMED_FIELDS), strict=False
+        )
     ]
 
 
@@ -341,6 +348,25 @@ class Scripts:
     def __init__(self, keys: Keys) -> None:
         self.k = keys
         self._enqueue_keys: dict[str, tuple[str, ...]] = {}
+        # The keys a worker passes on every claim and settle, named once (each name is a few
+        # string operations in `Keys`, and the hot path passes dozens per call).
+        k = keys
+        self._claim_keys = (k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.lateness,
+                            k.tasks, k.progress)  # fmt: skip
+        self._claim_queue_keys: dict[str, tuple[str, str, str]] = {}
+        self._finish_keys = (k.due, k.leases, k.owners, k.state, k.faults, k.wake, k.jobs)
+        self._promote_keys = (k.due, k.ready, k.jobs, k.state, k.seq, k.wake, k.tasks, k.owners,
+                              k.leases, k.fence, k.lateness)  # fmt: skip
+        # A bucket's keys end in its number (`bucket_keys` checks that they still do).
+        self._wheel_prefix = k.wheel(0)[:-1]
+        self._schedules_prefix = k.schedules(0)[:-1]
+
+    def bucket_keys(self, bucket: int) -> tuple[str, str]:
+        """(`Keys.wheel`, `Keys.schedules`) of ``bucket``, as the hot path builds them."""
+        if not 0 <= bucket < WHEEL_BUCKETS:
+            raise KeyError(f"unknown bucket {bucket}; expected 0..{WHEEL_BUCKETS - 1}")
+        number = str(bucket)
+        return self._wheel_prefix + number, self._schedules_prefix + number
 
     def enqueue(
         self, groups: Sequence[str | bytes | int], queue: str = DEFAULT_QUEUE
@@ -373,15 +399,18 @@ class Scripts:
         upcoming buckets wanted in the reply (0: none; the query costs Redis more than an
         empty claim)."""
         k = self.k
-        keys = [k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.lateness, k.tasks]
-        keys.append(k.progress)
+        keys = [*self._claim_keys]
         for queue in queues:
-            keys += [k.ready_of(queue), k.due_of(queue), k.wake_of(queue)]
-        others = [q for q in _others(routes) if q not in queues]
+            queue_keys = self._claim_queue_keys.get(queue)
+            if queue_keys is None:
+                queue_keys = (k.ready_of(queue), k.due_of(queue), k.wake_of(queue))
+                self._claim_queue_keys[queue] = queue_keys
+            keys += queue_keys
+        others = [q for q in _others(routes) if q not in queues] if routes else []
         for queue in others:
             keys += [k.ready_of(queue), k.wake_of(queue)]
         for bucket in buckets:
-            keys += [k.wheel(bucket), k.schedules(bucket)]
+            keys += self.bucket_keys(bucket)
         args: list[str | int] = [worker, limit, lease_ms, promote, len(queues), len(others)]
         args.append(upcoming)
         args += [_queue_arg(q) for q in queues]
@@ -682,13 +711,12 @@ class Scripts:
     ) -> Call[ClaimResult]:
         """``routes``: the queues other than the default one the runs may go to."""
         k = self.k
-        keys = [k.due, k.ready, k.jobs, k.state, k.seq, k.wake, k.tasks, k.owners, k.leases]
-        keys += [k.fence, k.lateness]
+        keys = [*self._promote_keys]
         others = _others(routes)
         for queue in others:
             keys += [k.ready_of(queue), k.wake_of(queue)]
         for bucket in buckets:
-            keys += [k.wheel(bucket), k.schedules(bucket)]
+            keys += self.bucket_keys(bucket)
         args: list[str | int] = [worker, limit, lease_ms, len(others), *others, *buckets]
         return Call("promote_runs", keys, args, _parse_claim)
 
@@ -698,8 +726,7 @@ class Scripts:
         """Items are (member "s:<id>", token, outcome, duration_ms, generation, next grid_ms,
         next due_ms, error, the ended run's due ms (with ":<first start ms>" after a stall:
         `protocol.run_due_ms`) or None when unknown: its lateness is then not recorded)."""
-        k = self.k
-        keys = [k.due, k.leases, k.owners, k.state, k.faults, k.wake, k.jobs]
+        keys = [*self._finish_keys]
         # Each bucket's keys once (the runs of a bucket end together), named by their place.
         slots: dict[int, int] = {}
         packed = []
@@ -708,7 +735,7 @@ class Scripts:
             slot = slots.get(bucket)
             if slot is None:
                 slot = slots[bucket] = len(slots) + 1
-                keys += [k.wheel(bucket), k.schedules(bucket)]
+                keys += self.bucket_keys(bucket)
             was_due = "" if was is None else was
             packed.append(
                 f"{member}|{token}|{outcome}|{ms}|{gen}|{grid}|{due}|{was_due}|{bucket}/{slot}|"

@@ -73,3 +73,31 @@ def test_a_malformed_record_is_refused() -> None:
         parse_record(b"1|2|3")
     with pytest.raises(ValueError, match="malformed"):
         parse_record(b"1|2|3|4|5|6||0||x|[[],5]")
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [b"[[1],5]", b"[[1], 5] ", b"[[1],5]\n", b'[["a"],{"e":5,"g":1.5},{"k":[1,{"x":null}]}]'],
+)
+def test_a_json_spec_decodes_as_the_json_codec_decodes_it(blob: bytes) -> None:
+    raw = CODECS["json"].loads(blob)
+    args, kwargs, cadence, limits = decode_schedule_spec(blob)
+    assert (args, kwargs, limits) == (raw[0], raw[2] if len(raw) > 2 else {}, None)
+    assert cadence == (Cadence.from_wire(raw[1]) if isinstance(raw[1], dict) else Cadence(raw[1]))
+
+
+@pytest.mark.parametrize("blob", [b"[[1],5]x", b"[[1],", b"[[1] 5]", b"[[1],5] ]"])
+def test_a_malformed_json_spec_is_refused_as_the_json_codec_refuses_it(blob: bytes) -> None:
+    with pytest.raises(ValueError) as expected:
+        CODECS["json"].loads(blob)
+    with pytest.raises(ValueError) as refused:
+        decode_schedule_spec(blob)
+    assert str(refused.value) == str(expected.value)
+
+
+def test_an_interval_alone_decodes_to_a_cadence_of_that_number() -> None:
+    # Intervals are decoded once per (type, value) and shared: 5 and 5.0 stay apart.
+    assert type(decode_schedule_spec(b"[[],5]")[2].every) is int
+    assert type(decode_schedule_spec(b"[[],5.0]")[2].every) is float
+    assert decode_schedule_spec(b"[[],5]")[2] == Cadence(every=5)
+    assert decode_schedule_spec(b"[[],2.5]")[2].interval_ms == 2500

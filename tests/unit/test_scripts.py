@@ -1,13 +1,16 @@
-"""Each script carries the _lib.lua definitions it uses, and only those."""
+"""Each script carries the _lib.lua definitions it uses, and only those; the worker's calls
+name the schema's keys, and its claim replies parse."""
 
 from __future__ import annotations
 
 import re
 from importlib import resources
+from typing import Any
 
 import pytest
 
-from drumbeat.scripts import SCRIPT_NAMES, SOURCES
+from drumbeat.keys import WHEEL_BUCKETS, Keys, bucket_of
+from drumbeat.scripts import SCRIPT_NAMES, SOURCES, Claimed, Scripts, _parse_claim
 
 LIB = (resources.files("drumbeat") / "lua" / "_lib.lua").read_text()
 DEFINED = set(re.findall(r"^local (?:function )?([A-Za-z_]\w*)", LIB, re.M))
@@ -30,3 +33,46 @@ def test_a_script_leaves_out_the_lib_definitions_it_does_not_use() -> None:
     assert "local function promote_buckets" not in enqueue
     assert "local function record_lateness" not in enqueue
     assert len(enqueue) < len(LIB) / 2, "the enqueue script should not carry most of _lib.lua"
+
+
+@pytest.mark.parametrize("shard", [None, 3])
+def test_the_keys_of_hot_path_calls_are_the_keys_of_the_schema(shard: int | None) -> None:
+    # The worker's calls name their keys from prefixes made once: they must stay the schema's.
+    k = Keys("ns", shard)
+    scripts = Scripts(k)
+    buckets = [0, 7, WHEEL_BUCKETS - 1]
+    of_buckets = [key for b in buckets for key in (k.wheel(b), k.schedules(b))]
+    claim = scripts.claim("w", 5, 1000, 10, buckets, queues=["default", "q2"], routes=["q3"])
+    assert list(claim.keys) == [
+        k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.lateness, k.tasks, k.progress,
+        k.ready_of("default"), k.due_of("default"), k.wake_of("default"),
+        k.ready_of("q2"), k.due_of("q2"), k.wake_of("q2"), k.ready_of("q3"), k.wake_of("q3"),
+        *of_buckets,
+    ]  # fmt: skip
+    promote = scripts.promote_runs(buckets, "w", 5, 1000)
+    assert list(promote.keys) == [
+        k.due, k.ready, k.jobs, k.state, k.seq, k.wake, k.tasks, k.owners, k.leases, k.fence,
+        k.lateness, *of_buckets,
+    ]  # fmt: skip
+    ids = ["s:a", "s:b"]
+    finish = scripts.finish_runs([(i, 1, "ok", 1, 0, 5, 5, "", None) for i in ids])
+    run_buckets = list(dict.fromkeys(bucket_of(i[2:]) for i in ids))
+    assert list(finish.keys) == [
+        k.due, k.leases, k.owners, k.state, k.faults, k.wake, k.jobs,
+        *[key for b in run_buckets for key in (k.wheel(b), k.schedules(b))],
+    ]  # fmt: skip
+    with pytest.raises(KeyError, match="unknown bucket"):
+        scripts.bucket_keys(WHEEL_BUCKETS)
+
+
+def test_a_claim_reply_parses_into_its_items() -> None:
+    head: list[Any] = [1000, -1, [], None, 3]
+    run = [b"s:a", b"t|[[1],5]", 1, 0, 41, 5, b"990:990:0:0", None, None]
+    job = ["j1", b"", 2, 1, 42, 7, "key", b"\x91\x01", b"q2|1234"]
+    result = _parse_claim(head + run + job)
+    assert result.jobs == [
+        Claimed("s:a", b"t|[[1],5]", 1, 0, 41, 5, "990:990:0:0"),
+        Claimed("j1", None, 2, 1, 42, 7, "key", b"\x91\x01", b"q2|1234"),
+    ]
+    assert (result.jobs[1].queue, result.jobs[1].unknown_ms) == ("q2", 1234)
+    assert (result.now_ms, result.next_due_ms, result.best) == (1000, None, 3)

@@ -48,10 +48,11 @@ class Claim:
     acquiring: bool = False
     """Its limits are being acquired: a lease the heartbeat finds gone meanwhile was given up
     by acquire_limits.lua (the job waits for its limits), not taken over."""
+    key: ClaimKey = field(init=False)
+    """(job id, fencing token): made once, as the table looks it up several times per run."""
 
-    @property
-    def key(self) -> ClaimKey:
-        return (self.job.id, self.job.token)
+    def __post_init__(self) -> None:
+        self.key = (self.job.id, self.job.token)
 
 
 class ClaimTable:

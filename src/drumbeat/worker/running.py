@@ -61,22 +61,26 @@ class Runs:
 
     def start(self, shard: int, job: Claimed) -> None:
         claim = self.table.hold(shard, job)
-        self.table.started(
-            claim, asyncio.create_task(self._run(claim), name=f"drumbeat-job-{job.id}")
-        )
+        self.table.started(claim, self._task(claim))
 
     def start_lent(self, shard: int, job: Claimed) -> Claim:
         """Starts an urgent job in a slot a paused run lent at a checkpoint."""
         claim = self.table.hold(shard, job)
         claim.lent = True
-        self.table.started(
-            claim, asyncio.create_task(self._run(claim), name=f"drumbeat-job-{job.id}")
-        )
+        self.table.started(claim, self._task(claim))
         return claim
+
+    def _task(self, claim: Claim) -> asyncio.Task[None]:
+        # The loop's own create_task names the task as it makes it (`asyncio.create_task` sets
+        # the name afterwards, through a function of its own: a cost per run).
+        return asyncio.get_running_loop().create_task(
+            self._run(claim), name=f"drumbeat-job-{claim.job.id}"
+        )
 
     async def _run(self, claim: Claim) -> None:
         job, hooks, started = claim.job, self.hooks, time.monotonic()
         end = "crashed"
+        outcome: Outcome | None = None  # named for the hooks only: `end` is made when they run
         if self.control is not None:
             claim.control = self.control(claim)
         try:
@@ -88,7 +92,6 @@ class Runs:
                 if not claim.cancelled or claim.lost:
                     raise  # a stop (the claim is handed back) or a lost lease
                 outcome = self.runner.cancelled(job, self.now_ms())  # Job.cancel
-            end = _end_name(outcome)
             claim.seconds = time.monotonic() - started
             if isinstance(outcome, Bury):
                 log.error("job %s dead-lettered: %s", job.id, outcome.reason)
@@ -110,6 +113,7 @@ class Runs:
             if claim.held_limits and not claim.lost and self.release is not None:
                 await self.release(claim.shard, job.id, job.token, claim.held_limits)
             if hooks.per_job:
+                end = end if outcome is None else _end_name(outcome)
                 await hooks.after(JobEnd(job, end, time.monotonic() - started))
 
     def cancel(self, job_id: str) -> None:

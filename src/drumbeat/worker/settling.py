@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -198,12 +197,16 @@ class Settler:
 
     def _calls(self, batch: Sequence[tuple[Claim, Outcome]]) -> list[_Batch]:
         """One script call per kind of outcome, per shard, per `batch_limit` items."""
-        groups: dict[tuple[int, type[Outcome], str], list[tuple[Claim, Outcome]]]
-        groups = defaultdict(list)
-        for claim, outcome in batch:
+        groups: dict[tuple[int, type[Outcome], str], list[tuple[Claim, Outcome]]] = {}
+        for item in batch:
+            claim, outcome = item
             kind_of = type(outcome)
-            queue = claim.job.queue if KINDS[kind_of].by_queue else ""
-            groups[claim.shard, kind_of, queue].append((claim, outcome))
+            key = (claim.shard, kind_of, claim.job.queue if KINDS[kind_of].by_queue else "")
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [item]
+            else:
+                group.append(item)
         calls: list[_Batch] = []
         for (shard, kind_of, queue), items in groups.items():
             kind = KINDS[kind_of]
@@ -262,12 +265,15 @@ class Settler:
                                 "(fencing token %s)",
                                 kind.what, claim.job.id, claim.job.token)  # fmt: skip
                 self._uncount(lost)
+            release, counts, processed, failed = self.table.release, kind.counts, 0, 0
             for (claim, outcome), ok in zip(items, accepted, strict=True):
-                self.table.release(claim)
+                release(claim)
                 if ok:
-                    processed, failed = kind.counts(outcome)
-                    self.processed += processed
-                    self.failed += failed
+                    more, failures = counts(outcome)
+                    processed += more
+                    failed += failures
+            self.processed += processed
+            self.failed += failed
         return again, refused
 
     def _count(self, calls: list[_Batch]) -> list[str | int]:
