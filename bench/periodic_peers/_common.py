@@ -37,6 +37,11 @@ REBASED = (
 )
 """`PeerSpec.due` of the systems matched by ``sequence``."""
 FLUSH_SECONDS = 0.5
+
+#: What `drumbeat`'s pool role tells the worker processes of `drumbeat_app` (set in their
+#: environment before the app module is imported): where runs are recorded, the task's sleep.
+RUNS_DIR_ENV = "BENCH_PERIODIC_RUNS_DIR"
+SLEEP_ENV = "BENCH_PERIODIC_SLEEP"
 """How often a recording process writes its runs to its file."""
 NAN = math.nan
 

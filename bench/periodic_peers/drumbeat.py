@@ -23,7 +23,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ._common import Args, PeerSpec, Recorder, emit_registered, emit_started, parse_args
+from ._common import (
+    RUNS_DIR_ENV,
+    SLEEP_ENV,
+    Args,
+    PeerSpec,
+    Recorder,
+    emit_registered,
+    emit_started,
+    parse_args,
+)
 
 SPEC = PeerSpec(
     name="drumbeat",
@@ -98,8 +107,9 @@ def _supervised(args: Args, pool: Pool) -> None:
     """``drumbeat worker APP --processes N`` (or ``--autoscale``) in this process."""
     from drumbeat.cli import cli
 
-    from .drumbeat_app import RUNS_DIR_ENV, SLEEP_ENV
-
+    # Before the app module is first imported (by the CLI, below): its `App()` reads the URL
+    # from the environment once, and this process is the supervisor, which reads Redis too (an
+    # import before this made it start and use the embedded Redis instead of the bench's).
     os.environ.update(
         {
             "DRUMBEAT_REDIS_URL": args.url,

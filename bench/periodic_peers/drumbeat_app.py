@@ -14,10 +14,8 @@ from pathlib import Path
 
 import drumbeat
 
-from ._common import Recorder
+from ._common import RUNS_DIR_ENV, SLEEP_ENV, Recorder
 
-RUNS_DIR_ENV = "BENCH_PERIODIC_RUNS_DIR"
-SLEEP_ENV = "BENCH_PERIODIC_SLEEP"
 TASK = "bench.periodic.noop"
 
 app = drumbeat.App()
