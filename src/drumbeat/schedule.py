@@ -305,6 +305,8 @@ _EVERY_MAX = 256
 
 
 def _every(every: Any) -> Cadence:
+    if type(every) not in (int, float, str):  # not an interval: left to whoever checks it
+        return Cadence(every=every)
     key = (type(every), every)
     cadence = _EVERY.get(key)
     if cadence is None:
