@@ -4,7 +4,6 @@ the choice of a namespace whose shards land evenly on the masters (`bench.cluste
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -15,18 +14,6 @@ class Server(Protocol):
     """A Redis process the bench started: a cluster node or a plain redis-server."""
 
     def client(self) -> redis.Redis: ...
-
-
-def cpu_model() -> str:
-    """The machine's CPU model, as /proc/cpuinfo names it."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def cpu_seconds(servers: Sequence[Server]) -> list[float]:

@@ -30,7 +30,7 @@ from typing import Any
 import redis
 
 from bench._redis import RedisServer
-from bench.core import _cpu_model
+from bench.machine import cpu_model
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     repeat = 1 if args.quick else args.repeat
     units, n_urgent = (100, 20) if args.quick else (400, 100)
     command = "python -m bench.checkpoints" + (" --quick" if args.quick else "")
-    print(f"$ {command}\n  CPU: {_cpu_model()}, {os.cpu_count()} cores")
+    print(f"$ {command}\n  CPU: {cpu_model()}, {os.cpu_count()} cores")
     load_start = os.getloadavg()
     with RedisServer() as server:
         rows: dict[str, list[dict[str, Any]]] = {"checkpoints": [], "no checkpoints": []}
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
         "",
         f"- command: `{command}`",
         f"- median of {repeat} repetition(s)",
-        f"- CPU: {_cpu_model()}, {os.cpu_count()} cores",
+        f"- CPU: {cpu_model()}, {os.cpu_count()} cores",
         f"- load average (1/5/15 min): {load} at start, {load_end} at end (other work on "
         "the 2 cores shows up here)",
         "",

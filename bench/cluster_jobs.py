@@ -49,9 +49,10 @@ from tests.cluster.small import SmallCluster
 import drumbeat
 from drumbeat.keys import Keys, job_shard_of
 
-from ._cluster import Server, commandstats, costliest, cpu_model, cpu_seconds, even_namespace
+from ._cluster import Server, commandstats, costliest, cpu_seconds, even_namespace
 from ._redis import RedisServer, find_server_binary
 from .cluster_jobs_app import TASK
+from .machine import cpu_model
 
 APP = "bench.cluster_jobs_app:app"
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -42,8 +42,9 @@ from drumbeat.keys import Keys
 from drumbeat.protocol import bin_percentile_ms
 
 from . import _cluster
-from ._cluster import commandstats, cpu_model, cpu_seconds
+from ._cluster import commandstats, cpu_seconds
 from ._redis import find_server_binary
+from .machine import cpu_model
 
 TASK = "bench.periodic.noop"
 APP = "bench.periodic_peers.drumbeat_app:app"

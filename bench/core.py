@@ -51,6 +51,7 @@ from .adapter import (
     WorkerReport,
     read_sink,
 )
+from .machine import cpu_model
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -1310,24 +1311,13 @@ def machine_info(server: RedisServer) -> dict[str, Any]:
         "cores": os.cpu_count(),
         "memory_gib": round(mem_kb / 1024 / 1024, 1),
         "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "python": platform.python_version(),
         "redis": redis_info["version"],
         "redis_binary": redis_info["binary"],
         "git": _git_revision(),
         "load_start": list(os.getloadavg()),
     }
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _git_revision() -> str:

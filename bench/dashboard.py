@@ -32,6 +32,7 @@ import redis
 import uvicorn
 
 import drumbeat
+from bench.machine import cpu_model
 from drumbeat.dashboard import Guard, create_app
 
 #: What each path shows; ``{job}`` is the id of a queued job.
@@ -81,14 +82,6 @@ def _redis() -> tuple[subprocess.Popen[bytes], str, str]:
     return proc, url, folder
 
 
-def _cpu() -> str:
-    with open("/proc/cpuinfo") as f:
-        model = next(
-            (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "?"
-        )
-    return f"{model}, {os.cpu_count()} cores"
-
-
 def main() -> None:
     if os.environ.get("DRUMBEAT_BENCH_LOCKED") != "1":  # hold the lock for the whole run
         env = {**os.environ, "DRUMBEAT_BENCH_LOCKED": "1"}
@@ -123,7 +116,8 @@ def _run() -> None:
     parser.add_argument("--requests", type=int, default=50)
     args = parser.parse_args()
     print("- command: `python -m bench.dashboard " + " ".join(sys.argv[1:]) + "`")
-    print(f"- cpu: {_cpu()}; load average at start: {os.getloadavg()[0]:.2f} (a shared machine)")
+    print(f"- cpu: {cpu_model()}, {os.cpu_count()} cores; load average at start: "
+          f"{os.getloadavg()[0]:.2f} (a shared machine)")  # fmt: skip
 
     proc, url, folder = _redis()
     app = drumbeat.App(url, namespace="bench")

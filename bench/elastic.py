@@ -551,11 +551,12 @@ def build_report(info: Mapping[str, Any], cfg: Config, runs: Sequence[RunResult]
 def machine_info(url_info: Mapping[str, str]) -> dict[str, Any]:
     import platform
 
-    from .core import _cpu_model, _git_revision
+    from .core import _git_revision
+    from .machine import cpu_model
 
     return {
         "cores": os.cpu_count(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
         "python": platform.python_version(),
         "redis": url_info["version"],

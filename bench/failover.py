@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -32,18 +31,11 @@ from tests.cluster.conftest import ClusterServer
 
 import drumbeat
 from bench._redis import RedisServer
+from bench.machine import cpu_model
 
 REPO = Path(__file__).resolve().parent.parent
 APP = "bench.failover_app:app"
 TASK = "bench.failover_app.note"
-
-
-def _cpu() -> str:
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 class Producer(threading.Thread):
@@ -133,7 +125,7 @@ def main() -> int:
     args = parser.parse_args()
     print(f"command: python -m bench.failover --rounds {args.rounds} --before {args.before:g} "
           f"--after {args.after:g}")  # fmt: skip
-    print(f"cpu: {_cpu()}, {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}")
+    print(f"cpu: {cpu_model()}, {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}")
     rows = []
     for i in range(args.rounds):
         r = one_round(args.before, args.after)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -35,15 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from bench._redis import RedisServer
+from bench.machine import cpu_model
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "?"
 
 
 def _commands(client: object) -> Counter[str]:
@@ -186,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = os.getloadavg()
     say("# Rate and concurrency limits under load (bench.limits)")
     say(f"- command: `{' '.join(['python -m bench.limits', *sys.argv[1:]])}`")
-    say(f"CPU: {_cpu()}, {os.cpu_count()} cores; load average before: "
+    say(f"CPU: {cpu_model()}, {os.cpu_count()} cores; load average before: "
         f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")  # fmt: skip
     say(f"drumbeat: {_source()}")
     runs, n, commands = _drain(args, "rate")

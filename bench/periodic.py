@@ -50,7 +50,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from ._redis import RedisServer
-from .core import _cpu_model, _git_revision
+from .core import _git_revision
+from .machine import cpu_model
 from .periodic_peers import MODULES, spec
 from .periodic_peers._common import PeerSpec, phase, read_runs
 
@@ -858,7 +859,7 @@ def machine_info() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "memory_gib": round(mem_kb / 2**20, 1),
         "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "redis": redis_version,
         "git": _git_revision(),
         "load_start": list(os.getloadavg()),
