@@ -73,10 +73,16 @@ BUCKET_KEYS: dict[str, str] = {"wheel": "zset", "schedules": "hash"}
 WHEEL_BUCKETS = 16384
 
 
+# The hash's parameters, set up once: a copy of it hashes an id in half the time of a new one
+# (a worker finds the bucket of every run it settles).
+_BUCKET_HASH = hashlib.blake2b(digest_size=8, person=b"bucket")
+
+
 def bucket_of(schedule_id: str) -> int:
     """The wheel bucket of a schedule: a stable hash of its id (the same in every process)."""
-    digest = hashlib.blake2b(schedule_id.encode(), digest_size=8, person=b"bucket").digest()
-    return int.from_bytes(digest, "big") % WHEEL_BUCKETS
+    h = _BUCKET_HASH.copy()
+    h.update(schedule_id.encode())
+    return int.from_bytes(h.digest(), "big") % WHEEL_BUCKETS
 
 
 #: Keys of one limiter key (limits.py: ``t:<task>[=<value>]`` or ``n:<limiter>``),

@@ -104,3 +104,10 @@ def test_a_job_id_names_its_job_shard() -> None:
         assert job_shard_of(other) == 0, other
     assert Keys.job_keys("ns", 0) == Keys("ns")
     assert Keys.job_keys("ns", 2).ready == "drumbeat:{ns:j2}:ready"
+
+
+def test_a_schedules_bucket_is_fixed_for_the_life_of_a_namespace() -> None:
+    """Schedules are found by their bucket: a change of the hash would lose every stored one."""
+    from drumbeat.keys import bucket_of
+
+    assert [bucket_of(i) for i in ("monitor:1", "s0", "", "é")] == [4522, 10916, 5759, 14233]
