@@ -19,6 +19,28 @@ from redis.exceptions import NoScriptError, ResponseError, TimeoutError
 from drumbeat.scripts import SOURCES, Call
 
 
+def pack(conn: Any, commands: Sequence[Sequence[Any]]) -> bytes | list[bytes]:
+    """``commands`` in the Redis protocol, as ``conn.pack_commands`` packs them (the same bytes),
+    for the arguments a script call has (str, bytes, int); anything else goes to redis-py. Its
+    packer re-joins a buffer per argument: 4 µs per run of a settle and a claim against 1 µs
+    here (measured by the cpu12 helper)."""
+    encoding, errors = conn.encoder.encoding, conn.encoder.encoding_errors
+    out = bytearray()
+    for args in commands:
+        out += b"*%d\r\n" % len(args)
+        for arg in args:
+            if isinstance(arg, bytes):
+                data = arg
+            elif isinstance(arg, str):
+                data = arg.encode(encoding, errors)
+            elif type(arg) is int:  # not a bool, which redis-py refuses
+                data = b"%d" % arg
+            else:
+                return conn.pack_commands(commands)  # type: ignore[no-any-return]
+            out += b"$%d\r\n%b\r\n" % (len(data), data)
+    return bytes(out)
+
+
 class Link:
     """Use from one coroutine at a time: `send` calls, then `next` once per call."""
 
@@ -54,7 +76,7 @@ class Link:
                 # sentinels where the master is now; a send would reconnect to the last address.
                 await conn.connect()  # type: ignore[no-untyped-call]
             await conn.send_packed_command(
-                conn.pack_commands([call.command() for call in calls]), check_health=False
+                pack(conn, [call.command() for call in calls]), check_health=False
             )
         except BaseException:
             await conn.disconnect(nowait=True)
