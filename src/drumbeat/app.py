@@ -462,6 +462,24 @@ class App:
         keys = Keys.job_keys(self.keys.namespace, k)
         return keys, Scripts(keys)
 
+    def run_shard(self, schedule_id: str) -> tuple[Keys, Scripts]:
+        """The keys and scripts of the shard a schedule's runs live in (its schedule's: a
+        lookup when schedules are spread over shards)."""
+        if not self.scheduler.apart:
+            return self.keys, self.scripts
+        found = self.scheduler.home_of(self.redis, schedule_id)
+        return self._schedule_shard(schedule_id, found)
+
+    async def arun_shard(self, schedule_id: str) -> tuple[Keys, Scripts]:
+        if not self.scheduler.apart:
+            return self.keys, self.scripts
+        found = await self.scheduler.ahome_of(await self.aredis(), schedule_id)
+        return self._schedule_shard(schedule_id, found)
+
+    def _schedule_shard(self, schedule_id: str, found: int | None) -> tuple[Keys, Scripts]:
+        i = self.scheduler.shard_of(schedule_id) if found is None else found
+        return self.scheduler.shards[i], self.scheduler.scripts[i]
+
     def _job_shard_for(self, key: str | None, limited: bool, turn: int) -> int:
         """Where a new job goes: a limited one to the main shard (its limiter keys live there,
         so the limit is one for all), one with a dedup key to the shard the key hashes to (so

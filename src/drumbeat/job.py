@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .connections import MAX_BLOCK
 from .errors import JobCancelled, JobFailed, JobNotFound, ResultTimeout, SerializationError
+from .protocol import RUN_PREFIX
 from .serialization import CODECS, Codec, encode_value
 
 if TYPE_CHECKING:
     from .app import App
-    from .scripts import Call
+    from .keys import Keys
+    from .scripts import Call, Scripts
 
 R = TypeVar("R")
 
@@ -167,6 +169,8 @@ class Job(Generic[R]):
         self.id = job_id
         self.created = created
         self._keys, self._scripts = app.job_shard(job_id)  # the shard its id names
+        # A schedule's run lives with its schedule: looked up when schedules are spread.
+        self._run = job_id[len(RUN_PREFIX) :] if job_id.startswith(RUN_PREFIX) else None
 
     def __repr__(self) -> str:
         return f"<Job {self.id}>"
@@ -196,12 +200,22 @@ class Job(Generic[R]):
         call = cancel_call(self.app, self.id, await self.app.aknown_queues())
         return bool(await call.arun(await self.app.aredis()))
 
+    def _shard(self) -> tuple[Keys, Scripts]:
+        if self._run is None:
+            return self._keys, self._scripts
+        return self.app.run_shard(self._run)
+
+    async def _ashard(self) -> tuple[Keys, Scripts]:
+        if self._run is None:
+            return self._keys, self._scripts
+        return await self.app.arun_shard(self._run)
+
     def status(self) -> JobStatus:
-        call = self._scripts.job_status(self.id, queues=self.app.queues())
+        call = self._shard()[1].job_status(self.id, queues=self.app.queues())
         return _status(call.run(self.app.redis))
 
     async def astatus(self) -> JobStatus:
-        call = self._scripts.job_status(self.id, queues=self.app.queues())
+        call = (await self._ashard())[1].job_status(self.id, queues=self.app.queues())
         return _status(await call.arun(await self.app.aredis()))
 
     def result(self, timeout: float | None = None) -> R:
@@ -211,11 +225,12 @@ class Job(Generic[R]):
         `JobNotFound` if there is no such job or its outcome was not kept.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        client, done = self.app.redis, self._keys.done(self.id)
+        keys, scripts = self._shard()
+        client, done = self.app.redis, keys.done(self.id)
         # Its own client: a wait outlasts the read timeout that ordinary commands get.
         blocking = self.app.connections.blocking
         while True:
-            found = self._scripts.job_status(self.id, _watch_ms(deadline)).run(client)
+            found = scripts.job_status(self.id, _watch_ms(deadline)).run(client)
             if (value := _settled(self.id, found)) is not _PENDING:
                 return value  # type: ignore[no-any-return]
             wait = _next_wait(deadline, self.id, timeout)
@@ -226,10 +241,11 @@ class Job(Generic[R]):
     async def aresult(self, timeout: float | None = None) -> R:
         """`result` for async callers."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        client, done = await self.app.aredis(), self._keys.done(self.id)
+        keys, scripts = await self._ashard()
+        client, done = await self.app.aredis(), keys.done(self.id)
         blocking = await self.app.connections.ablocking()
         while True:
-            found = await self._scripts.job_status(self.id, _watch_ms(deadline)).arun(client)
+            found = await scripts.job_status(self.id, _watch_ms(deadline)).arun(client)
             if (value := _settled(self.id, found)) is not _PENDING:
                 return value  # type: ignore[no-any-return]
             wait = _next_wait(deadline, self.id, timeout)

@@ -336,12 +336,23 @@ class Scheduler:
                 yield self.decode(schedule_id, value, _task_names(names), due, fault)
                 return
 
+    def home(self, schedule_id: str) -> Plan[int]:
+        """The shard a schedule lives in (an index of `shards`), if it exists."""
+        bucket, homes = bucket_of(schedule_id), self.homes(check_schedule_id(schedule_id))
+        found = yield Reads([("HEXISTS", self.shards[i].schedules(bucket), schedule_id)
+                             for i in homes])  # fmt: skip
+        for shard, there in zip(homes, found, strict=True):
+            if there:
+                yield shard
+                return
+
     def home_of(self, client: redis.Redis, schedule_id: str) -> int | None:
         """The shard a schedule lives in (an index of `shards`), or None."""
-        for shard in self.homes(check_schedule_id(schedule_id)):
-            if client.hexists(self.shards[shard].schedules(bucket_of(schedule_id)), schedule_id):
-                return shard
-        return None
+        return next(drive(client, self.home(schedule_id)), None)
+
+    async def ahome_of(self, client: redis_async.Redis, schedule_id: str) -> int | None:
+        found = await adrive(client, self.home(schedule_id))
+        return found[0] if found else None
 
     def info(self, client: redis.Redis, schedule_id: str) -> ScheduleInfo | None:
         """One schedule with its state, or None."""

@@ -709,3 +709,28 @@ async def test_a_worker_records_the_lateness_of_its_run(app: drumbeat.App, r: re
     assert info is not None and info.last_run_ms is not None
     assert info.last_lateness_ms == info.last_run_ms - due >= 3000
     await app.aclose()
+
+
+async def test_a_runs_job_handle_finds_its_schedule_shard(redis_url: str, namespace: str) -> None:
+    """`app.job("s:<id>")` of a schedule in a schedule shard reads that shard: it read the main
+    shard, where the run never is, and said `missing` while the run ran."""
+    app = drumbeat.App(redis_url, namespace=namespace, schedule_shards=2, idle_block=0.5)
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @app.task
+    async def hold() -> None:
+        started.set()
+        await release.wait()
+
+    await app.aschedule("held", hold, every=3600)
+    await app.arun_now("held")  # at once, not at its place in the hour
+    assert app.scheduler.home_of(app.redis, "held") != app.scheduler.jobs_shard
+    try:
+        async with running_worker(app, concurrency=1):
+            await asyncio.wait_for(started.wait(), 20)
+            assert await app.job("s:held").astatus() == drumbeat.JobStatus.RUNNING
+            assert await asyncio.to_thread(app.job("s:held").status) == "running"
+            release.set()
+    finally:
+        await app.aunschedule("held")
+        await app.aclose()

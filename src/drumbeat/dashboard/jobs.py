@@ -135,11 +135,8 @@ def describe(job_id: str, spec: bytes | None) -> dict[str, Any]:
 def _shard(app: App, job_id: str) -> tuple[Keys, Scripts]:
     """A schedule's run lives in its schedule's shard; every other job in the job shard its
     id names."""
-    if job_id.startswith(RUN_PREFIX) and app.scheduler.apart:
-        schedule_id = job_id[len(RUN_PREFIX) :]
-        found = app.scheduler.home_of(app.redis, schedule_id)
-        i = app.scheduler.shard_of(schedule_id) if found is None else found
-        return app.scheduler.shards[i], app.scheduler.scripts[i]
+    if job_id.startswith(RUN_PREFIX):
+        return app.run_shard(job_id[len(RUN_PREFIX) :])
     return app.job_shard(job_id)
 
 
