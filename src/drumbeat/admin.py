@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from . import connections
 from .errors import SerializationError
 from .job import decode_outcome, decode_progress, decode_spec
-from .keys import DEFAULT_QUEUE, WHEEL_BUCKETS, Keys
+from .keys import DEFAULT_QUEUE, WHEEL_BUCKETS, Keys, job_shard_of
 from .protocol import (
     LATENESS_WINDOW_MS,
     MARKERS_FIELD,
@@ -511,9 +511,9 @@ def _apply(app: App, ids: Sequence[str] | None, make: _Make) -> int:
             _apply_all(app, k, s, make) for k, s in zip(app.job_keys, app.job_scripts, strict=True)
         )
     total = 0
-    by_shard: dict[str, list[str]] = {}
+    by_shard: dict[int, list[str]] = {}
     for job_id in dict.fromkeys(ids):
-        by_shard.setdefault(app.job_shard(job_id)[0].tag, []).append(job_id)
+        by_shard.setdefault(job_shard_of(job_id), []).append(job_id)
     for group in by_shard.values():
         _, scripts = app.job_shard(group[0])
         total += sum(make(scripts, group[i : i + batch]).run(client)
