@@ -25,10 +25,15 @@ def _passed(claimer: Claimer) -> list[int]:
 
 
 def _claimer() -> Claimer:
-    return Claimer(
+    claimer = Claimer(
         worker_id="w", shards=[Scripts(Keys("ns"))], settings=Settings(), table=ClaimTable(4),
         start=lambda shard, job: None, stopping=asyncio.Event(),
     )  # fmt: skip
+    # A frozen clock: these cases sit 1 ms either side of a boundary, and a real clock may
+    # tick between the test's reading and the claim's (it did, in CI).
+    frozen = claimer.now_ms()
+    claimer.now_ms = lambda: frozen  # type: ignore[method-assign]
+    return claimer
 
 
 def test_only_the_upcoming_buckets_due_by_the_claim_are_passed() -> None:
