@@ -410,7 +410,7 @@ class App:
         return int(sec) * 1000 + int(usec) // 1000
 
     def _run_direct(self, call: Call[T]) -> T:
-        """Runs ``call`` on this thread's own connection (`connections.Direct`); through the
+        """Runs ``call`` on this thread's own connection (`direct.Direct`); through the
         client (which loads a missing script, and retries a failed connection by its policy)
         when that fails."""
         try:
