@@ -7,6 +7,7 @@ slot map, and once the slot is given away the old owner's MOVED updates the map.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 
@@ -125,4 +126,52 @@ async def test_a_claim_during_a_slot_migration_follows_ask_to_the_importing_mast
         await routed.aclose()
         await nodes.aclose()
         await client.aclose()
+        await app.aclose()
+
+
+async def test_a_worker_tries_its_calls_again_through_a_migration_without_backing_off(
+    redis_cluster: ClusterServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An idle shard's claim can run on neither master while its slot migrates: it names keys
+    that exist nowhere (an empty `ready`, `wake`), and Redis answers TRYAGAIN, or ASK for the
+    idle wait's pop. The claim loop used to take that for a failure: a warning each time and a
+    pause doubling up to 5 s, so a worker could start nothing for 5 s after the migration
+    ended. It now tries again every `retrying.MIGRATION_RETRY` s (as does the settler with
+    its acks), says so at info level, and goes on at once when the slot has moved."""
+    app = drumbeat.App(redis_cluster.url, namespace="r" + uuid.uuid4().hex[:12], idle_block=0.5)
+    ran: list[int] = []
+
+    @app.task
+    def job(n: int) -> None:
+        ran.append(n)
+
+    masters = _masters(redis_cluster)
+    source = redis_cluster.node_of(app.keys.ready)
+    target = next(node for node in masters if node is not source)
+    with redis_cluster.client() as cluster:
+        slot = cluster.keyslot(app.keys.ready)
+    try:
+        async with running_worker(app, concurrency=1):
+            job.enqueue(1)
+            await wait_for_async(lambda: list(ran), lambda r: r == [1], message="the first job")
+            caplog.set_level(logging.INFO, logger="drumbeat.worker")
+            caplog.clear()
+            _migrate(source, target, slot)
+            try:
+                # Several idle waits (0.5 s each) and claims while the slot migrates.
+                await wait_for_async(
+                    lambda: [r.getMessage() for r in caplog.records],
+                    lambda seen: any("claiming: a slot is migrating" in m for m in seen),
+                    message="the claim loop meeting the migration",
+                )
+                await asyncio.sleep(1.5)
+            finally:
+                _give_away(masters, slot, target)
+            job.enqueue(2)
+            await wait_for_async(lambda: list(ran), lambda r: r == [1, 2], message="a job after")
+        messages = [r.getMessage() for r in caplog.records]
+        backed_off = [m for m in messages if "failed (TryAgain" in m or "failed (AskError" in m]
+        assert not backed_off, "a part of the worker backed off through the migration"
+        assert any("slot is migrating" in m for m in messages), "it said why it tries again"
+    finally:
         await app.aclose()

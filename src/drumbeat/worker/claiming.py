@@ -36,7 +36,7 @@ from .claims import ClaimTable
 from .link import Link
 from .retrying import Backoff, is_transient
 from .routing import Routed
-from .waiter import Waiter
+from .waiter import PopRefused, Waiter
 
 log = logging.getLogger("drumbeat.worker")
 
@@ -330,12 +330,17 @@ class Claimer:
             # Stopping ends the wait early (`_unblock_on_stop`); what the claim took is still
             # started (the shutdown then finishes or hands it back).
             raw = await self._waiter.block_then(call)
-        except Exception as exc:
+        except Exception as failed:
+            exc = failed
+            if isinstance(exc, PopRefused):  # (ASK while the slot migrates, MOVED after)
+                if exc.claim is not None:  # the claim behind it ran: what it took starts
+                    await self._took(0, call.parse(exc.claim), free)
+                exc = exc.refused
             # On a cluster a failed wait (MOVED, a lost connection) may mean its master is
             # another node now: the next wait asks.
             self._rewire = self._routed is not None
             if not isinstance(exc, redis.ResponseError) or is_transient(exc):
-                raise
+                raise exc from None
             # The pop or CLIENT ID refused (an ACL, a proxy): plain waits work everywhere.
             log.warning("waiting with a pipelined claim failed (%s); using plain waits", exc)
             self._waiter = None

@@ -87,6 +87,18 @@ def _reply_code(message: str) -> str:
     return wrapped.group(1) if wrapped else message.split(" ", 1)[0]
 
 
+#: Seconds between tries while a slot migrates (see `Backoff.failed`).
+MIGRATION_RETRY = 0.1
+
+
+def is_migrating(exc: BaseException) -> bool:
+    """An ASK or TRYAGAIN reply: a key's slot is migrating (a MOVED, its subclass, is not: the
+    slot has moved, and the next try goes to its new owner)."""
+    if isinstance(exc, redis.exceptions.MovedError):
+        return False
+    return isinstance(exc, redis.exceptions.AskError | redis.exceptions.TryAgainError)
+
+
 class Backoff:
     """A doubling pause between tries, reset by a success."""
 
@@ -94,12 +106,27 @@ class Backoff:
         self.first = first
         self.most = most
         self.pause = first
+        self.migrating = False
 
     def reset(self) -> None:
         self.pause = self.first
+        self.migrating = False
 
     def failed(self, log: logging.Logger, what: str, exc: BaseException) -> float:
-        """Logs the failure and returns how long to wait before the next try."""
+        """Logs the failure and returns how long to wait before the next try.
+
+        While a slot migrates (a resharding), Redis refuses a call whose keys are not all on
+        one side of it (TRYAGAIN), which an idle shard's claim and most acks never have (they
+        name keys that exist only when needed), until the migration ends. That is no failure:
+        the call is tried again every `MIGRATION_RETRY` s, said once, rather than after a
+        pause that doubles up to `most` (a worker would start nothing for up to 5 s after the
+        migration ended)."""
+        if is_migrating(exc):
+            if not self.migrating:
+                log.info("%s: a slot is migrating (%s); trying again every %.1f s until it "
+                         "ends", what, exc, MIGRATION_RETRY)  # fmt: skip
+            self.migrating = True
+            return MIGRATION_RETRY
         pause = self.pause
         log.warning("%s failed (%s: %s); retrying in %.2f s", what, type(exc).__name__, exc, pause)
         self.pause = min(self.pause * 2, self.most)

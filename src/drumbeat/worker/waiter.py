@@ -19,6 +19,16 @@ from redis.exceptions import NoScriptError, ResponseError, TimeoutError
 from drumbeat.scripts import Call
 
 
+class PopRefused(ResponseError):
+    """Redis refused the pop (an error reply: ASK while the slot migrates, say); the claim
+    behind it ran or was refused in its turn, and ``claim`` is its raw reply (None: refused)."""
+
+    def __init__(self, refused: ResponseError, claim: Any) -> None:
+        super().__init__(*refused.args)
+        self.refused = refused
+        self.claim = claim
+
+
 class Waiter:
     """One wait at a time; the connection is redis-py's (URL options, TLS and auth apply)."""
 
@@ -47,7 +57,16 @@ class Waiter:
             await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
             self._id = int(await self._read())
             self._id_known.set()
-            await self._read(nil=True)  # the marker, or nil
+            try:
+                await self._read(nil=True)  # the marker, or nil
+            except ResponseError as refused:
+                # Its claim is read all the same: one that ran took jobs, which must start
+                # (dropped, they would wait for their leases to expire).
+                try:
+                    claim = await self._read()
+                except ResponseError:
+                    claim = None
+                raise PopRefused(refused, claim) from refused
             try:
                 return await self._read()
             except NoScriptError:
