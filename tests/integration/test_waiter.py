@@ -11,7 +11,7 @@ import redis.asyncio as aredis
 
 import drumbeat
 from drumbeat.scripts import Call, ClaimResult
-from drumbeat.worker.waiter import Waiter
+from drumbeat.worker.waiter import PopRefused, Waiter
 from tests.conftest import RedisServer
 from tests.helpers import blocked_in, wait_for_async
 
@@ -100,3 +100,26 @@ async def test_a_flushed_script_is_reported_not_lost(
     job = await work.aenqueue()
     assert await asyncio.wait_for(waiting, 10) is None, "NOSCRIPT: the caller claims again"
     assert [j.id for j in (await claim.arun(client)).jobs] == [job.id]
+
+
+async def test_a_refused_pop_still_gives_what_the_claim_behind_it_took(
+    client: aredis.Redis,
+    waiter: Waiter,
+    work: drumbeat.Task[[], None],
+    claim: Call[ClaimResult],
+    r: redis.Redis,
+) -> None:
+    """Redis answers the pop with an error (here WRONGTYPE; on a cluster, ASK while the slot
+    migrates) and runs the claim behind it all the same: what it took comes back with the
+    error, where before the connection was dropped with its reply unread, and those jobs
+    waited for their leases to expire."""
+    await claim.arun(client)
+    job = await work.aenqueue()
+    wake = waiter._pop[1]
+    r.delete(wake)
+    r.set(wake, "not a sorted set")
+    with pytest.raises(PopRefused) as refused:
+        await asyncio.wait_for(waiter.block_then(claim), 10)
+    assert "WRONGTYPE" in str(refused.value.refused)
+    assert refused.value.claim is not None, "the claim's reply was read"
+    assert [j.id for j in claim.parse(refused.value.claim).jobs] == [job.id]
