@@ -533,8 +533,10 @@ class Scripts:
         worker_ttl_ms: int,
         result_ttl_ms: int,
         queues: Sequence[str] = (),
+        take_over: bool = True,
     ) -> Call[Reaped]:
-        """``queues``: the queues other than the default one whose jobs may be requeued."""
+        """``queues``: the queues other than the default one whose jobs may be requeued;
+        ``take_over`` False leaves the jobs of expired leases where they are."""
         k = self.k
         keys = [
             k.leases, k.owners, k.state, k.ready, k.dead, k.errors, k.uniq,
@@ -544,7 +546,9 @@ class Scripts:
         others = _others(queues)
         for queue in others:
             keys += [k.ready_of(queue), k.wake_of(queue)]
-        args: list[str | int] = [max_stalls, limit, dead_ttl_ms, worker_ttl_ms, result_ttl_ms]
+        args: list[str | int] = [
+            max_stalls, limit, dead_ttl_ms, worker_ttl_ms, result_ttl_ms, int(take_over),
+        ]  # fmt: skip
         args += others
         return Call("reap", keys, args, _parse_reap)
 

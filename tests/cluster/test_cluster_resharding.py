@@ -175,3 +175,59 @@ async def test_a_worker_tries_its_calls_again_through_a_migration_without_backin
         assert any("slot is migrating" in m for m in messages), "it said why it tries again"
     finally:
         await app.aclose()
+
+
+async def test_leases_that_lapse_during_a_migration_are_renewed_before_they_are_taken_over(
+    redis_cluster: ClusterServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While a shard's slot migrates, neither the heartbeat's renewal nor housekeeping's reap
+    can run on it (each names a key that exists on neither master), so a migration longer than
+    a lease lets a running job's lease expire. When it ended, the first reap took the job over
+    and it ran twice, and both parts had backed off as on a failure (redis-py's cluster client
+    gives up with "TTL exhausted"). Now both try again every 0.1 s, and the reap leaves the
+    shard's expired leases alone for a heartbeat after the migration, so the heartbeat renews
+    the job's lease first and it runs once."""
+    app = drumbeat.App(
+        redis_cluster.url, namespace="r" + uuid.uuid4().hex[:12], idle_block=0.5, lease=1.5,
+        maintenance_interval=0.2,
+    )  # fmt: skip
+    starts: list[int] = []
+    release = asyncio.Event()
+
+    @app.task
+    async def job(n: int) -> None:
+        starts.append(n)
+        await release.wait()
+
+    masters = _masters(redis_cluster)
+    source = redis_cluster.node_of(app.keys.ready)
+    target = next(node for node in masters if node is not source)
+    with redis_cluster.client() as cluster:
+        slot = cluster.keyslot(app.keys.ready)
+    try:
+        async with running_worker(app, concurrency=2) as worker:
+            handle = job.enqueue(1)
+            await wait_for_async(lambda: list(starts), lambda s: s == [1], message="the job")
+            caplog.set_level(logging.INFO, logger="drumbeat.worker")
+            caplog.clear()
+            _migrate(source, target, slot)
+            try:
+                await asyncio.sleep(3.0)  # twice the lease
+            finally:
+                _give_away(masters, slot, target)
+            await asyncio.sleep(3.0)  # housekeeping reaps every 0.2 s meanwhile
+            assert starts == [1], "the job was taken over after the migration"
+            release.set()
+            await wait_for_async(lambda: worker.table.running, lambda n: n == 0,
+                                 message="the job to end")  # fmt: skip
+        assert await handle.aresult(timeout=10) is None
+        assert starts == [1]
+        messages = [r.getMessage() for r in caplog.records]
+        # (A MOVED once the slot is given away is no migration: the next try goes to its owner.)
+        failed = [m for m in messages if " failed (" in m and "MovedError" not in m]
+        assert not failed, f"a part of the worker backed off through the migration: {failed}"
+        renewal = [m for m in messages if m.startswith("lease renewal: a slot is migrating")]
+        assert renewal, f"the heartbeat met the migration: {messages}"
+        assert not [m for m in messages if "expired leases" in m], messages
+    finally:
+        await app.aclose()

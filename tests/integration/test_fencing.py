@@ -49,6 +49,31 @@ def test_stale_worker_is_fenced_off(app: drumbeat.App, r: redis.Redis) -> None:
     assert job.result(timeout=1) == "fresh"
 
 
+def test_a_reap_holding_back_leaves_expired_leases_to_be_renewed(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    """Just after a slot migration (worker/housekeeping.py) a reap leaves the jobs of expired
+    leases with their workers, whose heartbeats could not renew them meanwhile, and does the
+    rest of its sweep."""
+
+    @app.task
+    def work() -> None: ...
+
+    job = work.enqueue()
+    claimed = app.scripts.claim("worker-a", 1, 10_000, 100).run(r).jobs[0]
+    r.zadd(app.keys.leases, {job.id: 1})
+    r.zadd(app.keys.expires, {"old-outcome": 1})
+    r.hset(app.keys.results, "old-outcome", b"{}")
+    held = reap_call(app, take_over=False).run(r)
+    assert (held.requeued, held.buried) == (0, [])
+    assert r.zscore(app.keys.leases, job.id) == 1, "the expired lease is left as it was"
+    assert not r.hexists(app.keys.results, "old-outcome"), "the rest of the sweep went on"
+    renewed = app.scripts.extend_leases("worker-a", 10_000, b"{}", [(job.id, claimed.token)])
+    assert renewed.run(r).lost == [], "the worker still owns the job and renews its lease"
+    assert reap_call(app).run(r).requeued == 0
+    assert job.status() is drumbeat.JobStatus.RUNNING
+
+
 def test_tokens_increase_across_claims(app: drumbeat.App, r: redis.Redis) -> None:
     @app.task
     def work(n: int) -> None: ...

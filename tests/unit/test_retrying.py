@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from drumbeat.worker.retrying import is_transient
+from drumbeat.worker.retrying import is_migrating, is_transient
 
 # Error replies as redis-py raises them: Redis 7 keeps a script's error code in front, Redis 6.2
 # wraps it ("Error running script ... -OOM ..."), and a server turned replica unblocks waits.
@@ -56,3 +56,21 @@ def test_transient(exc: Exception) -> None:
 @pytest.mark.parametrize("exc", _PERMANENT, ids=lambda e: str(e)[:40])
 def test_not_transient(exc: Exception) -> None:
     assert not is_transient(exc)
+
+
+def test_a_migrating_slot_is_told_from_other_errors() -> None:
+    """ASK, TRYAGAIN and redis-py's cluster client giving up after many of them are tried
+    again at once (`Backoff.failed`); a MOVED, a cluster down or any other error backs off."""
+    migrating = [
+        redis.exceptions.AskError("3999 127.0.0.1:7002"),
+        redis.exceptions.TryAgainError("Multiple keys request during rehashing of slot"),
+        redis.exceptions.ClusterError("TTL exhausted."),
+    ]
+    others = [
+        redis.exceptions.MovedError("3999 127.0.0.1:7002"),
+        redis.exceptions.ClusterDownError("The cluster is down"),
+        redis.exceptions.ClusterError("Cluster is down"),
+        redis.ConnectionError("Connection closed by server."),
+    ]
+    assert [is_migrating(e) for e in migrating] == [True] * 3
+    assert [is_migrating(e) for e in others] == [False] * 4

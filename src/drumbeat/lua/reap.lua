@@ -10,10 +10,13 @@
 -- KEYS[9] expires (zset) KEYS[10] jobs (hash)    KEYS[11] wake (zset)   KEYS[12] workers (zset)
 -- KEYS[13] workerinfo (hash) KEYS[14] waiting (zset) KEYS[15] cancels (hash)
 -- KEYS[16] progress (hash) KEYS[17] signals (pub/sub channel)
--- KEYS[16 + 2i] ready (zset), KEYS[17 + 2i] wake (zset) of the i-th other queue (ARGV[5 + i]);
+-- KEYS[16 + 2i] ready (zset), KEYS[17 + 2i] wake (zset) of the i-th other queue (ARGV[6 + i]);
 --          KEYS[4] and KEYS[11] are the default queue's
 -- ARGV[1] max stalls  ARGV[2] limit per sweep  ARGV[3] dead ttl ms  ARGV[4] worker ttl ms
--- ARGV[5] outcome ttl ms for jobs dead-lettered here  ARGV[5 + i] the i-th other queue's name
+-- ARGV[5] outcome ttl ms for jobs dead-lettered here
+-- ARGV[6] 1 to take over the jobs of expired leases, 0 to leave them for now (just after a slot
+--         migration, during which no lease could be renewed: see worker/housekeeping.py)
+-- ARGV[6 + i] the i-th other queue's name
 -- A job of a queue not given (registered after the caller read `queues`) is left for the next
 -- sweep.
 -- Returns {requeued count, 1 if any sweep hit `limit` (call again) else 0, then the ids
@@ -24,11 +27,14 @@ local now = now_ms()
 local max_stalls, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local out = {0, 0}
 local names, readies, wakes, before = {'default'}, {KEYS[4]}, {KEYS[11]}, {}
-for i = 1, #ARGV - 5 do
-  names[i + 1], readies[i + 1], wakes[i + 1] = ARGV[5 + i], KEYS[16 + 2 * i], KEYS[17 + 2 * i]
+for i = 1, #ARGV - 6 do
+  names[i + 1], readies[i + 1], wakes[i + 1] = ARGV[6 + i], KEYS[16 + 2 * i], KEYS[17 + 2 * i]
 end
 
-local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
+local expired = {}
+if ARGV[6] == '1' then
+  expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
+end
 for _, id in ipairs(expired) do
   local s = parse_state(redis.call('HGET', KEYS[3], id))
   local q = queue_index(names, s.queue)

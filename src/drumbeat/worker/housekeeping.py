@@ -5,6 +5,15 @@ There is no leader: every worker reaps about once a `maintenance_interval`, jitt
 workers do not reap in lockstep; each pass is atomic, so two reaping at once is harmless. A
 worker reaps every queue, served or not (a crashed worker's jobs may be of any): it reads the
 registry of queues (`queues`) before each pass on the jobs' shard.
+
+While a shard's slot migrates to another master (a resharding), Redis runs neither the reap
+nor a heartbeat's renewal of the shard's leases (each names a key that exists on neither
+side), so a migration longer than what is left of a lease lets live jobs' leases expire. When
+it ends, the first reap would take those jobs over and run them again. So after a reap of a
+shard met a migration, that shard's expired leases are left alone for `hold_after_migration`
+(one heartbeat interval and the time a renewal takes to ride out the migration's end), long
+enough for the workers' heartbeats, which try every 0.1 s meanwhile, to renew them; the rest
+of the reap goes on.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Sequence
 
 import redis.asyncio as aredis
@@ -20,7 +30,7 @@ from drumbeat.config import Settings
 from drumbeat.keys import Keys
 from drumbeat.scripts import Call, Reaped, Scripts
 
-from .retrying import REDIS_FAILURES, Backoff
+from .retrying import REDIS_FAILURES, Backoff, is_migrating
 
 log = logging.getLogger("drumbeat.worker")
 
@@ -44,17 +54,21 @@ class Housekeeper:
         self.registry = registry
         """The `queues` key of the jobs' shard ("" : reap the default queue only)."""
         self.served = list(served)
-        self._reaps = [self._reap_call(shard, ()) for shard in shards]
+        self._queues: list[Sequence[str]] = [() for _ in shards]
+        self._held_until = [0.0 for _ in shards]
+        """Per shard, until when (monotonic) its expired leases are left alone."""
+        self.hold_after_migration = settings.lease / 3 + 1.0
 
-    def _reap_call(self, shard: Scripts, queues: Sequence[str]) -> Call[Reaped]:
+    def _reap_call(self, shard: int) -> Call[Reaped]:
         s = self.settings
-        return shard.reap(
+        return self.shards[shard].reap(
             max_stalls=s.max_stalls,
             limit=s.batch_limit,
             dead_ttl_ms=round(s.dead_ttl * 1000),
             worker_ttl_ms=s.lease_ms * 3,
             result_ttl_ms=round(s.result_ttl * 1000),
-            queues=queues,
+            queues=self._queues[shard],
+            take_over=time.monotonic() >= self._held_until[shard],
         )
 
     async def run(self, client: aredis.Redis) -> None:
@@ -72,9 +86,9 @@ class Housekeeper:
                     stored = await client.smembers(self.registry)
                     names = sorted({*self.served, *(_str(q) for q in stored)})
                     for i in range(self.jobs):
-                        self._reaps[i] = self._reap_call(self.shards[i], names)
-                for shard, reap in enumerate(self._reaps):
-                    more = await self._reap(client, shard, reap) or more
+                        self._queues[i] = names
+                for shard in range(len(self.shards)):
+                    more = await self._reap(client, shard) or more
                 backoff.reset()
                 if more:
                     # A busy queue can expire thousands of outcomes a second; sweeping one
@@ -87,9 +101,14 @@ class Housekeeper:
                 pause = backoff.failed(log, "housekeeping", exc)
             await backoff.wait(self.stopping, pause)
 
-    async def _reap(self, client: aredis.Redis, shard: int, reap: Call[Reaped]) -> bool:
+    async def _reap(self, client: aredis.Redis, shard: int) -> bool:
         """One pass on one shard; True if it should run again at once."""
-        reaped = await reap.arun(client)
+        try:
+            reaped = await self._reap_call(shard).arun(client)
+        except REDIS_FAILURES as exc:
+            if is_migrating(exc):
+                self._held_until[shard] = time.monotonic() + self.hold_after_migration
+            raise
         if reaped.requeued or reaped.buried:
             log.warning("shard %d: expired leases: %d requeued, %d dead-lettered",
                         shard, reaped.requeued, len(reaped.buried))  # fmt: skip

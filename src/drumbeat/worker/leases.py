@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from .claims import ClaimKey, ClaimTable
-from .retrying import REDIS_FAILURES
+from .retrying import REDIS_FAILURES, Backoff
 
 if TYPE_CHECKING:
     from drumbeat.scripts import Scripts
@@ -76,19 +76,25 @@ class Heartbeat:
 
     def _run(self) -> None:
         client = self._new_client()
+        # A failed renewal is tried again at the next beat, except while a slot migrates: then
+        # every 0.1 s, so the leases are renewed as soon as it ends, before housekeeping, which
+        # holds their expiry back for a beat after a migration, takes the jobs over.
+        backoff = Backoff(first=self.interval, most=self.interval)
         try:
             while True:
+                pause = self.interval
                 try:
                     if self._loop_alive():
                         self.beat(client)
+                    backoff.reset()
                 except REDIS_FAILURES as exc:
-                    log.warning("lease renewal failed (%s: %s); retrying", type(exc).__name__, exc)
+                    pause = backoff.failed(log, "lease renewal", exc)
                 except Exception:
                     # A bug here must not end the thread: every lease would lapse while the
                     # worker kept running its jobs.
                     log.exception("lease renewal crashed; retrying")
                 self.beat_once.set()
-                if self._stop.wait(self.interval):
+                if self._stop.wait(pause):
                     return
         finally:
             client.close()

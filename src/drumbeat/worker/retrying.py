@@ -91,11 +91,20 @@ def _reply_code(message: str) -> str:
 MIGRATION_RETRY = 0.1
 
 
+# What redis-py's cluster client raises once it has followed redirections (ASK, MOVED) and
+# waited out TRYAGAIN replies 16 times for one call: in practice, a slot migrating for longer
+# than its own retries last (about a second). It raises it bare, not from the last reply.
+_REDIRECTED_TOO_OFTEN = "TTL exhausted"
+
+
 def is_migrating(exc: BaseException) -> bool:
-    """An ASK or TRYAGAIN reply: a key's slot is migrating (a MOVED, its subclass, is not: the
-    slot has moved, and the next try goes to its new owner)."""
+    """An ASK or TRYAGAIN reply, or redis-py's cluster client giving up after many of them: a
+    key's slot is migrating (a MOVED, ASK's subclass, is not: the slot has moved, and the next
+    try goes to its new owner)."""
     if isinstance(exc, redis.exceptions.MovedError):
         return False
+    if isinstance(exc, redis.exceptions.ClusterError):
+        return str(exc).startswith(_REDIRECTED_TOO_OFTEN)
     return isinstance(exc, redis.exceptions.AskError | redis.exceptions.TryAgainError)
 
 
