@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import redis
 
-from drumbeat.worker.retrying import is_migrating, is_transient
+from drumbeat.worker.retrying import Backoff, is_migrating, is_transient
 
 # Error replies as redis-py raises them: Redis 7 keeps a script's error code in front, Redis 6.2
 # wraps it ("Error running script ... -OOM ..."), and a server turned replica unblocks waits.
@@ -74,3 +76,22 @@ def test_a_migrating_slot_is_told_from_other_errors() -> None:
     ]
     assert [is_migrating(e) for e in migrating] == [True] * 3
     assert [is_migrating(e) for e in others] == [False] * 4
+
+
+def test_backoff_tries_again_at_once_after_one_moved_and_backs_off_after_two(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A MOVED ends a resharding or a failover: the next try goes to the slot's new owner, so
+    it is not waited for nor warned about; MOVED after MOVED is a cluster in disagreement."""
+    log = logging.getLogger("test.backoff")
+    backoff = Backoff(first=0.05, most=5.0)
+    moved = redis.exceptions.MovedError("3999 127.0.0.1:7002")
+    with caplog.at_level(logging.INFO, logger="test.backoff"):
+        assert backoff.failed(log, "claiming", moved) == 0.0
+        assert backoff.failed(log, "claiming", moved) == 0.05
+        assert backoff.failed(log, "claiming", moved) == 0.1
+        backoff.reset()
+        assert backoff.failed(log, "claiming", moved) == 0.0
+    levels = [(r.levelname, r.getMessage().split(":")[0]) for r in caplog.records]
+    assert levels == [("INFO", "claiming"), ("WARNING", "claiming failed (MovedError"),
+                      ("WARNING", "claiming failed (MovedError"), ("INFO", "claiming")]

@@ -116,10 +116,12 @@ class Backoff:
         self.most = most
         self.pause = first
         self.migrating = False
+        self.moved = False
 
     def reset(self) -> None:
         self.pause = self.first
         self.migrating = False
+        self.moved = False
 
     def failed(self, log: logging.Logger, what: str, exc: BaseException) -> float:
         """Logs the failure and returns how long to wait before the next try.
@@ -129,7 +131,15 @@ class Backoff:
         name keys that exist only when needed), until the migration ends. That is no failure:
         the call is tried again every `MIGRATION_RETRY` s, said once, rather than after a
         pause that doubles up to `most` (a worker would start nothing for up to 5 s after the
-        migration ended)."""
+        migration ended).
+
+        A MOVED (the slot has a new owner: a resharding or a failover ended, and the caller's
+        slot map is marked stale) is tried again at once, said at info level; a second one in
+        a row backs off as any failure (a cluster whose nodes disagree)."""
+        if isinstance(exc, redis.exceptions.MovedError) and not self.moved:
+            log.info("%s: a slot moved (%s); trying again at its new owner", what, exc)
+            self.moved = True
+            return 0.0
         if is_migrating(exc):
             if not self.migrating:
                 log.info("%s: a slot is migrating (%s); trying again every %.1f s until it "
