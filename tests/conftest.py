@@ -20,7 +20,8 @@ import redis
 
 import drumbeat
 from drumbeat import embedded
-from drumbeat.scripts import Call, Reaped
+from drumbeat.replies import Reaped
+from drumbeat.scripts import Call
 from tests.pg import MISSING, PostgresServer, find_bindir
 
 

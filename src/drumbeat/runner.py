@@ -27,8 +27,8 @@ from .job import (
 )
 from .limits import Limit
 from .protocol import FIELD_SEP, RUN_PREFIX, RUN_STATE_FIELDS, RUN_STATE_SEP
+from .replies import Claimed
 from .schedule import Cadence, decode_schedule_spec, is_misfire, jitter_ms
-from .scripts import Claimed
 
 if TYPE_CHECKING:
     from .app import App

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Generic, TypeVar
 
@@ -19,7 +19,24 @@ import redis.asyncio as aredis
 from redis.exceptions import NoScriptError
 
 from .keys import DEFAULT_QUEUE, WHEEL_BUCKETS, Keys, bucket_of
-from .protocol import LIMIT_PREFIX, ROUTE_PREFIX, UPCOMING, WHEEL_PREFIX
+from .protocol import UPCOMING
+from .replies import (
+    ClaimResult,
+    Enqueued,
+    Found,
+    JobState,
+    Lent,
+    Reaped,
+    Renewed,
+    parse_claim,
+    parse_enqueue,
+    parse_found,
+    parse_ints,
+    parse_lent,
+    parse_reap,
+    parse_renewed,
+    parse_status,
+)
 
 T = TypeVar("T")
 
@@ -129,219 +146,6 @@ class Call(Generic[T]):
         return self.parse(raw)
 
 
-def _ints(raw: Any) -> list[int]:
-    return [int(x) for x in raw]
-
-
-def _parse_pairs(raw: Any) -> list[tuple[str, int]]:
-    return [(_str(raw[i]), int(raw[i + 1])) for i in range(0, len(raw), 2)]
-
-
-@dataclass(frozen=True, slots=True)
-class Renewed:
-    lost: list[tuple[str, int]]
-    """(id, token) of the claims this worker no longer owns."""
-    cancelled: list[str]
-    """Ids of jobs it owns whose cancel was requested."""
-
-
-def _parse_renewed(raw: Any) -> Renewed:
-    return Renewed(_parse_pairs(raw[0]), [_str(x) for x in raw[1]])
-
-
-def _str(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-@dataclass(frozen=True, slots=True)
-class Found:
-    """A page of `Scripts.find_schedules`."""
-
-    stopped: int
-    """Index (from 0) of the bucket where the page filled; -1 when every bucket was read."""
-    seen: int
-    """Matches of that bucket the page took or skipped."""
-    examined: int
-    """Schedules in the buckets read (matching or not)."""
-    entries: list[tuple[str, bytes]]
-    """(schedule id, record), in the buckets' order."""
-
-
-def _parse_found(raw: Any) -> Found:
-    entries = [(_str(raw[i]), raw[i + 1]) for i in range(3, len(raw), 2)]
-    return Found(int(raw[0]) - 1, int(raw[1]), int(raw[2]), entries)
-
-
-#: Fields per claimed item in a claim reply (see `take_all` in _lib.lua).
-CLAIMED_FIELDS = 9
-
-
-@dataclass(slots=True)  # not frozen: a frozen init costs a setattr call per field, per job
-class Claimed:
-    """A job as the claim script hands it out."""
-
-    id: str
-    spec: bytes | None
-    attempt: int
-    stalls: int
-    token: int
-    priority: int
-    extra: str
-    """The dedup key of a job; "<due>:<grid>:<generation>:<manual>" of a schedule run."""
-    progress: bytes | None = None
-    """The progress the job last saved at a checkpoint (encoded), if any."""
-    where: bytes | str | None = None
-    """``<queue>|<unknown ms>`` as the claim replied, None for most jobs (the default queue,
-    never handed back for want of its task); read through `queue` and `unknown_ms`."""
-
-    @property
-    def queue(self) -> str:
-        """The queue the job belongs to."""
-        if not self.where:
-            return DEFAULT_QUEUE
-        return _str(self.where).partition("|")[0] or DEFAULT_QUEUE
-
-    @property
-    def unknown_ms(self) -> int:
-        """When a worker that lacked its task first handed it back (Redis ms), or 0."""
-        if not self.where:
-            return 0
-        return int(_str(self.where).partition("|")[2] or 0)
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimResult:
-    now_ms: int
-    next_due_ms: int | None
-    buckets: list[int]
-    """Schedule buckets with due runs, for `Scripts.promote_runs`."""
-    upcoming: list[int]
-    """Schedule buckets heading `due`, for the next claim to take their runs itself (none
-    when the call did not ask: see `upcoming_asked`)."""
-    best: int
-    """Priority of the best job left in `ready` after the claim; -1 when it is empty."""
-    jobs: list[Claimed]
-    limiters: list[str] = field(default_factory=list)
-    """Limiter keys whose markers came due, for `Scripts.release_limits`."""
-    routes: list[str] = field(default_factory=list)
-    """Queues that due schedule runs go to whose keys the call lacked: pass them next time."""
-    upcoming_at: list[int] = field(default_factory=list)
-    """When each of `upcoming` comes due (its marker's score, Redis ms)."""
-    upcoming_asked: bool = True
-    """False when the call asked for no upcoming buckets (`Scripts.claim`'s ``upcoming`` 0)."""
-
-
-def _parse_claim(raw: Any) -> ClaimResult:
-    next_due = int(raw[1])
-    buckets: list[int] = []
-    limiters: list[str] = []
-    routes: list[str] = []
-    for b in raw[2]:
-        if isinstance(b, int):
-            buckets.append(b)
-        else:
-            text = _str(b)
-            if text.startswith(LIMIT_PREFIX):
-                limiters.append(text[len(LIMIT_PREFIX) :])
-            elif text.startswith(ROUTE_PREFIX):
-                routes.append(text[len(ROUTE_PREFIX) :])
-            else:
-                buckets.append(int(text))
-    # The markers as ZRANGEBYSCORE gave them: buckets ("w:<b>") are picked out here, limiter
-    # markers skipped (cheaper in the worker than in the script, which Redis runs for all).
-    upcoming: list[int] = []
-    upcoming_at: list[int] = []
-    markers = raw[3] or ()
-    for i in range(0, len(markers), 2):
-        marker = _str(markers[i])
-        if marker.startswith(WHEEL_PREFIX):
-            upcoming.append(int(marker[len(WHEEL_PREFIX) :]))
-            upcoming_at.append(int(float(markers[i + 1])))
-    jobs = _claimed(raw, 5)
-    return ClaimResult(
-        int(raw[0]),
-        None if next_due < 0 else next_due,
-        buckets,
-        upcoming,
-        int(raw[4]),
-        jobs,
-        limiters,
-        routes,
-        upcoming_at,
-        raw[3] is not None,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Lent:
-    """What `Scripts.claim_urgent` took (at most one job) and what is left."""
-
-    best: int
-    """Priority of the best job left in `ready`; -1 when it is empty."""
-    jobs: list[Claimed]
-
-
-def _claimed(raw: Any, start: int) -> list[Claimed]:
-    # One pass over the reply, CLAIMED_FIELDS at a time, each Claimed made positionally: a
-    # worker parses one per run (index arithmetic and keywords cost twice as much).
-    fields = iter(raw)
-    for _ in range(start):
-        next(fields)
-    return [
-        Claimed(
-            job_id.decode() if type(job_id) is bytes else job_id,
-            spec or None,
-            int(attempt),
-            int(stalls),
-            int(token),
-            int(priority),
-            extra.decode() if type(extra) is bytes else extra,
-            progress or None,
-            where or None,
-        )
-        for job_id, spec, attempt, stalls, token, priority, extra, progress, where in zip(
-            *([fields] * CLAIMED_FIELDS), strict=False
-        )
-    ]
-
-
-def _parse_lent(raw: Any) -> Lent:
-    return Lent(int(raw[1]), _claimed(raw, 2))
-
-
-@dataclass(frozen=True, slots=True)
-class Enqueued:
-    id: str
-    created: bool
-
-
-def _parse_enqueue(raw: Any) -> list[Enqueued]:
-    return [Enqueued(_str(raw[i]), bool(int(raw[i + 1]))) for i in range(1, len(raw), 2)]
-
-
-@dataclass(frozen=True, slots=True)
-class Reaped:
-    requeued: int
-    more: bool
-    """A sweep hit its limit: there is more to reap right away."""
-    buried: list[str]
-
-
-def _parse_reap(raw: Any) -> Reaped:
-    return Reaped(int(raw[0]), bool(int(raw[1])), [_str(x) for x in raw[2:]])
-
-
-@dataclass(frozen=True, slots=True)
-class JobState:
-    status: str
-    outcome: bytes | None
-    state: str | None
-
-
-def _parse_status(raw: Any) -> JobState:
-    return JobState(_str(raw[0]), raw[1] or None, _str(raw[2]) if raw[2] else None)
-
-
 class Scripts:
     """Typed constructors for every script call of one shard."""
 
@@ -378,7 +182,7 @@ class Scripts:
             keys = (k.ready_of(queue), k.due_of(queue), k.jobs, k.state, k.uniq, k.seq,
                     k.wake_of(queue), k.signals, k.queues)  # fmt: skip
             self._enqueue_keys[queue] = keys
-        return Call("enqueue", keys, [_queue_arg(queue), *groups], _parse_enqueue)
+        return Call("enqueue", keys, [_queue_arg(queue), *groups], parse_enqueue)
 
     def claim(
         self,
@@ -415,7 +219,7 @@ class Scripts:
         args.append(upcoming)
         args += [_queue_arg(q) for q in queues]
         args += [*others, *buckets]
-        return Call("claim", keys, args, _parse_claim)
+        return Call("claim", keys, args, parse_claim)
 
     def complete(self, items: Sequence[tuple[str, int, bytes, int, str]]) -> Call[list[int]]:
         """Items are (id, token, outcome, ttl_ms, dedup key as claimed: `Claimed.extra`)."""
@@ -425,7 +229,7 @@ class Scripts:
         args: list[str | bytes] = []
         for job_id, token, outcome, ttl_ms, dedup_key in items:
             args += [f"{job_id}|{token}|{ttl_ms}|{dedup_key}", outcome]
-        return Call("complete", keys, args, _ints)
+        return Call("complete", keys, args, parse_ints)
 
     def retry(
         self, items: Sequence[tuple[str, int, int, int]], queue: str = DEFAULT_QUEUE
@@ -433,14 +237,14 @@ class Scripts:
         """Items (of one queue) are (id, token, delay_ms, priority)."""
         k = self.k
         keys = [k.leases, k.owners, k.due_of(queue), k.wake_of(queue), k.signals]
-        return Call("retry", keys, [x for item in items for x in item], _ints)
+        return Call("retry", keys, [x for item in items for x in item], parse_ints)
 
     def bury(self, items: Sequence[tuple[str, int, bytes, int]]) -> Call[list[int]]:
         """Items are (id, token, error record, ttl_ms)."""
         k = self.k
         keys = [k.leases, k.owners, k.state, k.uniq, k.dead, k.errors, k.results, k.expires]
         keys += [k.waiting, k.cancels] + [k.done(i[0]) for i in items]
-        return Call("bury", keys, [x for item in items for x in item], _ints)
+        return Call("bury", keys, [x for item in items for x in item], parse_ints)
 
     def extend_leases(
         self, worker: str, lease_ms: int, info: bytes, owned: Sequence[tuple[str, int]]
@@ -450,7 +254,7 @@ class Scripts:
         keys = [k.leases, k.owners, k.workers, k.workerinfo, k.cancels]
         args: list[str | bytes | int] = [worker, lease_ms, info]
         args += [x for pair in owned for x in pair]
-        return Call("extend_leases", keys, args, _parse_renewed)
+        return Call("extend_leases", keys, args, parse_renewed)
 
     def handback(
         self, owned: Sequence[tuple[str, int]], queue: str = DEFAULT_QUEUE
@@ -460,7 +264,7 @@ class Scripts:
         keys = [k.leases, k.owners, k.state, k.ready_of(queue), k.wake_of(queue), k.signals,
                 k.lateness]  # fmt: skip
         args = [_queue_arg(queue), *(x for pair in owned for x in pair)]
-        return Call("handback", keys, args, _ints)
+        return Call("handback", keys, args, parse_ints)
 
     def defer_unknown(
         self,
@@ -474,7 +278,7 @@ class Scripts:
         k = self.k
         keys = [k.leases, k.owners, k.state, k.due_of(queue), k.wake_of(queue)]
         args = [_queue_arg(queue), least_ms, most_ms, *(x for pair in owned for x in pair)]
-        return Call("defer_unknown", keys, args, _ints)
+        return Call("defer_unknown", keys, args, parse_ints)
 
     def acquire_limits(
         self,
@@ -496,7 +300,7 @@ class Scripts:
         for name, limit in limits:
             keys += [k.limit(name), k.permits(name), k.parked(name)]
             args += [name, *limit]
-        return Call("acquire_limits", keys, args, _ints)
+        return Call("acquire_limits", keys, args, parse_ints)
 
     def release_limits(
         self,
@@ -522,7 +326,7 @@ class Scripts:
         args: list[str | int] = [job_id, "" if token is None else token, len(queues)]
         args += [horizon_ms, lease_ms, batch]
         args += [*queues, *names]
-        return Call("release_limits", keys, args, _ints)
+        return Call("release_limits", keys, args, parse_ints)
 
     def reap(
         self,
@@ -550,7 +354,7 @@ class Scripts:
             max_stalls, limit, dead_ttl_ms, worker_ttl_ms, result_ttl_ms, int(take_over),
         ]  # fmt: skip
         args += others
-        return Call("reap", keys, args, _parse_reap)
+        return Call("reap", keys, args, parse_reap)
 
     def job_status(
         self, job_id: str, wait_ms: int = 0, queues: Sequence[str] = ()
@@ -563,7 +367,7 @@ class Scripts:
         others = _others(queues)
         for queue in others:
             keys += [k.ready_of(queue), k.due_of(queue)]
-        return Call("job_status", keys, [job_id, wait_ms, *others], _parse_status)
+        return Call("job_status", keys, [job_id, wait_ms, *others], parse_status)
 
     def revive(self, ids: Sequence[str], queues: Sequence[str] = ()) -> Call[int]:
         """``queues``: the queues other than the default one the jobs may belong to (a job
@@ -591,7 +395,7 @@ class Scripts:
         """Up to ``limit`` schedules whose id matches ``pattern`` (a Redis glob) in the given
         consecutive wheel buckets, skipping the first ``skip`` matches of the first bucket."""
         keys = [self.k.schedules(b) for b in buckets]
-        return Call("find_schedules", keys, [pattern, skip, limit], _parse_found)
+        return Call("find_schedules", keys, [pattern, skip, limit], parse_found)
 
     def purge(self, ids: Sequence[str]) -> Call[int]:
         k = self.k
@@ -620,7 +424,7 @@ class Scripts:
         for schedule_id, priority, grid, due, task, spec, queue in items:
             args += [schedule_id, bucket_of(schedule_id), priority, grid, due, task, spec]
             args.append(_queue_arg(queue))
-        return Call("upsert_schedules", keys, args, _ints)
+        return Call("upsert_schedules", keys, args, parse_ints)
 
     def unschedule(self, ids: Sequence[str], queues: Sequence[str] = ()) -> Call[int]:
         """``queues``: the queues whose `ready` a withdrawn run may wait in."""
@@ -669,7 +473,7 @@ class Scripts:
         k = self.k
         keys = [k.jobs, k.state, k.owners, k.leases, k.fence, k.progress, k.lateness]
         keys += [k.ready_of(queue) for queue in queues]
-        return Call("claim_urgent", keys, [worker, min_priority, lease_ms], _parse_lent)
+        return Call("claim_urgent", keys, [worker, min_priority, lease_ms], parse_lent)
 
     def cancel(self, job_id: str, ttl_ms: int, queues: Sequence[str] = ()) -> Call[int]:
         """1 cancelled (it waited), 2 cancel requested (it runs), 0 nothing to cancel (or a
@@ -722,7 +526,7 @@ class Scripts:
         for bucket in buckets:
             keys += self.bucket_keys(bucket)
         args: list[str | int] = [worker, limit, lease_ms, len(others), *others, *buckets]
-        return Call("promote_runs", keys, args, _parse_claim)
+        return Call("promote_runs", keys, args, parse_claim)
 
     def finish_runs(
         self, items: Sequence[tuple[str, int, str, int, int, int, int, str, int | str | None]]
@@ -745,7 +549,7 @@ class Scripts:
                 f"{member}|{token}|{outcome}|{ms}|{gen}|{grid}|{due}|{was_due}|{bucket}/{slot}|"
                 f"{error}"
             )
-        return Call("finish_runs", keys, packed, _ints)
+        return Call("finish_runs", keys, packed, parse_ints)
 
 
 def _queue_arg(queue: str) -> str:

@@ -18,7 +18,8 @@ import drumbeat
 from drumbeat.errors import InvalidJob
 from drumbeat.job import decode_spec
 from drumbeat.keys import bucket_of
-from drumbeat.scripts import SOURCES, Claimed
+from drumbeat.replies import Claimed
+from drumbeat.scripts import SOURCES
 from drumbeat.worker.limiting import Gate
 from tests.conftest import RedisServer, running_worker
 from tests.helpers import wait_for_async

@@ -9,7 +9,8 @@ import redis
 import redis.asyncio as aredis
 
 import drumbeat
-from drumbeat.scripts import Call, ClaimResult
+from drumbeat.replies import ClaimResult
+from drumbeat.scripts import Call
 from drumbeat.worker.link import Link
 
 

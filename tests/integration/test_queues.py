@@ -18,7 +18,7 @@ from drumbeat.errors import ConfigurationError, InvalidJob
 from drumbeat.job import decode_spec
 from drumbeat.keys import bucket_of
 from drumbeat.protocol import FIELD_SEP, JOB_STATE_FIELDS, SHORT_JOB_STATE_FIELDS
-from drumbeat.scripts import Claimed
+from drumbeat.replies import Claimed
 from drumbeat.task import Options, Prepared
 from tests.conftest import RedisServer, reap_call, running_worker
 from tests.helpers import commands, redis_now_ms, wait_for_async

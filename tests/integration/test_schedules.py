@@ -13,8 +13,8 @@ import redis
 import drumbeat
 from drumbeat import admin
 from drumbeat.keys import bucket_of
+from drumbeat.replies import Claimed
 from drumbeat.schedule import next_cron, phase_ms
-from drumbeat.scripts import Claimed
 from tests.conftest import reap_call, running_worker
 from tests.helpers import Probe, entries, wait_for, wait_for_async, wait_for_event
 

@@ -10,7 +10,8 @@ import redis
 import redis.asyncio as aredis
 
 import drumbeat
-from drumbeat.scripts import Call, ClaimResult
+from drumbeat.replies import ClaimResult
+from drumbeat.scripts import Call
 from drumbeat.worker.waiter import PopRefused, Waiter
 from tests.conftest import RedisServer
 from tests.helpers import blocked_in, wait_for_async

@@ -13,8 +13,9 @@ import redis
 import drumbeat
 from drumbeat import protocol
 from drumbeat.keys import bucket_of
+from drumbeat.replies import Claimed
 from drumbeat.schedule import Record, parse_record
-from drumbeat.scripts import Claimed, Scripts
+from drumbeat.scripts import Scripts
 
 LIB = (Path(protocol.__file__).parent / "lua" / "_lib.lua").read_text()
 WHEEL_READ = int(re.search(r"^local WHEEL_READ = (\d+)", LIB, re.M).group(1))  # type: ignore[union-attr]

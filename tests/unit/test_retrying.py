@@ -93,5 +93,9 @@ def test_backoff_tries_again_at_once_after_one_moved_and_backs_off_after_two(
         backoff.reset()
         assert backoff.failed(log, "claiming", moved) == 0.0
     levels = [(r.levelname, r.getMessage().split(":")[0]) for r in caplog.records]
-    assert levels == [("INFO", "claiming"), ("WARNING", "claiming failed (MovedError"),
-                      ("WARNING", "claiming failed (MovedError"), ("INFO", "claiming")]
+    assert levels == [
+        ("INFO", "claiming"),
+        ("WARNING", "claiming failed (MovedError"),
+        ("WARNING", "claiming failed (MovedError"),
+        ("INFO", "claiming"),
+    ]

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from drumbeat.keys import WHEEL_BUCKETS, Keys, bucket_of
-from drumbeat.scripts import SCRIPT_NAMES, SOURCES, Claimed, Scripts, _parse_claim
+from drumbeat.replies import Claimed, parse_claim
+from drumbeat.scripts import SCRIPT_NAMES, SOURCES, Scripts
 
 LIB = (resources.files("drumbeat") / "lua" / "_lib.lua").read_text()
 DEFINED = set(re.findall(r"^local (?:function )?([A-Za-z_]\w*)", LIB, re.M))
@@ -69,7 +70,7 @@ def test_a_claim_reply_parses_into_its_items() -> None:
     head: list[Any] = [1000, -1, [], None, 3]
     run = [b"s:a", b"t|[[1],5]", 1, 0, 41, 5, b"990:990:0:0", None, None]
     job = ["j1", b"", 2, 1, 42, 7, "key", b"\x91\x01", b"q2|1234"]
-    result = _parse_claim(head + run + job)
+    result = parse_claim(head + run + job)
     assert result.jobs == [
         Claimed("s:a", b"t|[[1],5]", 1, 0, 41, 5, "990:990:0:0"),
         Claimed("j1", None, 2, 1, 42, 7, "key", b"\x91\x01", b"q2|1234"),

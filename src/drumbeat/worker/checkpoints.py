@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     import redis.asyncio as aredis
 
     from drumbeat.config import Settings
-    from drumbeat.scripts import Claimed, Scripts
+    from drumbeat.replies import Claimed
+    from drumbeat.scripts import Scripts
     from drumbeat.serialization import Codec
 
 log = logging.getLogger("drumbeat.worker")

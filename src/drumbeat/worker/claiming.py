@@ -29,8 +29,9 @@ import redis.asyncio as aredis
 from drumbeat.config import Settings
 from drumbeat.keys import DEFAULT_QUEUE, bucket_of
 from drumbeat.protocol import FIELD_SEP, RUN_PREFIX, UPCOMING
+from drumbeat.replies import Claimed, ClaimResult
 from drumbeat.schedule import parse_record
-from drumbeat.scripts import Call, Claimed, ClaimResult, Scripts
+from drumbeat.scripts import Call, Scripts
 
 from .claims import ClaimTable
 from .link import Link

@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from drumbeat.scripts import Claimed
+from drumbeat.replies import Claimed
 
 if TYPE_CHECKING:
     from .checkpoints import Control

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from drumbeat.scripts import Claimed
+from drumbeat.replies import Claimed
 
 log = logging.getLogger("drumbeat.worker")
 

@@ -28,7 +28,8 @@ import redis.asyncio as aredis
 
 from drumbeat.config import Settings
 from drumbeat.keys import Keys
-from drumbeat.scripts import Call, Reaped, Scripts
+from drumbeat.replies import Reaped
+from drumbeat.scripts import Call, Scripts
 
 from .retrying import REDIS_FAILURES, Backoff, is_migrating
 

@@ -25,7 +25,8 @@ from redis.exceptions import NoScriptError
 from drumbeat.errors import InvalidJob
 from drumbeat.job import Spec
 from drumbeat.limits import Limit, Limits, argument_value, limiter_key, task_key, value_key
-from drumbeat.scripts import Call, Claimed, Scripts
+from drumbeat.replies import Claimed
+from drumbeat.scripts import Call, Scripts
 
 if TYPE_CHECKING:
     from drumbeat.app import App

@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from drumbeat.replies import Claimed
 from drumbeat.runner import (
     Again,
     Bury,
@@ -22,7 +23,6 @@ from drumbeat.runner import (
     Runner,
     Unknown,
 )
-from drumbeat.scripts import Claimed
 
 from .claims import Claim, ClaimKey, ClaimTable
 from .hooks import Hooks, JobEnd

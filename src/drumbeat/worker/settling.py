@@ -19,8 +19,9 @@ import redis
 
 from drumbeat.config import Settings
 from drumbeat.protocol import run_due_ms
+from drumbeat.replies import Claimed
 from drumbeat.runner import Again, Bury, Cancelled, Done, HandBack, Outcome, RunDone, Unknown
-from drumbeat.scripts import Call, Claimed, Scripts
+from drumbeat.scripts import Call, Scripts
 
 from .claims import Claim, ClaimTable
 from .link import Link

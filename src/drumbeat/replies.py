@@ -1,0 +1,224 @@
+"""What the scripts reply: one typed value per kind of reply, and the parser that builds it
+from the raw reply (bytes or str, as the client decodes). `scripts.Call` pairs each script call
+with its parser."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .keys import DEFAULT_QUEUE
+from .protocol import LIMIT_PREFIX, ROUTE_PREFIX, WHEEL_PREFIX
+
+
+def parse_ints(raw: Any) -> list[int]:
+    return [int(x) for x in raw]
+
+
+def _parse_pairs(raw: Any) -> list[tuple[str, int]]:
+    return [(_str(raw[i]), int(raw[i + 1])) for i in range(0, len(raw), 2)]
+
+
+@dataclass(frozen=True, slots=True)
+class Renewed:
+    lost: list[tuple[str, int]]
+    """(id, token) of the claims this worker no longer owns."""
+    cancelled: list[str]
+    """Ids of jobs it owns whose cancel was requested."""
+
+
+def parse_renewed(raw: Any) -> Renewed:
+    return Renewed(_parse_pairs(raw[0]), [_str(x) for x in raw[1]])
+
+
+def _str(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A page of `Scripts.find_schedules`."""
+
+    stopped: int
+    """Index (from 0) of the bucket where the page filled; -1 when every bucket was read."""
+    seen: int
+    """Matches of that bucket the page took or skipped."""
+    examined: int
+    """Schedules in the buckets read (matching or not)."""
+    entries: list[tuple[str, bytes]]
+    """(schedule id, record), in the buckets' order."""
+
+
+def parse_found(raw: Any) -> Found:
+    entries = [(_str(raw[i]), raw[i + 1]) for i in range(3, len(raw), 2)]
+    return Found(int(raw[0]) - 1, int(raw[1]), int(raw[2]), entries)
+
+
+#: Fields per claimed item in a claim reply (see `take_all` in _lib.lua).
+CLAIMED_FIELDS = 9
+
+
+@dataclass(slots=True)  # not frozen: a frozen init costs a setattr call per field, per job
+class Claimed:
+    """A job as the claim script hands it out."""
+
+    id: str
+    spec: bytes | None
+    attempt: int
+    stalls: int
+    token: int
+    priority: int
+    extra: str
+    """The dedup key of a job; "<due>:<grid>:<generation>:<manual>" of a schedule run."""
+    progress: bytes | None = None
+    """The progress the job last saved at a checkpoint (encoded), if any."""
+    where: bytes | str | None = None
+    """``<queue>|<unknown ms>`` as the claim replied, None for most jobs (the default queue,
+    never handed back for want of its task); read through `queue` and `unknown_ms`."""
+
+    @property
+    def queue(self) -> str:
+        """The queue the job belongs to."""
+        if not self.where:
+            return DEFAULT_QUEUE
+        return _str(self.where).partition("|")[0] or DEFAULT_QUEUE
+
+    @property
+    def unknown_ms(self) -> int:
+        """When a worker that lacked its task first handed it back (Redis ms), or 0."""
+        if not self.where:
+            return 0
+        return int(_str(self.where).partition("|")[2] or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    now_ms: int
+    next_due_ms: int | None
+    buckets: list[int]
+    """Schedule buckets with due runs, for `Scripts.promote_runs`."""
+    upcoming: list[int]
+    """Schedule buckets heading `due`, for the next claim to take their runs itself (none
+    when the call did not ask: see `upcoming_asked`)."""
+    best: int
+    """Priority of the best job left in `ready` after the claim; -1 when it is empty."""
+    jobs: list[Claimed]
+    limiters: list[str] = field(default_factory=list)
+    """Limiter keys whose markers came due, for `Scripts.release_limits`."""
+    routes: list[str] = field(default_factory=list)
+    """Queues that due schedule runs go to whose keys the call lacked: pass them next time."""
+    upcoming_at: list[int] = field(default_factory=list)
+    """When each of `upcoming` comes due (its marker's score, Redis ms)."""
+    upcoming_asked: bool = True
+    """False when the call asked for no upcoming buckets (`Scripts.claim`'s ``upcoming`` 0)."""
+
+
+def parse_claim(raw: Any) -> ClaimResult:
+    next_due = int(raw[1])
+    buckets: list[int] = []
+    limiters: list[str] = []
+    routes: list[str] = []
+    for b in raw[2]:
+        if isinstance(b, int):
+            buckets.append(b)
+        else:
+            text = _str(b)
+            if text.startswith(LIMIT_PREFIX):
+                limiters.append(text[len(LIMIT_PREFIX) :])
+            elif text.startswith(ROUTE_PREFIX):
+                routes.append(text[len(ROUTE_PREFIX) :])
+            else:
+                buckets.append(int(text))
+    # The markers as ZRANGEBYSCORE gave them: buckets ("w:<b>") are picked out here, limiter
+    # markers skipped (cheaper in the worker than in the script, which Redis runs for all).
+    upcoming: list[int] = []
+    upcoming_at: list[int] = []
+    markers = raw[3] or ()
+    for i in range(0, len(markers), 2):
+        marker = _str(markers[i])
+        if marker.startswith(WHEEL_PREFIX):
+            upcoming.append(int(marker[len(WHEEL_PREFIX) :]))
+            upcoming_at.append(int(float(markers[i + 1])))
+    jobs = _claimed(raw, 5)
+    return ClaimResult(
+        int(raw[0]),
+        None if next_due < 0 else next_due,
+        buckets,
+        upcoming,
+        int(raw[4]),
+        jobs,
+        limiters,
+        routes,
+        upcoming_at,
+        raw[3] is not None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Lent:
+    """What `Scripts.claim_urgent` took (at most one job) and what is left."""
+
+    best: int
+    """Priority of the best job left in `ready`; -1 when it is empty."""
+    jobs: list[Claimed]
+
+
+def _claimed(raw: Any, start: int) -> list[Claimed]:
+    # One pass over the reply, CLAIMED_FIELDS at a time, each Claimed made positionally: a
+    # worker parses one per run (index arithmetic and keywords cost twice as much).
+    fields = iter(raw)
+    for _ in range(start):
+        next(fields)
+    return [
+        Claimed(
+            job_id.decode() if type(job_id) is bytes else job_id,
+            spec or None,
+            int(attempt),
+            int(stalls),
+            int(token),
+            int(priority),
+            extra.decode() if type(extra) is bytes else extra,
+            progress or None,
+            where or None,
+        )
+        for job_id, spec, attempt, stalls, token, priority, extra, progress, where in zip(
+            *([fields] * CLAIMED_FIELDS), strict=False
+        )
+    ]
+
+
+def parse_lent(raw: Any) -> Lent:
+    return Lent(int(raw[1]), _claimed(raw, 2))
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    id: str
+    created: bool
+
+
+def parse_enqueue(raw: Any) -> list[Enqueued]:
+    return [Enqueued(_str(raw[i]), bool(int(raw[i + 1]))) for i in range(1, len(raw), 2)]
+
+
+@dataclass(frozen=True, slots=True)
+class Reaped:
+    requeued: int
+    more: bool
+    """A sweep hit its limit: there is more to reap right away."""
+    buried: list[str]
+
+
+def parse_reap(raw: Any) -> Reaped:
+    return Reaped(int(raw[0]), bool(int(raw[1])), [_str(x) for x in raw[2:]])
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    status: str
+    outcome: bytes | None
+    state: str | None
+
+
+def parse_status(raw: Any) -> JobState:
+    return JobState(_str(raw[0]), raw[1] or None, _str(raw[2]) if raw[2] else None)
