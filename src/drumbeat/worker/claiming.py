@@ -331,20 +331,13 @@ class Claimer:
             # Stopping ends the wait early (`_unblock_on_stop`); what the claim took is still
             # started (the shutdown then finishes or hands it back).
             raw = await self._waiter.block_then(call)
-        except Exception as failed:
-            exc = failed
-            if isinstance(exc, PopRefused):  # (ASK while the slot migrates, MOVED after)
-                if exc.claim is not None:  # the claim behind it ran: what it took starts
-                    await self._took(0, call.parse(exc.claim), free)
-                exc = exc.refused
-            # On a cluster a failed wait (MOVED, a lost connection) may mean its master is
-            # another node now: the next wait asks.
-            self._rewire = self._routed is not None
-            if not isinstance(exc, redis.ResponseError) or is_transient(exc):
-                raise exc from None
-            # The pop or CLIENT ID refused (an ACL, a proxy): plain waits work everywhere.
-            log.warning("waiting with a pipelined claim failed (%s); using plain waits", exc)
-            self._waiter = None
+        except PopRefused as refused:  # (ASK while the slot migrates, MOVED after)
+            if refused.claim is not None:  # the claim behind it ran: what it took starts
+                await self._took(0, call.parse(refused.claim), free)
+            self._wait_failed(refused.refused)
+            return None
+        except Exception as exc:
+            self._wait_failed(exc)
             return None
         result = call.parse(raw) if raw is not None else await call.arun(self._client)
         took, last = await self._took(0, result, free)
@@ -356,6 +349,18 @@ class Claimer:
         # Fewer than `free` taken: `ready` was empty at the reply, so there is nothing to claim
         # before waiting again (a job enqueued since left a marker on `wake`).
         return last if took < free else None
+
+    def _wait_failed(self, exc: Exception) -> None:
+        """Raises ``exc`` of a failed wait for the claim loop's backoff, unless Redis refuses
+        the pipelined wait itself for good: then plain waits from now on."""
+        # On a cluster a failed wait (MOVED, a lost connection) may mean its master is another
+        # node now: the next wait asks.
+        self._rewire = self._routed is not None
+        if not isinstance(exc, redis.ResponseError) or is_transient(exc):
+            raise exc from None
+        # The pop or CLIENT ID refused (an ACL, a proxy): plain waits work everywhere.
+        log.warning("waiting with a pipelined claim failed (%s); using plain waits", exc)
+        self._waiter = None
 
     def _claim_call(self, shard: int, limit: int) -> Call[ClaimResult]:
         """A claim of up to ``limit`` items from one shard: a job shard claims from every queue
