@@ -29,6 +29,16 @@ WORKER = "w-resharding"
 LEASE_MS = 60_000
 
 
+def _jobs_slot(cluster: ClusterServer, app: drumbeat.App) -> tuple[list[Node], Node, Node, int]:
+    """The masters, the master holding the app's jobs shard, another master to move it to, and
+    the shard's slot."""
+    masters = _masters(cluster)
+    source = cluster.node_of(app.keys.ready)
+    target = next(node for node in masters if node is not source)
+    with cluster.client() as client:
+        return masters, source, target, client.keyslot(app.keys.ready)
+
+
 def _migrate(source: Node, target: Node, slot: int) -> None:
     """Starts moving ``slot`` from ``source`` to ``target`` and moves every key it holds."""
     with target.client() as client:
@@ -69,11 +79,7 @@ async def test_a_claim_during_a_slot_migration_follows_ask_to_the_importing_mast
     def job(n: int) -> None: ...
 
     scripts = app.scripts
-    masters = _masters(redis_cluster)
-    source = redis_cluster.node_of(app.keys.ready)
-    target = next(node for node in masters if node is not source)
-    with redis_cluster.client() as cluster:
-        slot = cluster.keyslot(app.keys.ready)
+    masters, source, target, slot = _jobs_slot(redis_cluster, app)
     client = connections.worker_client(redis_cluster.url, 1.0)
     nodes = Nodes(redis_cluster.url, client, 5.0)
     routed = Routed(nodes)
@@ -145,11 +151,7 @@ async def test_a_worker_tries_its_calls_again_through_a_migration_without_backin
     def job(n: int) -> None:
         ran.append(n)
 
-    masters = _masters(redis_cluster)
-    source = redis_cluster.node_of(app.keys.ready)
-    target = next(node for node in masters if node is not source)
-    with redis_cluster.client() as cluster:
-        slot = cluster.keyslot(app.keys.ready)
+    masters, source, target, slot = _jobs_slot(redis_cluster, app)
     try:
         async with running_worker(app, concurrency=1):
             job.enqueue(1)
@@ -199,11 +201,7 @@ async def test_leases_that_lapse_during_a_migration_are_renewed_before_they_are_
         starts.append(n)
         await release.wait()
 
-    masters = _masters(redis_cluster)
-    source = redis_cluster.node_of(app.keys.ready)
-    target = next(node for node in masters if node is not source)
-    with redis_cluster.client() as cluster:
-        slot = cluster.keyslot(app.keys.ready)
+    masters, source, target, slot = _jobs_slot(redis_cluster, app)
     try:
         async with running_worker(app, concurrency=2) as worker:
             handle = job.enqueue(1)
