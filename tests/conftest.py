@@ -88,6 +88,23 @@ class RedisServer:
             return str(client.info("server")["redis_version"])
 
 
+# Session fixtures that start several servers (a cluster, sentinels) or a browser. Under
+# pytest-xdist (`make test` runs two workers) the tests using one go to the same worker, so it
+# starts once, not once per worker.
+SHARED_FIXTURES = (
+    "redis_cluster", "tls_cluster", "redis_sentinel", "sentinel_auth", "sentinel_tls", "browser",
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        shared = [name for name in SHARED_FIXTURES if name in getattr(item, "fixturenames", ())]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
+
+
 def server_binary() -> str:
     """`DRUMBEAT_TEST_REDIS_SERVER`, else what the embedded Redis would use."""
     return os.environ.get("DRUMBEAT_TEST_REDIS_SERVER") or str(embedded.find_binary())
