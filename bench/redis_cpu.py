@@ -2,7 +2,8 @@
 
     python -m bench.redis_cpu attach REDIS_URL [--seconds 3]
     python -m bench.redis_cpu harness [--n 100000] [--due 16384] [--batch 100] [--rounds 6]
-                                    [--promote 500] [--callgrind] [--whole-buckets]
+                                    [--promote 500] [--callgrind] [--callgrind-keep DIR]
+                                    [--whole-buckets]
 
 ``attach`` samples a running Redis (e.g. the private one of a `bench.periodic` run, found with
 ``ps``) with ``SLOWLOG`` at a 0 µs threshold for a few seconds, then prints, per script (its sha
@@ -28,6 +29,8 @@ straight from their buckets to the worker); the default is a backlog (most runs 
 instrumented only while a measured phase runs, and prints instructions per run instead: they
 do not vary with the machine's load (about 50 times slower; use fewer schedules and rounds,
 e.g. ``--n 20000 --due 100 --rounds 20`` and ``--n 20000 --due 3000 --rounds 4``).
+``--callgrind-keep DIR`` keeps the last round's dumps, for ``callgrind_annotate --inclusive=yes
+DIR/claim.callgrind``: where the instructions go inside Redis (Lua, commands, replies).
 ``--whole-buckets`` makes every schedule of a bucket due with it (about ``--n`` / 16,384 per
 bucket), as in a run where the schedules of a bucket fall due together; by default most due
 runs have a bucket of their own.
@@ -249,7 +252,8 @@ class Callgrind:
     """A redis-server under callgrind with instrumentation off but for the phases measured:
     ``on()`` before one, ``take()`` after it gives its instructions (dumped, then zeroed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: Path | None = None) -> None:
+        self.keep = keep
         self.dir = Path(tempfile.mkdtemp(prefix="drumbeat-callgrind-"))
         self.wrapper = self.dir / "redis-server"
         self.wrapper.write_text(
@@ -266,7 +270,9 @@ class Callgrind:
     def on(self) -> None:
         self._ctl("-i", "on")
 
-    def take(self) -> int:
+    def take(self, keep: Path | None = None) -> int:
+        """The instructions since ``on()``; the dump is moved to ``keep`` when given (for
+        ``callgrind_annotate``), else deleted."""
         self._ctl("-i", "off")
         before = set(self.dir.glob("callgrind.out.*"))
         self._ctl("-d")
@@ -275,7 +281,10 @@ class Callgrind:
             for path in set(self.dir.glob("callgrind.out.*")) - before:
                 for line in path.read_text().splitlines():
                     if line.startswith("totals:"):  # written last: the dump is complete
-                        path.unlink()
+                        if keep is None:
+                            path.unlink()
+                        else:
+                            path.replace(keep)
                         return int(line.split()[1])
             time.sleep(0.1)
         raise RuntimeError(f"callgrind wrote no complete dump into {self.dir} within 60 s")
@@ -285,9 +294,17 @@ class Callgrind:
 
 
 def harness(
-    n: int, due: int, batch: int, rounds: int, promote: int, *, callgrind: bool, whole: bool
+    n: int,
+    due: int,
+    batch: int,
+    rounds: int,
+    promote: int,
+    *,
+    callgrind: bool,
+    whole: bool,
+    keep: Path | None = None,
 ) -> int:
-    cg = Callgrind() if callgrind else None
+    cg = Callgrind(keep) if callgrind or keep else None
     try:
         results = _harness(n, due, batch, rounds, promote, cg=cg, whole=whole)
     finally:
@@ -321,14 +338,14 @@ def _harness(
                     count.on()
                 jobs = h.claim_all(due)
                 if count is not None:
-                    row["claim_ir"] = count.take()
+                    row["claim_ir"] = count.take(count.keep and count.keep / "claim.callgrind")
                 cpu1, st1 = _cpu(client), _commandstats(client)
                 now = int(client.time()[0]) * 1000
                 if count is not None:
                     count.on()
                 h.finish_all(jobs, now - 1000)
                 if count is not None:
-                    row["finish_ir"] = count.take()
+                    row["finish_ir"] = count.take(count.keep and count.keep / "settle.callgrind")
                 cpu2, st2 = _cpu(client), _commandstats(client)
                 row["claim_cpu"], row["finish_cpu"] = cpu1 - cpu0, cpu2 - cpu1
                 row["claim_stats"], row["finish_stats"] = _delta(st1, st0), _delta(st2, st1)
@@ -396,6 +413,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--callgrind", action="store_true", help="count Redis's instructions per run (valgrind)"
     )
     h.add_argument(
+        "--callgrind-keep",
+        type=Path,
+        metavar="DIR",
+        help="with --callgrind: keep the last round's dumps in DIR (claim.callgrind, "
+        "settle.callgrind) for callgrind_annotate --inclusive=yes",
+    )
+    h.add_argument(
         "--whole-buckets",
         action="store_true",
         help="make whole buckets due (their schedules fall due together), at least --due runs",
@@ -413,6 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.promote,
         callgrind=args.callgrind,
         whole=args.whole_buckets,
+        keep=args.callgrind_keep,
     )
 
 
