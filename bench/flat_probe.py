@@ -90,12 +90,12 @@ def memory(n: int) -> tuple[float, float]:
     return (with_wheel - empty) / n, (with_flat - empty) / n
 
 
-def _one_round(
+def one_round(
     r: redis.Redis, scripts: tuple[Any, Any], keys: tuple[list[str], list[str]], due: int,
     cg: Callgrind | None,
 ) -> tuple[int, int, int]:  # fmt: skip
-    """Claims the due runs (BATCH a call) and settles them, their next runs 5 s later; returns
-    the runs and the instructions of each phase (0 without ``cg``)."""
+    """Claims the due runs (BATCH a call) and settles them, their next runs due at once again;
+    returns the runs and the instructions of each phase (0 without ``cg``)."""
     from drumbeat.replies import parse_claim
 
     claim, settle = scripts
@@ -122,12 +122,36 @@ def _one_round(
     return len(jobs), claim_ir, cg.take() if cg else 0
 
 
-def instructions(n: int, due: int, rounds: int) -> tuple[float, float]:
-    """Median instructions per run, claiming and settling, over the rounds after the first."""
+def prepare(
+    r: redis.Redis, n: int, due: int
+) -> tuple[tuple[Any, Any], tuple[list[str], list[str]]]:
+    """The flat layout of the ``n`` schedules registered in ``NAMESPACE`` (their wheel dropped),
+    s0..s<due - 1> due now and the rest a day later; returns the scripts and their keys."""
     from drumbeat.keys import Keys
     from drumbeat.scripts import _definitions, _with_lib
 
     lib = _definitions((Path(__file__).parents[1] / "src/drumbeat/lua/_lib.lua").read_text())
+    k = Keys(NAMESPACE)
+    fields, scores = _wheel_copy(r, n)
+    _drop_wheel(r)
+    now = int(r.time()[0]) * 1000
+    for i in range(n):
+        scores[f"s{i}".encode()] = now - 1000 if i < due else now + 86_400_000
+    records, sched = _write_flat(r, fields, scores)
+    scripts = (
+        r.register_script(_with_lib((HERE / "claim_flat.lua").read_text(), lib)),
+        r.register_script(_with_lib((HERE / "settle_flat.lua").read_text(), lib)),
+    )
+    keys = (
+        [sched, records, k.tasks, k.state, k.owners, k.leases, k.fence, k.seq, k.lateness,
+         k.ready],
+        [k.due, k.leases, k.owners, k.state, k.faults, k.wake, k.jobs, records, sched],
+    )  # fmt: skip
+    return scripts, keys
+
+
+def instructions(n: int, due: int, rounds: int) -> tuple[float, float]:
+    """Median instructions per run, claiming and settling, over the rounds after the first."""
     cg = Callgrind()
     rows: list[tuple[float, float]] = []
     try:
@@ -136,24 +160,9 @@ def instructions(n: int, due: int, rounds: int) -> tuple[float, float]:
             cg.pid = server.proc.pid
             app = _register(server.url, n)
             try:
-                k = Keys(NAMESPACE)
-                fields, scores = _wheel_copy(r, n)
-                _drop_wheel(r)
-                now = int(r.time()[0]) * 1000
-                for i in range(n):  # s0..s<due - 1> due now, the rest a day later
-                    scores[f"s{i}".encode()] = now - 1000 if i < due else now + 86_400_000
-                records, sched = _write_flat(r, fields, scores)
-                scripts = (
-                    r.register_script(_with_lib((HERE / "claim_flat.lua").read_text(), lib)),
-                    r.register_script(_with_lib((HERE / "settle_flat.lua").read_text(), lib)),
-                )
-                keys = (
-                    [sched, records, k.tasks, k.state, k.owners, k.leases, k.fence, k.seq,
-                     k.lateness, k.ready],
-                    [k.due, k.leases, k.owners, k.state, k.faults, k.wake, k.jobs, records, sched],
-                )  # fmt: skip
+                scripts, keys = prepare(r, n, due)
                 for rnd in range(rounds):  # the first round warms Redis up
-                    runs, claim_ir, settle_ir = _one_round(
+                    runs, claim_ir, settle_ir = one_round(
                         r, scripts, keys, due, cg if rnd else None
                     )
                     if rnd:
