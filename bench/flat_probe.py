@@ -6,9 +6,9 @@ timing wheel of today, with the same work per run.
 
 Registers ``--n`` schedules (as ``bench.redis_cpu harness`` does), copies their records and
 next run times into one hash and one zset, makes s0..s<due - 1> due, then in each round claims
-them with ``flat_probe/claim_flat.lua`` (100 a call) and settles them with
-``flat_probe/settle_flat.lua`` (finish_runs.lua with one records hash and one zset in place of
-the buckets), counting Redis's instructions with callgrind as the harness does (valgrind). The
+them with ``flat_probe/claim_flat.lua`` (100 a call) and settles them with finish_runs.lua whose
+step per bucket is replaced by ``flat_probe/settle_flat.lua`` (one records hash and one zset in
+place of the buckets), counting Redis's instructions with callgrind as the harness does. The
 wheel's figure for the same case is ``python -m bench.redis_cpu harness --n 100000 --due 100
 --rounds 4 --callgrind`` (each due run in a bucket of its own, as at low densities) or with
 ``--whole-buckets`` (a bucket's schedules due together, as at 100,000). Also prints Redis
@@ -122,6 +122,15 @@ def one_round(
     return len(jobs), claim_ir, cg.take() if cg else 0
 
 
+def _settle_source() -> str:
+    """finish_runs.lua up to its step per bucket (fencing, bookkeeping, runs grouped), then
+    flat_probe/settle_flat.lua's step for the flat layout."""
+    own = (Path(__file__).parents[1] / "src/drumbeat/lua/finish_runs.lua").read_text()
+    start, cut = "-- (Defined here", "-- Totals and next runs, bucket by bucket"
+    assert start in own and cut in own, "finish_runs.lua changed: update bench/flat_probe"
+    return own[own.index(start) : own.index(cut)] + (HERE / "settle_flat.lua").read_text()
+
+
 def prepare(
     r: redis.Redis, n: int, due: int
 ) -> tuple[tuple[Any, Any], tuple[list[str], list[str]]]:
@@ -140,7 +149,7 @@ def prepare(
     records, sched = _write_flat(r, fields, scores)
     scripts = (
         r.register_script(_with_lib((HERE / "claim_flat.lua").read_text(), lib)),
-        r.register_script(_with_lib((HERE / "settle_flat.lua").read_text(), lib)),
+        r.register_script(_with_lib(_settle_source(), lib)),
     )
     keys = (
         [sched, records, k.tasks, k.state, k.owners, k.leases, k.fence, k.seq, k.lateness,
