@@ -28,6 +28,13 @@ pytestmark = pytest.mark.cluster
 WORKER = "w-resharding"
 LEASE_MS = 60_000
 
+# redis-py before 8.0 (5.1.0, 6.4.0 and 7.4.1 tried) replaces its cluster nodes when a finished
+# migration refreshes its slot map and disconnects the old ones in tasks it never awaits: a call
+# in flight on one fails ("Connection closed by server"), and sockets of replaced nodes outlive
+# the client (ResourceWarning). In 6 runs of the test below each, 5.1.0 and 6.4.0 showed one or
+# the other in 2, 7.4.1 in 6, 8.0.0 in none (redis/redis-py#3572, #4053).
+REDIS_PY_8 = tuple(int(part) for part in redis.__version__.split(".")[:2]) >= (8, 0)
+
 
 def _jobs_slot(cluster: ClusterServer, app: drumbeat.App) -> tuple[list[Node], Node, Node, int]:
     """The masters, the master holding the app's jobs shard, another master to move it to, and
@@ -179,6 +186,11 @@ async def test_a_worker_tries_its_calls_again_through_a_migration_without_backin
         await app.aclose()
 
 
+@pytest.mark.skipif(
+    not REDIS_PY_8,
+    reason=f"redis-py {redis.__version__} drops calls in flight and leaks sockets when a "
+    "migration ends (upgrade to redis>=8.0 for clusters that are resharded; docs/deploy.md)",
+)
 async def test_leases_that_lapse_during_a_migration_are_renewed_before_they_are_taken_over(
     redis_cluster: ClusterServer, caplog: pytest.LogCaptureFixture
 ) -> None:
