@@ -241,7 +241,11 @@ async def test_update_while_a_run_is_in_flight(app: drumbeat.App, r: redis.Redis
             lambda: _due(r, app, "g"), message="the settled run should put the schedule back"
         )
     info = app.get_schedule("g")
-    assert info is not None and info.generation == 2 and info.runs == 1
+    # The settled run may already have been followed by a run on the new 2 s grid (its next
+    # slot can be milliseconds away); what must hold is that every run that started was
+    # recorded once, and that none started beside the gated one (asserted above).
+    assert info is not None and info.generation == 2
+    assert info.runs == gate.runs >= 1, (info.runs, gate.runs)
     assert info.next_due_ms is not None
     assert (info.next_due_ms - phase_ms("g", 2000)) % 2000 == 0, "not on the new 2 s grid"
 
