@@ -48,6 +48,7 @@ from tests.cluster.small import SmallCluster
 
 import drumbeat
 from drumbeat.keys import Keys, job_shard_of
+from drumbeat.protocol import LEASES_HELD
 
 from ._cluster import Server, commandstats, costliest, cpu_seconds, even_namespace
 from ._redis import RedisServer, find_server_binary
@@ -141,7 +142,7 @@ def _outstanding(app: drumbeat.App) -> tuple[list[int], int]:
     with app.redis.pipeline(transaction=False) as pipe:
         for k in app.job_keys:
             pipe.zcard(k.ready)
-            pipe.zcard(k.leases)
+            pipe.zcount(k.leases, *LEASES_HELD)
         counts = [int(x) for x in pipe.execute()]
     ready = counts[0::2]
     return [r + leased for r, leased in zip(ready, counts[1::2], strict=True)], sum(ready)

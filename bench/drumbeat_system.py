@@ -14,6 +14,7 @@ import redis
 
 import drumbeat
 from drumbeat.keys import Keys
+from drumbeat.protocol import LEASES_HELD
 
 from .adapter import SINK, Started, paced, versions, worker_command
 
@@ -143,7 +144,7 @@ class DrumbeatSystem:
     def outstanding(self) -> int:
         with self._admin.pipeline(transaction=False) as pipe:
             pipe.zcard(self.keys.ready)
-            pipe.zcard(self.keys.leases)
+            pipe.zcount(self.keys.leases, *LEASES_HELD)
             pipe.zcard(self.keys.due)
             return sum(int(x) for x in pipe.execute())
 

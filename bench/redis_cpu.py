@@ -254,6 +254,8 @@ class Callgrind:
 
     def __init__(self, keep: Path | None = None) -> None:
         self.keep = keep
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
         self.dir = Path(tempfile.mkdtemp(prefix="drumbeat-callgrind-"))
         self.wrapper = self.dir / "redis-server"
         self.wrapper.write_text(

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import redis
 
 import drumbeat
-from drumbeat.protocol import KEEP_FIELD
+from drumbeat.protocol import KEEP_FIELD, LEASES_HELD
 
 T = TypeVar("T")
 
@@ -87,6 +87,12 @@ def entries(r: redis.Redis, key: str) -> int:
     """The fields of a `state`, `owners` or `jobs` hash, not counting the one kept so that
     Redis stores it as a hash table (`protocol.KEEP_FIELD`)."""
     return int(r.hlen(key)) - int(r.hexists(key, KEEP_FIELD))
+
+
+def leased(r: redis.Redis, key: str) -> int:
+    """The leases a `leases` key holds, not counting the member kept so that Redis stores it
+    as a skiplist (`protocol.LEASES_KEEP`)."""
+    return int(r.zcount(key, *LEASES_HELD))
 
 
 def redis_now_ms(r: redis.Redis) -> int:

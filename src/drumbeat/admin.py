@@ -20,6 +20,7 @@ from .job import decode_outcome, decode_progress, decode_spec
 from .keys import DEFAULT_QUEUE, WHEEL_BUCKETS, Keys, job_shard_of
 from .protocol import (
     LATENESS_WINDOW_MS,
+    LEASES_HELD,
     MARKERS_FIELD,
     MAX_PRIORITY,
     MIN_PRIORITY,
@@ -198,7 +199,6 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
     others = [q for q in app.known_queues() if q != DEFAULT_QUEUE]
     levels = range(MIN_PRIORITY, MAX_PRIORITY + 1)
     limit = max(0, running_limit)
-    start, stop = (0, limit - 1) if limit else (1, 0)  # 1..0: empty, one reply all the same
     with connections.pipeline(client, transaction=len(shards) == 1) as pipe:
         pipe.time()
         for k in shards:
@@ -207,8 +207,7 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
                 pipe.zcount(k.ready, low, high)
             pipe.zcard(k.due)
             pipe.zmscore(k.due, _MARKERS)  # schedule buckets' markers: not delayed jobs
-            pipe.zcard(k.leases)
-            pipe.zrange(k.leases, start, stop, withscores=True)
+            _leases(pipe, k, limit)
             pipe.hgetall(k.parking)
         for k in app.job_keys:  # other queues are in the job shards only
             _count_queues(pipe, k, others)
@@ -293,12 +292,10 @@ def running_jobs(app: App, limit: int = 100) -> tuple[int, int, list[RunningJob]
     """``(now_ms, leases held, the limit leases closest to expiry)`` over every shard workers
     claim from, in two round trips (the leases, then their owners and progress)."""
     shards = _claimed_shards(app)
-    start, stop = (0, limit - 1) if limit > 0 else (1, 0)  # 1..0: empty
     with connections.pipeline(app.redis, transaction=len(shards) == 1) as pipe:
         pipe.time()
         for k in shards:
-            pipe.zcard(k.leases)
-            pipe.zrange(k.leases, start, stop, withscores=True)
+            _leases(pipe, k, max(0, limit))
         raw = pipe.execute()
     now_ms = _time_ms(raw[0])
     total = sum(int(n) for n in raw[1::2])
@@ -306,6 +303,13 @@ def running_jobs(app: App, limit: int = 100) -> tuple[int, int, list[RunningJob]
               for job_id, score in _pairs(part)]  # fmt: skip
     listed = sorted(listed)[: max(0, limit)]
     return now_ms, total, _running(app.redis, listed, now_ms)
+
+
+def _leases(pipe: Any, keys: Keys, limit: int) -> None:
+    """Queues the count of the leases a shard holds and its ``limit`` closest to expiry (two
+    replies), without the member kept so that `leases` stays a skiplist (`LEASES_KEEP`)."""
+    pipe.zcount(keys.leases, *LEASES_HELD)
+    pipe.zrangebyscore(keys.leases, *LEASES_HELD, start=0, num=limit, withscores=True)
 
 
 def _count_queues(pipe: Any, keys: Keys, queues: Sequence[str]) -> None:

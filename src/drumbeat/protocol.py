@@ -49,6 +49,15 @@ ROUTE_FIELD = "#q"
 #: long for a listpack, so Redis keeps them as hash tables (see _lib.lua); never a job id.
 KEEP_FIELD = "~"
 
+#: The member of `leases` that is never deleted, too long for a listpack and scored +inf, so
+#: Redis keeps the sorted set a skiplist (see _lib.lua) and no reaper takes it for a lease; a
+#: count of leases held leaves it out (`LEASES_HELD`: ZCOUNT bounds).
+LEASES_KEEP = (
+    "~drumbeat keeps this member so that Redis stores this sorted set as a skiplist "
+    "(docs/redis-keys.md)"
+)
+LEASES_HELD = ("-inf", "(+inf")
+
 #: Fields of a shard's `parking` hash, followed by a queue name ("default" for the default
 #: queue): jobs parked on limiter keys, and limiter markers in the queue's `due`.
 PARKED_FIELD = "p|"

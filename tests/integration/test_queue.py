@@ -15,7 +15,7 @@ import drumbeat
 from drumbeat.protocol import MAX_PRIORITY, PRIORITY_SPAN
 from drumbeat.scripts import Call
 from tests.conftest import RedisServer, reap_call, running_worker
-from tests.helpers import blocked_in, commands, entries, wait_for_async
+from tests.helpers import blocked_in, commands, entries, leased, wait_for_async
 
 
 async def _idle_in(r: redis.Redis, command: str, seconds: int, what: str) -> None:
@@ -73,7 +73,7 @@ async def test_worker_holds_no_more_claims_than_free_slots(
         # No settle time needed: the worker claims, starts what it took and parks on its full
         # slots in one step of the loop, before either job runs a line. A claim made later
         # would start its jobs at once, ahead of `urgent`: the index check below sees it.
-        assert r.zcard(app.keys.leases) == 2, "a busy worker prefetched past its free slots"
+        assert leased(r, app.keys.leases) == 2, "a busy worker prefetched past its free slots"
         assert r.zcard(app.keys.ready) == 4
         urgent = await quick.options(priority=9).aenqueue("urgent")
         release.set()
@@ -141,7 +141,7 @@ async def test_retries_with_backoff_then_dead_letter(app: drumbeat.App, r: redis
     assert r.zscore(app.keys.dead, job.id) is not None
     assert r.hexists(app.keys.errors, job.id)
     assert r.hexists(app.keys.jobs, job.id), "the record stays so the job can be retried"
-    assert r.zcard(app.keys.leases) == 0 and entries(r, app.keys.owners) == 0
+    assert leased(r, app.keys.leases) == 0 and entries(r, app.keys.owners) == 0
 
 
 async def test_retry_request_and_timeout(app: drumbeat.App) -> None:

@@ -16,7 +16,7 @@ from drumbeat.keys import bucket_of
 from drumbeat.replies import Claimed
 from drumbeat.schedule import next_cron, phase_ms
 from tests.conftest import reap_call, running_worker
-from tests.helpers import Probe, entries, wait_for, wait_for_async, wait_for_event
+from tests.helpers import Probe, entries, leased, wait_for, wait_for_async, wait_for_event
 
 
 def _now_ms(r: redis.Redis) -> int:
@@ -285,7 +285,7 @@ async def test_remove_while_a_run_is_in_flight(app: drumbeat.App, r: redis.Redis
         assert await app.aunschedule("g") == 1
         gate.release.set()
         await wait_for_async(
-            lambda: (r.zcard(app.keys.leases), entries(r, app.keys.state)),
+            lambda: (leased(r, app.keys.leases), entries(r, app.keys.state)),
             lambda held: held == (0, 0),
             message="the released run should be settled (leases, state)",
         )
@@ -293,7 +293,7 @@ async def test_remove_while_a_run_is_in_flight(app: drumbeat.App, r: redis.Redis
         await probe.passed(r, _now_ms(r) + 1500)
     assert gate.runs == 1, "a removed schedule ran again"
     assert _due(r, app, "g") is None and app.get_schedule("g") is None
-    assert entries(r, app.keys.state) == 0 and r.zcard(app.keys.leases) == 0
+    assert entries(r, app.keys.state) == 0 and leased(r, app.keys.leases) == 0
 
 
 async def test_run_now_keeps_the_cadence(app: drumbeat.App, r: redis.Redis) -> None:

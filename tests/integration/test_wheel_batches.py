@@ -11,11 +11,12 @@ from pathlib import Path
 import redis
 
 import drumbeat
-from drumbeat import protocol
+from drumbeat import admin, protocol
 from drumbeat.keys import bucket_of
 from drumbeat.replies import Claimed
 from drumbeat.schedule import Record, parse_record
 from drumbeat.scripts import Scripts
+from tests.helpers import leased
 
 LIB = (Path(protocol.__file__).parent / "lua" / "_lib.lua").read_text()
 WHEEL_READ = int(re.search(r"^local WHEEL_READ = (\d+)", LIB, re.M).group(1))  # type: ignore[union-attr]
@@ -273,6 +274,36 @@ def test_state_and_owners_stay_hash_tables_when_few_claims_are_held(
     for key in (keys.state, keys.owners):
         assert r.hkeys(key) == [protocol.KEEP_FIELD.encode()], f"{key}: only the kept field"
         assert r.object("encoding", key) == b"hashtable", f"{key} stays a hash table"
+
+
+def test_leases_stay_a_skiplist_when_few_claims_are_held(app: drumbeat.App, r: redis.Redis) -> None:
+    """Under 128 members Redis keeps a sorted set as a listpack, where each ZADD scans it (for
+    the member, then for its place among the equal deadlines of a claim), and drops the key with
+    its last member: each claim then built `leases` lease by lease (an eighth of claiming a run,
+    `bench.redis_cpu harness --whole-buckets --callgrind`). The kept member is no lease: the
+    reaper, status and the autoscaler's busy slots leave it out."""
+    keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
+    now = _now_ms(r)
+    ids = _ids_in_bucket(3)
+    _put(app, r, dict.fromkeys(ids, now - 1000))
+    jobs = scripts.promote_runs([bucket_of(ids[0])], "w1", 100, 60_000).run(r).jobs
+    assert len(jobs) == 3
+    assert r.object("encoding", keys.leases) == b"skiplist", "3 leases"
+    assert leased(r, keys.leases) == 3
+    assert admin.running_jobs(app)[1] == 3, "status counts leases, not the kept member"
+    assert [job.id for job in admin.running_jobs(app)[2]] == sorted(j.id for j in jobs)
+    items = [(j.id, j.token, "ok", 1, 1, now + 60_000, now + 60_000, "", now - 1000) for j in jobs]
+    assert scripts.finish_runs(items).run(r) == [1] * 3
+    assert r.zrange(keys.leases, 0, -1, withscores=True) == [
+        (protocol.LEASES_KEEP.encode(), float("inf"))
+    ]
+    assert r.object("encoding", keys.leases) == b"skiplist", "stays a skiplist"
+    assert admin.running_jobs(app)[1] == 0 and admin.running_jobs(app)[2] == []
+    reaped = scripts.reap(
+        max_stalls=3, limit=100, dead_ttl_ms=60_000, worker_ttl_ms=60_000, result_ttl_ms=60_000
+    ).run(r)
+    assert (reaped.requeued, reaped.buried) == (0, []), "the kept member is no lapsed lease"
+    assert r.zscore(keys.leases, protocol.LEASES_KEEP) == float("inf")
 
 
 def test_jobs_and_state_are_hash_tables_from_the_first_run_queued_or_job_enqueued(

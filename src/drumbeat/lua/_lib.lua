@@ -453,6 +453,15 @@ local THROUGHPUT_WINDOWS = 91
 -- claim's, an enqueue's, a queued run's; job ids start with a letter or digit: never "~").
 local KEEP_FIELD = '~'
 local KEEP_VALUE = 'drumbeat keeps this field so that Redis stores this hash as a hash table (docs/redis-keys.md)'
+-- The same for `leases`: a sorted set of up to 128 members (zset-max-listpack-entries) of up
+-- to 64 bytes stores them as a listpack, where each ZADD scans the set for the member, then for
+-- its place among equal scores (all of a claim's leases share one deadline), and Redis deletes
+-- the key once its last lease goes: so below 128 leases in flight every claim built a listpack
+-- lease by lease, and writing a claim's leases was an eighth of claiming a run
+-- (`bench.redis_cpu harness --whole-buckets`, callgrind). This member is longer than a listpack
+-- takes and scored +inf, so no reaper (by score, up to now) ever sees it as expired; counts of
+-- leases held leave it out (ZCOUNT up to "(+inf").
+local LEASES_KEEP = '~drumbeat keeps this member so that Redis stores this sorted set as a skiplist (docs/redis-keys.md)'
 
 -- Claiming, shared by claim.lua and promote_runs.lua. `k` names the keys: state, owners,
 -- leases, fence, ready, jobs. `c` is the claim: worker, now, lease_ms, and what it gathers: the
@@ -468,9 +477,10 @@ local function take_all(k, c, ids, specs, states)
   -- where no job can have any: runs promoted straight from their buckets).
   local progress = k.progress and redis.call('HMGET', k.progress, unpack(ids)) or {}
   -- What is written goes out in one call per key (see call_many), not three calls per item.
-  -- Each write starts with the KEEP_FIELD of its hash (see there): one call per claim keeps
-  -- both hashes hash tables.
-  local state, owners, leases = {KEEP_FIELD, KEEP_VALUE}, {KEEP_FIELD, KEEP_VALUE}, {}
+  -- Each write starts with the KEEP_FIELD of its hash (see there), and LEASES_KEEP: one call
+  -- per claim keeps both hashes hash tables and `leases` a skiplist.
+  local state, owners = {KEEP_FIELD, KEEP_VALUE}, {KEEP_FIELD, KEEP_VALUE}
+  local leases = {'+inf', LEASES_KEEP}
   local out = c.out
   -- Numbers passed to redis.call are formatted with %.17g on the way (and scores parsed back):
   -- the lease deadline, the same for every item, is formatted once, as an integer.
@@ -484,7 +494,7 @@ local function take_all(k, c, ids, specs, states)
     state[2 * i + 1], state[2 * i + 2] = id, format_state(s)
     owners[2 * i + 1] = id
     owners[2 * i + 2] = string.format('%d', token + i) .. owner_tail
-    leases[2 * i - 1], leases[2 * i] = lease_at, id
+    leases[2 * i + 1], leases[2 * i + 2] = lease_at, id
     if s.attempt == 1 and string.sub(id, 1, 2) == RUN_PREFIX then
       local run_due = s.due or string.match(s.key, '^(%-?%d+):')
       if run_due then c.lateness[#c.lateness + 1] = math.max(0, c.now - run_due) end

@@ -60,7 +60,7 @@ for q = 1, (#KEYS - 7) / 2 do
   due_now = due_now + n
   seen_due(first)
 end
-local busy = redis.call('ZCARD', KEYS[1])
+local busy = redis.call('ZCOUNT', KEYS[1], '-inf', '(+inf')  -- not LEASES_KEEP
 -- Only the windows asked for: the ring holds LATENESS_WINDOWS of them (thousands of fields), and
 -- a look every scale_interval must not cost Redis a read of them all.
 local lateness, fields = {}, {}
