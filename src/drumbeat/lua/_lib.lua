@@ -535,13 +535,15 @@ local function queue_all(k, ids, specs, states, ready_key)
   call_many('HSET', k.jobs, jobs)
 end
 
--- Pops the best `limit` entries of `ready` (priority, then FIFO) and takes them.
+-- Pops the best `limit` entries of `ready` (priority, then FIFO) and takes them. Read, then
+-- removed by rank, rather than ZPOPMIN: its reply carries every score, which Redis 7.0 formats
+-- with %.17g (about a microsecond each: most of a pop of 100), and only the ids are needed.
 local function pop_ready(k, c, limit)
   if limit <= 0 then return end
-  local popped = redis.call('ZPOPMIN', k.ready, limit)
-  local ids = {}
-  for i = 1, #popped / 2 do ids[i] = popped[i * 2 - 1] end
+  local last = tostring(limit - 1)
+  local ids = redis.call('ZRANGE', k.ready, '0', last)
   if #ids == 0 then return end
+  redis.call('ZREMRANGEBYRANK', k.ready, '0', last)
   local specs = redis.call('HMGET', k.jobs, unpack(ids))
   local raw = redis.call('HMGET', k.state, unpack(ids))
   local states = {}
