@@ -1,62 +1,38 @@
-"""Read-only inspection of one App's queue, and the dead-letter admin (retry, purge).
-
-Everything here is synchronous and reads the time from Redis (``TIME``), never the local
-clock, so ages are right however far this machine's clock drifts from the workers'.
-"""
+"""The queues, running jobs and workers of one App, as status, the dashboard and the
+autoscaler read them."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from . import connections
-from .errors import SerializationError
-from .job import decode_outcome, decode_progress, decode_spec
-from .keys import DEFAULT_QUEUE, WHEEL_BUCKETS, Keys, job_shard_of
-from .protocol import (
-    LATENESS_WINDOW_MS,
+from drumbeat import connections
+from drumbeat.job import decode_progress
+from drumbeat.keys import DEFAULT_QUEUE, WHEEL_BUCKETS, Keys
+from drumbeat.protocol import (
     LEASES_HELD,
     MARKERS_FIELD,
     MAX_PRIORITY,
     MIN_PRIORITY,
     PARKED_FIELD,
     PRIORITY_SPAN,
-    bin_percentile_ms,
     parse_owner,
     ready_score,
     wheel_marker,
 )
-from .scripts import Call, Scripts
+
+from ._replies import int_or_none, pairs, text, time_ms
 
 if TYPE_CHECKING:
     import redis
 
-    from .app import App
-
-__all__ = [
-    "DeadLetter",
-    "QueueCounts",
-    "QueueStats",
-    "RunningJob",
-    "WorkerStats",
-    "dead_count",
-    "dead_letters",
-    "purge_dead",
-    "queue_stats",
-    "ready_by_queue",
-    "retry_dead",
-    "running_jobs",
-]
+    from drumbeat.app import App
 
 #: A worker whose heartbeat is older than this many leases is reaped as gone (as `Worker` does).
 WORKER_TTL_LEASES = 3
-
-UNKNOWN_TASK = "?"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,47 +114,6 @@ class QueueCounts:
         return sum(self.ready_by_priority)
 
 
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """A job in the dead-letter set, with the failure that put it there."""
-
-    id: str
-    died_ms: int
-    task: str
-    """The task name, or ``"?"`` when the job record is missing or malformed."""
-    error: str
-    attempt: int | None
-    traceback: str | None
-    progress: Any = None
-    """The progress it last saved at a checkpoint (a retry resumes from it), if any."""
-
-    @property
-    def died_at(self) -> datetime:
-        return datetime.fromtimestamp(self.died_ms / 1000, tz=UTC)
-
-
-def _str(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _pairs(raw: Any) -> list[tuple[str, float]]:
-    """A ``WITHSCORES`` reply as (member, score) pairs."""
-    return [(_str(member), float(score)) for member, score in raw]
-
-
-def _members(raw: Any) -> list[str]:
-    return [_str(member) for member in raw]
-
-
-def _time_ms(raw: Any) -> int:
-    seconds, micros = raw
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
 def level_range(priority: int) -> tuple[int, str]:
     """The ``ZCOUNT`` bounds of one priority level in `ready`: ``[base, base + span)``."""
     base = ready_score(priority, 0)
@@ -217,7 +152,7 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
         pipe.zrange(main.workers, 0, -1, withscores=True)
         pipe.hgetall(main.workerinfo)
         raw = pipe.execute()
-    now_ms = _time_ms(raw[0])
+    now_ms = time_ms(raw[0])
     default, running_total, listed, parking = _shard_counts(shards, raw[1:])
     queues = [_parked(default, parking)]
     at = 1 + len(shards) * _PER_SHARD
@@ -236,10 +171,10 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
     running = _running(client, listed, now_ms)
 
     ttl_ms = app.settings.lease_ms * WORKER_TTL_LEASES
-    info_by_id = {_str(key): value for key, value in infos.items()}
+    info_by_id = {text(key): value for key, value in infos.items()}
     live: list[WorkerStats] = []
     stale = 0
-    for worker_id, score in _pairs(workers):
+    for worker_id, score in pairs(workers):
         beat_ms = int(score)
         if now_ms - beat_ms > ttl_ms:
             stale += 1
@@ -282,9 +217,9 @@ def _shard_counts(
         markers = sum(score is not None for score in part[levels + 1])
         delayed += int(part[levels]) - markers
         running_total += int(part[levels + 2])
-        listed += [(score, job_id, k) for job_id, score in _pairs(part[levels + 3])]
+        listed += [(score, job_id, k) for job_id, score in pairs(part[levels + 3])]
         for field, n in part[levels + 4].items():
-            parking[_str(field)] += int(n)
+            parking[text(field)] += int(n)
     return QueueCounts(DEFAULT_QUEUE, tuple(counts), delayed), running_total, listed, parking
 
 
@@ -297,10 +232,10 @@ def running_jobs(app: App, limit: int = 100) -> tuple[int, int, list[RunningJob]
         for k in shards:
             _leases(pipe, k, max(0, limit))
         raw = pipe.execute()
-    now_ms = _time_ms(raw[0])
+    now_ms = time_ms(raw[0])
     total = sum(int(n) for n in raw[1::2])
     listed = [(score, job_id, k) for k, part in zip(shards, raw[2::2], strict=True)
-              for job_id, score in _pairs(part)]  # fmt: skip
+              for job_id, score in pairs(part)]  # fmt: skip
     listed = sorted(listed)[: max(0, limit)]
     return now_ms, total, _running(app.redis, listed, now_ms)
 
@@ -389,7 +324,7 @@ def _running(
         owner = owner_of.get((k.owners, job_id))
         if owner is None:  # finished between the two round trips
             continue
-        parsed = parse_owner(_str(owner))
+        parsed = parse_owner(text(owner))
         worker, claimed_ms = ("?", 0) if parsed is None else (parsed.worker, parsed.claimed_ms)
         deadline = int(score)
         running.append(
@@ -419,196 +354,11 @@ def _worker_stats(worker_id: str, beat_ms: int, now_ms: int, raw: bytes | None) 
     return WorkerStats(
         id=worker_id,
         host=host if isinstance(host, str) else None,
-        pid=_int(info.get("pid")),
-        concurrency=_int(info.get("concurrency")),
-        running=_int(info.get("running")),
-        processed=_int(info.get("processed")),
-        started_ms=_int(info.get("started_ms")),
+        pid=int_or_none(info.get("pid")),
+        concurrency=int_or_none(info.get("concurrency")),
+        running=int_or_none(info.get("running")),
+        processed=int_or_none(info.get("processed")),
+        started_ms=int_or_none(info.get("started_ms")),
         heartbeat_ms=beat_ms,
         heartbeat_age=max(0, now_ms - beat_ms) / 1000,
     )
-
-
-def dead_letters(app: App, limit: int = 50) -> list[DeadLetter]:
-    """The newest ``limit`` dead letters over the job shards, newest first, with their task
-    and failure."""
-    if limit <= 0:
-        return []
-    client = app.redis
-    with client.pipeline(transaction=False) as pipe:
-        for k in app.job_keys:
-            pipe.zrange(k.dead, 0, limit - 1, desc=True, withscores=True)
-        tops = pipe.execute()
-    entries = [(score, job_id, k) for k, top in zip(app.job_keys, tops, strict=True)
-               for job_id, score in _pairs(top)]  # fmt: skip
-    entries = sorted(entries, key=lambda e: -e[0])[:limit]
-    if not entries:
-        return []
-    with client.pipeline(transaction=False) as pipe:
-        for _, job_id, k in entries:
-            pipe.hget(k.errors, job_id)
-            pipe.hget(k.jobs, job_id)
-            pipe.hget(k.progress, job_id)
-        raw = pipe.execute()
-    return [
-        _dead_letter(
-            job_id, int(score), raw[3 * i], raw[3 * i + 1], decode_progress(raw[3 * i + 2])
-        )
-        for i, (score, job_id, _) in enumerate(entries)
-    ]
-
-
-def _dead_letter(
-    job_id: str, died_ms: int, err: bytes | None, spec: bytes | None, progress: Any = None
-) -> DeadLetter:
-    task = UNKNOWN_TASK
-    if spec is not None:
-        with contextlib.suppress(SerializationError):
-            task = decode_spec(spec).task
-    error, attempt, tb = "(no error record)", None, None
-    if err is not None:
-        try:
-            record = decode_outcome(err)
-        except Exception:  # a foreign or corrupt record: show it rather than fail the listing
-            error = f"(unreadable error record) {err[:200]!r}"
-        else:
-            error = str(record.get("error", "(no error text)"))
-            attempt = _int(record.get("attempt"))
-            raw_tb = record.get("traceback")
-            tb = raw_tb if isinstance(raw_tb, str) else None
-    return DeadLetter(job_id, died_ms, task, error, attempt, tb, progress)
-
-
-def dead_count(app: App) -> int:
-    """How many jobs are in the dead-letter set."""
-    with app.redis.pipeline(transaction=False) as pipe:
-        for k in app.job_keys:
-            pipe.zcard(k.dead)
-        return sum(int(n) for n in pipe.execute())
-
-
-def retry_dead(app: App, ids: Sequence[str] | None) -> int:
-    """Requeue dead letters with a fresh set of attempts; ``None`` requeues all of them.
-
-    Returns how many were requeued (ids not in the dead set, or without a job record, are
-    skipped).
-    """
-    queues = app.known_queues()
-    return _apply(app, ids, lambda scripts, batch: scripts.revive(batch, queues))
-
-
-def purge_dead(app: App, ids: Sequence[str] | None) -> int:
-    """Delete dead letters for good; ``None`` deletes all of them. Returns how many."""
-    return _apply(app, ids, lambda scripts, batch: scripts.purge(batch))
-
-
-_Make = Callable[[Scripts, Sequence[str]], Call[int]]
-
-
-def _apply(app: App, ids: Sequence[str] | None, make: _Make) -> int:
-    """``make``'s calls over ``ids`` (each in the job shard it names), or over every dead
-    letter of every job shard."""
-    batch = app.settings.batch_limit
-    client = app.redis
-    if ids is None:
-        return sum(
-            _apply_all(app, k, s, make) for k, s in zip(app.job_keys, app.job_scripts, strict=True)
-        )
-    total = 0
-    by_shard: dict[int, list[str]] = {}
-    for job_id in dict.fromkeys(ids):
-        by_shard.setdefault(job_shard_of(job_id), []).append(job_id)
-    for group in by_shard.values():
-        _, scripts = app.job_shard(group[0])
-        total += sum(make(scripts, group[i : i + batch]).run(client)
-                     for i in range(0, len(group), batch))  # fmt: skip
-    return total
-
-
-def _apply_all(app: App, keys: Keys, scripts: Scripts, make: _Make) -> int:
-    """Walks one shard's dead set oldest first up to the newest entry present now, so jobs
-    that die again meanwhile (a retried job failing at once) are not picked up in a loop.
-    Entries a script skips stay in place, so the offset moves past them."""
-    batch = app.settings.batch_limit
-    client = app.redis
-    dead = keys.dead
-    newest = _pairs(client.zrange(dead, -1, -1, withscores=True))
-    if not newest:
-        return 0
-    upto = int(newest[0][1])
-    total, offset = 0, 0
-    while True:
-        chunk = _members(client.zrange(dead, "-inf", upto, byscore=True, offset=offset, num=batch))
-        if not chunk:
-            return total
-        done = make(scripts, chunk).run(client)
-        total += done
-        offset += len(chunk) - done
-
-
-# -- schedules ---------------------------------------------------------------------------------
-
-# The lateness histogram's ring (protocol.py) holds a few more windows than the minute read.
-LATENESS_WINDOWS_PER_MINUTE = 60_000 // LATENESS_WINDOW_MS
-
-
-@dataclass(frozen=True, slots=True)
-class Lateness:
-    """Run lateness (start - due) over the last minute; percentiles are bin upper bounds."""
-
-    runs: int
-    p50_ms: float | None
-    p99_ms: float | None
-    max_ms: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleStats:
-    total: int
-    """Schedules registered, over every shard."""
-    shards: int
-    lateness: Lateness
-
-
-def lateness_summary(
-    fields: Mapping[Any, Any], now_ms: int, windows: int = LATENESS_WINDOWS_PER_MINUTE
-) -> Lateness:
-    """Merge the last ``windows`` windows (by default the last minute's) from one or more
-    shards' `lateness` hashes."""
-    current = now_ms // LATENESS_WINDOW_MS
-    counts: dict[int, int] = defaultdict(int)
-    top: int | None = None
-    held = {k: v for k, v in ((_str(k), _str(v)) for k, v in fields.items())}
-    recent = {name[1:] for name, value in held.items()
-              if name.startswith("w") and current - int(value) < windows}  # fmt: skip
-    for name, value in held.items():  # one pass: the ring holds thousands of fields
-        if name.startswith("b"):
-            slot, _, bin_ = name[1:].partition(":")
-            if slot in recent:
-                counts[int(bin_)] += int(value)
-        elif name.startswith("m") and name[1:] in recent:
-            top = max(top or 0, int(value))
-    total = sum(counts.values())
-    if not total:
-        return Lateness(0, None, None, None)
-    return Lateness(total, bin_percentile_ms(counts, 0.50), bin_percentile_ms(counts, 0.99), top)
-
-
-def schedule_stats(app: App) -> ScheduleStats:
-    """How many schedules there are and how late their runs started over the last minute."""
-    client = app.redis
-    shards = app.scheduler.shards
-    with connections.pipeline(client, transaction=False) as pipe:
-        pipe.time()
-        for keys in shards:
-            pipe.hgetall(keys.lateness)
-        raw = pipe.execute()
-    now_ms = _time_ms(raw[0])
-    merged: dict[str, str] = {}
-    for i, _keys in enumerate(shards):
-        # Shards' windows and bins line up; prefix slots by shard so they merge as windows.
-        for k, v in raw[1 + i].items():
-            name = _str(k)
-            merged[f"{name[0]}{i}.{name[1:]}"] = _str(v)
-    total = app.scheduler.count(client)
-    return ScheduleStats(total, len(app.scheduler.apart) or 1, lateness_summary(merged, now_ms))
