@@ -31,6 +31,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+_HANDED_OUT: set[int] = set()
+
+
+def fresh_port() -> int:
+    """A free port never handed out by this function before in this process: the kernel may
+    give the same ephemeral port to two probes in a row once the first probe's socket closed,
+    and two nodes of one cluster then picked the same port (seen in CI: the second node's data
+    dir, named after its port, already existed)."""
+    while True:
+        port = _free_port()
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+
+
 class RedisServer:
     """A redis-server process of our own on a free port, stopped at the end of the session."""
 

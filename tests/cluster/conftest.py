@@ -26,7 +26,7 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 import drumbeat
-from tests.conftest import _free_port
+from tests.conftest import fresh_port
 from tests.tls.conftest import make_certificates, tls_args, tls_options
 
 MISSING = (
@@ -56,9 +56,9 @@ class Node:
 
     def pick_ports(self) -> None:
         """Free ports (again, after another process took one between the pick and the bind)."""
-        self.port = _free_port()
+        self.port = fresh_port()
         # Its own bus port: the default (port + 10000) may be taken, or past 65535.
-        self.bus_port = _free_port()
+        self.bus_port = fresh_port()
         self.dir = self.root / str(self.port)
         self.dir.mkdir()
 

@@ -26,7 +26,7 @@ import pytest
 import redis
 
 import drumbeat
-from tests.conftest import _free_port
+from tests.conftest import fresh_port
 from tests.tls.conftest import make_certificates, tls_args, tls_options
 
 MISSING = (
@@ -59,7 +59,7 @@ class Process:
 
     def pick_port(self) -> None:
         """A port free now, and a data dir of its own."""
-        self.port = _free_port()
+        self.port = fresh_port()
         self.dir = self.root / str(self.port)
         self.dir.mkdir()
 
