@@ -4,6 +4,7 @@
     python -m bench.redis_cpu harness [--n 100000] [--due 16384] [--batch 100] [--rounds 6]
                                     [--promote 500] [--callgrind] [--callgrind-keep DIR]
                                     [--whole-buckets]
+    python -m bench.redis_cpu idle [--n 100000] [--calls 200] [--callgrind]
 
 ``attach`` samples a running Redis (e.g. the private one of a `bench.periodic` run, found with
 ``ps``) with ``SLOWLOG`` at a 0 µs threshold for a few seconds, then prints, per script (its sha
@@ -11,6 +12,10 @@ mapped to a name through `drumbeat.scripts.SHAS`) and per command: calls, µs pe
 own timing), words per call (the slow log keeps 32) and share of the sampled time. Redis 7.0
 logs a script's inner commands too, and recording them slows the script: use it for the mix of
 calls and their relative weight, not for absolute times. The settings are restored after.
+
+``idle`` claims ``--calls`` times with nothing due (``--n`` schedules a day away) and prints
+what one claim costs Redis (CPU, or instructions with ``--callgrind``): the fixed part of every
+claim, which a claim carrying few runs pays for each of them.
 
 ``harness`` starts a private redis-server, registers ``--n`` schedules (``App.schedule_many``),
 makes ``--due`` of them due now and the rest a day later (wheel scores and bucket markers
@@ -295,6 +300,46 @@ class Callgrind:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def idle(n: int, calls: int, *, callgrind: bool) -> int:
+    """What one claim costs Redis when nothing is due (``n`` schedules a day away): the fixed
+    cost every claim pays before its runs, which a claim carrying few runs (a light load, an
+    idle worker woken) pays for each of them."""
+    cg = Callgrind() if callgrind else None
+    try:
+        with RedisServer(binary=str(cg.wrapper) if cg else None) as server, server.client() as r:
+            if cg is not None:
+                assert server.proc is not None
+                cg.pid = server.proc.pid
+            app = _register(server.url, n)
+            try:
+                from drumbeat.keys import Keys
+
+                _make_due(r, Keys(NAMESPACE), n, 0, int(r.time()[0]) * 1000)
+                claim = app.scripts.claim("idle-probe", 100, 60_000, 500, upcoming=0)
+                for _ in range(20):  # warm up
+                    claim.run(r)
+                cpu0, st0 = _cpu(r), _commandstats(r)
+                if cg is not None:
+                    cg.on()
+                for _ in range(calls):
+                    assert not claim.run(r).jobs, "nothing should be due"
+                ir = cg.take() if cg is not None else None
+                cpu1, st1 = _cpu(r), _commandstats(r)
+            finally:
+                app.close()
+    finally:
+        if cg is not None:
+            cg.close()
+    print(f"idle claims: {n:,} schedules, none due, {calls} calls")
+    if ir is not None:
+        print(f"Redis instructions per claim (callgrind): {ir / calls / 1e3:.1f} k")
+    calls_of = _delta(st1, st0)
+    print(f"Redis CPU per claim: {(cpu1 - cpu0) * 1e6 / calls:.2f} µs; commands per claim: "
+          + ", ".join(f"{name} {c / calls:.0f}" for name, (c, _) in sorted(calls_of.items())
+                      if name not in ("info", "time") and c))  # fmt: skip
+    return 0
+
+
 def harness(
     n: int,
     due: int,
@@ -426,9 +471,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="make whole buckets due (their schedules fall due together), at least --due runs",
     )
+    i = sub.add_parser("idle", help="one claim with nothing due: its fixed cost")
+    i.add_argument("--n", type=int, default=100_000)
+    i.add_argument("--calls", type=int, default=200)
+    i.add_argument("--callgrind", action="store_true", help="count Redis's instructions")
     args = p.parse_args(argv)
     if args.mode == "attach":
         return attach(args.url, args.seconds)
+    if args.mode == "idle":
+        return idle(args.n, args.calls, callgrind=args.callgrind)
     if args.due > args.n or args.batch < 1 or args.rounds < 2:
         p.error("--due must be <= --n, --batch >= 1, --rounds >= 2")
     return harness(

@@ -34,7 +34,7 @@ end
 
 -- The priority of the best job waiting in a `ready` key, or -1 when it is empty.
 local function ready_priority(ready_key)
-  local head = redis.call('ZRANGE', ready_key, 0, 0, 'WITHSCORES')
+  local head = redis.call('ZRANGE', ready_key, '0', '0', 'WITHSCORES')
   if not head[2] then return -1 end
   return MAX_PRIORITY - math.floor(tonumber(head[2]) / PRIORITY_SPAN)
 end
@@ -164,13 +164,13 @@ end
 
 -- Wakes one idle worker; the marker is a single member so markers never pile up.
 local function wake(wake_key)
-  redis.call('ZADD', wake_key, 0, 'w')
+  redis.call('ZADD', wake_key, '0', 'w')
 end
 
 -- Wakes a worker when `id` became the earliest entry of `due`, since idle workers block only
 -- until the earliest due time they saw.
 local function wake_if_head(due_key, wake_key, id)
-  local head = redis.call('ZRANGE', due_key, 0, 0)
+  local head = redis.call('ZRANGE', due_key, '0', '0')
   if head[1] == id then wake(wake_key) end
   return head[1] == id
 end
@@ -386,10 +386,12 @@ local function record_lateness(key, now, samples)
     local stale = {fields[2]}
     for bin = 0, MAX_LATENESS_BIN do stale[#stale + 1] = prefix_b .. bin end
     redis.call('HDEL', key, unpack(stale))
-    writes[1], writes[2] = fields[1], window
+    writes[1], writes[2] = fields[1], string.format('%d', window)
   end
   local old_max = (not fresh and tonumber(old[2])) or -1
-  if max > old_max then writes[#writes + 1], writes[#writes + 2] = fields[2], max end
+  if max > old_max then
+    writes[#writes + 1], writes[#writes + 2] = fields[2], string.format('%.0f', max)
+  end
   for i, bin in ipairs(bins) do
     local in_window = (not fresh and tonumber(old[1 + 2 * i])) or 0
     -- %.0f: a count past 14 digits would otherwise reach Redis with an exponent.
@@ -472,7 +474,7 @@ local LEASES_KEEP = '~drumbeat keeps this member so that Redis stores this sorte
 local function take_all(k, c, ids, specs, states)
   local n = #ids
   if n == 0 then return end
-  local token = redis.call('INCRBY', k.fence, n) - n
+  local token = redis.call('INCRBY', k.fence, string.format('%d', n)) - n
   -- The progress each job saved at its checkpoints in an earlier attempt (`k.progress` is nil
   -- where no job can have any: runs promoted straight from their buckets).
   local progress = k.progress and redis.call('HMGET', k.progress, unpack(ids)) or {}
@@ -660,13 +662,13 @@ local function promote_buckets(k, c, buckets, limit, settle)
   call_many('ZREM', k.due, gone)
   for queue in pairs(missing) do c.out[3][#c.out[3] + 1] = ROUTE_PREFIX .. queue end
   for queue, into in pairs(routed) do
-    local seq = redis.call('INCRBY', k.seq, #into[1]) - #into[1]
+    local seq = redis.call('INCRBY', k.seq, string.format('%d', #into[1])) - #into[1]
     for i = 1, #into[3] do into[3][i].seq = seq + i end
     queue_all(k, into[1], into[2], into[3], k.routes[queue].ready)
     wake(k.routes[queue].wake)
   end
   if #ids == 0 then return early end
-  local seq = redis.call('INCRBY', k.seq, #ids) - #ids
+  local seq = redis.call('INCRBY', k.seq, string.format('%d', #ids)) - #ids
   for i = 1, #ids do states[i].seq = seq + i end
   if redis.call('ZCARD', k.ready) == 0 then
     -- The best `limit` (priority, then order) at once; only the rest are queued, with a copy
@@ -712,8 +714,8 @@ end
 -- costs Redis more than an empty claim: `want` 0 reads nothing and replies false.
 local function upcoming_markers(due_key, now, want)
   if want <= 0 then return false end
-  return redis.call('ZRANGEBYSCORE', due_key, '-inf', now + UPCOMING_MS, 'WITHSCORES',
-    'LIMIT', 0, math.min(want, UPCOMING))
+  return redis.call('ZRANGEBYSCORE', due_key, '-inf', string.format('%d', now + UPCOMING_MS),
+    'WITHSCORES', 'LIMIT', '0', string.format('%d', math.min(want, UPCOMING)))
 end
 
 -- Limits (acquire_limits.lua, release_limits.lua). A limiter key's `limit:<key>` hash holds

@@ -47,7 +47,7 @@ local function pop_queues(k, c, ready_keys, limit)
   if limit <= 0 then return end
   local heads = {}
   for q, key in ipairs(ready_keys) do
-    local head = redis.call('ZRANGE', key, 0, limit - 1, 'WITHSCORES')
+    local head = redis.call('ZRANGE', key, '0', string.format('%d', limit - 1), 'WITHSCORES')
     for j = 1, #head, 2 do heads[#heads + 1] = {tonumber(head[j + 1]), q, head[j]} end
   end
   if #heads == 0 then return end
@@ -93,11 +93,13 @@ for i = 1, #ARGV - before_args do
   is_passed[b] = true
 end
 local passed_due = {}
--- A held marker's score, formatted once (a number is formatted with %.17g per redis.call arg).
+-- Numbers passed to redis.call as strings, formatted once: Redis formats a number argument
+-- with %.17g (a few thousand instructions each; an empty claim passed about ten).
 local hold_until = string.format('%d', now + BUCKET_HOLD_MS)
+local now_text = string.format('%d', now)
 local direct = false
 for q, queue in ipairs(queues) do
-  local due = redis.call('ZRANGEBYSCORE', queue.due, '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
+  local due = redis.call('ZRANGEBYSCORE', queue.due, '-inf', now_text, 'LIMIT', '0', ARGV[4])
   local members, held = {}, {}
   for _, member in ipairs(due) do
     local prefix = string.sub(member, 1, 2)
@@ -112,7 +114,7 @@ for q, queue in ipairs(queues) do
       end
     elseif prefix == LIMIT_PREFIX then  -- reported whole, for release_limits.lua
       buckets[#buckets + 1] = member
-      held[#held + 1] = now + BUCKET_HOLD_MS
+      held[#held + 1] = hold_until
       held[#held + 1] = member
     else
       members[#members + 1] = member
@@ -126,7 +128,7 @@ for q, queue in ipairs(queues) do
     and redis.call('ZCARD', queue.ready) == 0
   if #members > 0 then
     local raw = redis.call('HMGET', KEYS[2], unpack(members))
-    local seq = redis.call('INCRBY', KEYS[6], #members) - #members
+    local seq = redis.call('INCRBY', KEYS[6], string.format('%d', #members)) - #members
     local states = {}
     for i = 1, #members do
       states[i] = parse_state(raw[i])
@@ -150,14 +152,14 @@ local next_due = nil
 if nq == 1 then
   c.out[5] = ready_priority(queues[1].ready)
   if early or c.out[5] >= 0 then wake(queues[1].wake) end
-  local head = redis.call('ZRANGE', queues[1].due, 0, 0, 'WITHSCORES')
+  local head = redis.call('ZRANGE', queues[1].due, '0', '0', 'WITHSCORES')
   if head[2] then next_due = tonumber(head[2]) end
 else
   for q, queue in ipairs(queues) do
     local p = ready_priority(queue.ready)
     if p > c.out[5] then c.out[5] = p end
     if p >= 0 or (early and q == 1) then wake(queue.wake) end
-    local head = redis.call('ZRANGE', queue.due, 0, 0, 'WITHSCORES')
+    local head = redis.call('ZRANGE', queue.due, '0', '0', 'WITHSCORES')
     if head[2] and (next_due == nil or tonumber(head[2]) < next_due) then
       next_due = tonumber(head[2])
     end

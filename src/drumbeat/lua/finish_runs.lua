@@ -136,7 +136,7 @@ call_many('HSET', KEYS[5], faults)
 -- One check per batch: wake a worker if a bucket now heads `due` at one of these runs' times
 -- (idle workers sleep until the earliest due time they saw).
 if earliest then
-  local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  local head = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
   if head[2] and tonumber(head[2]) >= earliest then wake(KEYS[6]) end
 end
 return out

@@ -31,7 +31,7 @@ for i = 1, #ARGV - 4 - nr do
 end
 if promote_buckets(k, c, buckets, tonumber(ARGV[2]), true) then wake(KEYS[6]) end
 record_lateness(KEYS[11], now, c.lateness)
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local head = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
 if head[2] then c.out[2] = tonumber(head[2]) end
 c.out[4] = upcoming_markers(KEYS[1], now, UPCOMING)
 c.out[5] = ready_priority(KEYS[2])
