@@ -292,7 +292,7 @@ local function task_code(tasks_key, name, queue)
   local interned = (queue == nil or queue == '') and name or name .. ' ' .. queue
   local code = redis.call('HGET', tasks_key, interned)
   if not code then
-    code = redis.call('HINCRBY', tasks_key, '#', 1)
+    code = redis.call('HINCRBY', tasks_key, '#', '1')
     if interned == name then
       redis.call('HSET', tasks_key, name, code, '#' .. code, name)
     else
@@ -418,7 +418,7 @@ local function unrecord_lateness(key, at, ms)
     fields[2] = 'b' .. slot .. ':' .. bin
   end
   for _, f in ipairs(fields) do
-    if redis.call('HINCRBY', key, f, -1) <= 0 then redis.call('HDEL', key, f) end
+    if redis.call('HINCRBY', key, f, '-1') <= 0 then redis.call('HDEL', key, f) end
   end
   -- Not for 0: '%.0f' formats -0 as "-0", which HINCRBY refuses.
   if ms > 0 then redis.call('HINCRBY', key, 'cs', string.format('%.0f', -ms)) end
@@ -768,7 +768,7 @@ end
 local function permits_held(l, now)
   local n = redis.call('ZCARD', l.permits)
   if l.concurrency > 0 and n < l.concurrency then return n end
-  local lapsed = redis.call('ZRANGEBYSCORE', l.permits, '-inf', now, 'LIMIT', 0, LIMIT_PURGE)
+  local lapsed = redis.call('ZRANGEBYSCORE', l.permits, '-inf', now, 'LIMIT', '0', string.format('%d', LIMIT_PURGE))
   for _, m in ipairs(lapsed) do
     local lease = tonumber(redis.call('ZSCORE', l.leases, m))
     if lease and lease > now then
@@ -793,7 +793,7 @@ end
 local function limit_attention(l, now, horizon)
   local at = nil
   if l.concurrency > 0 then
-    local head = redis.call('ZRANGE', l.permits, 0, 0, 'WITHSCORES')
+    local head = redis.call('ZRANGE', l.permits, '0', '0', 'WITHSCORES')
     at = head[2] and tonumber(head[2]) or now
   end
   if l.interval > 0 then

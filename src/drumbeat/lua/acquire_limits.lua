@@ -111,7 +111,7 @@ for i, l in ipairs(lims) do
       end
     end
   else
-    local head = redis.call('ZRANGE', l.parked, 0, 0, 'WITHSCORES')
+    local head = redis.call('ZRANGE', l.parked, '0', '0', 'WITHSCORES')
     if head[2] and tonumber(head[2]) < my_score then  -- a better job waits
       at = nil
       l.behind = head[1]

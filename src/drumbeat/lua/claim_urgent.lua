@@ -18,7 +18,7 @@ local readies = {}
 for q = 8, #KEYS do readies[#readies + 1] = KEYS[q] end
 local best_key, best_id, best_score = nil, nil, ready_score(tonumber(ARGV[2]) - 1, 0)
 for _, key in ipairs(readies) do
-  local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local head = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
   if head[2] and tonumber(head[2]) < best_score then
     best_key, best_id, best_score = key, head[1], tonumber(head[2])
   end

@@ -17,7 +17,7 @@ for i = 1, #KEYS do
   out[3] = out[3] + redis.call('HLEN', KEYS[i])
   local cursor, seen = '0', 0
   repeat
-    local reply = redis.call('HSCAN', KEYS[i], cursor, 'MATCH', pattern, 'COUNT', 1000)
+    local reply = redis.call('HSCAN', KEYS[i], cursor, 'MATCH', pattern, 'COUNT', '1000')
     cursor = reply[1]
     local entries = reply[2]
     for j = 1, #entries, 2 do

@@ -33,7 +33,7 @@ end
 
 local expired = {}
 if ARGV[6] == '1' then
-  expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
+  expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', '0', ARGV[2])
 end
 for _, id in ipairs(expired) do
   local s = parse_state(redis.call('HGET', KEYS[3], id))
@@ -83,14 +83,15 @@ end
 
 if #expired == limit then out[2] = 1 end
 
-local stale = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now, 'LIMIT', 0, limit)
+local stale = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now, 'LIMIT', '0', ARGV[2])
 if #stale > 0 then
   redis.call('HDEL', KEYS[8], unpack(stale))
   redis.call('ZREM', KEYS[9], unpack(stale))
   if #stale == limit then out[2] = 1 end
 end
 
-local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now - tonumber(ARGV[3]), 'LIMIT', 0, limit)
+local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', string.format('%d', now - tonumber(ARGV[3])),
+  'LIMIT', '0', ARGV[2])
 if #old > 0 then
   redis.call('HDEL', KEYS[10], unpack(old))
   redis.call('HDEL', KEYS[3], unpack(old))
@@ -100,13 +101,14 @@ if #old > 0 then
   if #old == limit then out[2] = 1 end
 end
 
-local given_up = redis.call('ZRANGEBYSCORE', KEYS[14], '-inf', now, 'LIMIT', 0, limit)
+local given_up = redis.call('ZRANGEBYSCORE', KEYS[14], '-inf', now, 'LIMIT', '0', ARGV[2])
 if #given_up > 0 then
   redis.call('ZREM', KEYS[14], unpack(given_up))
   if #given_up == limit then out[2] = 1 end
 end
 
-local gone = redis.call('ZRANGEBYSCORE', KEYS[12], '-inf', now - tonumber(ARGV[4]), 'LIMIT', 0, limit)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[12], '-inf', string.format('%d', now - tonumber(ARGV[4])),
+  'LIMIT', '0', ARGV[2])
 if #gone > 0 then
   redis.call('HDEL', KEYS[13], unpack(gone))
   redis.call('ZREM', KEYS[12], unpack(gone))

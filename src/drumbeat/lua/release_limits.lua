@@ -64,7 +64,7 @@ for i = 1, #ARGV - 6 - nq do
   if id ~= '' then redis.call('ZREM', l.permits, id) end
   local held = permits_held(l, now)
   local member = LIMIT_PREFIX .. l.name
-  local candidates = redis.call('ZRANGE', l.parked, 0, batch - 1)
+  local candidates = redis.call('ZRANGE', l.parked, '0', string.format('%d', batch - 1))
   local states = #candidates > 0 and redis.call('HMGET', KEYS[2], unpack(candidates)) or {}
   local book = l.book
   for j, job in ipairs(candidates) do
@@ -97,7 +97,7 @@ for i = 1, #ARGV - 6 - nq do
       else
         redis.call('ZADD', queues[q].due, start, job)
         wrote_due(start)
-        if redis.call('ZRANGE', queues[q].due, 0, 0)[1] == job then woken[q] = true end
+        if redis.call('ZRANGE', queues[q].due, '0', '0')[1] == job then woken[q] = true end
       end
       moved = moved + 1
     end
@@ -108,14 +108,14 @@ for i = 1, #ARGV - 6 - nq do
   if redis.call('ZCARD', l.parked) > 0 then
     local at = limit_attention(l, now, horizon)
     wrote_due(at)
-    local head = redis.call('ZRANGE', l.parked, 0, 0)[1]
+    local head = redis.call('ZRANGE', l.parked, '0', '0')[1]
     local hq = queue_index(names, parse_state(redis.call('HGET', KEYS[2], head)).queue)
     for q, queue in ipairs(queues) do
       if q == hq then
         if redis.call('ZADD', queue.due, at, member) == 1 then
           count_parking(KEYS[3], MARKERS_FIELD, names[q], 1)
         end
-        if redis.call('ZRANGE', queue.due, 0, 0)[1] == member then woken[q] = true end
+        if redis.call('ZRANGE', queue.due, '0', '0')[1] == member then woken[q] = true end
       else
         redis.call('ZADD', queue.due, 'XX', at, member)
       end

@@ -40,8 +40,8 @@ for q = 1, (#KEYS - 7) / 2 do
   local markers = tonumber(redis.call('HGET', KEYS[7], MARKERS_FIELD .. ARGV[3 + q])) or 0
   local first = nil
   if markers > 0 and n > 0 then
-    local entries = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'WITHSCORES', 'LIMIT', 0,
-      SIGNAL_SCAN)
+    local entries = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'WITHSCORES', 'LIMIT', '0',
+      string.format('%d', SIGNAL_SCAN))
     for j = 1, #entries, 2 do
       if string.sub(entries[j], 1, 2) == LIMIT_PREFIX then
         n = n - 1
@@ -50,11 +50,11 @@ for q = 1, (#KEYS - 7) / 2 do
       end
     end
     if first == nil then  -- only markers are due: the next entry after now, if any
-      local after = redis.call('ZRANGEBYSCORE', due, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      local after = redis.call('ZRANGEBYSCORE', due, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
       first = after[2] and tonumber(after[2])
     end
   else
-    local head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+    local head = redis.call('ZRANGE', due, '0', '0', 'WITHSCORES')
     first = head[2] and tonumber(head[2])
   end
   due_now = due_now + n
