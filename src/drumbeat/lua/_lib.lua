@@ -542,7 +542,7 @@ end
 -- with %.17g (about a microsecond each: most of a pop of 100), and only the ids are needed.
 local function pop_ready(k, c, limit)
   if limit <= 0 then return end
-  local last = tostring(limit - 1)
+  local last = string.format('%d', limit - 1)
   local ids = redis.call('ZRANGE', k.ready, '0', last)
   if #ids == 0 then return end
   redis.call('ZREMRANGEBYRANK', k.ready, '0', last)
