@@ -61,7 +61,9 @@ local function pop_queues(k, c, ready_keys, limit)
     taken[heads[i][2]] = (taken[heads[i][2]] or 0) + 1
   end
   -- By rank, not ZPOPMIN: the scores were read above (see pop_ready).
-  for q, n in pairs(taken) do redis.call('ZREMRANGEBYRANK', ready_keys[q], '0', string.format('%d', n - 1)) end
+  for q, n in pairs(taken) do
+    redis.call('ZREMRANGEBYRANK', ready_keys[q], '0', string.format('%d', n - 1))
+  end
   local specs = redis.call('HMGET', k.jobs, unpack(ids))
   local raw = redis.call('HMGET', k.state, unpack(ids))
   local states = {}
