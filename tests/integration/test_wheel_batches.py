@@ -255,6 +255,24 @@ def test_one_settle_of_runs_from_two_buckets_names_each_buckets_keys_once(
     assert r.zscore(keys.due, protocol.wheel_marker(bucket_of(b[0]))) == now + 60_001
 
 
+def _claim_three_due_runs(
+    scripts: Scripts, app: drumbeat.App, r: redis.Redis
+) -> tuple[int, list[Claimed]]:
+    """Three runs of one bucket, due a second ago, claimed by "w1": the claim's time and jobs."""
+    now = _now_ms(r)
+    ids = _ids_in_bucket(3)
+    _put(app, r, dict.fromkeys(ids, now - 1000))
+    jobs = scripts.promote_runs([bucket_of(ids[0])], "w1", 100, 60_000).run(r).jobs
+    assert len(jobs) == 3
+    return now, jobs
+
+
+def _settle_as_ok(scripts: Scripts, r: redis.Redis, jobs: list[Claimed], now: int) -> None:
+    """Settles ``jobs`` (claimed at ``now`` by _claim_three_due_runs) as runs that went well."""
+    items = [(j.id, j.token, "ok", 1, 1, now + 60_000, now + 60_000, "", now - 1000) for j in jobs]
+    assert scripts.finish_runs(items).run(r) == [1] * 3
+
+
 def test_state_and_owners_stay_hash_tables_when_few_claims_are_held(
     app: drumbeat.App, r: redis.Redis
 ) -> None:
@@ -262,15 +280,10 @@ def test_state_and_owners_stay_hash_tables_when_few_claims_are_held(
     delete scans the whole hash, and drops the key with its last field: each claim then wrote
     into a listpack field by field (27,000 instructions an entry for 600, `bench.redis_cpu`)."""
     keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
-    now = _now_ms(r)
-    ids = _ids_in_bucket(3)
-    _put(app, r, dict.fromkeys(ids, now - 1000))
-    jobs = scripts.promote_runs([bucket_of(ids[0])], "w1", 100, 60_000).run(r).jobs
-    assert len(jobs) == 3
+    now, jobs = _claim_three_due_runs(scripts, app, r)
     for key in (keys.state, keys.owners):
         assert r.object("encoding", key) == b"hashtable", f"{key} with 3 fields"
-    items = [(j.id, j.token, "ok", 1, 1, now + 60_000, now + 60_000, "", now - 1000) for j in jobs]
-    assert scripts.finish_runs(items).run(r) == [1] * 3
+    _settle_as_ok(scripts, r, jobs, now)
     for key in (keys.state, keys.owners):
         assert r.hkeys(key) == [protocol.KEEP_FIELD.encode()], f"{key}: only the kept field"
         assert r.object("encoding", key) == b"hashtable", f"{key} stays a hash table"
@@ -283,17 +296,12 @@ def test_leases_stay_a_skiplist_when_few_claims_are_held(app: drumbeat.App, r: r
     `bench.redis_cpu harness --whole-buckets --callgrind`). The kept member is no lease: the
     reaper, status and the autoscaler's busy slots leave it out."""
     keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
-    now = _now_ms(r)
-    ids = _ids_in_bucket(3)
-    _put(app, r, dict.fromkeys(ids, now - 1000))
-    jobs = scripts.promote_runs([bucket_of(ids[0])], "w1", 100, 60_000).run(r).jobs
-    assert len(jobs) == 3
+    now, jobs = _claim_three_due_runs(scripts, app, r)
     assert r.object("encoding", keys.leases) == b"skiplist", "3 leases"
     assert leased(r, keys.leases) == 3
     assert admin.running_jobs(app)[1] == 3, "status counts leases, not the kept member"
     assert [job.id for job in admin.running_jobs(app)[2]] == sorted(j.id for j in jobs)
-    items = [(j.id, j.token, "ok", 1, 1, now + 60_000, now + 60_000, "", now - 1000) for j in jobs]
-    assert scripts.finish_runs(items).run(r) == [1] * 3
+    _settle_as_ok(scripts, r, jobs, now)
     assert r.zrange(keys.leases, 0, -1, withscores=True) == [
         (protocol.LEASES_KEEP.encode(), float("inf"))
     ]
