@@ -53,6 +53,7 @@ from redis.exceptions import NoScriptError
 
 from .admin import lateness_summary
 from .protocol import LATENESS_WINDOW_MS, MAX_PRIORITY, MIN_PRIORITY
+from .replies import text
 from .scripts import Call
 
 if TYPE_CHECKING:
@@ -157,10 +158,6 @@ class Signal:
         return min(self.running, self.slots)
 
 
-def _str(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
-
-
 def _json(raw: bytes | str) -> dict[str, Any]:
     try:
         value = json.loads(raw) if raw else None
@@ -225,19 +222,19 @@ def parse_signal(replies: Sequence[Any]) -> Signal:
         running += int(raw[4])
         flat = raw[5]
         for k in range(0, len(flat), 2):  # shards' windows line up: prefix slots by shard
-            name = _str(flat[k])
-            lateness[f"{name[0]}{i}.{name[1:]}"] = _str(flat[k + 1])
+            name = text(flat[k])
+            lateness[f"{name[0]}{i}.{name[1:]}"] = text(flat[k + 1])
     workers, sups = replies[0][6], replies[0][7]
     slots, processed, cpu = 0, {}, 0.0
     for k in range(0, len(workers), 2):
         info = _json(workers[k + 1])
         slots += _int(info.get("concurrency"), 0)
-        processed[_str(workers[k])] = _int(info.get("processed"), 0)
+        processed[text(workers[k])] = _int(info.get("processed"), 0)
         share = info.get("cpu")
         if isinstance(share, int | float) and not isinstance(share, bool) and share > 0:
             cpu += min(1.0, float(share))  # threads in C code use more, but one loop no more
     supervisors = tuple(
-        _supervisor(_str(sups[k]), int(float(sups[k + 1])), _json(sups[k + 2]))
+        _supervisor(text(sups[k]), int(float(sups[k + 1])), _json(sups[k + 2]))
         for k in range(0, len(sups), 3)
     )  # (id, expiry, info): the heartbeat is the expiry less the ttl the info gives
     lag = now_ms - earliest if earliest is not None and earliest <= now_ms else 0

@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 from . import admin, autoscale
 from .connections import pipeline
 from .protocol import bin_upper_ms
+from .replies import text
 from .worker.tally import DURATION_BUCKETS
 
 if TYPE_CHECKING:
@@ -65,10 +66,6 @@ class JobCounts:
     """Schedule runs' start lateness, in seconds, over every schedule shard."""
 
 
-def _str(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
-
-
 def _durations(
     fields: Mapping[str, int],
 ) -> tuple[dict[tuple[str, str], int], dict[str, Histogram]]:
@@ -94,7 +91,7 @@ def _lateness(shards: list[Mapping[Any, Any]]) -> Histogram:
     total_ms = 0
     for fields in shards:
         for raw, value in fields.items():
-            name = _str(raw)
+            name = text(raw)
             if name == "cs":
                 total_ms += int(value)
             elif name.startswith("c") and name[1:].isdigit():
@@ -111,7 +108,7 @@ def job_counts(app: App) -> JobCounts:
         for keys in app.scheduler.shards:
             pipe.hgetall(keys.lateness)
         raw = pipe.execute()
-    fields = {_str(k): int(v) for k, v in raw[0].items()}
+    fields = {text(k): int(v) for k, v in raw[0].items()}
     jobs, durations = _durations(fields)
     return JobCounts(jobs, durations, _lateness(raw[1:]))
 

@@ -35,6 +35,11 @@ def _str(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def text(value: bytes | str) -> str:
+    """``value`` as text for display: bytes that are not UTF-8 shown replaced, never raised."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
 @dataclass(frozen=True, slots=True)
 class Found:
     """A page of `Scripts.find_schedules`."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from drumbeat.replies import text
 
-def text(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
+__all__ = ["int_or_none", "members", "pairs", "text", "time_ms"]
 
 
 def int_or_none(value: Any) -> int | None:
