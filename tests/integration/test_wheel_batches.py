@@ -86,18 +86,95 @@ def test_a_bucket_with_more_due_runs_than_one_read_gives_them_all(
     assert run.extra == f"{now - 1000}:{now - 1000}:1:0", "the run's due:grid:gen:manual"
 
 
-def test_runs_of_mixed_priorities_are_taken_best_first_and_the_rest_queued(
+def test_runs_of_mixed_priorities_are_taken_best_first_and_the_rest_stay_due_in_their_bucket(
     app: drumbeat.App, r: redis.Redis
 ) -> None:
+    """A claim with no room for every due run leaves the rest in their bucket, due, and its
+    marker at the first of them: queued in `ready` instead, each cost writes to `state`,
+    `ready` and `jobs` and their reads back, so a pool that fell behind fell further behind."""
     keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
     now = _now_ms(r)
     ids = _ids_in_bucket(4)
+    bucket = bucket_of(ids[0])
     # The due order is ids[0] first; the priority 5 ones come later and must still go first.
     _put(app, r, {ids[0]: now - 4000, ids[1]: now - 3000})
     _put(app, r, {ids[2]: now - 2000, ids[3]: now - 1000}, priority=5)
-    taken = scripts.promote_runs([bucket_of(ids[0])], "w1", 2, 60_000).run(r).jobs
+    taken = scripts.promote_runs([bucket], "w1", 2, 60_000).run(r).jobs
     assert [j.id for j in taken] == ["s:" + ids[2], "s:" + ids[3]], "priority 5 first, in order"
-    assert r.zrange(keys.ready, 0, -1) == [b"s:" + ids[0].encode(), b"s:" + ids[1].encode()]
+    assert r.zcard(keys.ready) == 0, "nothing queued"
+    assert r.hmget(keys.state, ["s:" + ids[0], "s:" + ids[1]]) == [None, None]
+    assert r.zrange(keys.wheel(bucket), 0, -1, withscores=True) == [
+        (ids[0].encode(), now - 4000),
+        (ids[1].encode(), now - 3000),
+    ], "the two left wait in their bucket at their due times"
+    assert r.zscore(keys.due, protocol.wheel_marker(bucket)) == now - 4000, "due at the first"
+    # The next claim of any worker takes them, due order, with their lateness from their due.
+    claim = scripts.claim("w2", 10, 60_000, 100, [bucket]).run(r)
+    assert [j.id for j in claim.jobs] == ["s:" + ids[0], "s:" + ids[1]]
+    assert [j.extra.split(":")[0] for j in claim.jobs] == [str(now - 4000), str(now - 3000)]
+    assert r.zcard(keys.wheel(bucket)) == 0
+
+
+def test_runs_are_queued_by_priority_while_jobs_wait_in_ready(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    """With jobs waiting in `ready`, priority decides across them and the due runs: every due
+    run read is queued there and the best are popped."""
+    keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
+    now = _now_ms(r)
+    ids = _ids_in_bucket(3)
+    _put(app, r, {ids[0]: now - 3000, ids[1]: now - 2000, ids[2]: now - 1000}, priority=5)
+    app.enqueue_many(
+        [
+            drumbeat.Prepared("tasks.urgent", [], {}, drumbeat.Options(priority=9)),
+            drumbeat.Prepared("tasks.idle", [], {}, drumbeat.Options(priority=0)),
+        ]
+    )
+    taken = scripts.promote_runs([bucket_of(ids[0])], "w1", 2, 60_000).run(r).jobs
+    assert taken[0].priority == 9 and not taken[0].id.startswith("s:"), "the urgent job first"
+    assert taken[1].id == "s:" + ids[0], "then the runs of priority 5, due order"
+    queued = [m.decode() for m in r.zrange(keys.ready, 0, -1)]
+    assert queued[:2] == ["s:" + ids[1], "s:" + ids[2]] and len(queued) == 3, "idle job last"
+    assert r.zcard(keys.wheel(bucket_of(ids[0]))) == 0, "every due run left its bucket"
+
+
+def test_a_claim_opens_buckets_only_until_its_room_is_filled(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    """Buckets past the one that fills the room are not read: a passed one keeps its due
+    marker, a reported one (stepped aside by the claim) goes back to its bucket's head."""
+    keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
+    now = _now_ms(r)
+    first = _ids_in_bucket(3)
+    others = [
+        _ids_in_bucket(2, b)
+        for b in sorted({bucket_of(f"o{n}") for n in range(200)} - {bucket_of(first[0])})[:2]
+    ]
+    _put(app, r, dict.fromkeys(first, now - 5000))
+    _put(app, r, {others[0][0]: now - 4000, others[0][1]: now - 3000})
+    _put(app, r, {others[1][0]: now - 2000, others[1][1]: now - 1000})
+    b0, b1, b2 = bucket_of(first[0]), bucket_of(others[0][0]), bucket_of(others[1][0])
+    # Passed buckets (a claim): the room of 2 is filled by the first; the others keep theirs.
+    claim = scripts.claim("w1", 2, 60_000, 100, [b0, b1]).run(r)
+    assert len(claim.jobs) == 2 and all(j.id[2:] in first for j in claim.jobs)
+    assert r.zcard(keys.wheel(b0)) == 1 and r.zcard(keys.wheel(b1)) == 2
+    assert r.zscore(keys.due, protocol.wheel_marker(b0)) == now - 5000
+    assert r.zscore(keys.due, protocol.wheel_marker(b1)) == now - 4000, "not opened: as it was"
+    # Reported buckets (promote_runs), their markers stepped aside for a second by the claim.
+    for b in (b0, b1, b2):
+        r.zadd(keys.due, {protocol.wheel_marker(b): now + 1000})
+    promoted = scripts.promote_runs([b0, b1, b2], "w1", 2, 60_000).run(r).jobs
+    assert [j.id[2:] for j in promoted] == [
+        next(
+            i
+            for i in first
+            if r.zscore(keys.wheel(b0), i) is None and f"s:{i}" not in {j.id for j in claim.jobs}
+        ),
+        others[0][0],
+    ], "the last of the first bucket, then the first of the second"
+    assert r.zscore(keys.due, protocol.wheel_marker(b1)) == now - 3000, "due at its last run"
+    assert r.zscore(keys.due, protocol.wheel_marker(b2)) == now - 2000, "back at its head"
+    assert r.zcard(keys.wheel(b2)) == 2 and r.zcard(keys.ready) == 0
 
 
 def test_markers_of_every_bucket_a_claim_passes_are_rescored_or_dropped(
@@ -325,10 +402,11 @@ def test_jobs_and_state_are_hash_tables_from_the_first_run_queued_or_job_enqueue
     now = _now_ms(r)
     ids = _ids_in_bucket(3)
     _put(app, r, dict.fromkeys(ids, now - 1000))
-    taken = scripts.promote_runs([bucket_of(ids[0])], "w1", 1, 60_000).run(r).jobs
-    assert len(taken) == 1 and r.zcard(keys.ready) == 2, "two runs wait in ready"
+    # A busy worker (no room) promotes them: they wait in `ready`.
+    taken = scripts.promote_runs([bucket_of(ids[0])], "w1", 0, 60_000).run(r).jobs
+    assert len(taken) == 0 and r.zcard(keys.ready) == 3, "three runs wait in ready"
     for key in (keys.jobs, keys.state):
-        assert r.object("encoding", key) == b"hashtable", f"{key} with 2 queued runs"
+        assert r.object("encoding", key) == b"hashtable", f"{key} with 3 queued runs"
     other = drumbeat.App(app.settings.url, namespace=app.settings.namespace + "e")
     try:
         other.enqueue_many([drumbeat.Prepared("t.x", [], {})])
@@ -336,3 +414,28 @@ def test_jobs_and_state_are_hash_tables_from_the_first_run_queued_or_job_enqueue
             assert r.object("encoding", key) == b"hashtable", f"{key} after one enqueue"
     finally:
         other.close()
+
+
+def test_a_claim_reports_as_many_due_buckets_as_it_has_slots_left(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    """Each due bucket holds a due run: a claim with 2 slots reports (and steps aside) 2, oldest
+    first; the others stay due for other workers' claims. A busy worker (no slots) reports all,
+    for its checkpoints to see what waits."""
+    keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
+    now = _now_ms(r)
+    ids = [_ids_in_bucket(1, b)[0] for b in sorted({bucket_of(f"r{n}") for n in range(50)})[:4]]
+    _put(app, r, {i: now - 4000 + n for n, i in enumerate(ids)})
+    result = scripts.claim("w1", 2, 60_000, 100).run(r)
+    assert result.buckets == [bucket_of(ids[0]), bucket_of(ids[1])]
+    for n, i in enumerate(ids):
+        score = r.zscore(keys.due, protocol.wheel_marker(bucket_of(i)))
+        assert score is not None
+        if n < 2:
+            assert score > now, "reported: stepped aside"
+        else:
+            assert score == now - 4000 + n, "not reported: still due"
+    assert scripts.claim("w2", 0, 60_000, 100).run(r).buckets == [
+        bucket_of(ids[2]),
+        bucket_of(ids[3]),
+    ]

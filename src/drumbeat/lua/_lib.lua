@@ -554,20 +554,27 @@ local function pop_ready(k, c, limit)
 end
 
 -- Takes the due runs out of schedule buckets ({number, wheel key, schedules key} each) and
--- claims up to `limit` of them: straight from the buckets when nothing waits in `ready` (the
--- same result as queue-then-pop, without the detour), else through `ready`, where priority
--- decides; the rest wait in `ready` for any worker. `k` adds seq, tasks, due to the claim keys.
--- Re-scores each bucket's marker; returns true when a worker should be woken (runs wait in
--- `ready`, or a marker now comes due before the hold other workers saw).
+-- claims up to `limit` of them, the best priority first, straight from the buckets when
+-- nothing waits in `ready`: then runs beyond `limit` stay in their buckets, due, for the next
+-- claim of any worker, and buckets past the first that fill `limit` are not opened. When
+-- `ready` holds anything, or the caller has no room (`limit` 0: a busy worker promotes so that
+-- its checkpoints see what waits), every due run is queued there, where priority decides, and
+-- the best `limit` are popped. Queued runs cost a write to `state`, `ready` and `jobs` each and
+-- their reads when claimed: about twice the Redis CPU of a run claimed from its bucket
+-- (`bench.redis_cpu harness`), so a pool that fell behind by queueing what it could not start
+-- fell further behind. `k` adds seq, tasks, due to the claim keys.
+-- Re-scores the marker of each bucket opened; returns true when a worker should be woken (runs
+-- wait in `ready` or in a bucket, or a marker now comes due before the hold other workers saw).
 -- `settle`: which markers are re-scored even when none of their buckets' runs is due yet: true
--- for all (the claim stepped them aside), else a set of bucket numbers. claim.lua names the
--- passed buckets whose markers are due: a marker left early (unschedule, pause, run_now, an
--- upsert that moves a schedule later) would otherwise stay due with nothing due behind it, and
--- every claim would pass it along and report its past time as the next due time, so an idle
--- worker would claim without pause. A passed bucket whose marker is not yet due keeps it as it
--- is (no re-scoring on every claim).
+-- for all (the claim stepped them aside: one not opened goes back to its bucket's head), else a
+-- set of bucket numbers. claim.lua names the passed buckets whose markers are due: a marker
+-- left early (unschedule, pause, run_now, an upsert that moves a schedule later) would
+-- otherwise stay due with nothing due behind it, and every claim would pass it along and
+-- report its past time as the next due time, so an idle worker would claim without pause. A
+-- passed bucket whose marker is not yet due keeps it as it is (no re-scoring on every claim),
+-- and so does one not opened (its marker is due: another claim reports it).
 local function promote_buckets(k, c, buckets, limit, settle)
-  local names, ids, specs, states, early = {}, {}, {}, {}, false
+  local names, early = {}, false
   -- Runs of schedules routed to another queue (k.routes: queue name -> {ready, wake} keys the
   -- caller passed) go to that queue's `ready`, whoever promotes them; `routes_of` caches each
   -- task code's queue ('' for the default one), `routed` gathers them per queue, `missing`
@@ -580,73 +587,134 @@ local function promote_buckets(k, c, buckets, limit, settle)
   -- sprintf per bucket read), so they are formatted once per call. Scores are numbers: "+ 0"
   -- converts them with one strtod, where tonumber() runs two.
   local read_last, now_text = tostring(WHEEL_READ - 1), string.format('%d', c.now)
+  local spare = limit > 0 and redis.call('ZCARD', k.ready) == 0
+  -- Per bucket opened: what leaves it and how to re-score its marker; `runs`: the due runs of
+  -- the default queue, {schedule id, due ms, due as sent, priority, the opened bucket, task
+  -- code, spec, grid, generation}, taken or queued once all buckets are read.
+  local opened, runs = {}, {}
   for _, b in ipairs(buckets) do
-    -- One read gives the due entries and the bucket's next due time after them, unless more
-    -- than WHEEL_READ - 1 are due (a backlog): then the due ones are read, and the new head
-    -- after they leave.
-    -- Scores stay the strings Redis sent (integers: ms) where they are only copied: into the
-    -- run's state and back into `due` (a number would be formatted again on the way).
-    local head = redis.call('ZRANGE', b[2], '0', read_last, 'WITHSCORES')
-    local found, dues, raw, next_due, next_raw = {}, {}, {}, nil, nil
-    for j = 1, #head, 2 do
-      local score = head[j + 1] + 0
-      if score > c.now then next_due, next_raw = score, head[j + 1] break end
-      local m = #found + 1
-      found[m], dues[m], raw[m] = head[j], score, head[j + 1]
-    end
-    local whole = next_due ~= nil or #head < 2 * WHEEL_READ
-    if not whole then
-      local due = redis.call('ZRANGEBYSCORE', b[2], '-inf', now_text, 'WITHSCORES')
-      found, dues, raw = {}, {}, {}
-      for j = 1, #due, 2 do
+    if spare and #runs >= limit then
+      if settle ~= true then
+        -- Passed in due order: if this one is due, its runs are another worker's.
+        if settle[b[1]] then early = true end
+        break
+      end
+      -- A marker the claim stepped aside goes back to its bucket's head, due: another claim
+      -- takes its runs.
+      local head = redis.call('ZRANGE', b[2], '0', '0', 'WITHSCORES')
+      if head[2] then
+        marks[#marks + 1], marks[#marks + 2] = head[2], WHEEL_PREFIX .. b[1]
+        if head[2] + 0 < c.now + BUCKET_HOLD_MS then early = true end
+      else
+        gone[#gone + 1] = WHEEL_PREFIX .. b[1]
+      end
+    else
+      -- One read gives the due entries and the bucket's next due time after them, unless more
+      -- than WHEEL_READ - 1 are due (a backlog): then the due ones are read, and the new head
+      -- after they leave.
+      -- Scores stay the strings Redis sent (integers: ms) where they are only copied: into
+      -- the run's state and back into `due` (a number would be formatted again on the way).
+      local head = redis.call('ZRANGE', b[2], '0', read_last, 'WITHSCORES')
+      local found, dues, raw, next_due, next_raw = {}, {}, {}, nil, nil
+      for j = 1, #head, 2 do
+        local score = head[j + 1] + 0
+        if score > c.now then next_due, next_raw = score, head[j + 1] break end
         local m = #found + 1
-        found[m], dues[m], raw[m] = due[j], due[j + 1] + 0, due[j + 1]
+        found[m], dues[m], raw[m] = head[j], score, head[j + 1]
       end
-    end
-    local kept = false
-    if #found > 0 then
-      local records = redis.call('HMGET', b[3], unpack(found))
-      local taken = {}
-      for j, id in ipairs(found) do
-        local gen, grid, flags, task, spec = schedule_run_fields(records[j])
-        local queue = ''
-        if gen and flags < PAUSED_FLAG then
-          if names[task] == nil then
-            local got = redis.call('HMGET', k.tasks, '#' .. task, ROUTE_FIELD .. task)
-            names[task], routes_of[task] = got[1] or '?', got[2] or ''
-          end
-          queue = routes_of[task]
+      local whole = next_due ~= nil or #head < 2 * WHEEL_READ
+      if not whole then
+        local due = redis.call('ZRANGEBYSCORE', b[2], '-inf', now_text, 'WITHSCORES')
+        found, dues, raw = {}, {}, {}
+        for j = 1, #due, 2 do
+          local m = #found + 1
+          found[m], dues[m], raw[m] = due[j], due[j + 1] + 0, due[j + 1]
         end
-        if queue ~= '' and not (k.routes and k.routes[queue]) then
-          missing[queue] = true
-          kept = true
-        else
-          taken[#taken + 1] = id
+      end
+      local bucket = {b = b, out = {}, whole = whole, next_due = next_due, next_raw = next_raw,
+                      found = #found, kept = false}
+      opened[#opened + 1] = bucket
+      if #found > 0 then
+        local records = redis.call('HMGET', b[3], unpack(found))
+        for j, id in ipairs(found) do
+          local gen, grid, flags, task, spec = schedule_run_fields(records[j])
+          local queue = ''
           if gen and flags < PAUSED_FLAG then
-            local state = {attempt = 0, stalls = 0, priority = flags, seq = 0, due = dues[j],
-                           queue = queue, unknown = 0,
-                           key = raw[j] .. ':' .. grid .. ':' .. gen .. ':0'}
-            local spec_of = names[task] .. '|' .. spec
-            if queue == '' then
-              local m = #ids + 1
-              ids[m], specs[m], states[m] = RUN_PREFIX .. id, spec_of, state
-            else
-              local into = routed[queue]
-              if not into then into = {{}, {}, {}}; routed[queue] = into end
-              local m = #into[1] + 1
-              into[1][m], into[2][m], into[3][m] = RUN_PREFIX .. id, spec_of, state
+            if names[task] == nil then
+              local got = redis.call('HMGET', k.tasks, '#' .. task, ROUTE_FIELD .. task)
+              names[task], routes_of[task] = got[1] or '?', got[2] or ''
             end
+            queue = routes_of[task]
+          end
+          if queue ~= '' and not (k.routes and k.routes[queue]) then
+            missing[queue] = true
+            bucket.kept = true
+          elseif not gen or flags >= PAUSED_FLAG then
+            bucket.out[#bucket.out + 1] = id  -- unreadable, or paused: no run
+          elseif queue == '' then
+            runs[#runs + 1] = {id, dues[j], raw[j], flags, bucket, task, spec, grid, gen}
+          else
+            bucket.out[#bucket.out + 1] = id
+            local into = routed[queue]
+            if not into then into = {{}, {}, {}}; routed[queue] = into end
+            local m = #into[1] + 1
+            into[1][m], into[2][m] = RUN_PREFIX .. id, names[task] .. '|' .. spec
+            into[3][m] = {attempt = 0, stalls = 0, priority = flags, seq = 0, due = dues[j],
+                          queue = queue, unknown = 0,
+                          key = raw[j] .. ':' .. grid .. ':' .. gen .. ':0'}
           end
         end
       end
-      if #taken > 0 then redis.call('ZREM', b[2], unpack(taken)) end
     end
-    if kept then
+  end
+  -- Which runs go: the best `limit` (priority, then due order) with room to spare, else all.
+  local order = {}
+  for i = 1, #runs do order[i] = i end
+  if spare and #runs > limit then
+    local mixed = false
+    for i = 2, #runs do
+      if runs[i][4] ~= runs[1][4] then mixed = true break end
+    end
+    -- Most schedules share one priority: then the order is already right, and the sort (a Lua
+    -- comparison per step) is skipped.
+    if mixed then
+      table.sort(order, function(a, b)
+        if runs[a][4] ~= runs[b][4] then return runs[a][4] > runs[b][4] end
+        return a < b
+      end)
+    end
+    for n = limit + 1, #order do
+      local run = runs[order[n]]
+      local bucket = run[5]
+      if not bucket.left or run[2] < bucket.left then
+        bucket.left, bucket.left_raw = run[2], run[3]
+      end
+      order[n] = nil
+    end
+  end
+  local ids, specs, states = {}, {}, {}
+  for n, i in ipairs(order) do
+    local run = runs[i]
+    local out = run[5].out
+    out[#out + 1] = run[1]
+    ids[n], specs[n] = RUN_PREFIX .. run[1], names[run[6]] .. '|' .. run[7]
+    states[n] = {attempt = 0, stalls = 0, priority = run[4], seq = 0, due = run[2], queue = '',
+                 unknown = 0, key = run[3] .. ':' .. run[8] .. ':' .. run[9] .. ':0'}
+  end
+  for _, bucket in ipairs(opened) do
+    local b = bucket.b
+    call_many('ZREM', b[2], bucket.out)
+    if bucket.left then
+      -- Runs it had no room for: its marker stays due at the first of them.
+      marks[#marks + 1], marks[#marks + 2] = bucket.left_raw, WHEEL_PREFIX .. b[1]
+      early = true
+    elseif bucket.kept then
       -- Its due runs wait for a caller that passes their queue: the marker steps aside.
       marks[#marks + 1], marks[#marks + 2] = string.format('%d', c.now + BUCKET_HOLD_MS),
         WHEEL_PREFIX .. b[1]
-    elseif #found > 0 or settle == true or settle[b[1]] then
-      if not whole then
+    elseif bucket.found > 0 or settle == true or settle[b[1]] then
+      local next_due, next_raw = bucket.next_due, bucket.next_raw
+      if not bucket.whole then
         local after = redis.call('ZRANGE', b[2], '0', '0', 'WITHSCORES')
         next_due, next_raw = after[2] and after[2] + 0 or nil, after[2]
       end
@@ -670,37 +738,14 @@ local function promote_buckets(k, c, buckets, limit, settle)
   if #ids == 0 then return early end
   local seq = redis.call('INCRBY', k.seq, string.format('%d', #ids)) - #ids
   for i = 1, #ids do states[i].seq = seq + i end
-  if redis.call('ZCARD', k.ready) == 0 then
-    -- The best `limit` (priority, then order) at once; only the rest are queued, with a copy
-    -- of their spec for whoever claims them (a run taken here has none: a worker that claims
-    -- it again reads its record).
-    local order, mixed = {}, false
-    for i = 1, #ids do
-      order[i] = i
-      if states[i].priority ~= states[1].priority then mixed = true end
-    end
-    -- Most schedules share one priority: then the order is already right, and the sort (a Lua
-    -- comparison per step) is skipped.
-    if mixed then
-      table.sort(order, function(a, b)
-        if states[a].priority ~= states[b].priority then
-          return states[a].priority > states[b].priority
-        end
-        return a < b
-      end)
-    end
-    local take, rest = {{}, {}, {}}, {{}, {}, {}}
-    for n, i in ipairs(order) do
-      local into = n <= limit and take or rest
-      local m = #into[1] + 1
-      into[1][m], into[2][m], into[3][m] = ids[i], specs[i], states[i]
-    end
-    take_all(k, c, take[1], take[2], take[3])
-    queue_all(k, rest[1], rest[2], rest[3])
-  else
-    queue_all(k, ids, specs, states)
-    pop_ready(k, c, limit)
+  if spare then
+    -- A run taken here has no copy of its spec in `jobs`: a worker that claims it again
+    -- (handed back, or its lease lapsed) reads its record.
+    take_all(k, c, ids, specs, states)
+    return early
   end
+  queue_all(k, ids, specs, states)
+  pop_ready(k, c, limit)
   return early or redis.call('ZCARD', k.ready) > 0
 end
 

@@ -3,8 +3,8 @@
 -- priority, then enqueue order, across queues (see pop_queues), and gives each a lease and a
 -- fresh fencing token. Takes the due runs of the schedule buckets the worker passed (those that
 -- headed `due` at its last call, see upcoming_markers) and re-scores their markers that are
--- due; reports other due buckets, whose keys it cannot name, for promote_runs.lua, and the due
--- markers of limiter keys ("l:<key name>", whose keys it cannot name either), for
+-- due; reports other due buckets, whose keys it cannot name, for promote_runs.lua (as many as
+-- it has slots left), and the due markers of limiter keys ("l:<key name>", whose keys it cannot name either), for
 -- release_limits.lua; both step aside for BUCKET_HOLD_MS. Records the
 -- lateness of every schedule run it starts. Schedules are kept by the default queue: their
 -- markers live in its `due`, and buckets are passed only when it is the first queue served; a
@@ -95,6 +95,8 @@ for i = 1, #ARGV - before_args do
   is_passed[b] = true
 end
 local passed_due = {}
+-- Due buckets it cannot open, reported after the claim took what it could (see below).
+local reportable = {}
 -- Numbers passed to redis.call as strings, formatted once: Redis formats a number argument
 -- with %.17g (a few thousand instructions each; an empty claim passed about ten).
 local hold_until = string.format('%d', now + BUCKET_HOLD_MS)
@@ -110,9 +112,7 @@ for q, queue in ipairs(queues) do
       if is_passed[bucket] then  -- its runs are taken below, and its marker re-scored
         passed_due[bucket] = true
       else
-        buckets[#buckets + 1] = bucket
-        held[#held + 1] = hold_until
-        held[#held + 1] = member
+        reportable[#reportable + 1] = {queue.due, member, bucket}
       end
     elseif prefix == LIMIT_PREFIX then  -- reported whole, for release_limits.lua
       buckets[#buckets + 1] = member
@@ -147,6 +147,21 @@ end
 if not direct then pop_queues(k, c, readies, limit) end
 local early = #passed > 0
   and promote_buckets(k, c, passed, limit - (#c.out - 5) / 9, passed_due)
+-- The due buckets it could not open are reported for promote_runs.lua, stepped aside for
+-- BUCKET_HOLD_MS, as many as the slots left (each holds a due run; with `limit` 0, all: a busy
+-- worker promotes them for its checkpoints); the rest stay due for other workers' claims.
+local room, held_by_key = limit - (#c.out - 5) / 9, {}
+for i, marker in ipairs(reportable) do
+  if limit > 0 and i > room then
+    early = true
+    break
+  end
+  buckets[#buckets + 1] = marker[3]
+  local held = held_by_key[marker[1]]
+  if not held then held = {}; held_by_key[marker[1]] = held end
+  held[#held + 1], held[#held + 2] = hold_until, marker[2]
+end
+for due_key, held in pairs(held_by_key) do redis.call('ZADD', due_key, unpack(held)) end
 record_lateness(KEYS[7], now, c.lateness)
 
 -- One marker woke this worker; pass it on so work left behind does not wait for a timeout.

@@ -1,8 +1,8 @@
 -- Takes the due runs out of some schedule buckets (a claim reported the buckets; it cannot open
 -- them itself, since their keys were not known before it ran) and claims up to `limit` runs for
--- this worker: straight from the buckets when nothing waits in `ready` (the same result as
--- queue-then-pop, without the detour), else through `ready`, where priority decides; the rest
--- wait there for any worker. Each run gets its state (due time, grid slot, generation), so from
+-- this worker: straight from the buckets when nothing waits in `ready`, the rest left due in
+-- their buckets for any worker, else through `ready`, where priority decides, the rest waiting
+-- there (see promote_buckets). Each run gets its state (due time, grid slot, generation), so from
 -- here on it is leased, fenced, reaped and claimed like a job. A schedule is out of its bucket
 -- while its run is queued or in flight, so it cannot run twice at once. Each bucket's marker in
 -- `due` is re-scored at its new earliest due time.

@@ -223,7 +223,7 @@ class Claimer:
 
     async def _took(self, shard: int, result: ClaimResult, free: int) -> tuple[int, ClaimResult]:
         """Starts what a claim took; takes the runs of the due schedule buckets it reported
-        (as many as there are free slots; the rest wait in `ready`). Returns (started, the
+        (as many as there are free slots; the rest wait in their buckets). Returns (started, the
         last reply)."""
         assert self._link is not None
         s, took = self.settings, 0
