@@ -19,7 +19,7 @@
 --          to (m of them)
 -- KEYS[8 + 3n + 2m + 2i] wheel:<b> (zset), KEYS[9 + 3n + 2m + 2i] schedules:<b> (hash) of the
 --          i-th passed bucket
--- ARGV[1] worker id   ARGV[2] limit   ARGV[3] lease_ms   ARGV[4] most due entries to promote
+-- ARGV[1] worker id   ARGV[2] limit   ARGV[3] lease_ms   ARGV[4] most due entries to read
 -- ARGV[5] number of served queues (n)   ARGV[6] number of other queues (m)
 -- ARGV[7] most upcoming markers wanted (0: none, see upcoming_markers)
 -- ARGV[7 + q] the q-th served queue's name, then ARGV[7 + n + r] the r-th other queue's
@@ -101,9 +101,16 @@ local reportable = {}
 -- with %.17g (a few thousand instructions each; an empty claim passed about ten).
 local hold_until = string.format('%d', now + BUCKET_HOLD_MS)
 local now_text = string.format('%d', now)
+-- Due entries read per queue: one more than the slots (each entry is at least one job or run;
+-- the one more sends a burst of due jobs through `ready`, where priority decides), at most
+-- ARGV[4]; a busy worker (no slots) reads ARGV[4] and reports every due bucket read. Due
+-- buckets a claim cannot open stay due: reading more of them only to leave them cost each
+-- claim a pass over hundreds under a backlog (a third of Redis's CPU per run).
+local read = ARGV[4]
+if limit > 0 and limit + 1 < tonumber(ARGV[4]) then read = string.format('%d', limit + 1) end
 local direct = false
 for q, queue in ipairs(queues) do
-  local due = redis.call('ZRANGEBYSCORE', queue.due, '-inf', now_text, 'LIMIT', '0', ARGV[4])
+  local due = redis.call('ZRANGEBYSCORE', queue.due, '-inf', now_text, 'LIMIT', '0', read)
   local members, held = {}, {}
   for _, member in ipairs(due) do
     local prefix = string.sub(member, 1, 2)
