@@ -59,3 +59,18 @@ def test_a_claim_asks_for_upcoming_buckets_only_when_its_list_runs_short() -> No
     assert _call(claimer) == ([1], UPCOMING), "it ends right after this claim's: asked"
     claimer._upcoming[0] = []
     assert _call(claimer) == ([], UPCOMING), "an empty list: asked"
+
+
+def test_a_claim_passes_no_more_due_buckets_than_it_has_slots() -> None:
+    """Each due bucket holds a run at least and a claim opens buckets only until its slots are
+    filled: the others stay in the list, due, for the next claims."""
+    claimer = _claimer()
+    now = claimer.now_ms()
+    claimer._upcoming[0] = [(b, now - 100 + b) for b in range(1, 15)] + [(99, now + 60_000)]
+    assert _passed(claimer) == list(range(1, 11)), "ten slots: the ten due first"
+    assert [b for b, _ in claimer._upcoming[0]] == [11, 12, 13, 14, 99]
+    call = claimer._claim_call(0, 0)
+    n_queues, n_others = int(call.args[4]), int(call.args[5])
+    assert [int(b) for b in call.args[7 + n_queues + n_others :]] == [11, 12, 13, 14], (
+        "a busy worker's claim (no slots) passes every due one"
+    )

@@ -17,6 +17,7 @@ its shard's master.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import logging
 import time
@@ -376,11 +377,17 @@ class Claimer:
         # Schedules live in the main shard and the schedule shards, none in other job shards.
         if queues[0] == DEFAULT_QUEUE and (shard == 0 or shard >= self.jobs):
             by = self.now_ms() + _UPCOMING_SLACK_MS
-            known = self._upcoming.get(shard, [])
-            buckets = [b for b, at in known if at <= by]
+            known = self._upcoming.get(shard, [])  # in due order, as Redis gave it
+            n = bisect.bisect_right(known, by, key=lambda entry: entry[1])
+            # Each due bucket holds a run at least, and a claim opens buckets only until its
+            # slots are filled: passing more costs Redis and this process for nothing (a pool
+            # that fell behind passed 128 a claim). A busy worker (no slots) passes them all.
+            if limit > 0:
+                n = min(n, limit)
+            buckets = [b for b, _ in known[:n]]
             # What is passed leaves the list (this claim re-scores those markers); a bucket
             # missing from a list that is not fresh is reported by the claim when it comes due.
-            rest = [(b, at) for b, at in known if at > by]
+            rest = known[n:]
             self._upcoming[shard] = rest
             if not rest or rest[-1][1] <= by + _UPCOMING_AHEAD_MS:
                 want = UPCOMING
