@@ -20,7 +20,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import admin, autoscale
+from . import admin, scale_signal
 from .connections import pipeline
 from .protocol import bin_upper_ms
 from .replies import text
@@ -122,7 +122,7 @@ class AppCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         app = self.app
         stats = admin.queue_stats(app, running_limit=0)
-        signal = autoscale.read_signal(app)
+        signal = scale_signal.read_signal(app)
         counts = job_counts(app)
         schedules = app.scheduler.count(app.redis)
 

@@ -493,8 +493,9 @@ class Scripts:
         queues: Sequence[str] = (DEFAULT_QUEUE,),
         windows: int = 2,
     ) -> Call[Any]:
-        """What `autoscale.read_signal` sizes pools on (read-only; parsed there); the backlog
-        is summed over ``queues``, the lateness read from the last ``windows`` windows."""
+        """What the autoscaler sizes pools on (read-only; parsed by `scale_signal.parse_signal`);
+        the backlog is summed over ``queues``, the lateness read from the last ``windows``
+        windows."""
         k = self.k
         keys = [k.leases, k.lateness, k.workers, k.workerinfo, k.supervisors, k.supervisorinfo]
         keys.append(k.parking)

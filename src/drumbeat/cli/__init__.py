@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from drumbeat import admin, autoscale, embedded
+from drumbeat import admin, embedded, scale_signal
 from drumbeat.app import App
 from drumbeat.cli import shapes
 from drumbeat.cli.tables import (
@@ -353,7 +353,7 @@ def status(
     with _opened(app_spec) as app:
         stats = admin.queue_stats(app, running_limit=limit)
         schedules = admin.schedule_stats(app)
-        signal = autoscale.read_signal(app)
+        signal = scale_signal.read_signal(app)
         namespace = app.settings.namespace
         concurrency = app.settings.concurrency
     if as_json:

@@ -16,7 +16,7 @@ from typing import Any
 import typer
 
 from drumbeat import admin
-from drumbeat.autoscale import Signal
+from drumbeat.scale_signal import Signal
 from drumbeat.scheduler import ScheduleInfo
 
 __all__ = [

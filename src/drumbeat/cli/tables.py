@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from drumbeat import admin
-from drumbeat.autoscale import Signal
+from drumbeat.scale_signal import Signal
 from drumbeat.task import MAX_PRIORITY, MIN_PRIORITY
 
 #: Output width when stdout is not a terminal and ``COLUMNS`` is not set. Rich would otherwise

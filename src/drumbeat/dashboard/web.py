@@ -25,7 +25,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from drumbeat import admin, autoscale, metrics
+from drumbeat import admin, metrics, scale_signal
 from drumbeat.cli import shapes
 
 from . import charts
@@ -62,7 +62,7 @@ def overview_json(app: App) -> dict[str, Any]:
     minutes' throughput and schedule lateness (`charts.series_json`)."""
     stats = admin.queue_stats(app)
     schedules = admin.schedule_stats(app)
-    signal = autoscale.read_signal(app)
+    signal = scale_signal.read_signal(app)
     out = shapes.status_json(
         app.settings.namespace, stats, schedules, signal, app.settings.concurrency
     )
