@@ -69,6 +69,14 @@ def test_a_claim_passes_no_more_due_buckets_than_it_has_slots() -> None:
     claimer._upcoming[0] = [(b, now - 100 + b) for b in range(1, 15)] + [(99, now + 60_000)]
     assert _passed(claimer) == list(range(1, 11)), "ten slots: the ten due first"
     assert [b for b, _ in claimer._upcoming[0]] == [11, 12, 13, 14, 99]
+    claimer._upcoming[0] = [(b, now - 100 + b) for b in range(1, 31)]
+    assert _call(claimer) == (list(range(1, 11)), 0), (
+        "twenty due left, two claims' worth: none asked for (a pool that fell behind asked on "
+        "every claim, 1.3 M Redis instructions each)"
+    )
+    assert _call(claimer) == (list(range(11, 21)), 0)
+    assert _call(claimer) == (list(range(21, 31)), UPCOMING), "the list ran out: asked"
+    claimer._upcoming[0] = [(b, now - 100 + b) for b in range(11, 15)] + [(99, now + 60_000)]
     call = claimer._claim_call(0, 0)
     n_queues, n_others = int(call.args[4]), int(call.args[5])
     assert [int(b) for b in call.args[7 + n_queues + n_others :]] == [11, 12, 13, 14], (

@@ -389,7 +389,9 @@ class Claimer:
             # missing from a list that is not fresh is reported by the claim when it comes due.
             rest = known[n:]
             self._upcoming[shard] = rest
-            if not rest or rest[-1][1] <= by + _UPCOMING_AHEAD_MS:
+            # Asked again when the list ends soon, unless it still holds a claim's worth: a
+            # pool that fell behind has a list of due buckets, and asked on every claim.
+            if not rest or (rest[-1][1] <= by + _UPCOMING_AHEAD_MS and len(rest) < limit):
                 want = UPCOMING
         return self.shards[shard].claim(
             self.worker_id, limit, s.lease_ms, s.batch_limit, buckets, queues=queues,
