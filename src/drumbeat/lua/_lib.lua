@@ -586,7 +586,8 @@ local function promote_buckets(k, c, buckets, limit, settle)
   -- Arguments passed as strings: Redis formats each number a script passes with %.17g (a
   -- sprintf per bucket read), so they are formatted once per call. Scores are numbers: "+ 0"
   -- converts them with one strtod, where tonumber() runs two.
-  local read_last, now_text = tostring(WHEEL_READ - 1), string.format('%d', c.now)
+  local read_last, read_count = tostring(WHEEL_READ - 1), tostring(WHEEL_READ)
+  local now_text = string.format('%d', c.now)
   local spare = limit > 0 and redis.call('ZCARD', k.ready) == 0
   -- Per bucket opened: what leaves it and how to re-score its marker; `runs`: the due runs of
   -- the default queue, {schedule id, due ms, due as sent, priority, the opened bucket, task
@@ -610,8 +611,8 @@ local function promote_buckets(k, c, buckets, limit, settle)
       end
     else
       -- One read gives the due entries and the bucket's next due time after them, unless more
-      -- than WHEEL_READ - 1 are due (a backlog): then the due ones are read, and the new head
-      -- after they leave.
+      -- than WHEEL_READ - 1 are due (a backlog, or a bucket whose schedules fall due
+      -- together): then the rest of the due ones are read, and the new head after they leave.
       -- Scores stay the strings Redis sent (integers: ms) where they are only copied: into
       -- the run's state and back into `due` (a number would be formatted again on the way).
       local head = redis.call('ZRANGE', b[2], '0', read_last, 'WITHSCORES')
@@ -624,8 +625,10 @@ local function promote_buckets(k, c, buckets, limit, settle)
       end
       local whole = next_due ~= nil or #head < 2 * WHEEL_READ
       if not whole then
-        local due = redis.call('ZRANGEBYSCORE', b[2], '-inf', now_text, 'WITHSCORES')
-        found, dues, raw = {}, {}, {}
+        -- The due entries after those read (offset WHEEL_READ: the same order), not all of
+        -- them again: Redis formats each score it replies (%.17g, a few thousand instructions).
+        local due = redis.call('ZRANGEBYSCORE', b[2], '-inf', now_text, 'WITHSCORES', 'LIMIT',
+          read_count, '-1')
         for j = 1, #due, 2 do
           local m = #found + 1
           found[m], dues[m], raw[m] = due[j], due[j + 1] + 0, due[j + 1]

@@ -83,11 +83,13 @@ end
 local owners = redis.call('HMGET', KEYS[3], unpack(members))
 local settled, buckets = {}, {}
 for i, run in ipairs(runs) do
-  local owner = owners[i]
-  if run.member and holds(owner, run.token) then
+  -- The owner's token and claim time in one match (token|worker|claimed_ms; the greedy `.*`
+  -- finds the last `|` from the end), not a match for each (an unanchored one scanned it).
+  local owner, token, started = owners[i], nil, nil
+  if owner then token, started = string.match(owner, '^(%d+)|.*|(%d+)$') end
+  if run.member and token ~= nil and token == run.token then
     out[i] = 1
-    local started = string.match(owner, '|(%d+)$')
-    run.started = started and started + 0 or 0
+    run.started = started + 0
     settled[#settled + 1] = run.member
     local group = buckets[run.bucket]
     if not group then
