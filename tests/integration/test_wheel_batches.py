@@ -460,3 +460,30 @@ def test_a_claim_reads_one_due_entry_more_than_its_slots(app: drumbeat.App, r: r
     assert sorted(j.priority for j in claimed) == [1, 2], "the best two of the three read"
     assert r.zcard(app.keys.ready) == 1, "the third read waits in ready"
     assert r.zcard(app.keys.due) == 2, "two never read: still due"
+
+
+def test_a_claim_opens_only_the_passed_buckets_whose_markers_are_due(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    """A worker passes the buckets due a little after it sends its claim; one whose marker is
+    not due yet holds no due run, and when the claim read every due marker it is not opened
+    (each open is a read of the bucket). Seen here through a bucket whose marker was put after
+    its run's due time on purpose: opened, the run would be taken."""
+    keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
+    now = _now_ms(r)
+    (due_id,) = _ids_in_bucket(1)
+    later_id = next(i for i in (f"c{n}" for n in range(10_000)) if bucket_of(i) != bucket_of(due_id))
+    _put(app, r, {due_id: now - 1000, later_id: now - 500})
+    later_marker = protocol.wheel_marker(bucket_of(later_id))
+    r.zadd(keys.due, {later_marker: now + 60_000})
+    passed = [bucket_of(due_id), bucket_of(later_id)]
+    result = scripts.claim("w1", 10, 60_000, 100, passed, upcoming=0).run(r)
+    assert [job.id for job in result.jobs] == ["s:" + due_id], "the bucket not due: not opened"
+    assert r.zscore(keys.wheel(bucket_of(later_id)), later_id) == now - 500
+    assert r.zscore(keys.due, later_marker) == now + 60_000, "its marker as it was"
+    # With more due markers than the claim reads (a backlog) it cannot tell which passed
+    # buckets are due, and opens them all.
+    for n in range(3):
+        r.zadd(keys.due, {f"l:busy{n}": now - 10})
+    result = scripts.claim("w1", 1, 60_000, 100, [bucket_of(later_id)], upcoming=0).run(r)
+    assert [job.id for job in result.jobs] == ["s:" + later_id]

@@ -8,6 +8,7 @@ import asyncio
 from drumbeat.config import Settings
 from drumbeat.keys import Keys
 from drumbeat.protocol import UPCOMING
+from drumbeat.replies import ClaimResult
 from drumbeat.scripts import Scripts
 from drumbeat.worker.claiming import _UPCOMING_AHEAD_MS, _UPCOMING_SLACK_MS, Claimer
 from drumbeat.worker.claims import ClaimTable
@@ -82,3 +83,29 @@ def test_a_claim_passes_no_more_due_buckets_than_it_has_slots() -> None:
     assert [int(b) for b in call.args[7 + n_queues + n_others :]] == [11, 12, 13, 14], (
         "a busy worker's claim (no slots) passes every due one"
     )
+
+
+def test_buckets_passed_before_they_came_due_go_back_to_the_list() -> None:
+    """A claim opens only the passed buckets whose markers are due (claim.lua); those due within
+    the slack but not yet when the claim ran are passed again by the next claim, not dropped
+    (dropped, the next claim reported them: a promote_runs call for each such claim)."""
+    claimer = _claimer()
+    now = claimer.now_ms()
+    claimer._upcoming[0] = [(1, now - 10), (2, now + 2), (3, now + 3), (4, now + 5_000)]
+    assert _passed(claimer) == [1, 2, 3]
+    reply_now = now + 2  # the claim ran 2 ms later: bucket 2 came due, 3 not yet
+    claimer._keep_passed(0, _reply(reply_now, asked=False))
+    assert claimer._upcoming[0] == [(3, now + 3), (4, now + 5_000)]
+    assert _passed(claimer) == [3], "passed again by the next claim"
+    claimer._keep_passed(0, _reply(now + 4, asked=False))
+    assert claimer._upcoming[0] == [(4, now + 5_000)], "due when that claim ran: it left the list"
+    claimer._upcoming[0] = [(5, now + 4), (6, now + 6_000)]
+    _passed(claimer)
+    claimer._keep_passed(0, _reply(now, asked=True))
+    assert claimer._upcoming[0] == [(6, now + 6_000)], (
+        "nothing put back when the reply brings a fresh list (it holds bucket 5 if still due)"
+    )
+
+
+def _reply(now_ms: int, asked: bool) -> ClaimResult:
+    return ClaimResult(now_ms, None, [], [], -1, [], [], [], [], asked)

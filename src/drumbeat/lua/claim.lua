@@ -3,8 +3,9 @@
 -- priority, then enqueue order, across queues (see pop_queues), and gives each a lease and a
 -- fresh fencing token. Takes the due runs of the schedule buckets the worker passed (those that
 -- headed `due` at its last call, see upcoming_markers) and re-scores their markers that are
--- due; reports other due buckets, whose keys it cannot name, for promote_runs.lua (as many as
--- it has slots left), and the due markers of limiter keys ("l:<key name>", whose keys it cannot name either), for
+-- due (opening only those, when it read every due marker); reports other due buckets, whose
+-- keys it cannot name, for promote_runs.lua (as many as it has slots left), and the due
+-- markers of limiter keys ("l:<key name>", whose keys it cannot name either), for
 -- release_limits.lua; both step aside for BUCKET_HOLD_MS. Records the
 -- lateness of every schedule run it starts. Schedules are kept by the default queue: their
 -- markers live in its `due`, and buckets are passed only when it is the first queue served; a
@@ -109,8 +110,11 @@ local now_text = string.format('%d', now)
 local read = ARGV[4]
 if limit > 0 and limit + 1 < tonumber(ARGV[4]) then read = string.format('%d', limit + 1) end
 local direct = false
+-- Whether the read of the first queue's `due` (where bucket markers live) gave every due entry.
+local read_all = true
 for q, queue in ipairs(queues) do
   local due = redis.call('ZRANGEBYSCORE', queue.due, '-inf', now_text, 'LIMIT', '0', read)
+  if q == 1 then read_all = #due < tonumber(read) end
   local members, held = {}, {}
   for _, member in ipairs(due) do
     local prefix = string.sub(member, 1, 2)
@@ -152,6 +156,17 @@ for q, queue in ipairs(queues) do
   end
 end
 if not direct then pop_queues(k, c, readies, limit) end
+-- A passed bucket whose marker is not due holds no due run (a marker is at or before its
+-- bucket's earliest due time), so when the read gave every due marker it is not opened: the
+-- worker passes buckets due a little after it sends the claim, and opening one early cost a
+-- read of the bucket for nothing. The worker keeps it in its list for its next claim.
+if read_all and #passed > 0 then
+  local due_now = {}
+  for _, b in ipairs(passed) do
+    if passed_due[b[1]] then due_now[#due_now + 1] = b end
+  end
+  passed = due_now
+end
 local early = #passed > 0
   and promote_buckets(k, c, passed, limit - (#c.out - 5) / 9, passed_due)
 -- The due buckets it could not open are reported for promote_runs.lua, stepped aside for
