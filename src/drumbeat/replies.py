@@ -113,7 +113,8 @@ class ClaimResult:
     routes: list[str] = field(default_factory=list)
     """Queues that due schedule runs go to whose keys the call lacked: pass them next time."""
     upcoming_at: list[int] = field(default_factory=list)
-    """When each of `upcoming` comes due (its marker's score, Redis ms)."""
+    """When each of `upcoming` comes due (its marker's score, Redis ms; the claim's `now_ms` for
+    those due already)."""
     upcoming_asked: bool = True
     """False when the call asked for no upcoming buckets (`Scripts.claim`'s ``upcoming`` 0)."""
 
@@ -134,19 +135,26 @@ def parse_claim(raw: Any) -> ClaimResult:
                 routes.append(text[len(ROUTE_PREFIX) :])
             else:
                 buckets.append(int(text))
-    # The markers as ZRANGEBYSCORE gave them: buckets ("w:<b>") are picked out here, limiter
+    # The markers as ZRANGEBYSCORE gave them, those due already (the claim's time is theirs)
+    # then the later ones with their scores: buckets ("w:<b>") are picked out here, limiter
     # markers skipped (cheaper in the worker than in the script, which Redis runs for all).
     upcoming: list[int] = []
     upcoming_at: list[int] = []
-    markers = raw[3] or ()
-    for i in range(0, len(markers), 2):
-        marker = _str(markers[i])
+    due_now, later = raw[3] or ((), ())
+    now_ms = int(raw[0])
+    for marker_raw in due_now:
+        marker = _str(marker_raw)
         if marker.startswith(WHEEL_PREFIX):
             upcoming.append(int(marker[len(WHEEL_PREFIX) :]))
-            upcoming_at.append(int(float(markers[i + 1])))
+            upcoming_at.append(now_ms)
+    for i in range(0, len(later), 2):
+        marker = _str(later[i])
+        if marker.startswith(WHEEL_PREFIX):
+            upcoming.append(int(marker[len(WHEEL_PREFIX) :]))
+            upcoming_at.append(int(float(later[i + 1])))
     jobs = _claimed(raw, 5)
     return ClaimResult(
-        int(raw[0]),
+        now_ms,
         None if next_due < 0 else next_due,
         buckets,
         upcoming,

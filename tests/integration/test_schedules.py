@@ -611,6 +611,34 @@ def test_a_claim_names_upcoming_buckets_only_when_asked(app: drumbeat.App, r: re
     assert full.upcoming_at == [int(r.zscore(app.keys.due, f"w:{bucket_of('a')}") or 0)]
 
 
+def test_upcoming_buckets_due_already_come_with_the_claims_time(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    """A bucket due already needs no time of its own (the next claim passes it anyway), and
+    Redis formats every score it replies (%.17g, thousands of instructions each): a pool that
+    fell behind, whose whole list is due, gets the markers alone."""
+
+    @app.task
+    def tick() -> None: ...
+
+    ids = ["a", "b", "c"]
+    assert len({bucket_of(i) for i in [*ids, "soon"]}) == 4
+    for n, schedule_id in enumerate(ids):
+        app.schedule(schedule_id, tick, every=60)
+        _set_due(r, app, schedule_id, _now_ms(r) - 5_000 + n)
+    app.schedule("soon", tick, every=60)
+    _set_due(r, app, "soon", _now_ms(r) + 50)
+    # One slot: the claim reads two due markers and reports the first (held a second); the
+    # other two stay due, behind.
+    result = app.scripts.claim("w", 1, 10_000, 100).run(r)
+    assert result.buckets == [bucket_of("a")]
+    assert result.upcoming == [bucket_of("b"), bucket_of("c"), bucket_of("soon")]
+    assert result.upcoming_at[:2] == [result.now_ms] * 2, "due already: the claim's time"
+    assert result.upcoming_at[2] == r.zscore(app.keys.due, f"w:{bucket_of('soon')}")
+    one = app.scripts.claim("w", 0, 10_000, 0, upcoming=1).run(r)
+    assert one.upcoming == [bucket_of("b")] and one.upcoming_at == [one.now_ms]
+
+
 def _late(app: drumbeat.App, r: redis.Redis, schedule_id: str) -> bytes:
     """The `late` field of a schedule's record, as finish_runs.lua wrote it."""
     raw = r.hget(app.scheduler.shards[0].schedules(bucket_of(schedule_id)), schedule_id)

@@ -752,18 +752,28 @@ local function promote_buckets(k, c, buckets, limit, settle)
   return early or redis.call('ZCARD', k.ready) > 0
 end
 
--- The markers of `due` that come due soon, at most `want`, each followed by its score (ms, as
--- Redis formats it), as ZRANGEBYSCORE gives them: a worker passes the buckets ("w:<b>") of
+-- The markers of `due` that come due soon, at most `want`, as two lists: those due already
+-- (markers only), then the others due within UPCOMING_MS, each followed by its score (ms, as
+-- Redis formats it), as ZRANGEBYSCORE gives them. A worker passes the buckets ("w:<b>") of
 -- those due by the time of its next claim to that claim, which then takes their runs itself
 -- instead of reporting them (one call per cycle, not two). The times let it pass only those:
--- each bucket passed costs a claim about 2 µs of Redis CPU, due or not. The worker picks the
--- buckets out (it skips limiter markers): a loop here over 128 markers cost Redis as much as
--- the query itself. A worker asks only when its list runs short (UPCOMING_MS), since the query
--- costs Redis more than an empty claim: `want` 0 reads nothing and replies false.
+-- each bucket passed costs a claim about 2 µs of Redis CPU, due or not. Those due already need
+-- no time (the claim's own is theirs), and Redis formats every score it replies (%.17g: some
+-- 3,500 instructions each), so a pool that fell behind, whose whole list is due, gets none.
+-- The worker picks the buckets out (it skips limiter markers): a loop here over 128 markers
+-- cost Redis as much as the query itself. A worker asks only when its list runs short
+-- (UPCOMING_MS), since the query costs Redis more than an empty claim: `want` 0 reads nothing
+-- and replies false.
 local function upcoming_markers(due_key, now, want)
   if want <= 0 then return false end
-  return redis.call('ZRANGEBYSCORE', due_key, '-inf', string.format('%d', now + UPCOMING_MS),
-    'WITHSCORES', 'LIMIT', '0', string.format('%d', math.min(want, UPCOMING)))
+  want = math.min(want, UPCOMING)
+  local now_text = string.format('%d', now)
+  local due_now = redis.call('ZRANGEBYSCORE', due_key, '-inf', now_text, 'LIMIT', '0',
+    string.format('%d', want))
+  if #due_now >= want then return {due_now, {}} end
+  return {due_now, redis.call('ZRANGEBYSCORE', due_key, '(' .. now_text,
+    string.format('%d', now + UPCOMING_MS), 'WITHSCORES', 'LIMIT', '0',
+    string.format('%d', want - #due_now))}
 end
 
 -- Limits (acquire_limits.lua, release_limits.lua). A limiter key's `limit:<key>` hash holds

@@ -26,8 +26,9 @@
 -- ARGV[7 + q] the q-th served queue's name, then ARGV[7 + n + r] the r-th other queue's
 -- ARGV[7 + n + m + i] the i-th passed bucket number
 -- Returns {now_ms, next_due_ms or -1, {due bucket numbers to promote, and due limiter markers
---          "l:<key name>"}, {upcoming markers, "w:<bucket>" or "l:<key name>", each followed
---          by its ms} or false when none were wanted, priority of the best job left in the
+--          "l:<key name>"}, {{upcoming markers due already}, {later ones, each followed by
+--          its ms}} (markers "w:<bucket>" or "l:<key name>") or false when none were wanted,
+--          priority of the best job left in the
 --          served `ready` keys or -1, then per
 --          item: id, spec or false, attempt, stalls, token, priority, extra, saved progress or
 --          false, then false or "<queue ('' for the default one)>|<ms it was first handed back

@@ -17,7 +17,7 @@
 -- ARGV[1] worker id  ARGV[2] limit  ARGV[3] lease_ms  ARGV[4] number of other queues (n)
 -- ARGV[4 + r] the r-th other queue's name  ARGV[4 + n + i] the i-th bucket number
 -- Returns what claim.lua returns, with no buckets: {now_ms, next_due_ms or -1, {}, {upcoming
---          markers and their ms}, best priority left in `ready` or -1, items...}
+--          markers: see claim.lua}, best priority left in `ready` or -1, items...}
 local now = now_ms()
 local k = {ready = KEYS[2], jobs = KEYS[3], state = KEYS[4], owners = KEYS[8],
            leases = KEYS[9], fence = KEYS[10], seq = KEYS[5], tasks = KEYS[7], due = KEYS[1],
