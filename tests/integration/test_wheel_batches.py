@@ -44,6 +44,13 @@ def _ids_in_bucket(count: int, bucket: int | None = None) -> list[str]:
     return found
 
 
+def _id_in_another_bucket(schedule_id: str) -> str:
+    """A schedule id whose wheel bucket is not ``schedule_id``'s."""
+    return next(
+        i for i in (f"c{n}" for n in range(10_000)) if bucket_of(i) != bucket_of(schedule_id)
+    )
+
+
 def _put(
     app: drumbeat.App, r: redis.Redis, due: dict[str, int], gen: int = 1, priority: int = 0
 ) -> None:
@@ -184,7 +191,7 @@ def test_markers_of_every_bucket_a_claim_passes_are_rescored_or_dropped(
     keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
     now = _now_ms(r)
     a, a_later = _ids_in_bucket(2)
-    b = next(i for i in (f"c{n}" for n in range(10_000)) if bucket_of(i) != bucket_of(a))
+    b = _id_in_another_bucket(a)
     later = now + 3_600_000
     _put(app, r, {a: now - 2000, a_later: later, b: now - 1000})
     result = scripts.promote_runs([bucket_of(a), bucket_of(b)], "w1", 100, 60_000).run(r)
@@ -472,7 +479,7 @@ def test_a_claim_opens_only_the_passed_buckets_whose_markers_are_due(
     keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
     now = _now_ms(r)
     (due_id,) = _ids_in_bucket(1)
-    later_id = next(i for i in (f"c{n}" for n in range(10_000)) if bucket_of(i) != bucket_of(due_id))
+    later_id = _id_in_another_bucket(due_id)
     _put(app, r, {due_id: now - 1000, later_id: now - 500})
     later_marker = protocol.wheel_marker(bucket_of(later_id))
     r.zadd(keys.due, {later_marker: now + 60_000})
