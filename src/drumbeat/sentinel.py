@@ -100,7 +100,7 @@ def parse(url: str) -> SentinelUrl:
     first, at = sentinels[0]
     try:
         base = "rediss" if tls else "redis"
-        options: dict[str, Any] = dict(redis.connection.parse_url(f"{base}://{first}:{at}?{kept}"))  # type: ignore[no-untyped-call]
+        options: dict[str, Any] = dict(redis.connection.parse_url(f"{base}://{first}:{at}?{kept}"))  # type: ignore[no-untyped-call, unused-ignore]
     except ValueError as exc:
         raise ValueError(f"Redis Sentinel URL {url!r}: {exc}") from None
     for name in ("host", "port", "path", "connection_class"):
@@ -169,7 +169,7 @@ class _SyncSentinels(sync_sentinel.Sentinel):
     forward."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call, unused-ignore]
         self._lookup = threading.Lock()
 
     def discover_master(self, service_name: str) -> tuple[str, int]:
@@ -178,7 +178,7 @@ class _SyncSentinels(sync_sentinel.Sentinel):
 
     def _discover_master(self, service_name: str) -> tuple[str, int]:
         try:
-            return cast(tuple[str, int], super().discover_master(service_name))  # type: ignore[no-untyped-call]
+            return cast(tuple[str, int], super().discover_master(service_name))  # type: ignore[no-untyped-call, unused-ignore]
         except sync_sentinel.MasterNotFoundError:
             # Ask the sentinels why (only on this path, so a working setup pays nothing).
             for sentinel in self.sentinels:
@@ -194,7 +194,7 @@ class _AsyncSentinels(async_sentinel.Sentinel):
     """`_SyncSentinels` for asyncio."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call, unused-ignore]
         self._lookup = asyncio.Lock()
 
     async def discover_master(self, service_name: str) -> tuple[str, int]:
@@ -263,7 +263,7 @@ def sync_client(url: str, options: dict[str, Any]) -> redis.Redis:
     manager = _SyncSentinels(
         parsed.sentinels, sentinel_kwargs=_sentinel_kwargs(parsed, merged, Retry(NoBackoff(), 1))
     )
-    pool = sync_sentinel.SentinelConnectionPool(parsed.service, manager, **merged)  # type: ignore[no-untyped-call]
+    pool = sync_sentinel.SentinelConnectionPool(parsed.service, manager, **merged)  # type: ignore[no-untyped-call, unused-ignore]
     made = cast(_SyncMaster, _SyncMaster.from_pool(pool))
     made.manager = manager
     return made
@@ -277,7 +277,7 @@ def async_client(url: str, options: dict[str, Any]) -> redis_async.Redis:
         parsed.sentinels,
         sentinel_kwargs=_sentinel_kwargs(parsed, merged, AsyncRetry(NoBackoff(), 1)),
     )
-    pool = async_sentinel.SentinelConnectionPool(parsed.service, manager, **merged)  # type: ignore[no-untyped-call]
+    pool = async_sentinel.SentinelConnectionPool(parsed.service, manager, **merged)  # type: ignore[no-untyped-call, unused-ignore]
     made = cast(_AsyncMaster, _AsyncMaster.from_pool(pool))
     made.manager = manager
     return made
