@@ -26,6 +26,17 @@ from .job import (
     encode_success,
 )
 from .limits import Limit
+from .outcomes import (
+    Again,
+    Bury,
+    Cancelled,
+    Done,
+    HandBack,
+    Outcome,
+    Parked,
+    RunDone,
+    Unknown,
+)
 from .protocol import FIELD_SEP, RUN_PREFIX, RUN_STATE_FIELDS, RUN_STATE_SEP
 from .replies import Claimed
 from .schedule import Cadence, decode_schedule_spec, is_misfire, jitter_ms
@@ -35,62 +46,6 @@ if TYPE_CHECKING:
     from .task import Task
 
 
-@dataclass(frozen=True, slots=True)
-class Done:
-    outcome: bytes
-    ttl_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class Again:
-    delay_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class Bury:
-    record: bytes
-    ttl_ms: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Cancelled:
-    """Stopped by `Job.cancel`: the outcome record says so, and it is never retried."""
-
-    record: bytes
-    ttl_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class HandBack:
-    """Stopped at a checkpoint because the worker is shutting down: back to the queue now,
-    without spending an attempt (its progress is saved)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Unknown:
-    """This worker does not know the job's task (a rolling deploy): back to its queue, not
-    an attempt, after a wait (defer_unknown.lua), for a worker that knows it."""
-
-
-@dataclass(frozen=True, slots=True)
-class Parked:
-    """Its limits do not let it start now: acquire_limits.lua gave up its claim (not an
-    attempt) and it waits in Redis for its turn. Nothing to settle."""
-
-
-@dataclass(slots=True)  # not frozen: a frozen init costs a setattr call per field, per run
-class RunDone:
-    """A schedule's run ended (or was skipped); where the schedule goes next."""
-
-    outcome: str  # ok | fail | skip
-    duration_ms: int
-    generation: int
-    grid_ms: int
-    due_ms: int
-    error: str = ""
-
-
 @dataclass(slots=True)
 class _SyncCall:
     """Where a sync task's call in the pool is (`Runner.abandoned`); under the runner's lock."""
@@ -98,9 +53,6 @@ class _SyncCall:
     started: bool = False
     done: bool = False
     given_up: bool = False
-
-
-Outcome = Done | Again | Bury | RunDone | Cancelled | HandBack | Unknown | Parked
 
 
 class Named(Protocol):

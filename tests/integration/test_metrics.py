@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import drumbeat
 from drumbeat import metrics
 from drumbeat.job import encode_success
-from drumbeat.runner import Done
+from drumbeat.outcomes import Done
 from drumbeat.worker.claims import ClaimTable
 from drumbeat.worker.link import Link
 from drumbeat.worker.settling import Settler

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drumbeat.runner import Again, Bury, Cancelled, Done, HandBack, RunDone
+from drumbeat.outcomes import Again, Bury, Cancelled, Done, HandBack, RunDone
 from drumbeat.worker.tally import DURATION_BUCKETS, Tally, outcome_name
 
 

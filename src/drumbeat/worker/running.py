@@ -10,8 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from drumbeat.replies import Claimed
-from drumbeat.runner import (
+from drumbeat.outcomes import (
     Again,
     Bury,
     Cancelled,
@@ -20,9 +19,10 @@ from drumbeat.runner import (
     Outcome,
     Parked,
     RunDone,
-    Runner,
     Unknown,
 )
+from drumbeat.replies import Claimed
+from drumbeat.runner import Runner
 
 from .claims import Claim, ClaimKey, ClaimTable
 from .hooks import Hooks, JobEnd

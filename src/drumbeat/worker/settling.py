@@ -18,9 +18,9 @@ from typing import Any
 import redis
 
 from drumbeat.config import Settings
+from drumbeat.outcomes import Again, Bury, Cancelled, Done, HandBack, Outcome, RunDone, Unknown
 from drumbeat.protocol import run_due_ms
 from drumbeat.replies import Claimed
-from drumbeat.runner import Again, Bury, Cancelled, Done, HandBack, Outcome, RunDone, Unknown
 from drumbeat.scripts import Call, Scripts
 
 from .claims import Claim, ClaimTable

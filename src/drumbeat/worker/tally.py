@@ -18,7 +18,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 
-from drumbeat.runner import Again, Bury, Cancelled, Done, Outcome, RunDone
+from drumbeat.outcomes import Again, Bury, Cancelled, Done, Outcome, RunDone
 
 __all__ = ["DURATION_BUCKETS", "OUTCOMES", "TALLY_INTERVAL", "Tally", "outcome_name"]
 

@@ -1,0 +1,65 @@
+"""What became of a claimed job once it ran (or could not): each kind of `Outcome` the runner
+decides and the settler sends to Redis, one script per kind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    outcome: bytes
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Again:
+    delay_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Bury:
+    record: bytes
+    ttl_ms: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """Stopped by `Job.cancel`: the outcome record says so, and it is never retried."""
+
+    record: bytes
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class HandBack:
+    """Stopped at a checkpoint because the worker is shutting down: back to the queue now,
+    without spending an attempt (its progress is saved)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """This worker does not know the job's task (a rolling deploy): back to its queue, not
+    an attempt, after a wait (defer_unknown.lua), for a worker that knows it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Parked:
+    """Its limits do not let it start now: acquire_limits.lua gave up its claim (not an
+    attempt) and it waits in Redis for its turn. Nothing to settle."""
+
+
+@dataclass(slots=True)  # not frozen: a frozen init costs a setattr call per field, per run
+class RunDone:
+    """A schedule's run ended (or was skipped); where the schedule goes next."""
+
+    outcome: str  # ok | fail | skip
+    duration_ms: int
+    generation: int
+    grid_ms: int
+    due_ms: int
+    error: str = ""
+
+
+Outcome = Done | Again | Bury | RunDone | Cancelled | HandBack | Unknown | Parked
