@@ -146,14 +146,17 @@ async def _noop(i: int) -> None:
     """Registration needs the task's name only."""
 
 
-def _register(url: str, n: int) -> Any:
+def _register(
+    url: str, n: int, *, namespace: str = NAMESPACE, task: str = TASK, every: float = 5
+) -> Any:
+    """Schedules s0..s<n - 1> of an async no-op task; returns the app."""
     import drumbeat
 
-    app = drumbeat.App(url, namespace=NAMESPACE)
-    app.task(name=TASK)(_noop)
+    app = drumbeat.App(url, namespace=namespace)
+    app.task(name=task)(_noop)
     for lo in range(0, n, 10_000):
         app.schedule_many(
-            drumbeat.Schedule(f"s{i}", TASK, every=5, args=(i,))
+            drumbeat.Schedule(f"s{i}", task, every=every, args=(i,))
             for i in range(lo, min(lo + 10_000, n))
         )
     return app

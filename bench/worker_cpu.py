@@ -1,0 +1,143 @@
+"""What a worker process spends on a schedule's run, in instructions (valgrind): a figure that
+does not move with the host's load, for changes to the worker of a few per cent.
+
+    python -m bench.worker_cpu [--n 20000] [--runs 1000,5000] [--concurrency 300]
+                               [--repeat 1] [--keep DIR]
+
+Starts a private redis-server, registers ``--n`` schedules (``App.schedule_many``, every day, an
+async no-op task), makes the first of them due now (wheel scores and bucket markers rewritten,
+as `bench.redis_cpu harness` does: about one due run per bucket), then runs one worker process
+(`drumbeat.run_worker`, ``--concurrency`` slots) under ``valgrind --tool=callgrind`` with
+``--max-jobs`` of that many runs, and counts the runs it settled from the schedules. It does
+this for each count of ``--runs`` on a fresh Redis; the instructions per run are the slope
+between the two, so the process's start-up and shut-down drop out. Every run the worker claims
+is due already, so its claims are full: the saturated regime of `bench.periodic`, where the
+worker is the larger CPU consumer. Python runs about 50 times slower under valgrind: each count
+takes a minute or so. ``--keep DIR`` keeps each dump (``callgrind_annotate --inclusive=yes
+DIR/worker-<runs>.callgrind``: where the interpreter's instructions go, e.g. the garbage
+collector's ``gc_collect_main``). ``PYTHONHASHSEED`` is fixed, so a repeat gives the same figure
+within a fraction of a per cent; compare trees by running each (``PYTHONPATH``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import redis
+
+from ._redis import RedisServer
+from .machine import cpu_model
+from .redis_cpu import _make_due, _register
+
+NAMESPACE = "wcpu"
+TASK = "bench.worker_cpu.noop"
+_CHILD = "bench.worker_cpu"
+
+
+async def noop(i: int) -> None:
+    """The task every schedule runs."""
+
+
+def _child(url: str, runs: int, concurrency: int) -> None:
+    """The worker process, as `drumbeat worker` runs it: it retires once ``runs`` are settled
+    (``--max-jobs``; a few more may end before it notices), finishing what it holds."""
+    import drumbeat
+    from drumbeat.worker.recycling import Budget
+
+    app = drumbeat.App(url, namespace=NAMESPACE)
+    app.task(name=TASK)(noop)
+    drumbeat.run_worker(app, concurrency=concurrency, budget=Budget(max_jobs=runs))
+
+
+def _settled(client: redis.Redis, n: int, since_ms: int) -> int:
+    """Runs settled: schedules whose next run is no longer at or before ``since_ms``."""
+    from drumbeat.keys import Keys, bucket_of
+
+    keys = Keys(NAMESPACE)
+    buckets = sorted({bucket_of(f"s{i}") for i in range(n)})
+    pipe = client.pipeline(transaction=False)
+    for b in buckets:
+        pipe.zcount(keys.wheel(b), "-inf", since_ms)
+    return sum(pipe.execute())
+
+
+def _instructions(n: int, runs: int, concurrency: int, keep: Path | None) -> tuple[int, int]:
+    """(instructions, runs settled) of a worker process told to settle ``runs``."""
+    with RedisServer() as server, server.client() as client:
+        _register(server.url, n, namespace=NAMESPACE, task=TASK, every=86_400).close()
+        from drumbeat.keys import Keys
+
+        now = int(client.time()[0]) * 1000
+        # More due than asked for: the worker never runs short of due runs before it retires.
+        due = _make_due(client, Keys(NAMESPACE), n, min(n, runs * 2), now - 1000)
+        out = Path(tempfile.mkdtemp(prefix="drumbeat-worker-cpu-"))
+        dump = out / "worker.callgrind"
+        try:
+            env = {**os.environ, "PYTHONHASHSEED": "0"}
+            subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={dump}",
+                 sys.executable, "-m", _CHILD, "--child", server.url, str(runs),
+                 str(concurrency)],
+                check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            )  # fmt: skip
+            totals = [ln for ln in dump.read_text().splitlines() if ln.startswith("totals:")]
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+                shutil.copy(dump, keep / f"worker-{runs}.callgrind")
+            settled = due - _settled(client, n, now - 1000)
+            return int(totals[-1].split()[1]), settled
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.worker_cpu", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--n", type=int, default=20_000, help="schedules registered")
+    p.add_argument("--runs", default="1000,5000", help="two run counts, the slope between them")
+    p.add_argument("--concurrency", type=int, default=300)
+    p.add_argument("--repeat", type=int, default=1, help="median of this many slopes")
+    p.add_argument("--keep", type=Path, metavar="DIR", help="keep the callgrind dumps here")
+    p.add_argument(
+        "--child", nargs=3, metavar=("URL", "RUNS", "CONCURRENCY"), help=argparse.SUPPRESS
+    )
+    args = p.parse_args(argv)
+    if args.child:
+        url, runs, concurrency = args.child
+        _child(url, int(runs), int(concurrency))
+        return 0
+    low, high = (int(x) for x in args.runs.split(","))
+    if not 0 < low < high <= args.n // 2:
+        p.error("--runs needs two counts, 0 < low < high <= --n / 2")
+    if shutil.which("valgrind") is None:
+        p.error("valgrind is missing (Debian: apt-get install valgrind)")
+    print(f"$ python -m bench.worker_cpu --n {args.n} --runs {low},{high} "
+          f"--concurrency {args.concurrency} --repeat {args.repeat}")  # fmt: skip
+    print(f"CPU: {cpu_model()}; Python {sys.version.split()[0]}")
+    slopes = []
+    for _ in range(args.repeat):
+        started = time.monotonic()
+        (a, ran_a), (b, ran_b) = (
+            _instructions(args.n, runs, args.concurrency, args.keep) for runs in (low, high)
+        )
+        slopes.append((b - a) / (ran_b - ran_a))
+        print(f"  {a / 1e6:,.1f} M instructions for {ran_a:,} runs, {b / 1e6:,.1f} M for "
+              f"{ran_b:,}: {slopes[-1] / 1e3:,.1f} k a run "
+              f"({time.monotonic() - started:.0f} s)")  # fmt: skip
+    print(f"worker instructions per run (median of {len(slopes)}): "
+          f"{statistics.median(slopes) / 1e3:,.1f} k")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
