@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 
@@ -76,3 +77,10 @@ async def whoami(seconds: float) -> int:
     await asyncio.sleep(seconds)
     note("end")
     return os.getpid()
+
+
+@app.task
+async def gc_settings() -> list[int]:
+    """The worker process's garbage collector: its young generation's threshold, and how many
+    objects it froze out of collections."""
+    return [gc.get_threshold()[0], gc.get_freeze_count()]

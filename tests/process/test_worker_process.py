@@ -89,6 +89,17 @@ def test_kill_9_mid_job_runs_again_elsewhere_after_the_lease(
     app.close()
 
 
+def test_a_worker_process_freezes_its_start_up_objects_and_collects_young_ones_less_often(
+    redis_url: str, namespace: str, procs: list[Proc]
+) -> None:
+    app = _app(redis_url, namespace)
+    procs.append(Proc(redis_url, namespace))
+    young, frozen = app.enqueue("tests.apps.proc_app.gc_settings").result(timeout=20)
+    app.close()
+    assert young == 10_000, "CPython's default is 700"
+    assert frozen > 1_000, "the app and its modules should be frozen out of collections"
+
+
 def test_a_worker_frozen_past_its_lease_then_resumed_cannot_overwrite_the_outcome(
     redis_url: str, namespace: str, r: redis.Redis, procs: list[Proc]
 ) -> None:
