@@ -5,18 +5,20 @@ does not move with the host's load, for changes to the worker of a few per cent.
                                [--repeat 1] [--keep DIR]
 
 Starts a private redis-server, registers ``--n`` schedules (``App.schedule_many``, every day, an
-async no-op task), makes the first of them due now (wheel scores and bucket markers rewritten,
-as `bench.redis_cpu harness` does: about one due run per bucket), then runs one worker process
-(`drumbeat.run_worker`, ``--concurrency`` slots) under ``valgrind --tool=callgrind`` with
-``--max-jobs`` of that many runs, and counts the runs it settled from the schedules. It does
-this for each count of ``--runs`` on a fresh Redis; the instructions per run are the slope
-between the two, so the process's start-up and shut-down drop out. Every run the worker claims
-is due already, so its claims are full: the saturated regime of `bench.periodic`, where the
-worker is the larger CPU consumer. Python runs about 50 times slower under valgrind: each count
-takes a minute or so. ``--keep DIR`` keeps each dump (``callgrind_annotate --inclusive=yes
-DIR/worker-<runs>.callgrind``: where the interpreter's instructions go, e.g. the garbage
-collector's ``gc_collect_main``). ``PYTHONHASHSEED`` is fixed, so a repeat gives the same figure
-within a fraction of a per cent; compare trees by running each (``PYTHONPATH``).
+async no-op task), makes twice as many of them due now as the worker is to settle (wheel scores
+and bucket markers rewritten, as `bench.redis_cpu harness` does: about one due run per bucket),
+then runs one worker process (`drumbeat.run_worker`, ``--concurrency`` slots) under ``valgrind
+--tool=callgrind`` with ``--max-jobs`` of that many runs, and counts the runs it settled from
+the schedules. It does this for each count of ``--runs`` on a fresh Redis; the instructions per
+run are the slope between the two, so the process's start-up and shut-down drop out. Every run
+the worker claims is due already, so its claims are full: the saturated regime of
+`bench.periodic`, where the worker is the larger CPU consumer. Python runs about 50 times slower
+under valgrind: each count takes a minute or so. ``--keep DIR`` keeps each dump
+(``callgrind_annotate --inclusive=yes DIR/worker-<runs>.callgrind``: where the interpreter's
+instructions go, e.g. the garbage collector's ``gc_collect_main``). ``PYTHONHASHSEED`` is fixed,
+so a repeat gives the same figure within a fraction of a per cent; compare trees by running each
+(``PYTHONPATH``) with the same arguments: the figure depends on the two counts (claims and
+settles of other sizes).
 """
 
 from __future__ import annotations
