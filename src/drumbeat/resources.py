@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, cast, overload
 
-from .context import Context, _current
+from .context import Running, _current
 from .errors import ConfigurationError
 
 log = logging.getLogger("drumbeat.resources")
@@ -258,20 +258,20 @@ def _after_fork_in_child() -> None:
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
-# Which resources the running job has checked: the job's Context (one per run) and a set.
+# Which resources the running job has checked: the job's run (one per run) and a set.
 # A sync task runs in a copy of its job's contextvars, an async one in its job's asyncio task,
 # so the mark lives exactly as long as the run (a coroutine the job spawns may check again).
-_checks: ContextVar[tuple[Context, set[Resource[Any]]]] = ContextVar("drumbeat_resource_checks")
+_checks: ContextVar[tuple[Running, set[Resource[Any]]]] = ContextVar("drumbeat_resource_checks")
 
 
 def _checked_in_job() -> set[Resource[Any]] | None:
     """The resources checked in the running job; None outside a job (check every use)."""
-    ctx = _current.get(None)
-    if ctx is None:
+    run = _current.get(None)
+    if run is None:
         return None
     entry = _checks.get(None)
-    if entry is None or entry[0] is not ctx:
-        entry = (ctx, set())
+    if entry is None or entry[0] is not run:
+        entry = (run, set())
         _checks.set(entry)
     return entry[1]
 

@@ -15,7 +15,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .context import Checkpoints, Context, _current
+from .context import Checkpoints, Running, _current
 from .errors import Interrupted, InvalidJob, Retry, SerializationError, UnknownTask
 from .job import (
     Spec,
@@ -186,10 +186,10 @@ class Runner:
         ttl_ms = self._ttl_ms(task)
         if checkpoints is not None:
             checkpoints.is_async = task.is_async
-        ctx = Context(job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
-                      progress=decode_progress(job.progress), checkpoints=checkpoints,
-                      granted_ms=granted_ms)  # fmt: skip
-        token = _current.set(ctx)
+        progress = decode_progress(job.progress)
+        run = Running((job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
+                       None, None, progress, checkpoints, granted_ms))  # fmt: skip
+        token = _current.set(run)
         try:
             if task.is_async and task.config.timeout is None:  # the common case, inlined
                 value = await task.fn(*spec.args, **spec.kwargs)
@@ -323,10 +323,9 @@ class Runner:
             granted_ms = acquired
         if checkpoints is not None:
             checkpoints.is_async = task.is_async
-        # Positionally: keywords cost a frozen dataclass's init more than its fields' order.
-        ctx = Context(job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
-                      slot.schedule_id, slot.due, None, checkpoints, granted_ms)  # fmt: skip
-        token = _current.set(ctx)
+        run = Running((job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
+                       slot.schedule_id, slot.due, None, checkpoints, granted_ms))  # fmt: skip
+        token = _current.set(run)
         try:
             if task.is_async and task.config.timeout is None:  # the common case, inlined
                 await task.fn(*args, **kwargs)

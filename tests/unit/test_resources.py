@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import drumbeat
-from drumbeat.context import Context, _current
+from drumbeat.context import Running, _current
 from drumbeat.resources import Resource, Resources, bind
 
 
@@ -51,11 +51,11 @@ def _thing_resource(**more: Any) -> tuple[Resources, Resource[Thing]]:
 
 
 def _in_job(fn: Callable[[], Any], n: int = 1) -> Any:
-    """Runs ``fn`` as the runner runs a task: in a context whose current job is a new Context."""
-    ctx = Context(f"job{n}", "t", 1, n, 0, "w")
+    """Runs ``fn`` as the runner runs a task: in a context whose current job is a new run."""
+    job = Running((f"job{n}", "t", 1, n, 0, "w", None, None, None, None, None))
 
     def run() -> Any:
-        _current.set(ctx)
+        _current.set(job)
         return fn()
 
     return contextvars.copy_context().run(run)
