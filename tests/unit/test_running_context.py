@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 
 import pytest
 
 from drumbeat import Context, current_job
 from drumbeat.context import Running, _current
 
-FIELDS = ("s:a", "tasks.ping", 1, 41, 5, "w1", "a", 1000, None, None, None)
+FIELDS = ("s:a", "tasks.ping", 1, 41, 5, "w1", "a", 1000, ("done", 3), None, 1234)
 
 
 def test_a_run_makes_its_context_when_first_asked_then_gives_the_same_one() -> None:
@@ -22,7 +23,10 @@ def test_a_run_makes_its_context_when_first_asked_then_gives_the_same_one() -> N
 
     first, again = contextvars.copy_context().run(task)
     assert first is again
-    assert first == Context(*FIELDS)
+    assert type(first) is Context and first == Context(*FIELDS), "every field in its place"
+    assert hash(first) == hash(Context(*FIELDS)) and repr(first) == repr(Context(*FIELDS))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.attempt = 2  # type: ignore[misc]
     assert (first.job_id, first.token, first.schedule_id, first.due_ms) == ("s:a", 41, "a", 1000)
 
 
