@@ -253,9 +253,9 @@ class Harness:
                 nxt = int(grid) + 5000
                 # What a worker sends: the record's new head, for a run claimed from its bucket.
                 heads = None
-                if job.head is not None:
+                if job.record is not None:
                     heads = settled_heads(
-                        job.head,
+                        job.record,
                         "ok",
                         duration_ms=1,
                         grid_ms=nxt,

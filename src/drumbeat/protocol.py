@@ -175,7 +175,7 @@ def record_head(record: bytes) -> str:
 
 
 def settled_heads(
-    head: bytes,
+    record: bytes,
     outcome: str,
     *,
     duration_ms: int,
@@ -183,15 +183,14 @@ def settled_heads(
     started_ms: int,
     due_ms: int | None,
 ) -> tuple[str, str]:
-    """The head of a schedule's record as a claim read it (``head``: the head alone, or the
-    whole record: `record_head`), and the head once
+    """The head of a schedule's record as a claim read it (`record_head`), and the head once
     its run ended with ``outcome`` (ok, fail or skip; anything else: the head as it was), its
     next slot at ``grid_ms``: what finish_runs.lua's ``after_run`` writes for a record of the
     same generation, built by the worker so that Redis only checks that the record still starts
     with the old head and swaps it. ``started_ms``: the claim's time; ``due_ms``: the run's due
     time (None when unknown: no lateness)."""
     # A worker builds one per run: split once, the fields it copies copied as text.
-    text = head.decode()
+    text = record.decode()
     gen, grid, flags, runs, fails, misfires, rel, last_ms, late, tail = text.split(FIELD_SEP, 9)
     old = text[: len(text) - len(tail)]
     if outcome == "skip":

@@ -76,9 +76,9 @@ class Claimed:
     where: bytes | str | None = None
     """``<queue>|<unknown ms>`` as the claim replied, None for most jobs (the default queue,
     never handed back for want of its task); read through `queue` and `unknown_ms`."""
-    head: bytes | None = None
-    """For a schedule's run taken straight from its bucket, the head of its schedule's record
-    as the claim read it (the worker builds the head its settle writes from it:
+    record: bytes | None = None
+    """For a schedule's run taken straight from its bucket, the schedule's record as the claim
+    read it (the worker builds the head its settle writes from it:
     `protocol.settled_heads`); else None."""
     claimed_ms: int = 0
     """When it was claimed (Redis ms): the claim's time, which its lease and owner record."""
@@ -196,10 +196,10 @@ def _claimed(raw: Any, start: int) -> list[Claimed]:
             extra.decode() if type(extra) is bytes else extra,
             progress or None,
             where or None,
-            head or None,
+            record or None,
             now_ms,
         )
-        for job_id, spec, attempt, stalls, token, priority, extra, progress, where, head in zip(
+        for job_id, spec, attempt, stalls, token, priority, extra, progress, where, record in zip(
             *([fields] * CLAIMED_FIELDS), strict=False
         )
     ]

@@ -83,12 +83,12 @@ def test_the_keys_of_hot_path_calls_are_the_keys_of_the_schema(shard: int | None
 
 def test_a_claim_reply_parses_into_its_items() -> None:
     head: list[Any] = [1000, -1, [], None, 3]
-    record_head = b"0|990|5|0|0|0||0|0|"
-    run = [b"s:a", b"t|[[1],5]", 1, 0, 41, 5, b"990:990:0:0", None, None, record_head]
+    record = b"0|990|5|0|0|0||0|0|3|[[1],5]"
+    run = [b"s:a", b"t|[[1],5]", 1, 0, 41, 5, b"990:990:0:0", None, None, record]
     job = ["j1", b"", 2, 1, 42, 7, "key", b"\x91\x01", b"q2|1234", None]
     result = parse_claim(head + run + job)
     assert result.jobs == [
-        Claimed("s:a", b"t|[[1],5]", 1, 0, 41, 5, "990:990:0:0", None, None, record_head, 1000),
+        Claimed("s:a", b"t|[[1],5]", 1, 0, 41, 5, "990:990:0:0", None, None, record, 1000),
         Claimed("j1", None, 2, 1, 42, 7, "key", b"\x91\x01", b"q2|1234", None, 1000),
     ]  # fmt: skip
     assert (result.jobs[1].queue, result.jobs[1].unknown_ms) == ("q2", 1234)

@@ -266,21 +266,18 @@ local function format_schedule(s)
 end
 
 -- What a run needs of a record (the record parser's result without its counters): generation
--- and grid slot (as written), flags (a number), task code and spec, and the record's head (its
--- fields before the task code, as written: the worker builds the head its run's settle writes
--- from it, see finish_runs.lua; false for a record in the old layout, which the settle
--- upgrades), or nil when unreadable. A claim reads every record of every run it starts, so it
--- does not build a table of all its fields nor convert what it only copies. The head, not the
--- whole record: replying with the record made Lua's collector work more (about 9 k
--- instructions a run more, `bench.redis_cpu harness --whole-buckets`), and a spec may be long.
+-- and grid slot (as written), flags (a number), task code and spec, and the record itself (false
+-- for one in the old layout, which its settle upgrades: see finish_runs.lua), or nil when
+-- unreadable. A claim reads every record of every run it starts, so it does not build a table of
+-- all its fields nor convert what it only copies.
 local function schedule_run_fields(v)
   if not v then return nil end
-  local pattern = '^((%d+)|(%-?%d+)|(%d+)|%d+|%d+|%d+|%-?%d*|%d+|%d*|)(%d+)|(.*)$'
-  local head, gen, grid, flags, task, spec = string.match(v, pattern)
-  if gen then return gen, grid, flags + 0, task, spec, head end
+  local pattern = '^(%d+)|(%-?%d+)|(%d+)|%d+|%d+|%d+|%-?%d*|%d+|%d*|(%d+)|(.*)$'
+  local gen, grid, flags, task, spec = string.match(v, pattern)
+  if gen then return gen, grid, flags + 0, task, spec, v end
   local old = schedule_of_old_layout(v)
   if not old then return nil end
-  head, gen, grid, flags, task, spec = string.match(old, pattern)
+  gen, grid, flags, task, spec = string.match(old, pattern)
   if not gen then return nil end
   return gen, grid, flags + 0, task, spec, false
 end
@@ -517,8 +514,9 @@ local function take_all(k, c, ids, specs, states)
       where = (s.queue or '') .. '|' .. (s.unknown or 0)
     end
     -- A run taken straight from its bucket (not queued, never claimed before) carries its
-    -- record's head, for the settle its worker builds (see finish_runs.lua); others false.
-    out[m + 8], out[m + 9], out[m + 10] = progress[i] or false, where, s.head or false
+    -- schedule's record as read, for the settle its worker builds (see finish_runs.lua); others
+    -- false. The record, not its head: a string already made, where a head is one more a run.
+    out[m + 8], out[m + 9], out[m + 10] = progress[i] or false, where, s.record or false
   end
   call_many('HSET', k.state, state)
   call_many('HSET', k.owners, owners)
@@ -648,7 +646,7 @@ local function promote_buckets(k, c, buckets, limit, settle)
       if #found > 0 then
         local records = redis.call('HMGET', b[3], unpack(found))
         for j, id in ipairs(found) do
-          local gen, grid, flags, task, spec, head = schedule_run_fields(records[j])
+          local gen, grid, flags, task, spec, record = schedule_run_fields(records[j])
           local queue = ''
           if gen and flags < PAUSED_FLAG then
             if names[task] == nil then
@@ -663,7 +661,7 @@ local function promote_buckets(k, c, buckets, limit, settle)
           elseif not gen or flags >= PAUSED_FLAG then
             bucket.out[#bucket.out + 1] = id  -- unreadable, or paused: no run
           elseif queue == '' then
-            runs[#runs + 1] = {id, dues[j], raw[j], flags, bucket, task, spec, grid, gen, head}
+            runs[#runs + 1] = {id, dues[j], raw[j], flags, bucket, task, spec, grid, gen, record}
           else
             bucket.out[#bucket.out + 1] = id
             local into = routed[queue]
@@ -711,7 +709,7 @@ local function promote_buckets(k, c, buckets, limit, settle)
     ids[n], specs[n] = RUN_PREFIX .. run[1], names[run[6]] .. '|' .. run[7]
     states[n] = {attempt = 0, stalls = 0, priority = run[4], seq = 0, due = run[2], queue = '',
                  unknown = 0, key = run[3] .. ':' .. run[8] .. ':' .. run[9] .. ':0',
-                 head = run[10]}
+                 record = run[10]}
   end
   for _, bucket in ipairs(opened) do
     local b = bucket.b

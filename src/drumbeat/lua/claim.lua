@@ -33,8 +33,8 @@
 --          item: id, spec or false, attempt, stalls, token, priority, extra, saved progress or
 --          false, then false or "<queue ('' for the default one)>|<ms it was first handed back
 --          for want of its task, or 0>" (false: the default queue, never handed back), then the
---          head of its schedule's record (as read) for a run taken straight from its bucket,
---          else false}; for a schedule run the id is "s:<schedule id>", the spec "<task
+--          schedule's record for a run taken straight from its bucket (as read), else
+--          false}; for a schedule run the id is "s:<schedule id>", the spec "<task
 --          name>|<arguments and cadence>" and extra "<due>:<grid>:<generation>:<manual>"
 
 -- (Defined here, not in _lib.lua: every script runs all of _lib's definitions on every call.)

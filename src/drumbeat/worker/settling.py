@@ -61,10 +61,10 @@ def _heads(job: Claimed, done: RunDone) -> tuple[str, str] | None:
     """The record's head as the claim read it and the head the run's settle writes (see
     `Scripts.finish_runs`), for a run taken straight from its bucket that did not fail (a
     failure's error goes to `faults`, which finish_runs.lua writes); else None."""
-    if job.head is None or done.outcome == "fail":
+    if job.record is None or done.outcome == "fail":
         return None
     return settled_heads(
-        job.head, done.outcome, duration_ms=done.duration_ms, grid_ms=done.grid_ms,
+        job.record, done.outcome, duration_ms=done.duration_ms, grid_ms=done.grid_ms,
         started_ms=job.claimed_ms, due_ms=int(job.extra.partition(RUN_STATE_SEP)[0]),
     )  # fmt: skip
 
