@@ -243,27 +243,13 @@ class Harness:
         return out
 
     def finish_all(self, jobs: Sequence[Any], due_ms: int) -> None:
-        from drumbeat.protocol import settled_heads
-
         s = self.scripts
         for lo in range(0, len(jobs), self.batch):
             items = []
             for job in jobs[lo : lo + self.batch]:
                 was, grid, gen, _manual = job.extra.split(":")
-                nxt = int(grid) + 5000
-                # What a worker sends: the record's new head, for a run claimed from its bucket.
-                heads = None
-                if job.record is not None:
-                    heads = settled_heads(
-                        job.record,
-                        "ok",
-                        duration_ms=1,
-                        grid_ms=nxt,
-                        started_ms=job.claimed_ms,
-                        due_ms=int(was),
-                    )
                 items.append(
-                    (job.id, job.token, "ok", 1, int(gen), nxt, due_ms, "", int(was), heads)
+                    (job.id, job.token, "ok", 1, int(gen), int(grid) + 5000, due_ms, "", int(was))
                 )
             refused = [r for r in s.finish_runs(items).run(self.client) if r != 1]
             assert not refused, f"finish_runs refused {len(refused)} runs; expected none"

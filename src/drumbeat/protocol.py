@@ -164,52 +164,6 @@ OLD_SCHEDULE_FIELDS = tuple(f for f in SCHEDULE_FIELDS if f != "late")
 PAUSED_FLAG = 10
 
 
-#: Entries per item claimed in a claim's reply (`replies.Claimed`, `take_all` in _lib.lua).
-CLAIMED_FIELDS = 10
-
-
-def record_head(record: bytes) -> str:
-    """The head of a schedule's record: its fields before ``task``, each followed by FIELD_SEP
-    (the layout of SCHEDULE_FIELDS: ``task`` is the tenth)."""
-    return settled_heads(record, "", duration_ms=0, grid_ms=0, started_ms=0, due_ms=None)[0]
-
-
-def settled_heads(
-    record: bytes,
-    outcome: str,
-    *,
-    duration_ms: int,
-    grid_ms: int,
-    started_ms: int,
-    due_ms: int | None,
-) -> tuple[str, str]:
-    """The head of a schedule's record as a claim read it (`record_head`), and the head once
-    its run ended with ``outcome`` (ok, fail or skip; anything else: the head as it was), its
-    next slot at ``grid_ms``: what finish_runs.lua's ``after_run`` writes for a record of the
-    same generation, built by the worker so that Redis only checks that the record still starts
-    with the old head and swaps it. ``started_ms``: the claim's time; ``due_ms``: the run's due
-    time (None when unknown: no lateness)."""
-    # A worker builds one per run: split once, the fields it copies copied as text.
-    text = record.decode()
-    gen, grid, flags, runs, fails, misfires, rel, last_ms, late, tail = text.split(FIELD_SEP, 9)
-    old = text[: len(text) - len(tail)]
-    if outcome == "skip":
-        misfires = str(int(misfires) + 1)
-        if rel:
-            last_start = int(grid) + int(rel)
-            rel = str(last_start - grid_ms) if last_start > 0 else ""
-    elif outcome in ("ok", "fail"):
-        runs = str(int(runs) + 1)
-        if outcome == "fail":
-            fails = str(int(fails) + 1)
-        last_ms = str(duration_ms)
-        late = str(started_ms - due_ms) if due_ms is not None and started_ms > due_ms else "0"
-        rel = str(started_ms - grid_ms) if started_ms > 0 else ""
-    else:
-        return old, old
-    return old, f"{gen}|{grid_ms}|{flags}|{runs}|{fails}|{misfires}|{rel}|{last_ms}|{late}|"
-
-
 @dataclass(frozen=True, slots=True)
 class Owner:
     """A job's current claim, as `owners` holds it."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .keys import DEFAULT_QUEUE
-from .protocol import CLAIMED_FIELDS, LIMIT_PREFIX, ROUTE_PREFIX, WHEEL_PREFIX
+from .protocol import LIMIT_PREFIX, ROUTE_PREFIX, WHEEL_PREFIX
 
 
 def parse_ints(raw: Any) -> list[int]:
@@ -59,6 +59,10 @@ def parse_found(raw: Any) -> Found:
     return Found(int(raw[0]) - 1, int(raw[1]), int(raw[2]), entries)
 
 
+#: Fields per claimed item in a claim reply (see `take_all` in _lib.lua).
+CLAIMED_FIELDS = 9
+
+
 @dataclass(slots=True)  # not frozen: a frozen init costs a setattr call per field, per job
 class Claimed:
     """A job as the claim script hands it out."""
@@ -76,12 +80,6 @@ class Claimed:
     where: bytes | str | None = None
     """``<queue>|<unknown ms>`` as the claim replied, None for most jobs (the default queue,
     never handed back for want of its task); read through `queue` and `unknown_ms`."""
-    record: bytes | None = None
-    """For a schedule's run taken straight from its bucket, the schedule's record as the claim
-    read it (the worker builds the head its settle writes from it:
-    `protocol.settled_heads`); else None."""
-    claimed_ms: int = 0
-    """When it was claimed (Redis ms): the claim's time, which its lease and owner record."""
 
     @property
     def queue(self) -> str:
@@ -181,7 +179,6 @@ class Lent:
 def _claimed(raw: Any, start: int) -> list[Claimed]:
     # One pass over the reply, CLAIMED_FIELDS at a time, each Claimed made positionally: a
     # worker parses one per run (index arithmetic and keywords cost twice as much).
-    now_ms = int(raw[0])
     fields = iter(raw)
     for _ in range(start):
         next(fields)
@@ -196,10 +193,8 @@ def _claimed(raw: Any, start: int) -> list[Claimed]:
             extra.decode() if type(extra) is bytes else extra,
             progress or None,
             where or None,
-            record or None,
-            now_ms,
         )
-        for job_id, spec, attempt, stalls, token, priority, extra, progress, where, record in zip(
+        for job_id, spec, attempt, stalls, token, priority, extra, progress, where in zip(
             *([fields] * CLAIMED_FIELDS), strict=False
         )
     ]

@@ -530,33 +530,21 @@ class Scripts:
         return Call("promote_runs", keys, args, parse_claim)
 
     def finish_runs(
-        self,
-        items: Sequence[
-            tuple[str, int, str, int, int, int, int, str, int | str | None, tuple[str, str] | None]
-        ],
+        self, items: Sequence[tuple[str, int, str, int, int, int, int, str, int | str | None]]
     ) -> Call[list[int]]:
         """Items are (member "s:<id>", token, outcome, duration_ms, generation, next grid_ms,
         next due_ms, error, the ended run's due ms (with ":<first start ms>" after a stall:
-        `protocol.run_due_ms`) or None when unknown: its lateness is then not recorded, and
-        the record's head as the claim read it with the head to write instead
-        (`protocol.settled_heads`: a run that did not fail, taken straight from its bucket), or
-        None: the script then works the record out itself)."""
+        `protocol.run_due_ms`) or None when unknown: its lateness is then not recorded)."""
         keys = [*self._finish_keys]
         # Each bucket's keys once (the runs of a bucket end together), named by their place.
         slots: dict[int, int] = {}
         packed = []
-        for member, token, outcome, ms, gen, grid, due, error, was, heads in items:
+        for member, token, outcome, ms, gen, grid, due, error, was in items:
             bucket = bucket_of(member[2:])
             slot = slots.get(bucket)
             if slot is None:
                 slot = slots[bucket] = len(slots) + 1
                 keys += self.bucket_keys(bucket)
-            if heads is not None:
-                old, new = heads
-                packed.append(
-                    f"#{member}|{token}|{bucket}/{slot}|{outcome}|{due}|{len(old)}|{old}{new}"
-                )
-                continue
             was_due = "" if was is None else was
             packed.append(
                 f"{member}|{token}|{outcome}|{ms}|{gen}|{grid}|{due}|{was_due}|{bucket}/{slot}|"

@@ -365,10 +365,10 @@ def test_stale_worker_cannot_settle_a_taken_over_run(app: drumbeat.App, r: redis
     assert [j.id for j in b] == ["s:f"] and b[0].token > a[0].token
     assert app.run_now("f") == 0, "never a second run while one is in flight"
     now = _now_ms(r)
-    stale = ("s:f", a[0].token, "ok", 5, 1, now + 5000, now + 5000, "", None, None)
+    stale = ("s:f", a[0].token, "ok", 5, 1, now + 5000, now + 5000, "", None)
     assert s.finish_runs([stale]).run(r) == [0]
     assert _due(r, app, "f") is None
-    fresh = ("s:f", b[0].token, "ok", 5, 1, now + 7000, now + 7000, "", None, None)
+    fresh = ("s:f", b[0].token, "ok", 5, 1, now + 7000, now + 7000, "", None)
     assert s.finish_runs([fresh]).run(r) == [1]
     assert _due(r, app, "f") == now + 7000
     info = app.get_schedule("f")
@@ -534,7 +534,7 @@ def test_due_runs_are_taken_by_priority_with_what_waits_in_ready(
     assert [j.attempt for j in taken] == [1, 1, 1, 1]
 
     for run in taken[1:]:  # next time nothing waits in ready: taken straight from the buckets
-        s.finish_runs([(run.id, run.token, "ok", 1, 1, 0, 0, "", None, None)]).run(r)
+        s.finish_runs([(run.id, run.token, "ok", 1, 1, 0, 0, "", None)]).run(r)
         _set_due(r, app, run.id[2:], _now_ms(r) - 10)
     reported = s.claim("w", 0, 10_000, 100).run(r)
     direct = s.promote_runs(reported.buckets, "w", 10, 10_000).run(r)
@@ -670,7 +670,7 @@ def test_a_runs_lateness_is_recorded_in_its_schedule_with_its_start(
         assert owner is not None
         started = int(owner.split(b"|")[2])
         nxt = _now_ms(r) + 3_600_000
-        item = (run.id, run.token, outcome, 7, 1, nxt, nxt, "x", due, None)
+        item = (run.id, run.token, outcome, 7, 1, nxt, nxt, "x", due)
         assert s.finish_runs([item]).run(r) == [1]
         assert _late(app, r, "late") == str(started - due).encode()
         info = app.get_schedule("late")
@@ -680,10 +680,10 @@ def test_a_runs_lateness_is_recorded_in_its_schedule_with_its_start(
     # A skipped (misfired) run records no run, so no lateness; an unknown due time records 0.
     run = claim_run(_now_ms(r) - 90_000)
     nxt = _now_ms(r) + 3_600_000
-    assert s.finish_runs([(run.id, run.token, "skip", 0, 1, nxt, nxt, "", 1, None)]).run(r) == [1]
+    assert s.finish_runs([(run.id, run.token, "skip", 0, 1, nxt, nxt, "", 1)]).run(r) == [1]
     assert _late(app, r, "late") == recorded
     run = claim_run(_now_ms(r) - 10)
-    assert s.finish_runs([(run.id, run.token, "ok", 1, 1, nxt, nxt, "", None, None)]).run(r) == [1]
+    assert s.finish_runs([(run.id, run.token, "ok", 1, 1, nxt, nxt, "", None)]).run(r) == [1]
     info = app.get_schedule("late")
     assert info is not None and info.last_lateness_ms == 0 and info.runs == 3
 

@@ -52,24 +52,16 @@ def _id_in_another_bucket(schedule_id: str) -> str:
 
 
 def _put(
-    app: drumbeat.App,
-    r: redis.Redis,
-    due: dict[str, int],
-    gen: int = 1,
-    priority: int = 0,
-    *,
-    head: str | None = None,
+    app: drumbeat.App, r: redis.Redis, due: dict[str, int], gen: int = 1, priority: int = 0
 ) -> None:
-    """Schedules ``due`` (id -> due ms) of the ping task, markers at their buckets' earliest.
-    ``head``: a record in today's layout with these fields before the task code."""
+    """Schedules ``due`` (id -> due ms) of the ping task, markers at their buckets' earliest."""
     keys = app.scheduler.shards[0]
     r.hset(keys.tasks, mapping={TASK: 7, "#7": TASK, "#": 7})
     for schedule_id, at in due.items():
         b = bucket_of(schedule_id)
         # gen|grid|flags|runs|failures|misfires|last_start|last_ms|task|spec: the layout
         # before `late`, which the scripts still read (and upgrade when they write the record)
-        record = f"{gen}|{at}|{priority}|3|1|2||5|" if head is None else head
-        r.hset(keys.schedules(b), schedule_id, f"{record}7|[[],{{}}]")
+        r.hset(keys.schedules(b), schedule_id, f"{gen}|{at}|{priority}|3|1|2||5|7|[[],{{}}]")
         r.zadd(keys.wheel(b), {schedule_id: at})
         r.zadd(keys.due, {protocol.wheel_marker(b): at}, lt=True)
 
@@ -216,7 +208,7 @@ def _finish(
     """Settles ``job`` (a run of generation 1) after 42 ms, its next run at ``next_grid`` + 7."""
     scripts = Scripts(app.scheduler.shards[0])
     due = int(job.extra.split(":")[0])
-    item = (job.id, job.token, outcome, 42, 1, next_grid, next_grid + 7, "boom", due, None)
+    item = (job.id, job.token, outcome, 42, 1, next_grid, next_grid + 7, "boom", due)
     return scripts.finish_runs([item]).run(r)
 
 
@@ -335,18 +327,7 @@ def test_one_settle_of_runs_from_two_buckets_names_each_buckets_keys_once(
     jobs = {j.id[2:]: j for j in claimed.jobs}
     order = [a[0], b[0], a[1], b[1], a[2]]  # interleaved
     items = [
-        (
-            jobs[i].id,
-            jobs[i].token,
-            "ok",
-            1,
-            1,
-            now + 60_000 + n,
-            now + 60_000 + n,
-            "",
-            now - 1000,
-            None,
-        )
+        (jobs[i].id, jobs[i].token, "ok", 1, 1, now + 60_000 + n, now + 60_000 + n, "", now - 1000)
         for n, i in enumerate(order)
     ]
     call = scripts.finish_runs(items)
@@ -373,9 +354,7 @@ def _claim_three_due_runs(
 
 def _settle_as_ok(scripts: Scripts, r: redis.Redis, jobs: list[Claimed], now: int) -> None:
     """Settles ``jobs`` (claimed at ``now`` by _claim_three_due_runs) as runs that went well."""
-    items = [
-        (j.id, j.token, "ok", 1, 1, now + 60_000, now + 60_000, "", now - 1000, None) for j in jobs
-    ]
+    items = [(j.id, j.token, "ok", 1, 1, now + 60_000, now + 60_000, "", now - 1000) for j in jobs]
     assert scripts.finish_runs(items).run(r) == [1] * 3
 
 
@@ -515,104 +494,3 @@ def test_a_claim_opens_only_the_passed_buckets_whose_markers_are_due(
         r.zadd(keys.due, {f"l:busy{n}": now - 10})
     result = scripts.claim("w1", 1, 60_000, 100, [bucket_of(later_id)], upcoming=0).run(r)
     assert [job.id for job in result.jobs] == ["s:" + later_id]
-
-
-def test_the_head_a_worker_builds_is_the_record_the_script_would_write(
-    app: drumbeat.App, r: redis.Redis
-) -> None:
-    """Pairs of schedules with the same record, claimed together: one settled with the head its
-    worker built (`protocol.settled_heads`), one without (finish_runs.lua works the record out).
-    Both end with the same record and next run: when the record is as the claim read it (the
-    head is swapped), and when it changed meanwhile (the script falls back to its own)."""
-    keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
-    now = _now_ms(r)
-    grid = now - 1000
-    cases = {  # name: (record head, outcome, change while the run is in flight)
-        "ok": (f"3|{grid}|4|120|2|1|-4998|12|3|", "ok", None),
-        "first": (f"1|{grid}|0|0|0|0||0|0|", "ok", None),
-        "skip": (f"3|{grid}|4|120|2|1|-4998|12|3|", "skip", None),
-        "skip-never-ran": (f"1|{grid}|0|0|0|0||0|0|", "skip", None),
-        "paused": (f"3|{grid}|4|120|2|1|-4998|12|3|", "ok", "pause"),
-        "redefined": (f"3|{grid}|4|120|2|1|-4998|12|3|", "skip", "regen"),
-        "removed": (f"3|{grid}|4|120|2|1|-4998|12|3|", "ok", "remove"),
-    }
-    pairs = {name: (f"{name}-fast", f"{name}-slow") for name in cases}
-    for name, (head, _, _) in cases.items():
-        for schedule_id in pairs[name]:
-            _put(app, r, {schedule_id: grid}, head=head)
-    buckets = sorted({bucket_of(i) for pair in pairs.values() for i in pair})
-    jobs = {j.id[2:]: j for j in scripts.promote_runs(buckets, "w1", 100, 60_000).run(r).jobs}
-    assert set(jobs) == {i for pair in pairs.values() for i in pair}
-    for name, (head, _, change) in cases.items():
-        for schedule_id in pairs[name]:
-            job = jobs[schedule_id]
-            assert job.record is not None, "a run from its bucket carries its schedule's record"
-            assert protocol.record_head(job.record) == head
-            schedules = keys.schedules(bucket_of(schedule_id))
-            if change == "pause":
-                assert app.pause(schedule_id) == 1
-            elif change == "regen":
-                raw = r.hget(schedules, schedule_id)
-                assert raw is not None
-                r.hset(schedules, schedule_id, b"4" + raw[1:])
-            elif change == "remove":
-                r.hdel(schedules, schedule_id)
-    next_grid, items = now + 10_000, []
-    for name, (_, outcome, _) in cases.items():
-        fast, slow = (jobs[i] for i in pairs[name])
-        for job, built in ((fast, True), (slow, False)):
-            due, _, gen, _ = (int(x) for x in job.extra.split(":"))
-            assert job.record is not None
-            heads = protocol.settled_heads(
-                job.record,
-                outcome,
-                duration_ms=42,
-                grid_ms=next_grid,
-                started_ms=job.claimed_ms,
-                due_ms=due,
-            )
-            items.append(
-                (job.id, job.token, outcome, 42, gen, next_grid, next_grid + 7, "", due,
-                 heads if built else None)
-            )  # fmt: skip
-    assert scripts.finish_runs(items).run(r) == [1] * len(items)
-
-    def ended(schedule_id: str) -> tuple[bytes | None, float | None]:
-        b = bucket_of(schedule_id)
-        return r.hget(keys.schedules(b), schedule_id), r.zscore(keys.wheel(b), schedule_id)
-
-    for name in cases:
-        fast, slow = pairs[name]
-        assert ended(fast) == ended(slow), name
-    assert parse_record(r.hget(keys.schedules(bucket_of("ok-fast")), "ok-fast") or b"").runs == 121
-    assert r.zscore(keys.wheel(bucket_of("paused-fast")), "paused-fast") is None
-    assert r.hget(keys.schedules(bucket_of("removed-fast")), "removed-fast") is None
-
-
-def test_a_record_unchanged_since_the_claim_takes_the_head_its_worker_sent(
-    app: drumbeat.App, r: redis.Redis
-) -> None:
-    """The script swaps the head without working the record out (a head no run could give is
-    written as it came); a record changed meanwhile is worked out instead."""
-    keys, scripts = app.scheduler.shards[0], Scripts(app.scheduler.shards[0])
-    now = _now_ms(r)
-    kept, changed = "kept", _id_in_another_bucket("kept")
-    head = f"3|{now - 1000}|4|120|2|1|-4998|12|3|"
-    for schedule_id in (kept, changed):
-        _put(app, r, {schedule_id: now - 1000}, head=head)
-    buckets = sorted({bucket_of(kept), bucket_of(changed)})
-    jobs = {j.id[2:]: j for j in scripts.promote_runs(buckets, "w1", 100, 60_000).run(r).jobs}
-    schedules = keys.schedules(bucket_of(changed))
-    raw = r.hget(schedules, changed)
-    assert raw is not None
-    r.hset(schedules, changed, b"4" + raw[1:])  # redefined while its run is in flight
-    odd = f"3|{now + 5000}|4|999|2|1|7|42|3|"
-    items = [
-        (jobs[i].id, jobs[i].token, "ok", 42, 3, now + 5000, now + 5000, "", now - 1000,
-         (head, odd))
-        for i in (kept, changed)
-    ]  # fmt: skip
-    assert scripts.finish_runs(items).run(r) == [1, 1]
-    assert r.hget(keys.schedules(bucket_of(kept)), kept) == f"{odd}7|[[],{{}}]".encode()
-    worked_out = parse_record(r.hget(schedules, changed) or b"")
-    assert (worked_out.generation, worked_out.runs, worked_out.last_ms) == (4, 121, 42)

@@ -49,7 +49,6 @@ SHARED = [
     "MARKERS_FIELD",
     "KEEP_FIELD",
     "LEASES_KEEP",
-    "CLAIMED_FIELDS",
 ]
 #: Constants only Lua needs (a new one must be placed in one of the two lists).
 LUA_ONLY = {"CALL_MANY_CHUNK", "LIMIT_PURGE", "LIMIT_RECHECK_MS", "LIMIT_NEAR_MS", "WHEEL_READ",

@@ -71,7 +71,7 @@ def test_the_keys_of_hot_path_calls_are_the_keys_of_the_schema(shard: int | None
         k.lateness, *of_buckets,
     ]  # fmt: skip
     ids = ["s:a", "s:b"]
-    finish = scripts.finish_runs([(i, 1, "ok", 1, 0, 5, 5, "", None, None) for i in ids])
+    finish = scripts.finish_runs([(i, 1, "ok", 1, 0, 5, 5, "", None) for i in ids])
     run_buckets = list(dict.fromkeys(bucket_of(i[2:]) for i in ids))
     assert list(finish.keys) == [
         k.due, k.leases, k.owners, k.state, k.faults, k.wake, k.jobs,
@@ -83,13 +83,12 @@ def test_the_keys_of_hot_path_calls_are_the_keys_of_the_schema(shard: int | None
 
 def test_a_claim_reply_parses_into_its_items() -> None:
     head: list[Any] = [1000, -1, [], None, 3]
-    record = b"0|990|5|0|0|0||0|0|3|[[1],5]"
-    run = [b"s:a", b"t|[[1],5]", 1, 0, 41, 5, b"990:990:0:0", None, None, record]
-    job = ["j1", b"", 2, 1, 42, 7, "key", b"\x91\x01", b"q2|1234", None]
+    run = [b"s:a", b"t|[[1],5]", 1, 0, 41, 5, b"990:990:0:0", None, None]
+    job = ["j1", b"", 2, 1, 42, 7, "key", b"\x91\x01", b"q2|1234"]
     result = parse_claim(head + run + job)
     assert result.jobs == [
-        Claimed("s:a", b"t|[[1],5]", 1, 0, 41, 5, "990:990:0:0", None, None, record, 1000),
-        Claimed("j1", None, 2, 1, 42, 7, "key", b"\x91\x01", b"q2|1234", None, 1000),
-    ]  # fmt: skip
+        Claimed("s:a", b"t|[[1],5]", 1, 0, 41, 5, "990:990:0:0"),
+        Claimed("j1", None, 2, 1, 42, 7, "key", b"\x91\x01", b"q2|1234"),
+    ]
     assert (result.jobs[1].queue, result.jobs[1].unknown_ms) == ("q2", 1234)
     assert (result.now_ms, result.next_due_ms, result.best) == (1000, None, 3)

@@ -266,20 +266,20 @@ local function format_schedule(s)
 end
 
 -- What a run needs of a record (the record parser's result without its counters): generation
--- and grid slot (as written), flags (a number), task code and spec, and the record itself (false
--- for one in the old layout, which its settle upgrades: see finish_runs.lua), or nil when
--- unreadable. A claim reads every record of every run it starts, so it does not build a table of
--- all its fields nor convert what it only copies.
+-- and grid slot (as written), flags (a number), task code and spec, or nil when unreadable. A
+-- claim reads every record of every run it starts, so it does not build a table of all its
+-- fields nor convert what it only copies.
 local function schedule_run_fields(v)
   if not v then return nil end
   local pattern = '^(%d+)|(%-?%d+)|(%d+)|%d+|%d+|%d+|%-?%d*|%d+|%d*|(%d+)|(.*)$'
   local gen, grid, flags, task, spec = string.match(v, pattern)
-  if gen then return gen, grid, flags + 0, task, spec, v end
-  local old = schedule_of_old_layout(v)
-  if not old then return nil end
-  gen, grid, flags, task, spec = string.match(old, pattern)
-  if not gen then return nil end
-  return gen, grid, flags + 0, task, spec, false
+  if not gen then
+    local old = schedule_of_old_layout(v)
+    if not old then return nil end
+    gen, grid, flags, task, spec = string.match(old, pattern)
+    if not gen then return nil end
+  end
+  return gen, grid, flags + 0, task, spec
 end
 
 -- Task names are interned per shard (`tasks`: name -> code, "#<code>" -> name, "#" the last
@@ -465,9 +465,6 @@ local KEEP_VALUE = 'drumbeat keeps this field so that Redis stores this hash as 
 -- leases held leave it out (ZCOUNT up to "(+inf").
 local LEASES_KEEP = '~drumbeat keeps this member so that Redis stores this sorted set as a skiplist (docs/redis-keys.md)'
 
--- Entries per item in a claim's reply (see take_all).
-local CLAIMED_FIELDS = 10
-
 -- Claiming, shared by claim.lua and promote_runs.lua. `k` names the keys: state, owners,
 -- leases, fence, ready, jobs. `c` is the claim: worker, now, lease_ms, and what it gathers: the
 -- reply (`out`) and the lateness of each schedule run started (`lateness`).
@@ -513,10 +510,7 @@ local function take_all(k, c, ids, specs, states)
     if (s.queue and s.queue ~= '') or (s.unknown and s.unknown > 0) then
       where = (s.queue or '') .. '|' .. (s.unknown or 0)
     end
-    -- A run taken straight from its bucket (not queued, never claimed before) carries its
-    -- schedule's record as read, for the settle its worker builds (see finish_runs.lua); others
-    -- false. The record, not its head: a string already made, where a head is one more a run.
-    out[m + 8], out[m + 9], out[m + 10] = progress[i] or false, where, s.record or false
+    out[m + 8], out[m + 9] = progress[i] or false, where
   end
   call_many('HSET', k.state, state)
   call_many('HSET', k.owners, owners)
@@ -646,7 +640,7 @@ local function promote_buckets(k, c, buckets, limit, settle)
       if #found > 0 then
         local records = redis.call('HMGET', b[3], unpack(found))
         for j, id in ipairs(found) do
-          local gen, grid, flags, task, spec, record = schedule_run_fields(records[j])
+          local gen, grid, flags, task, spec = schedule_run_fields(records[j])
           local queue = ''
           if gen and flags < PAUSED_FLAG then
             if names[task] == nil then
@@ -661,7 +655,7 @@ local function promote_buckets(k, c, buckets, limit, settle)
           elseif not gen or flags >= PAUSED_FLAG then
             bucket.out[#bucket.out + 1] = id  -- unreadable, or paused: no run
           elseif queue == '' then
-            runs[#runs + 1] = {id, dues[j], raw[j], flags, bucket, task, spec, grid, gen, record}
+            runs[#runs + 1] = {id, dues[j], raw[j], flags, bucket, task, spec, grid, gen}
           else
             bucket.out[#bucket.out + 1] = id
             local into = routed[queue]
@@ -708,8 +702,7 @@ local function promote_buckets(k, c, buckets, limit, settle)
     out[#out + 1] = run[1]
     ids[n], specs[n] = RUN_PREFIX .. run[1], names[run[6]] .. '|' .. run[7]
     states[n] = {attempt = 0, stalls = 0, priority = run[4], seq = 0, due = run[2], queue = '',
-                 unknown = 0, key = run[3] .. ':' .. run[8] .. ':' .. run[9] .. ':0',
-                 record = run[10]}
+                 unknown = 0, key = run[3] .. ':' .. run[8] .. ':' .. run[9] .. ':0'}
   end
   for _, bucket in ipairs(opened) do
     local b = bucket.b

@@ -32,10 +32,9 @@
 --          served `ready` keys or -1, then per
 --          item: id, spec or false, attempt, stalls, token, priority, extra, saved progress or
 --          false, then false or "<queue ('' for the default one)>|<ms it was first handed back
---          for want of its task, or 0>" (false: the default queue, never handed back), then the
---          schedule's record for a run taken straight from its bucket (as read), else
---          false}; for a schedule run the id is "s:<schedule id>", the spec "<task
---          name>|<arguments and cadence>" and extra "<due>:<grid>:<generation>:<manual>"
+--          for want of its task, or 0>" (false: the default queue, never handed back)}; for a
+--          schedule run the id is "s:<schedule id>", the spec "<task name>|<arguments and
+--          cadence>" and extra "<due>:<grid>:<generation>:<manual>"
 
 -- (Defined here, not in _lib.lua: every script runs all of _lib's definitions on every call.)
 -- Pops the best `limit` entries across several `ready` keys and takes them: the lowest scores
@@ -170,11 +169,11 @@ if read_all and #passed > 0 then
   passed = due_now
 end
 local early = #passed > 0
-  and promote_buckets(k, c, passed, limit - (#c.out - 5) / CLAIMED_FIELDS, passed_due)
+  and promote_buckets(k, c, passed, limit - (#c.out - 5) / 9, passed_due)
 -- The due buckets it could not open are reported for promote_runs.lua, stepped aside for
 -- BUCKET_HOLD_MS, as many as the slots left (each holds a due run; with `limit` 0, all: a busy
 -- worker promotes them for its checkpoints); the rest stay due for other workers' claims.
-local room, held_by_key = limit - (#c.out - 5) / CLAIMED_FIELDS, {}
+local room, held_by_key = limit - (#c.out - 5) / 9, {}
 for i, marker in ipairs(reportable) do
   if limit > 0 and i > room then
     early = true

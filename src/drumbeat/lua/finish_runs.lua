@@ -11,16 +11,7 @@
 -- ARGV    one per run, packed (one argument is far cheaper to send than ten):
 --         "<member>|<token>|<outcome ok|fail|skip>|<duration ms>|<generation run>|
 --          <next grid ms>|<next due ms>|<this run's due ms, or empty>|<bucket>/<j>|
---          <error text, may hold anything>", or for a run taken straight from its bucket
---          that did not fail, "#<member>|<token>|<bucket>/<j>|<outcome ok|skip>|<next due ms>|
---          <length of the old head>|<the head of the record as the claim read it><the head to
---          write instead>": its worker built what after_run would write (the record's fields
---          before the task code: protocol.settled_heads), and the script only checks that the
---          record still starts with the head the claim read (then its generation, slot, flags
---          and totals are as they were: nothing changed it meanwhile) and swaps the head. A
---          record changed meanwhile (paused, redefined, in the old layout) goes through
---          after_run with the run's fields, read back from the two heads. Parsing and rebuilding
---          the record was a quarter of settling a run (`bench.redis_cpu harness`, callgrind).
+--          <error text, may hold anything>"
 -- Returns one integer per run: 1 settled, 0 refused (lease lost)
 -- (Defined here, not in _lib.lua: every script runs all of _lib's definitions on every call.)
 -- A schedule's record (`v`, or nil) after one of its runs (`run`) ended, and the due time of
@@ -78,22 +69,14 @@ end
 local out = {}
 local runs, members = {}, {}
 for i, packed in ipairs(ARGV) do
-  local run
-  if string.byte(packed, 1) == 35 then  -- '#': the worker built the record's new head
-    local member, token, bucket, slot, outcome, due, len, heads = string.match(packed,
-      '^#([^|]+)|(%d+)|(%d+)/(%d+)|(%a+)|(%-?%d+)|(%d+)|(.*)$')
-    run = {member = member, token = token, bucket = bucket, slot = slot, outcome = outcome,
-           due = due, len = len and len + 0, heads = heads}
-  else
-    local member, token, outcome, ms, gen, grid, due, due_was, first, bucket, slot, err =
-      string.match(packed,
-        '^([^|]+)|(%d+)|(%a+)|(%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d*):?(%d*)|(%d+)/(%d+)|(.*)$')
-    -- Kept as the strings they came as: after_run converts what it needs.
-    run = {member = member, token = token, outcome = outcome, ms = ms, gen = gen, grid = grid,
-           due = due, bucket = bucket, slot = slot, err = err, due_was = due_was, first = first}
-  end
-  runs[i] = run
-  members[i] = run.member or ''
+  local member, token, outcome, ms, gen, grid, due, due_was, first, bucket, slot, err =
+    string.match(packed,
+      '^([^|]+)|(%d+)|(%a+)|(%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d*):?(%d*)|(%d+)/(%d+)|(.*)$')
+  -- Kept as the strings they came as: after_run converts what it needs.
+  runs[i] = {member = member, token = token, outcome = outcome, ms = ms, gen = gen,
+             grid = grid, due = due, bucket = bucket, slot = slot, err = err,
+             due_was = due_was, first = first}
+  members[i] = member or ''
 end
 
 -- Fencing, then the run's bookkeeping dropped: one call per key for the whole batch.
@@ -120,24 +103,6 @@ for i, run in ipairs(runs) do
 end
 drop_claims(KEYS[3], KEYS[2], KEYS[7], KEYS[4], settled)
 
--- The record after a run, and its next due time (a number and as sent), or nil: the head the
--- worker built when the record is still the one its claim read, else after_run's, with the
--- run's fields read back from the heads (the lateness the worker worked out gives its due time).
-local function settle_record(v, run)
-  if not run.heads then return after_run(v, run) end
-  local len = run.len
-  if v and string.sub(v, 1, len) == string.sub(run.heads, 1, len) then
-    return string.sub(run.heads, len + 1) .. string.sub(v, len + 1), run.due + 0, run.due
-  end
-  local gen = string.match(run.heads, '^(%d+)|')
-  local grid, ms, late = string.match(string.sub(run.heads, len + 1),
-    '^%d+|(%-?%d+)|%d+|%d+|%d+|%d+|%-?%d*|(%d+)|(%d+)|$')
-  if not gen or not grid then return nil end
-  return after_run(v, {outcome = run.outcome, ms = ms, gen = gen, grid = grid, due = run.due,
-                       due_was = string.format('%d', run.started - late), first = '',
-                       started = run.started})
-end
-
 -- Totals and next runs, bucket by bucket (a bucket's runs fall due, and end, together).
 -- Each bucket's marker is pulled forward to its first next run: one ZADD LT for all buckets.
 local faults, marks, earliest = {}, {}, nil
@@ -147,7 +112,7 @@ for bucket, group in pairs(buckets) do
   local records = redis.call('HMGET', group.schedules, unpack(ids))
   local writes, waits, first, first_raw = {}, {}, nil, nil
   for j, run in ipairs(group.runs) do
-    local record, next_due, next_raw = settle_record(records[j], run)
+    local record, next_due, next_raw = after_run(records[j], run)
     if record then
       if run.outcome == 'fail' then
         faults[#faults + 1], faults[#faults + 2] = ids[j], run.err

@@ -19,7 +19,7 @@ import redis
 
 from drumbeat.config import Settings
 from drumbeat.outcomes import Again, Bury, Cancelled, Done, HandBack, Outcome, RunDone, Unknown
-from drumbeat.protocol import RUN_STATE_SEP, run_due_ms, settled_heads
+from drumbeat.protocol import run_due_ms
 from drumbeat.replies import Claimed
 from drumbeat.scripts import Call, Scripts
 
@@ -57,18 +57,6 @@ def _unknown_wait(settings: Settings) -> tuple[int, int]:
     return least, max(least, min(10_000, grace_ms // 10))
 
 
-def _heads(job: Claimed, done: RunDone) -> tuple[str, str] | None:
-    """The record's head as the claim read it and the head the run's settle writes (see
-    `Scripts.finish_runs`), for a run taken straight from its bucket that did not fail (a
-    failure's error goes to `faults`, which finish_runs.lua writes); else None."""
-    if job.record is None or done.outcome == "fail":
-        return None
-    return settled_heads(
-        job.record, done.outcome, duration_ms=done.duration_ms, grid_ms=done.grid_ms,
-        started_ms=job.claimed_ms, due_ms=int(job.extra.partition(RUN_STATE_SEP)[0]),
-    )  # fmt: skip
-
-
 KINDS: dict[type[Outcome], Kind] = {
     Done: Kind(
         "ack", lambda s, q, cfg: s.complete,
@@ -104,7 +92,7 @@ KINDS: dict[type[Outcome], Kind] = {
     RunDone: Kind(
         "reschedule", lambda s, q, cfg: s.finish_runs,
         lambda j, o: (j.id, j.token, o.outcome, o.duration_ms, o.generation, o.grid_ms,
-                      o.due_ms, o.error, run_due_ms(j.extra), _heads(j, o)),
+                      o.due_ms, o.error, run_due_ms(j.extra)),
         lambda o: (1, int(o.outcome == "fail")),
     ),
 }  # fmt: skip
