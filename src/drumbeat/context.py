@@ -58,6 +58,9 @@ class _Unfrozen:
     __slots__ = Context.__slots__
 
 
+_CHECKPOINTS = Context.__slots__.index("checkpoints")
+
+
 class Running:
     """What a job's run holds while it runs: its Context's fields (in `Context`'s order), made
     into the Context the first time a task asks (`current_job`; most tasks never do)."""
@@ -66,7 +69,8 @@ class Running:
 
     def __init__(self, fields: tuple[Any, ...]) -> None:
         self.fields = fields
-        self.checkpoints: Checkpoints | None = fields[9]
+        self.checkpoints: Checkpoints | None = fields[_CHECKPOINTS]
+        """Read at every `checkpoint`, which needs no Context."""
         self._context: Context | None = None
 
     def context(self) -> Context:
