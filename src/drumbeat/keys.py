@@ -55,6 +55,10 @@ SHARD_KEYS: dict[str, str] = {
     "throughput": "hash",
     "queues": "set",
     "parking": "hash",
+    "slots": "zset",
+    "where": "hash",
+    "runners": "zset",
+    "pending": "hash",
 }
 
 #: The queue a job goes to unless its task or its call names another.
@@ -66,6 +70,11 @@ QUEUE_KEYS: dict[str, str] = {"ready": "zset", "due": "zset", "wake": "zset"}
 
 #: Keys of one bucket of a shard's schedule wheel, ``<name>:<bucket>``.
 BUCKET_KEYS: dict[str, str] = {"wheel": "zset", "schedules": "hash"}
+
+#: Keys of the schedule kept as time slots (docs/design/time-slots.md; in progress, not yet used
+#: by workers): ``slot:<ms>``, the entries due in that millisecond, and ``inflight:<incarnation>``,
+#: the entries one worker process incarnation claimed.
+SLOT_KEYS: dict[str, str] = {"slot": "list", "inflight": "hash"}
 
 #: Buckets per shard. A bucket stays a listpack (compact) while it holds at most 128 schedules
 #: (Redis' default ``*-max-listpack-entries``): 16,384 buckets keep a million schedules per shard
@@ -254,6 +263,34 @@ class Keys:
 
     def schedules(self, bucket: int) -> str:
         return self.bucket_key("schedules", bucket)
+
+    def slot(self, ms: int) -> str:
+        """The entries of the schedules due in millisecond ``ms`` (time slots)."""
+        return f"{PREFIX}:{self.tag}:slot:{ms}"
+
+    def inflight(self, incarnation: str) -> str:
+        """The entries one worker process incarnation claimed and has not settled."""
+        return f"{PREFIX}:{self.tag}:inflight:{check_name(incarnation, 'incarnation')}"
+
+    @property
+    def slots(self) -> str:
+        """The non-empty time slots, each by its ms."""
+        return self.key("slots")
+
+    @property
+    def where(self) -> str:
+        """Schedule id -> the ms of the time slot its entry waits in."""
+        return self.key("where")
+
+    @property
+    def runners(self) -> str:
+        """Worker process incarnations holding time-slot entries -> their lease deadline."""
+        return self.key("runners")
+
+    @property
+    def pending(self) -> str:
+        """Schedule id -> a change made while its run was in flight, applied when it settles."""
+        return self.key("pending")
 
     def limit_key(self, name: str, limiter: str) -> str:
         """A key of one limiter key (`LIMIT_KEYS`)."""

@@ -70,6 +70,12 @@ SCRIPT_NAMES = (
     "find_schedules",
     "acquire_limits",
     "release_limits",
+    "slot_schedules",
+    "unslot_schedules",
+    "claim_slots",
+    "settle_slots",
+    "reap_runners",
+    "handback_slots",
 )
 
 

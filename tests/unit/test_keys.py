@@ -13,6 +13,7 @@ from drumbeat.keys import (
     LIMIT_KEYS,
     QUEUE_KEYS,
     SHARD_KEYS,
+    SLOT_KEYS,
     WHEEL_BUCKETS,
     Keys,
     check_name,
@@ -21,17 +22,21 @@ from drumbeat.keys import (
 DOC = Path(__file__).resolve().parents[2] / "docs" / "redis-keys.md"
 
 
+# The parameter part of the per-item keys' names in the table (`done:<job id>`, `wheel:<bucket>`).
+_SUFFIXES = ":<job id>|:<bucket>|:<limiter key>|:<ms>|:<incarnation>"
+
+
 def _doc_rows() -> dict[str, str]:
     rows = {}
     for line in DOC.read_text().splitlines():
-        m = re.match(r"\| `([a-z]+)(?::<job id>|:<bucket>|:<limiter key>)?` \| (\w+) \|", line)
+        m = re.match(rf"\| `([a-z]+)(?:{_SUFFIXES})?` \| (\w+) \|", line)
         if m:
             rows[m.group(1)] = m.group(2)
     return rows
 
 
 def test_doc_table_matches_keys_module() -> None:
-    assert _doc_rows() == {**SHARD_KEYS, **JOB_KEYS, **BUCKET_KEYS, **LIMIT_KEYS}
+    assert _doc_rows() == {**SHARD_KEYS, **JOB_KEYS, **BUCKET_KEYS, **LIMIT_KEYS, **SLOT_KEYS}
 
 
 def _crc16(data: bytes) -> int:
@@ -59,6 +64,7 @@ def test_all_keys_of_a_shard_hash_to_one_slot(shard: int | None) -> None:
     names += [keys.bucket_key(n, b) for n in BUCKET_KEYS for b in (0, WHEEL_BUCKETS - 1)]
     names += [keys.queue_key(n, q) for n in QUEUE_KEYS for q in ("default", "builds", "a:b")]
     names += [keys.limit_key(n, k) for n in LIMIT_KEYS for k in ("t:app.place=7", "n:mercari")]
+    names += [keys.slot(1764841234567), keys.inflight("host.12.ab3f")]
     assert len({_slot(k) for k in names}) == 1
     assert all(k.startswith(f"drumbeat:{keys.tag}:") for k in names)
 

@@ -357,16 +357,19 @@ local function lateness_bin(ms)
   return math.floor(LATENESS_BINS_PER_DOUBLING * math.log(ms + 1) / math.log(2))
 end
 
-local function record_lateness(key, now, samples)
+-- Counts each of `samples` (lateness ms) once, or `weights[i]` times when given (the runs of a
+-- time slot share their due time, so one sample stands for them all).
+local function record_lateness(key, now, samples, weights)
   if #samples == 0 then return end
   local window = math.floor(now / LATENESS_WINDOW_MS)
   local slot = window % LATENESS_WINDOWS
   local counts, bins, max, sum = {}, {}, 0, 0
-  for _, ms in ipairs(samples) do
+  for i, ms in ipairs(samples) do
     local bin = lateness_bin(ms)
+    local w = weights and weights[i] or 1
     if not counts[bin] then counts[bin], bins[#bins + 1] = 0, bin end
-    counts[bin] = counts[bin] + 1
-    sum = sum + ms
+    counts[bin] = counts[bin] + w
+    sum = sum + ms * w
     if ms > max then max = ms end
   end
   -- One read of every field this touches and one write, not an HINCRBY per bin (two per bin:
@@ -859,4 +862,24 @@ local function limit_attention(l, now, horizon)
     if at == nil or rate_at < at then at = rate_at end
   end
   return math.floor(math.max(at or now, now + LIMIT_RECHECK_MS))
+end
+
+-- Time slots (docs/design/time-slots.md; in progress, not yet used by workers): `slot:<ms>`
+-- lists hold entries "<schedule id>|<record>" (or "<id>;<stalls>;<due>;<first start>|<record>"
+-- for a run back from a lapsed lease), `where` names the slot of each, `inflight:<incarnation>`
+-- holds "<due>|<claim ms>|<entry>" per run claimed.
+-- The entry of `id` in the list `slot_key`, or nil (a slot holds the schedules due in one ms:
+-- a few dozen at most at a million schedules every minute, so a scan).
+local function slotted_entry(slot_key, id)
+  local plain, stalled = id .. '|', id .. ';'
+  for _, entry in ipairs(redis.call('LRANGE', slot_key, '0', '-1')) do
+    local head = string.sub(entry, 1, #plain)
+    if head == plain or head == stalled then return entry end
+  end
+  return nil
+end
+
+-- The record of an entry (its part after the schedule id and any stall marks), or nil.
+local function entry_record(entry)
+  return string.match(entry, '^[^|]*|(.*)$')
 end

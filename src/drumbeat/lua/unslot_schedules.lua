@@ -1,0 +1,41 @@
+-- Removes schedules kept as time slots, by id (in progress, not yet used by workers;
+-- unschedule.lua does it for the wheel): an entry waiting in its slot goes at once; a schedule
+-- whose run is in flight is marked removed in `pending`, and the run's settle drops it. Its
+-- last error goes too. The caller read `where` and `runners` first, as for slot_schedules.lua.
+--
+-- KEYS[1] slots (zset)  KEYS[2] where (hash)  KEYS[3] pending (hash)  KEYS[4] faults (hash)
+-- KEYS[4 + i] slot:<ms> its entry was read in (any slot key when `where` had none), of the
+-- i-th schedule; KEYS[5 + n ...] inflight:<incarnation> of every incarnation in `runners`
+-- ARGV[1] n; then pairs, one per schedule: id, the ms `where` gave (empty if none)
+-- Returns one integer per schedule: 1 removed, 0 unknown, -1 moved: send again
+local n = tonumber(ARGV[1])
+local out = {}
+for i = 1, n do
+  local id, read = ARGV[2 * i], ARGV[2 * i + 1]
+  local key = KEYS[4 + i]
+  local at = redis.call('HGET', KEYS[2], id)
+  if (at or '') ~= read then
+    out[i] = -1
+  elseif not at then
+    out[i] = 0
+  else
+    local entry = slotted_entry(key, id)
+    if entry then
+      redis.call('LREM', key, '1', entry)
+      if redis.call('EXISTS', key) == 0 then redis.call('ZREM', KEYS[1], at) end
+      redis.call('HDEL', KEYS[2], id)
+      out[i] = 1
+    else
+      out[i] = -1
+      for j = 5 + n, #KEYS do
+        if redis.call('HEXISTS', KEYS[j], id) == 1 then
+          redis.call('HSET', KEYS[3], id, '-')
+          out[i] = 1
+          break
+        end
+      end
+    end
+    if out[i] == 1 then redis.call('HDEL', KEYS[4], id) end
+  end
+end
+return out

@@ -1,0 +1,265 @@
+"""Schedules kept as time slots: the store that replaces the wheel (in progress).
+
+Each schedule waits as one entry, ``<id>|<record>`` (the record as the wheel writes it), in the
+list of the millisecond it is due (`Keys.slot`); a claim pops the due slots' entries into the
+worker incarnation's in-flight hash, and the settle pushes each schedule's next entry, which
+the worker builds (`settled_record`), into its next slot. Redis does no per-run parsing, and a
+run touches four structures instead of the wheel's fourteen: 42 k Redis instructions a run
+against 174 k (`bench.slots_probe`). The plan, and what is not built yet:
+``docs/design/time-slots.md``. Workers do not use it yet.
+
+Scripts may only touch the keys they are passed, and an entry's slot is known only from
+`where`, so the calls by id (`upsert`, `remove`) read `where` and the live incarnations first
+and send again what moved meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from .keys import Keys
+from .protocol import FIELD_SEP
+from .replies import parse_ints
+from .scripts import Call
+
+#: Most upcoming slots a claim reply names (UPCOMING in _lib.lua).
+UPCOMING = 128
+#: A call by id is sent again at most this many times when what it read moved meanwhile.
+_MOVED_RETRIES = 20
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A claimed run: its schedule's entry, where it was due, and any stalls."""
+
+    schedule_id: str
+    due_ms: int
+    """The slot it was claimed from; for a run back from a lapsed lease, its first due time."""
+    record: str
+    stalls: int = 0
+    first_start_ms: int | None = None
+    """When it first started, for a run back from a lapsed lease."""
+
+
+def parse_entry(entry: str, slot_ms: int) -> Entry:
+    """An entry popped from slot ``slot_ms``; ``ValueError`` for one with no schedule id."""
+    head, sep, record = entry.partition(FIELD_SEP)
+    if not sep or not head:
+        raise ValueError(f"malformed time-slot entry: {entry[:80]!r}; expected '<id>|<record>'")
+    sid, _, marks = head.partition(";")
+    if not marks:
+        return Entry(sid, slot_ms, record)
+    stalls, due, first = marks.split(";")
+    return Entry(sid, int(due), record, int(stalls), int(first))
+
+
+@dataclass(frozen=True, slots=True)
+class SlotClaim:
+    """What `claim_slots.lua` replied."""
+
+    now_ms: int
+    reaped: bool
+    """The incarnation's lease lapsed and its runs were taken back: claim as a new one."""
+    upcoming: list[int] | None
+    """The ms of the slots due soon (None: not asked for)."""
+    entries: list[Entry]
+    malformed: list[str]
+    """Entries without a schedule id, dropped (written by something other than drumbeat)."""
+
+
+def parse_slot_claim(raw: Any) -> SlotClaim:
+    now = int(raw[0])
+    if isinstance(raw[1], bytes | str):  # 'reaped'
+        return SlotClaim(now, True, None, [], [])
+    upcoming = None if raw[1] is None else [int(ms) for ms in raw[1]]
+    entries: list[Entry] = []
+    malformed: list[str] = []
+    for i in range(2, len(raw), 2):
+        ms = int(raw[i])
+        for e in raw[i + 1]:
+            text = _text(e)
+            try:
+                entries.append(parse_entry(text, ms))
+            except ValueError:
+                malformed.append(text)
+    return SlotClaim(now, False, upcoming, entries, malformed)
+
+
+def settled_record(
+    record: str,
+    *,
+    outcome: str,
+    started_ms: int,
+    duration_ms: int,
+    next_grid_ms: int,
+    due_ms: int | None,
+    first_start_ms: int | None = None,
+) -> str:
+    """A schedule's record after one of its runs: what ``after_run`` in finish_runs.lua
+    writes for a run of the record's own generation (``outcome`` ok, fail or skip), byte for
+    byte. ``due_ms`` None: the run's due time is unknown, so its lateness counts as 0."""
+    gen, grid, flags, runs, fails, misf, rel, _ms, late, rest = record.split(FIELD_SEP, 9)
+    if outcome == "skip":
+        misf = str(int(misf) + 1)
+        if rel:
+            last_start = int(grid) + int(rel)
+            rel = str(last_start - next_grid_ms) if last_start > 0 else ""
+        ran = f"{_ms}|{late}"
+    else:
+        runs = str(int(runs) + 1)
+        if outcome == "fail":
+            fails = str(int(fails) + 1)
+        lateness = 0
+        if due_ms is not None:
+            start = first_start_ms if first_start_ms is not None else started_ms
+            lateness = max(0, start - due_ms)
+        ran = f"{duration_ms}|{lateness}"
+        rel = str(started_ms - next_grid_ms) if started_ms > 0 else ""
+    return f"{gen}|{next_grid_ms}|{flags}|{runs}|{fails}|{misf}|{rel}|{ran}|{rest}"
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """One run's settle, for `SlotScripts.settle`: its schedule's next entry and slot."""
+
+    schedule_id: str
+    entry: str
+    """``<id>|<record>``: the record after the run (`settled_record`)."""
+    next_ms: int
+    """The due time of its next run: the slot its entry goes to."""
+    error: str | None = None
+    """The error of a failed run, kept as the schedule's last one."""
+
+
+def parse_settled(raw: Any) -> list[int | tuple[int, str]]:
+    """Per run: 1 settled, 0 refused, or (due ms, entry) to send again into that slot."""
+    out: list[int | tuple[int, str]] = []
+    for r in raw:
+        if isinstance(r, int):
+            out.append(r)
+        else:
+            due, _, entry = _text(r).partition(FIELD_SEP)
+            out.append((int(due), entry))
+    return out
+
+
+class SlotScripts:
+    """Typed constructors for the time-slot scripts of one shard."""
+
+    def __init__(self, keys: Keys) -> None:
+        self.k = keys
+
+    def claim(
+        self,
+        incarnation: str,
+        limit: int,
+        lease_ms: int,
+        slots: Sequence[int],
+        *,
+        first: bool = False,
+        upcoming: int = UPCOMING,
+    ) -> Call[SlotClaim]:
+        """Claims up to ``limit`` due runs of ``slots`` (the ms of due slots, from the last
+        reply's `upcoming`); ``first``: the incarnation's first claim (it registers)."""
+        k = self.k
+        keys = [k.slots, k.runners, k.inflight(incarnation), k.lateness]
+        keys += [k.slot(ms) for ms in slots]
+        args = [incarnation, limit, lease_ms, 1 if first else 0, upcoming, *slots]
+        return Call("claim_slots", keys, args, parse_slot_claim)
+
+    def settle(
+        self, incarnation: str, runs: Sequence[Settled]
+    ) -> Call[list[int | tuple[int, str]]]:
+        """Settles ``runs`` of ``incarnation``; see `parse_settled` for the reply."""
+        k = self.k
+        groups: dict[int, list[Settled]] = {}
+        for run in runs:
+            groups.setdefault(run.next_ms, []).append(run)
+        keys = [k.inflight(incarnation), k.where, k.slots, k.pending, k.faults]
+        ids: list[str] = []
+        tail: list[str | int] = []
+        for ms, group in groups.items():
+            keys.append(k.slot(ms))
+            tail += [ms, len(group)]
+            for run in group:
+                ids.append(run.schedule_id)
+                tail.append(run.entry)
+        for run in runs:
+            if run.error is not None:
+                tail += [run.schedule_id, run.error]
+        return Call("settle_slots", keys, [len(ids), *ids, *tail], parse_settled)
+
+    def reap(self, back_ms: int, incarnations: Sequence[str]) -> Call[int]:
+        """Takes back the runs of ``incarnations`` whose lease lapsed into slot ``back_ms``."""
+        k = self.k
+        keys = [k.runners, k.where, k.slots, k.slot(back_ms)]
+        keys += [k.inflight(i) for i in incarnations]
+        return Call("reap_runners", keys, [back_ms, *incarnations], int)
+
+    def handback(self, incarnation: str, back_ms: int, ids: Sequence[str]) -> Call[int]:
+        """Gives runs of ``incarnation`` back, as claimed, into slot ``back_ms``."""
+        k = self.k
+        keys = [k.inflight(incarnation), k.where, k.slots, k.lateness, k.slot(back_ms)]
+        return Call("handback_slots", keys, [back_ms, *ids], int)
+
+    def _read(self, client: redis.Redis, ids: Sequence[str]) -> tuple[list[str], list[str]]:
+        """`where` of each id ('' when none), and the in-flight keys of every incarnation."""
+        k = self.k
+        pipe = client.pipeline(transaction=False)
+        pipe.hmget(k.where, list(ids))
+        pipe.zrange(k.runners, 0, -1)
+        at, runners = pipe.execute()
+        return [_text(a) if a is not None else "" for a in at], [
+            k.inflight(_text(r)) for r in runners
+        ]
+
+    def upsert(
+        self, client: redis.Redis, items: Sequence[tuple[str, int, int, int, str, bytes]]
+    ) -> list[int]:
+        """Items are (id, priority, grid_ms, due_ms, task name, spec); one 1 created, 2
+        updated, 0 unchanged each (see slot_schedules.lua)."""
+        k = self.k
+        out = [-1] * len(items)
+        todo = list(range(len(items)))
+        for _ in range(_MOVED_RETRIES):
+            at, inflight = self._read(client, [items[i][0] for i in todo])
+            keys = [k.slots, k.where, k.pending, k.tasks, k.wake]
+            args: list[str | bytes | int] = [len(todo)]
+            for i, read in zip(todo, at, strict=True):
+                sid, priority, grid, due, task, spec = items[i]
+                keys += [k.slot(int(read) if read else due), k.slot(due)]
+                args += [sid, read, priority, grid, due, task, spec]
+            got = Call("slot_schedules", keys + inflight, args, parse_ints).run(client)
+            for i, r in zip(todo, got, strict=True):
+                out[i] = r
+            todo = [i for i in todo if out[i] == -1]
+            if not todo:
+                return out
+        raise RuntimeError(f"schedules kept moving while being written: {len(todo)} left")
+
+    def remove(self, client: redis.Redis, ids: Sequence[str]) -> int:
+        """Removes schedules by id; returns how many there were."""
+        k = self.k
+        removed = 0
+        todo = list(ids)
+        for _ in range(_MOVED_RETRIES):
+            at, inflight = self._read(client, todo)
+            keys = [k.slots, k.where, k.pending, k.faults]
+            keys += [k.slot(int(read)) if read else k.slots for read in at]
+            args: list[str | int] = [len(todo)]
+            for sid, read in zip(todo, at, strict=True):
+                args += [sid, read]
+            got = Call("unslot_schedules", keys + inflight, args, parse_ints).run(client)
+            removed += sum(1 for r in got if r == 1)
+            todo = [sid for sid, r in zip(todo, got, strict=True) if r == -1]
+            if not todo:
+                return removed
+        raise RuntimeError(f"schedules kept moving while being removed: {len(todo)} left")

@@ -1,0 +1,302 @@
+"""The time-slot store's scripts (docs/design/time-slots.md; not yet used by workers), on a real
+Redis: entries land in the slot of their due ms, a claim takes only due slots and only its
+room, a settle is fenced by the incarnation's in-flight hash, the reaper and a handback put
+runs back, and changes made while a run is in flight wait for its settle."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import redis
+
+from drumbeat import protocol
+from drumbeat.keys import Keys
+from drumbeat.scripts import Call, _definitions, _with_lib
+from drumbeat.slots import Settled, SlotScripts, parse_entry, settled_record
+
+TASK = "tasks.watch"
+SPEC = b'[["kw",500],[5000,0,0]]'
+
+
+def _now_ms(r: redis.Redis) -> int:
+    sec, usec = r.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+@pytest.fixture
+def keys(namespace: str) -> Keys:
+    return Keys(namespace)
+
+
+@pytest.fixture
+def s(keys: Keys) -> SlotScripts:
+    return SlotScripts(keys)
+
+
+def _slot(r: redis.Redis, keys: Keys, ms: int) -> list[str]:
+    return [e.decode() for e in r.lrange(keys.slot(ms), 0, -1)]
+
+
+def _upsert(
+    r: redis.Redis, s: SlotScripts, ids: list[str], due: int, spec: bytes = SPEC
+) -> list[int]:
+    return s.upsert(r, [(sid, 0, due, due, TASK, spec) for sid in ids])
+
+
+def _settle_all(
+    r: redis.Redis, s: SlotScripts, incarnation: str, claim_now: int, entries: list, *,
+    next_ms: int, outcome: str = "ok",
+) -> list:  # fmt: skip
+    runs = []
+    for e in entries:
+        record = settled_record(
+            e.record, outcome=outcome, started_ms=claim_now, duration_ms=3,
+            next_grid_ms=next_ms, due_ms=e.due_ms, first_start_ms=e.first_start_ms,
+        )  # fmt: skip
+        error = "boom" if outcome == "fail" else None
+        runs.append(Settled(e.schedule_id, f"{e.schedule_id}|{record}", next_ms, error))
+    return s.settle(incarnation, runs).run(r)
+
+
+def test_an_upsert_puts_each_entry_in_the_slot_of_its_due_ms_once(
+    r: redis.Redis, keys: Keys, s: SlotScripts
+) -> None:
+    due = _now_ms(r) + 60_000
+    assert _upsert(r, s, ["a", "b"], due) == [1, 1]
+    assert sorted(e.split("|")[0] for e in _slot(r, keys, due)) == ["a", "b"]
+    assert r.zscore(keys.slots, str(due)) == due
+    assert r.hget(keys.where, "a") == str(due).encode()
+    # Unchanged: left alone, totals and place kept.
+    assert _upsert(r, s, ["a"], due + 5) == [0]
+    assert len(_slot(r, keys, due)) == 2
+    assert not r.exists(keys.slot(due + 5))
+    # Changed: a new generation at its new first due time; the old slot keeps the other one.
+    assert _upsert(r, s, ["a"], due + 7, spec=b'[["kw",600],[5000,0,0]]') == [2]
+    [moved] = _slot(r, keys, due + 7)
+    assert moved.startswith("a|2|")  # generation 2
+    assert [e.split("|")[0] for e in _slot(r, keys, due)] == ["b"]
+    assert r.hget(keys.where, "a") == str(due + 7).encode()
+
+
+def test_an_upsert_that_read_where_before_the_entry_moved_is_told_to_send_again(
+    r: redis.Redis, keys: Keys, s: SlotScripts
+) -> None:
+    due = _now_ms(r) + 60_000
+    _upsert(r, s, ["a"], due)
+    stale = Call(
+        "slot_schedules",
+        [keys.slots, keys.where, keys.pending, keys.tasks, keys.wake, keys.slot(due - 1),
+         keys.slot(due + 9)],
+        [1, "a", str(due - 1), 0, due + 9, due + 9, TASK, b"[]"],
+        lambda raw: [int(x) for x in raw],
+    )  # fmt: skip
+    assert stale.run(r) == [-1]
+    assert _slot(r, keys, due)[0].startswith("a|1|")  # untouched
+
+
+def test_a_claim_takes_only_due_slots_and_only_as_many_runs_as_it_has_room_for(
+    r: redis.Redis, keys: Keys, s: SlotScripts
+) -> None:
+    now = _now_ms(r)
+    past, future = now - 50, now + 60_000
+    _upsert(r, s, [f"p{i}" for i in range(5)], past)
+    _upsert(r, s, ["f0"], future)
+    got = s.claim("w1.1", 3, 30_000, [past, future], first=True).run(r)
+    assert not got.reaped
+    assert [e.schedule_id for e in got.entries] == ["p0", "p1", "p2"]
+    assert {e.due_ms for e in got.entries} == {past}
+    # The rest stay due in their slot; the future slot is untouched.
+    assert [e.split("|")[0] for e in _slot(r, keys, past)] == ["p3", "p4"]
+    assert len(_slot(r, keys, future)) == 1
+    held = r.hgetall(keys.inflight("w1.1"))
+    assert sorted(held) == [b"p0", b"p1", b"p2"]
+    due, claimed, entry = held[b"p0"].decode().split("|", 2)
+    assert (int(due), int(claimed)) == (past, got.now_ms)
+    assert entry.startswith("p0|1|")
+    assert got.now_ms < r.zscore(keys.runners, "w1.1") <= got.now_ms + 30_000
+    # Their lateness is counted once, for the three runs it stands for.
+    counts = {f: int(v) for f, v in r.hgetall(keys.lateness).items() if f.startswith(b"c")}
+    assert sum(v for f, v in counts.items() if f != b"cs") == 3
+    assert counts[b"cs"] == 3 * (got.now_ms - past)
+    # The next claim empties the slot: it leaves `slots`.
+    again = s.claim("w1.1", 10, 30_000, [past]).run(r)
+    assert [e.schedule_id for e in again.entries] == ["p3", "p4"]
+    assert r.zscore(keys.slots, str(past)) is None
+    assert r.zscore(keys.slots, str(future)) == future
+
+
+def test_a_settle_pushes_each_next_entry_into_its_slot_and_keeps_failed_runs_errors(
+    r: redis.Redis, keys: Keys, s: SlotScripts
+) -> None:
+    now = _now_ms(r)
+    _upsert(r, s, ["a", "b"], now - 10)
+    got = s.claim("w1.1", 10, 30_000, [now - 10], first=True).run(r)
+    nxt = now + 5000
+    assert _settle_all(r, s, "w1.1", got.now_ms, got.entries, next_ms=nxt, outcome="fail") == [1, 1]
+    entries = [parse_entry(e, nxt) for e in _slot(r, keys, nxt)]
+    assert [e.schedule_id for e in entries] == ["a", "b"]
+    assert [e.record.split("|")[3:5] for e in entries] == [["1", "1"]] * 2  # runs, failures
+    assert r.zscore(keys.slots, str(nxt)) == nxt
+    assert r.hget(keys.where, "a") == str(nxt).encode()
+    assert not r.exists(keys.inflight("w1.1"))
+    assert r.hget(keys.faults, "a") == b"boom"
+
+
+def test_a_reaped_incarnation_is_refused_and_its_runs_come_back_with_their_stalls(
+    r: redis.Redis, keys: Keys, s: SlotScripts
+) -> None:
+    now = _now_ms(r)
+    due = now - 20
+    _upsert(r, s, ["a", "b"], due)
+    got = s.claim("w1.1", 10, 30_000, [due], first=True).run(r)
+    r.zadd(keys.runners, {"w1.1": now - 1})  # its lease lapsed
+    back = now - 5
+    assert s.reap(back, ["w1.1"]).run(r) == 2
+    # Its late settle is refused: nothing is pushed, nothing dropped.
+    assert _settle_all(r, s, "w1.1", got.now_ms, got.entries, next_ms=now + 5000) == [0, 0]
+    assert not r.exists(keys.slot(now + 5000))
+    # Its next claim is told; the runs wait in the due slot with a stall each.
+    assert s.claim("w1.1", 10, 30_000, [back]).run(r).reaped
+    again = s.claim("w1.2", 10, 30_000, [back], first=True).run(r)
+    assert sorted((e.schedule_id, e.stalls, e.due_ms, e.first_start_ms) for e in again.entries) == [
+        ("a", 1, due, got.now_ms), ("b", 1, due, got.now_ms)
+    ]  # fmt: skip
+    # A stalled run is not counted late again: the lateness counts stay at the first claim's.
+    total = sum(int(v) for f, v in r.hgetall(keys.lateness).items() if f[:1] == b"c" and f != b"cs")
+    assert total == 2
+    # A second lapse counts a second stall and keeps the first due time and start.
+    r.zadd(keys.runners, {"w1.2": now - 1})
+    assert s.reap(back, ["w1.2"]).run(r) == 2
+    third = s.claim("w1.3", 10, 30_000, [back], first=True).run(r)
+    assert {(e.stalls, e.due_ms, e.first_start_ms) for e in third.entries} == {(2, due, got.now_ms)}
+    # Settled: the lateness is to the first start, and the stall marks are gone.
+    assert _settle_all(r, s, "w1.3", third.now_ms, third.entries, next_ms=now + 5000) == [1, 1]
+    [a] = [parse_entry(e, now + 5000) for e in _slot(r, keys, now + 5000) if e.startswith("a|")]
+    assert a.stalls == 0
+    assert a.record.split("|")[8] == str(got.now_ms - due)  # late
+
+
+def test_a_lease_renewed_before_the_reaper_runs_keeps_its_runs(
+    r: redis.Redis, keys: Keys, s: SlotScripts
+) -> None:
+    now = _now_ms(r)
+    _upsert(r, s, ["a"], now - 20)
+    s.claim("w1.1", 10, 30_000, [now - 20], first=True).run(r)
+    assert s.reap(now - 5, ["w1.1"]).run(r) == 0  # its lease is 30 s away
+    assert r.hexists(keys.inflight("w1.1"), "a")
+
+
+def test_a_schedule_changed_in_flight_gets_its_new_definition_when_its_run_settles(
+    r: redis.Redis, keys: Keys, s: SlotScripts
+) -> None:
+    now = _now_ms(r)
+    _upsert(r, s, ["a", "b"], now - 10)
+    got = s.claim("w1.1", 10, 30_000, [now - 10], first=True).run(r)
+    new_due = now + 9000
+    assert s.upsert(r, [("a", 3, new_due, new_due, TASK, b"[]")]) == [2]
+    assert r.hget(keys.pending, "a") is not None
+    # Unchanged while in flight: nothing pending.
+    assert _upsert(r, s, ["b"], now + 1) == [0]
+    reply = _settle_all(r, s, "w1.1", got.now_ms, got.entries, next_ms=now + 5000)
+    assert reply[1] == 1  # b settled as built
+    due, entry = reply[0]  # type: ignore[misc]
+    assert due == new_due
+    record = entry.split("|", 1)[1]
+    gen, grid, flags, runs = record.split("|")[:4]
+    assert (gen, grid, flags, runs) == ("2", str(new_due), "3", "1")  # the run counted
+    assert record.endswith("|[]")
+    assert r.hexists(keys.inflight("w1.1"), "a")  # still in flight
+    assert s.settle("w1.1", [Settled("a", entry, new_due)]).run(r) == [1]
+    assert _slot(r, keys, new_due) == [entry]
+    assert not r.exists(keys.pending)
+    assert not r.exists(keys.inflight("w1.1"))
+
+
+def test_a_removed_schedule_goes_at_once_or_when_its_run_in_flight_settles(
+    r: redis.Redis, keys: Keys, s: SlotScripts
+) -> None:
+    now = _now_ms(r)
+    _upsert(r, s, ["waiting"], now + 60_000)
+    _upsert(r, s, ["running"], now - 10)
+    got = s.claim("w1.1", 10, 30_000, [now - 10], first=True).run(r)
+    assert s.remove(r, ["waiting", "running", "unknown"]) == 2
+    assert not r.exists(keys.slot(now + 60_000))
+    assert r.zscore(keys.slots, str(now + 60_000)) is None
+    assert _settle_all(
+        r, s, "w1.1", got.now_ms, got.entries, next_ms=now + 5000, outcome="fail"
+    ) == [1]
+    assert not r.exists(keys.slot(now + 5000))
+    assert not r.hexists(keys.where, "running")
+    assert not r.exists(keys.pending)
+    assert not r.hexists(keys.faults, "running")
+
+
+def test_a_handback_puts_runs_back_as_claimed_and_takes_back_their_lateness(
+    r: redis.Redis, keys: Keys, s: SlotScripts
+) -> None:
+    now = _now_ms(r)
+    _upsert(r, s, ["a", "b"], now - 30)
+    before = _slot(r, keys, now - 30)
+    s.claim("w1.1", 10, 30_000, [now - 30], first=True).run(r)
+    assert s.handback("w1.1", now - 2, ["a", "b", "never"]).run(r) == 2
+    assert _slot(r, keys, now - 2) == before
+    assert not r.exists(keys.inflight("w1.1"))
+    counts = [int(v) for f, v in r.hgetall(keys.lateness).items() if f[:1] == b"c"]
+    assert sum(counts) == 0  # both bins and the sum back to nothing
+
+
+def test_a_malformed_entry_is_reported_and_dropped_and_the_others_are_claimed(
+    r: redis.Redis, keys: Keys, s: SlotScripts
+) -> None:
+    now = _now_ms(r)
+    _upsert(r, s, ["a"], now - 10)
+    r.lpush(keys.slot(now - 10), "no separator here")
+    got = s.claim("w1.1", 10, 30_000, [now - 10], first=True).run(r)
+    assert got.malformed == ["no separator here"]
+    assert [e.schedule_id for e in got.entries] == ["a"]
+    assert r.hkeys(keys.inflight("w1.1")) == [b"a"]
+
+
+def _lua_after_run(r: redis.Redis) -> Call[bytes]:
+    lua = Path(protocol.__file__).parent / "lua"
+    source = (lua / "finish_runs.lua").read_text()
+    start = source.index("local function after_run")
+    body = source[start : source.index("\nend\n", start) + 5]
+    body += (
+        "local run = {gen = ARGV[2], grid = ARGV[3], due = ARGV[4], outcome = ARGV[5],"
+        " ms = ARGV[6], due_was = ARGV[7], first = ARGV[8], started = tonumber(ARGV[9])}\n"
+        "return (after_run(ARGV[1], run))\n"
+    )
+    script = _with_lib(body, _definitions((lua / "_lib.lua").read_text()))
+    return r.register_script(script)  # type: ignore[return-value]
+
+
+def test_the_workers_record_after_a_run_is_what_finish_runs_writes(r: redis.Redis) -> None:
+    after_run = _lua_after_run(r)
+    rng = random.Random(7)
+    for _ in range(300):
+        grid = rng.randrange(1_700_000_000_000, 1_800_000_000_000)
+        nxt = grid + rng.choice([1, 5000, 60_000])
+        rel = rng.choice(["", str(rng.randrange(-5, 900))])
+        record = (
+            f"{rng.randrange(1, 9)}|{grid}|{rng.choice([0, 3])}|{rng.randrange(0, 10**6)}|"
+            f"{rng.randrange(0, 99)}|{rng.randrange(0, 99)}|{rel}|{rng.randrange(0, 9000)}|"
+            f"{rng.randrange(0, 900)}|{rng.randrange(1, 40)}|[[\"kw\",{rng.randrange(9)}],[5000]]"
+        )  # fmt: skip
+        outcome = rng.choice(["ok", "fail", "skip"])
+        started = grid + rng.randrange(-3, 2000)
+        due = rng.choice([None, grid, grid + 7])
+        first = rng.choice([None, started - rng.randrange(1, 900)]) if due else None
+        ms = rng.randrange(0, 5000)
+        gen = record.split("|", maxsplit=1)[0]
+        want = after_run(
+            args=[record, gen, nxt, nxt, outcome, ms, "" if due is None else due,
+                  "" if first is None else first, started]
+        ).decode()  # fmt: skip
+        got = settled_record(
+            record, outcome=outcome, started_ms=started, duration_ms=ms, next_grid_ms=nxt,
+            due_ms=due, first_start_ms=first,
+        )  # fmt: skip
+        assert got == want, (record, outcome, started, due, first, ms)
