@@ -120,9 +120,11 @@ def test_a_claim_takes_only_due_slots_and_only_as_many_runs_as_it_has_room_for(
     counts = {f: int(v) for f, v in r.hgetall(keys.lateness).items() if f.startswith(b"c")}
     assert sum(v for f, v in counts.items() if f != b"cs") == 3
     assert counts[b"cs"] == 3 * (got.now_ms - past)
-    # The next claim empties the slot: it leaves `slots`.
-    again = s.claim("w1.1", 10, 30_000, [past]).run(r)
+    # The next claim empties the slot (it leaves `slots`) and, with room left, still takes
+    # nothing from the slot that is not due.
+    again = s.claim("w1.1", 10, 30_000, [past, future]).run(r)
     assert [e.schedule_id for e in again.entries] == ["p3", "p4"]
+    assert len(_slot(r, keys, future)) == 1
     assert r.zscore(keys.slots, str(past)) is None
     assert r.zscore(keys.slots, str(future)) == future
 
