@@ -333,11 +333,18 @@ class App:
         )  # fmt: skip
         await self.aschedule_many([item])
 
+    def _slots_lack(self, what: str) -> None:
+        """Raises `ConfigurationError` with the time-slot store, which lacks ``what`` yet."""
+        if self.settings.schedule_store == "slots":
+            self.scheduler.slots_lack(f"App.{what}")
+
     def schedule_many(self, schedules: Iterable[Schedule]) -> list[int]:
         """Upsert many schedules, one script call per 500 per shard, pipelined.
 
         Returns one code per schedule, in the order given: 1 created, 2 updated, 0 unchanged.
         """
+        if self.settings.schedule_store == "slots":
+            return self.scheduler.slot_upsert(self.redis, schedules, self._now_ms())
         queues = self.known_queues() if self.scheduler.apart else []
         upserts = self.scheduler.upserts(list(schedules), self._now_ms(), queues)
         if upserts.moves:
@@ -347,6 +354,10 @@ class App:
     async def aschedule_many(self, schedules: Iterable[Schedule]) -> list[int]:
         """`schedule_many` for async callers."""
         items = list(schedules)
+        if self.settings.schedule_store == "slots":
+            return await self.scheduler.aslot_upsert(
+                await self.aredis(), items, await self._anow_ms()
+            )
         queues = await self.aknown_queues() if self.scheduler.apart else []
         upserts = self.scheduler.upserts(items, await self._anow_ms(), queues)
         if upserts.moves:
@@ -355,50 +366,64 @@ class App:
 
     def unschedule(self, *ids: str) -> int:
         """Remove schedules; a run in flight finishes and is not followed by another."""
+        if self.settings.schedule_store == "slots":
+            return self.scheduler.slot_remove(self.redis, ids)
         return sum(self._run(self.scheduler.unschedules(ids, self.known_queues())))
 
     async def aunschedule(self, *ids: str) -> int:
+        if self.settings.schedule_store == "slots":
+            return await self.scheduler.aslot_remove(await self.aredis(), ids)
         queues = await self.aknown_queues()
         return sum(await self._arun(self.scheduler.unschedules(ids, queues)))
 
     def pause(self, *ids: str) -> int:
         """Stop scheduling runs (a run in flight finishes); returns how many were paused."""
+        self._slots_lack("pause")
         return sum(self._run(self.scheduler.pauses(ids, self.known_queues())))
 
     async def apause(self, *ids: str) -> int:
+        self._slots_lack("pause")
         return sum(await self._arun(self.scheduler.pauses(ids, await self.aknown_queues())))
 
     def resume(self, *ids: str) -> int:
         """Resume paused schedules at their next slot from now; returns how many resumed."""
+        self._slots_lack("resume")
         stored = self.scheduler.read(self.redis, ids)
         return sum(self._run(self.scheduler.resumes(stored, self._now_ms())))
 
     async def aresume(self, *ids: str) -> int:
+        self._slots_lack("resume")
         client = await self.aredis()
         stored = await self.scheduler.aread(client, ids)
         return sum(await self._arun(self.scheduler.resumes(stored, await self._anow_ms())))
 
     def run_now(self, *ids: str) -> int:
         """Queue one extra run of each schedule now, unless one is already queued or running."""
+        self._slots_lack("run_now")
         return sum(self._run(self.scheduler.runs_now(ids, self.known_queues())))
 
     async def arun_now(self, *ids: str) -> int:
+        self._slots_lack("run_now")
         return sum(await self._arun(self.scheduler.runs_now(ids, await self.aknown_queues())))
 
     def schedules(self, prefix: str = "") -> Iterator[ScheduleInfo]:
         """Iterate over schedules whose id starts with ``prefix``, with their state."""
+        self._slots_lack("schedules")
         return self.scheduler.iterate(self.redis, prefix)
 
     async def aschedules(self, prefix: str = "") -> list[ScheduleInfo]:
         """`schedules` for async callers (returns a list)."""
+        self._slots_lack("schedules")
         return await self.scheduler.alist(await self.aredis(), prefix)
 
     def get_schedule(self, schedule_id: str) -> ScheduleInfo | None:
         """One schedule with its state, or None if there is no schedule with this id."""
+        self._slots_lack("get_schedule")
         return self.scheduler.info(self.redis, schedule_id)
 
     async def aget_schedule(self, schedule_id: str) -> ScheduleInfo | None:
         """`get_schedule` for async callers."""
+        self._slots_lack("get_schedule")
         return await self.scheduler.ainfo(await self.aredis(), schedule_id)
 
     def _now_ms(self) -> int:

@@ -23,6 +23,17 @@ MAX_BATCH_LIMIT = LUA_UNPACK_MAX // 2
 #: `Settings.handover_wait`'s default lies this far past `Settings.ready_wait`: a recycling
 #: worker's own deadline must not run out before the supervisor's wait for its successor does.
 HANDOVER_MARGIN = 15.0
+#: The values of `Settings.schedule_store`.
+SCHEDULE_STORES = ("wheel", "slots")
+
+
+def _check_choices(settings: Settings) -> None:
+    """The settings that take one of a few names."""
+    for name, allowed in (("codec", ("json", "msgpack")), ("schedule_store", SCHEDULE_STORES)):
+        if getattr(settings, name) not in allowed:
+            raise ConfigurationError(
+                f"{name} must be one of {', '.join(allowed)}, got {getattr(settings, name)!r}"
+            )
 
 
 def check_concurrency(concurrency: int) -> None:
@@ -101,6 +112,13 @@ class Settings:
     """Shards schedules are spread over, each under its own hash tag (for Redis Cluster);
     1 keeps them beside the jobs."""
 
+    schedule_store: str = "wheel"
+    """Where schedules wait for their runs: ``wheel`` (buckets of sorted sets), or ``slots``
+    (``DRUMBEAT_SCHEDULE_STORE``; in progress, docs/design/time-slots.md): a list per
+    millisecond of due time and a lease per worker process, about a quarter of the wheel's
+    Redis CPU per run. With ``slots``, schedules cannot yet be paused, resumed, run now,
+    listed, limited or routed to another queue; those calls raise `ConfigurationError`."""
+
     job_shards: int = 1
     """Shards jobs are spread over, each under its own hash tag (for Redis Cluster: spread them
     over the masters); 1 keeps every job in the namespace's main shard. A job's id names its
@@ -154,8 +172,7 @@ class Settings:
     """Free-form settings for extensions; ignored by the core."""
 
     def __post_init__(self) -> None:
-        if self.codec not in ("json", "msgpack"):
-            raise ConfigurationError(f"codec must be 'json' or 'msgpack', got {self.codec!r}")
+        _check_choices(self)
         for name in (
             "lease", "shutdown_grace", "idle_block", "maintenance_interval", "scale_interval",
             "ready_wait",

@@ -62,4 +62,14 @@ class RunDone:
     error: str = ""
 
 
-Outcome = Done | Again | Bury | RunDone | Cancelled | HandBack | Unknown | Parked
+@dataclass(frozen=True, slots=True)
+class Resettle:
+    """A time-slot run whose schedule changed while it ran: the settle replied its entry with
+    the new definition (`slots.parse_settled`), to send again into the slot it is due in."""
+
+    entry: str
+    due_ms: int
+    error: str | None
+
+
+Outcome = Done | Again | Bury | RunDone | Cancelled | HandBack | Unknown | Parked | Resettle

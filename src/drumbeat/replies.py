@@ -59,6 +59,17 @@ def parse_found(raw: Any) -> Found:
     return Found(int(raw[0]) - 1, int(raw[1]), int(raw[2]), entries)
 
 
+@dataclass(frozen=True, slots=True)
+class SlotRun:
+    """A run claimed from the time slots (`slots.py`): held under its worker's incarnation,
+    with its schedule's record as claimed (the worker builds the next one from it)."""
+
+    incarnation: str
+    record: str
+    claimed_ms: int
+    """When the claim ran (Redis ms): the run's start, as the wheel's owner records it."""
+
+
 #: Fields per claimed item in a claim reply (see `take_all` in _lib.lua).
 CLAIMED_FIELDS = 9
 
@@ -80,6 +91,8 @@ class Claimed:
     where: bytes | str | None = None
     """``<queue>|<unknown ms>`` as the claim replied, None for most jobs (the default queue,
     never handed back for want of its task); read through `queue` and `unknown_ms`."""
+    slot_run: SlotRun | None = None
+    """Set for a run claimed from the time slots (`slots.py`), which has no lease of its own."""
 
     @property
     def queue(self) -> str:

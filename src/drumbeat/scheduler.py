@@ -12,7 +12,7 @@ import redis
 import redis.asyncio as redis_async
 from redis.exceptions import NoScriptError
 
-from .errors import InvalidJob, UnknownTask
+from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .keys import DEFAULT_QUEUE, WHEEL_BUCKETS, Keys, bucket_of
 from .protocol import ROUTE_FIELD
 from .schedule import (
@@ -26,6 +26,7 @@ from .schedule import (
 )
 from .scripts import Call, Scripts
 from .serialization import encode_call
+from .slots import SlotScripts
 from .task import Options, Task
 
 if TYPE_CHECKING:
@@ -129,6 +130,7 @@ class Scheduler:
         self.apart: list[Keys] = [] if n == 1 else [Keys(ns, i) for i in range(n)]
         self.shards: list[Keys] = [*self.apart, Keys(ns)]
         self.scripts = [Scripts(k) for k in self.shards]
+        self.slot_scripts = [SlotScripts(k) for k in self.shards]
         self.apart_scripts = self.scripts[: len(self.apart)]
         self.jobs_shard = len(self.shards) - 1
         """The index of the jobs' shard in `shards`."""
@@ -169,8 +171,36 @@ class Scheduler:
         groups: dict[int, list[tuple[str, int, int, int, str, bytes, str]]] = defaultdict(list)
         positions: dict[int, list[int]] = defaultdict(list)
         leaving: dict[int, list[str]] = defaultdict(list)
+        for position, (shard, item, _limited) in enumerate(self._encoded(schedules, now_ms)):
+            groups[shard].append(item)
+            positions[shard].append(position)
+            for other in self.homes(item[0]):
+                if other != shard:
+                    leaving[other].append(item[0])
+        calls = [
+            self.scripts[shard].upsert_schedules(chunk)
+            for shard, items in groups.items()
+            for chunk in self._chunks(items)
+        ]
+        # Nothing to move in most calls, but which schedules moved is not known without a read
+        # per schedule: the removal is that read (a no-op for an id without a record there).
+        # Removed first: a crash in between loses the schedule until it is registered again,
+        # where the other order would run it twice.
+        moves = [
+            self.scripts[other].unschedule(chunk, queues)
+            for other, ids in leaving.items()
+            for chunk in self._chunks(ids)
+        ]
+        return Upserts(calls, [p for shard in groups for p in positions[shard]], moves)
+
+    def _encoded(
+        self, schedules: Iterable[Schedule], now_ms: int
+    ) -> list[tuple[int, tuple[str, int, int, int, str, bytes, str], bool]]:
+        """Each schedule checked and encoded, in order, as (its shard, its upsert item: id,
+        priority, grid ms, due ms, task name, spec, queue; whether it is limited)."""
+        out = []
         settings, codec = self.app.settings, self.app.codec
-        for position, s in enumerate(schedules):
+        for s in schedules:
             if not isinstance(s, Schedule):
                 raise InvalidJob(f"schedule_many takes drumbeat.Schedule items, got {s!r}")
             check_schedule_id(s.id)
@@ -202,26 +232,73 @@ class Scheduler:
             grid, due = cadence.first_due(s.id, now_ms)
             # Limited or routed: in the jobs' shard, with the limiter keys and the queues.
             shard = self.jobs_shard if limited or queue != DEFAULT_QUEUE else self.shard_of(s.id)
-            groups[shard].append((s.id, priority, grid, due, task.name, spec, queue))
-            positions[shard].append(position)
-            for other in self.homes(s.id):
-                if other != shard:
-                    leaving[other].append(s.id)
-        calls = [
-            self.scripts[shard].upsert_schedules(chunk)
+            out.append((shard, (s.id, priority, grid, due, task.name, spec, queue), limited))
+        return out
+
+    # -- the time-slot store (Settings.schedule_store "slots"; in progress) ------------------
+
+    def slot_upserts(
+        self, schedules: Iterable[Schedule], now_ms: int
+    ) -> tuple[dict[int, list[tuple[str, int, int, int, str, bytes]]], list[tuple[int, int]]]:
+        """Per shard, the `SlotScripts.upsert` items, and each schedule's (shard, place in
+        its shard's items), in input order. Limited and routed schedules are refused: the
+        time slots cannot keep them yet."""
+        groups: dict[int, list[tuple[str, int, int, int, str, bytes]]] = defaultdict(list)
+        where: list[tuple[int, int]] = []
+        for shard, (sid, priority, grid, due, task, spec, queue), limited in self._encoded(
+            schedules, now_ms
+        ):
+            if limited or queue != DEFAULT_QUEUE:
+                self.slots_lack(f"schedule {sid!r} with limits or the queue {queue!r}")
+            where.append((shard, len(groups[shard])))
+            groups[shard].append((sid, priority, grid, due, task, spec))
+        return groups, where
+
+    def slots_lack(self, what: str) -> None:
+        """Raises: with schedule_store "slots", ``what`` is not built yet."""
+        raise ConfigurationError(
+            f"{what}: not supported with schedule_store='slots' yet (docs/design/time-slots.md);"
+            " use the default schedule_store='wheel'"
+        )
+
+    def slot_upsert(
+        self, client: redis.Redis, schedules: Iterable[Schedule], now_ms: int
+    ) -> list[int]:
+        groups, where = self.slot_upserts(schedules, now_ms)
+        got = {
+            shard: self.slot_scripts[shard].upsert(client, items) for shard, items in groups.items()
+        }
+        return [got[shard][i] for shard, i in where]
+
+    async def aslot_upsert(
+        self, client: redis_async.Redis, schedules: Iterable[Schedule], now_ms: int
+    ) -> list[int]:
+        groups, where = self.slot_upserts(schedules, now_ms)
+        got = {
+            shard: await self.slot_scripts[shard].aupsert(client, items)
             for shard, items in groups.items()
-            for chunk in self._chunks(items)
-        ]
-        # Nothing to move in most calls, but which schedules moved is not known without a read
-        # per schedule: the removal is that read (a no-op for an id without a record there).
-        # Removed first: a crash in between loses the schedule until it is registered again,
-        # where the other order would run it twice.
-        moves = [
-            self.scripts[other].unschedule(chunk, queues)
-            for other, ids in leaving.items()
-            for chunk in self._chunks(ids)
-        ]
-        return Upserts(calls, [p for shard in groups for p in positions[shard]], moves)
+        }
+        return [got[shard][i] for shard, i in where]
+
+    def slot_remove(self, client: redis.Redis, ids: Iterable[str]) -> int:
+        return sum(
+            self.slot_scripts[shard].remove(client, items)
+            for shard, items in self._slot_ids(ids).items()
+        )
+
+    async def aslot_remove(self, client: redis_async.Redis, ids: Iterable[str]) -> int:
+        removed = 0
+        for shard, items in self._slot_ids(ids).items():
+            removed += await self.slot_scripts[shard].aremove(client, items)
+        return removed
+
+    def _slot_ids(self, ids: Iterable[str]) -> dict[int, list[str]]:
+        """Ids by the shard they live in with the time slots (never the jobs' shard but with
+        schedule_shards 1: limited and routed schedules are refused)."""
+        out: dict[int, list[str]] = defaultdict(list)
+        for schedule_id in ids:
+            out[self.shard_of(check_schedule_id(schedule_id))].append(schedule_id)
+        return out
 
     def _task(self, task: Task[Any, Any] | str) -> Task[Any, Any]:
         if isinstance(task, Task):

@@ -76,6 +76,7 @@ SCRIPT_NAMES = (
     "settle_slots",
     "reap_runners",
     "handback_slots",
+    "renew_runner",
 )
 
 

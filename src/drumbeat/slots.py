@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+import redis.asyncio as aredis
 
 from .keys import Keys
 from .protocol import FIELD_SEP
@@ -70,6 +71,8 @@ class SlotClaim:
     """The incarnation's lease lapsed and its runs were taken back: claim as a new one."""
     upcoming: list[int] | None
     """The ms of the slots due soon (None: not asked for)."""
+    next_ms: int | None
+    """The ms of the earliest slot left (None: no slot holds an entry)."""
     entries: list[Entry]
     malformed: list[str]
     """Entries without a schedule id, dropped (written by something other than drumbeat)."""
@@ -78,11 +81,12 @@ class SlotClaim:
 def parse_slot_claim(raw: Any) -> SlotClaim:
     now = int(raw[0])
     if isinstance(raw[1], bytes | str):  # 'reaped'
-        return SlotClaim(now, True, None, [], [])
+        return SlotClaim(now, True, None, None, [], [])
     upcoming = None if raw[1] is None else [int(ms) for ms in raw[1]]
+    next_ms = int(raw[2])
     entries: list[Entry] = []
     malformed: list[str] = []
-    for i in range(2, len(raw), 2):
+    for i in range(3, len(raw), 2):
         ms = int(raw[i])
         for e in raw[i + 1]:
             text = _text(e)
@@ -90,7 +94,7 @@ def parse_slot_claim(raw: Any) -> SlotClaim:
                 entries.append(parse_entry(text, ms))
             except ValueError:
                 malformed.append(text)
-    return SlotClaim(now, False, upcoming, entries, malformed)
+    return SlotClaim(now, False, upcoming, None if next_ms < 0 else next_ms, entries, malformed)
 
 
 def settled_record(
@@ -204,62 +208,111 @@ class SlotScripts:
         keys += [k.inflight(i) for i in incarnations]
         return Call("reap_runners", keys, [back_ms, *incarnations], int)
 
+    def renew(self, incarnation: str, lease_ms: int) -> Call[int]:
+        """Renews the incarnation's lease; 0 when it was reaped (or never claimed)."""
+        return Call("renew_runner", [self.k.runners], [incarnation, lease_ms], int)
+
     def handback(self, incarnation: str, back_ms: int, ids: Sequence[str]) -> Call[int]:
         """Gives runs of ``incarnation`` back, as claimed, into slot ``back_ms``."""
         k = self.k
         keys = [k.inflight(incarnation), k.where, k.slots, k.lateness, k.slot(back_ms)]
         return Call("handback_slots", keys, [back_ms, *ids], int)
 
-    def _read(self, client: redis.Redis, ids: Sequence[str]) -> tuple[list[str], list[str]]:
-        """`where` of each id ('' when none), and the in-flight keys of every incarnation."""
+    def _reads(self, pipe: Any, ids: Sequence[str]) -> None:
+        """Queues the reads a call by id needs first: `where` of each id, the incarnations."""
+        pipe.hmget(self.k.where, list(ids))
+        pipe.zrange(self.k.runners, 0, -1)
+
+    def _upsert_call(
+        self, items: Sequence[tuple[str, int, int, int, str, bytes]], read: Sequence[Any]
+    ) -> Call[list[int]]:
+        """`slot_schedules` of ``items`` given what `_reads` read."""
         k = self.k
-        pipe = client.pipeline(transaction=False)
-        pipe.hmget(k.where, list(ids))
-        pipe.zrange(k.runners, 0, -1)
-        at, runners = pipe.execute()
-        return [_text(a) if a is not None else "" for a in at], [
-            k.inflight(_text(r)) for r in runners
-        ]
+        at, runners = read
+        keys = [k.slots, k.where, k.pending, k.tasks, k.wake]
+        args: list[str | bytes | int] = [len(items)]
+        for (sid, priority, grid, due, task, spec), old in zip(items, at, strict=True):
+            was = _text(old) if old is not None else ""
+            keys += [k.slot(int(was) if was else due), k.slot(due)]
+            args += [sid, was, priority, grid, due, task, spec]
+        keys += [k.inflight(_text(r)) for r in runners]
+        return Call("slot_schedules", keys, args, parse_ints)
+
+    def _remove_call(self, ids: Sequence[str], read: Sequence[Any]) -> Call[list[int]]:
+        """`unslot_schedules` of ``ids`` given what `_reads` read."""
+        k = self.k
+        at, runners = read
+        keys = [k.slots, k.where, k.pending, k.faults]
+        args: list[str | int] = [len(ids)]
+        for sid, old in zip(ids, at, strict=True):
+            was = _text(old) if old is not None else ""
+            keys.append(k.slot(int(was)) if was else k.slots)  # not read without a `where`
+            args += [sid, was]
+        keys += [k.inflight(_text(r)) for r in runners]
+        return Call("unslot_schedules", keys, args, parse_ints)
 
     def upsert(
         self, client: redis.Redis, items: Sequence[tuple[str, int, int, int, str, bytes]]
     ) -> list[int]:
         """Items are (id, priority, grid_ms, due_ms, task name, spec); one 1 created, 2
         updated, 0 unchanged each (see slot_schedules.lua)."""
-        k = self.k
         out = [-1] * len(items)
         todo = list(range(len(items)))
         for _ in range(_MOVED_RETRIES):
-            at, inflight = self._read(client, [items[i][0] for i in todo])
-            keys = [k.slots, k.where, k.pending, k.tasks, k.wake]
-            args: list[str | bytes | int] = [len(todo)]
-            for i, read in zip(todo, at, strict=True):
-                sid, priority, grid, due, task, spec = items[i]
-                keys += [k.slot(int(read) if read else due), k.slot(due)]
-                args += [sid, read, priority, grid, due, task, spec]
-            got = Call("slot_schedules", keys + inflight, args, parse_ints).run(client)
-            for i, r in zip(todo, got, strict=True):
-                out[i] = r
-            todo = [i for i in todo if out[i] == -1]
+            pipe = client.pipeline(transaction=False)
+            self._reads(pipe, [items[i][0] for i in todo])
+            call = self._upsert_call([items[i] for i in todo], pipe.execute())
+            todo = _settle_codes(out, todo, call.run(client))
+            if not todo:
+                return out
+        raise RuntimeError(f"schedules kept moving while being written: {len(todo)} left")
+
+    async def aupsert(
+        self, client: aredis.Redis, items: Sequence[tuple[str, int, int, int, str, bytes]]
+    ) -> list[int]:
+        """`upsert` for async callers."""
+        out = [-1] * len(items)
+        todo = list(range(len(items)))
+        for _ in range(_MOVED_RETRIES):
+            async with client.pipeline(transaction=False) as pipe:
+                self._reads(pipe, [items[i][0] for i in todo])
+                read = await pipe.execute()
+            call = self._upsert_call([items[i] for i in todo], read)
+            todo = _settle_codes(out, todo, await call.arun(client))
             if not todo:
                 return out
         raise RuntimeError(f"schedules kept moving while being written: {len(todo)} left")
 
     def remove(self, client: redis.Redis, ids: Sequence[str]) -> int:
         """Removes schedules by id; returns how many there were."""
-        k = self.k
-        removed = 0
-        todo = list(ids)
+        out = [-1] * len(ids)
+        todo = list(range(len(ids)))
         for _ in range(_MOVED_RETRIES):
-            at, inflight = self._read(client, todo)
-            keys = [k.slots, k.where, k.pending, k.faults]
-            keys += [k.slot(int(read)) if read else k.slots for read in at]
-            args: list[str | int] = [len(todo)]
-            for sid, read in zip(todo, at, strict=True):
-                args += [sid, read]
-            got = Call("unslot_schedules", keys + inflight, args, parse_ints).run(client)
-            removed += sum(1 for r in got if r == 1)
-            todo = [sid for sid, r in zip(todo, got, strict=True) if r == -1]
+            pipe = client.pipeline(transaction=False)
+            self._reads(pipe, [ids[i] for i in todo])
+            call = self._remove_call([ids[i] for i in todo], pipe.execute())
+            todo = _settle_codes(out, todo, call.run(client))
             if not todo:
-                return removed
+                return out.count(1)
         raise RuntimeError(f"schedules kept moving while being removed: {len(todo)} left")
+
+    async def aremove(self, client: aredis.Redis, ids: Sequence[str]) -> int:
+        """`remove` for async callers."""
+        out = [-1] * len(ids)
+        todo = list(range(len(ids)))
+        for _ in range(_MOVED_RETRIES):
+            async with client.pipeline(transaction=False) as pipe:
+                self._reads(pipe, [ids[i] for i in todo])
+                read = await pipe.execute()
+            call = self._remove_call([ids[i] for i in todo], read)
+            todo = _settle_codes(out, todo, await call.arun(client))
+            if not todo:
+                return out.count(1)
+        raise RuntimeError(f"schedules kept moving while being removed: {len(todo)} left")
+
+
+def _settle_codes(out: list[int], todo: list[int], got: list[int]) -> list[int]:
+    """Writes the codes of the items ``todo`` into ``out``; returns those that moved (-1)."""
+    for i, code in zip(todo, got, strict=True):
+        out[i] = code
+    return [i for i in todo if out[i] == -1]

@@ -11,9 +11,9 @@
 -- ARGV[1] incarnation  ARGV[2] limit  ARGV[3] lease ms  ARGV[4] 1 on the incarnation's first
 -- claim, else 0  ARGV[5] most upcoming slots wanted (0: none)  ARGV[5 + i] the i-th passed
 -- slot's ms
--- Returns {now, upcoming, then per slot taken from: its ms, {its entries}}: upcoming is the ms
--- of the slots due by now + UPCOMING_MS (at most the number wanted), or false when none were
--- wanted; {now, 'reaped'} when the incarnation's lease lapsed and the reaper took its runs
+-- Returns {now, upcoming, next, then per slot taken from: its ms, {its entries}}: upcoming is
+-- the ms of the slots due by now + UPCOMING_MS (at most the number wanted), or false when none
+-- were wanted; next the ms of the earliest slot left, or -1 when none is; {now, 'reaped'} when the incarnation's lease lapsed and the reaper took its runs
 -- back (it must claim as a new incarnation). An entry without a schedule id (not `<id>|...`
 -- nor `<id>;...`: written by something else) is replied and dropped, not held.
 local now = now_ms()
@@ -23,7 +23,7 @@ if ARGV[4] ~= '1' and not redis.call('ZSCORE', KEYS[2], incarnation) then
 end
 local room = tonumber(ARGV[2])
 local now_text = string.format('%d', now)
-local out, held, emptied, samples, weights = {now, false}, {}, {}, {}, {}
+local out, held, emptied, samples, weights = {now, false, -1}, {}, {}, {}, {}
 for i = 6, #ARGV do
   if room <= 0 then break end
   local ms, key = ARGV[i], KEYS[i - 1]
@@ -57,6 +57,8 @@ call_many('HSET', KEYS[3], held)
 if #emptied > 0 then redis.call('ZREM', KEYS[1], unpack(emptied)) end
 redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[3])), incarnation)
 record_lateness(KEYS[4], now, samples, weights)
+local head = redis.call('ZRANGE', KEYS[1], '0', '0')
+if head[1] then out[3] = tonumber(head[1]) end
 local want = tonumber(ARGV[5])
 if want > 0 then
   out[2] = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now + UPCOMING_MS),

@@ -38,6 +38,7 @@ from .claims import ClaimTable
 from .link import Link
 from .retrying import Backoff, is_transient
 from .routing import Routed
+from .slotted import SlotLane
 from .waiter import PopRefused, Waiter
 
 log = logging.getLogger("drumbeat.worker")
@@ -107,6 +108,8 @@ class Claimer:
         self.release_limits: Callable[[int, str, list[str]], Call[list[int]]] | None = None
         """Makes the call that moves on the jobs parked on limiter keys whose markers a claim
         found due (`limiting.Gate.release_call`)."""
+        self.lane: SlotLane | None = None
+        """With schedules kept as time slots: claims their runs after each shard's claim."""
 
     def now_ms(self) -> int:
         """Redis server time in ms, as last seen by a claim (worker clocks drift)."""
@@ -217,12 +220,28 @@ class Claimer:
             took, result = await self._took(shard, result, free - claimed)
             claimed += took
             now_ms = result.now_ms
-            if result.next_due_ms is not None:
-                next_due = min(next_due or result.next_due_ms, result.next_due_ms)
+            due = [result.next_due_ms]
+            if self.lane is not None and shard in self.lane.held and claimed < free:
+                took, slot_due = await self._claim_slots(shard, free - claimed)
+                claimed += took
+                due.append(slot_due)
+            for at in due:
+                if at is not None:
+                    next_due = at if next_due is None else min(next_due, at)
             if claimed >= free:
                 break
         self._next_due_ms = next_due
         return claimed, now_ms, next_due
+
+    async def _claim_slots(self, shard: int, free: int) -> tuple[int, int | None]:
+        """Claims up to ``free`` runs of the time slots of ``shard`` and starts them; returns
+        (started, when its next slot comes due)."""
+        assert self.lane is not None and self._link is not None and self._client is not None
+        (result,) = await self._link.run([self.lane.call(shard, free, self.now_ms())])
+        runs = await self.lane.took(shard, result, self._client)
+        for job in runs:
+            self._start(shard, job)
+        return len(runs), self.lane.next_due(shard, result)
 
     async def _took(self, shard: int, result: ClaimResult, free: int) -> tuple[int, ClaimResult]:
         """Starts what a claim took; takes the runs of the due schedule buckets it reported
@@ -364,8 +383,9 @@ class Claimer:
             # arm its next wait: at light load that is the time from enqueue to start.
             await asyncio.sleep(0)
         # Fewer than `free` taken: `ready` was empty at the reply, so there is nothing to claim
-        # before waiting again (a job enqueued since left a marker on `wake`).
-        return last if took < free else None
+        # before waiting again (a job enqueued since left a marker on `wake`); but the time
+        # slots were not claimed from.
+        return last if took < free and self.lane is None else None
 
     def _wait_failed(self, exc: Exception) -> None:
         """Raises ``exc`` of a failed wait for the claim loop's backoff, unless Redis refuses

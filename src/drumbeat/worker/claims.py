@@ -131,16 +131,23 @@ class ClaimTable:
         return [c for c in self._held.values() if c.job.id == job_id]
 
     def owned(self) -> dict[int, list[ClaimKey]]:
-        """Per shard, the (id, token) of every claim held; safe to call from another thread."""
+        """Per shard, the (id, token) of every claim held with a lease of its own (not a
+        time-slot run's); safe to call from another thread."""
         by_shard: dict[int, list[ClaimKey]] = defaultdict(list)
         for claim in self._held.copy().values():
-            by_shard[claim.shard].append(claim.key)
+            if claim.job.slot_run is None:
+                by_shard[claim.shard].append(claim.key)
         return by_shard
 
     def owned_by_queue(self) -> dict[tuple[int, str], list[ClaimKey]]:
-        """Per (shard, queue), the (id, token) of every claim held (a hand-back writes to
-        the job's queue)."""
+        """Per (shard, queue), the (id, token) of every claim held with a lease of its own (a
+        hand-back writes to the job's queue)."""
         grouped: dict[tuple[int, str], list[ClaimKey]] = defaultdict(list)
         for claim in self._held.copy().values():
-            grouped[claim.shard, claim.job.queue].append(claim.key)
+            if claim.job.slot_run is None:
+                grouped[claim.shard, claim.job.queue].append(claim.key)
         return grouped
+
+    def slot_runs(self) -> list[Claim]:
+        """The time-slot runs held (their lease is the worker's incarnation's)."""
+        return [c for c in self._held.copy().values() if c.job.slot_run is not None]

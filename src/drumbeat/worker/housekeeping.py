@@ -22,7 +22,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import redis.asyncio as aredis
 
@@ -59,6 +59,8 @@ class Housekeeper:
         self._held_until = [0.0 for _ in shards]
         """Per shard, until when (monotonic) its expired leases are left alone."""
         self.hold_after_migration = settings.lease / 3 + 1.0
+        self.reap_slots: Callable[[aredis.Redis], Awaitable[int]] | None = None
+        """Takes back the time slots' runs of lapsed incarnations (`SlotLane.reap`)."""
 
     def _reap_call(self, shard: int) -> Call[Reaped]:
         s = self.settings
@@ -90,6 +92,8 @@ class Housekeeper:
                         self._queues[i] = names
                 for shard in range(len(self.shards)):
                     more = await self._reap(client, shard) or more
+                if self.reap_slots is not None:
+                    await self.reap_slots(client)
                 backoff.reset()
                 if more:
                     # A busy queue can expire thousands of outcomes a second; sweeping one

@@ -44,6 +44,7 @@ class Heartbeat:
         on_cancel: Callable[[str], None],
         liveness: Liveness | None = None,
         hang_timeout: float = float("inf"),
+        renew: Callable[[redis.Redis], None] | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.shards = shards
@@ -56,6 +57,8 @@ class Heartbeat:
         self._on_cancel = on_cancel
         self._liveness = liveness
         self.hang_timeout = hang_timeout
+        self._renew = renew
+        """Renews what has no lease per claim (the time slots' runs: `SlotLane.renew`)."""
         self._silent = 0  # how far into a silence of the loop it has logged (0, 1 or 2)
         self._stop = threading.Event()
         self.beat_once = threading.Event()
@@ -138,3 +141,5 @@ class Heartbeat:
                 self._on_lost(renewed.lost)
             for job_id in renewed.cancelled:  # a cancel whose signal this worker missed
                 self._on_cancel(job_id)
+        if self._renew is not None:
+            self._renew(client)

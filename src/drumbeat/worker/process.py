@@ -42,6 +42,7 @@ from .routing import Nodes, Routed
 from .running import Runs
 from .settling import Settler
 from .signals import Signals
+from .slotted import SlotLane
 
 if TYPE_CHECKING:
     from drumbeat.app import App
@@ -123,6 +124,7 @@ class Worker:
         self.housekeeper = Housekeeper(
             self.shards, self.settings, self._stopping, app.keys.queues, self.queues, jobs=jobs
         )
+        self.lane = self._time_slots(jobs)
         self.budget = budget or Budget()
         self.recycler = Recycler(
             self.budget, lambda: self.processed + self.failed, self.retire, self._stopping,
@@ -149,8 +151,20 @@ class Worker:
             on_lost=self._threadsafe(self.runs.lost),
             on_cancel=self._threadsafe(self.runs.cancel),
             liveness=self.liveness, hang_timeout=self.settings.hang_timeout,
+            renew=None if self.lane is None else self.lane.renew,
         )  # fmt: skip
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _time_slots(self, jobs: int) -> SlotLane | None:
+        """With schedules kept as time slots (and the default queue served: schedules belong
+        to it), the lane that claims their runs, wired into the claim loop and housekeeping."""
+        if self.settings.schedule_store != "slots" or self.queues[0] != DEFAULT_QUEUE:
+            return None
+        held = [0, *range(jobs, len(self.shards))]
+        lane = SlotLane(self.id, [s.k for s in self.shards], self.settings, held)
+        self.claimer.lane = lane
+        self.housekeeper.reap_slots = lambda client: lane.reap(client, self.claimer.now_ms())
+        return lane
 
     @property
     def processed(self) -> int:
@@ -384,14 +398,19 @@ class Worker:
 
     async def _hand_back(self, client: Any) -> None:
         owned = self.table.owned_by_queue()
-        if not owned or self._hard:
+        slot_runs = self.table.slot_runs()
+        if not (owned or slot_runs) or self._hard:
             return
         n = 0
         for (shard, queue), keys in owned.items():
             n += sum(await self.shards[shard].handback(keys, queue).arun(client))
+        if slot_runs and self.lane is not None:
+            n += await self.lane.handback(client, slot_runs, self.claimer.now_ms())
         log.info("handed %d unfinished jobs back to the queue", n)
 
     async def _deregister(self, client: Any) -> None:
+        if self.lane is not None and not self._hard:  # else its runs come back by its lease
+            await self.lane.deregister(client)
         async with client.pipeline(transaction=False) as pipe:
             pipe.zrem(self.app.keys.workers, self.id)
             pipe.hdel(self.app.keys.workerinfo, self.id)

@@ -18,15 +18,27 @@ from typing import Any
 import redis
 
 from drumbeat.config import Settings
-from drumbeat.outcomes import Again, Bury, Cancelled, Done, HandBack, Outcome, RunDone, Unknown
-from drumbeat.protocol import run_due_ms
+from drumbeat.outcomes import (
+    Again,
+    Bury,
+    Cancelled,
+    Done,
+    HandBack,
+    Outcome,
+    Resettle,
+    RunDone,
+    Unknown,
+)
+from drumbeat.protocol import RUN_PREFIX, run_due_ms
 from drumbeat.replies import Claimed
 from drumbeat.scripts import Call, Scripts
+from drumbeat.slots import Settled, SlotScripts
 
 from .claims import Claim, ClaimTable
 from .link import Link
 from .retrying import Backoff, is_transient
 from .routing import Routed
+from .slotted import settle_item
 from .tally import TALLY_INTERVAL, Tally
 
 log = logging.getLogger("drumbeat.worker")
@@ -97,8 +109,26 @@ KINDS: dict[type[Outcome], Kind] = {
     ),
 }  # fmt: skip
 
+# A run of the time slots is settled by settle_slots.lua, whatever its outcome (always a
+# `RunDone`, or the `Resettle` of a schedule changed while it ran), one call per incarnation.
+SLOT_KIND = Kind(
+    "reschedule",
+    lambda s, q, cfg: s.finish_runs,
+    lambda j, o: (),
+    lambda o: (1, int(o.outcome == "fail")) if isinstance(o, RunDone) else (0, 0),
+)
+
+
+def _slot_item(job: Claimed, outcome: Outcome) -> Settled:
+    if isinstance(outcome, Resettle):
+        sid = job.id[len(RUN_PREFIX) :]
+        return Settled(sid, outcome.entry, outcome.due_ms, outcome.error)
+    assert isinstance(outcome, RunDone)
+    return settle_item(job, outcome)
+
+
 # One script call: what it does, and the outcomes it settles, in the order of its items.
-_Batch = tuple[Call[list[int]], Kind, list[tuple[Claim, Outcome]]]
+_Batch = tuple[Call[list[Any]], Kind, list[tuple[Claim, Outcome]]]
 
 
 class Settler:
@@ -199,8 +229,13 @@ class Settler:
     def _calls(self, batch: Sequence[tuple[Claim, Outcome]]) -> list[_Batch]:
         """One script call per kind of outcome, per shard, per `batch_limit` items."""
         groups: dict[tuple[int, type[Outcome], str], list[tuple[Claim, Outcome]]] = {}
+        slotted: dict[tuple[int, str], list[tuple[Claim, Outcome]]] = {}
         for item in batch:
             claim, outcome = item
+            run = claim.job.slot_run
+            if run is not None:
+                slotted.setdefault((claim.shard, run.incarnation), []).append(item)
+                continue
             kind_of = type(outcome)
             key = (claim.shard, kind_of, claim.job.queue if KINDS[kind_of].by_queue else "")
             group = groups.get(key)
@@ -215,6 +250,12 @@ class Settler:
             for i in range(0, len(items), self.limit):
                 chunk = items[i : i + self.limit]
                 calls.append((make([kind.item(c.job, o) for c, o in chunk]), kind, chunk))
+        for (shard, incarnation), items in slotted.items():
+            slots = SlotScripts(self.shards[shard].k)
+            for i in range(0, len(items), self.limit):
+                chunk = items[i : i + self.limit]
+                settled = [_slot_item(c.job, o) for c, o in chunk]
+                calls.append((slots.settle(incarnation, settled), SLOT_KIND, chunk))
         return calls
 
     async def _send(
@@ -268,7 +309,11 @@ class Settler:
                 self._uncount(lost)
             release, counts, processed, failed = self.table.release, kind.counts, 0, 0
             for (claim, outcome), ok in zip(items, accepted, strict=True):
-                release(claim)
+                if isinstance(ok, tuple):  # a time-slot run whose schedule changed meanwhile
+                    error = _slot_item(claim.job, outcome).error
+                    again.append((claim, Resettle(ok[1], ok[0], error)))
+                else:
+                    release(claim)
                 if ok:
                     more, failures = counts(outcome)
                     processed += more

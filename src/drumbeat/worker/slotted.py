@@ -1,0 +1,211 @@
+"""The worker's lane for schedules kept as time slots (`Settings.schedule_store` "slots"; in
+progress, docs/design/time-slots.md).
+
+It claims the due slots of each schedule shard (those the last reply listed as upcoming), turns
+their entries into `Claimed` runs for the runner, builds each run's next entry when it ends
+(`settle_item`), and keeps the process's lease in `runners` under an incarnation: the runs it
+holds are its while that lease lives. A reaped incarnation (its lease lapsed: a long freeze)
+has lost its runs to other workers; the lane then takes a new incarnation, and the settles of
+the old one's runs are refused.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+from collections.abc import Sequence
+
+import redis
+import redis.asyncio as aredis
+
+from drumbeat.config import Settings
+from drumbeat.keys import Keys
+from drumbeat.outcomes import RunDone
+from drumbeat.protocol import FIELD_SEP, RUN_PREFIX, run_due_ms
+from drumbeat.replies import Claimed, SlotRun
+from drumbeat.scripts import Call
+from drumbeat.slots import UPCOMING, Entry, Settled, SlotClaim, SlotScripts, settled_record
+
+from .claims import Claim
+
+log = logging.getLogger("drumbeat.worker")
+
+# A claim takes the slots due by this long after it is sent (ms): it reaches Redis a little
+# later.
+_SLACK_MS = 5
+# A claim asks for the upcoming slots again when fewer than this many are left in its list, or
+# the last of them is due within _AHEAD_MS.
+_FEW = 16
+_AHEAD_MS = 20
+
+
+class SlotLane:
+    """Claims and settles the runs of the time slots of the shards that hold schedules."""
+
+    def __init__(
+        self, worker_id: str, keys: Sequence[Keys], settings: Settings, held: Sequence[int]
+    ) -> None:
+        self.worker_id = worker_id
+        self.settings = settings
+        self.scripts = [SlotScripts(k) for k in keys]
+        """Per shard of the worker (by its index there)."""
+        self.held = list(held)
+        """The worker's shards that hold schedules."""
+        self._lives = itertools.count(1)
+        self.incarnation = f"{worker_id}.{next(self._lives)}"
+        self._first = True
+        self._tokens = itertools.count(1)
+        self._upcoming: list[list[int]] = [[] for _ in keys]
+        self._names: list[dict[str, bytes]] = [{} for _ in keys]
+
+    def call(self, shard: int, limit: int, now_ms: int) -> Call[SlotClaim]:
+        """A claim of up to ``limit`` runs from the due slots ``shard`` listed as upcoming."""
+        known = self._upcoming[shard]
+        n = bisect.bisect_right(known, now_ms + _SLACK_MS)
+        passed, rest = known[:n], known[n:]
+        self._upcoming[shard] = rest
+        want = 0
+        if len(rest) < _FEW or rest[-1] <= now_ms + _AHEAD_MS:
+            want = UPCOMING
+        return self.scripts[shard].claim(
+            self.incarnation, limit, self.settings.lease_ms, passed, first=self._first,
+            upcoming=want,
+        )  # fmt: skip
+
+    async def took(self, shard: int, result: SlotClaim, client: aredis.Redis) -> list[Claimed]:
+        """The runs a claim took, ready for the runner; takes a new incarnation when the
+        claim says this one was reaped."""
+        if result.reaped:
+            old = self.incarnation
+            self.incarnation = f"{self.worker_id}.{next(self._lives)}"
+            self._first = True
+            log.warning("this worker's lease on its schedule runs lapsed (incarnation %s): "
+                        "they went back to their slots; claiming as %s", old,
+                        self.incarnation)  # fmt: skip
+            return []
+        self._first = False
+        if result.upcoming is not None:
+            self._upcoming[shard] = result.upcoming
+        for bad in result.malformed:
+            log.error("dropped a time-slot entry without a schedule id: %r", bad[:200])
+        names = self._names[shard]
+        codes = {e.record.split(FIELD_SEP, 10)[9] for e in result.entries} - names.keys()
+        if codes:
+            await self._learn(shard, sorted(codes), client)
+        return [self._claimed(e, result.now_ms, names) for e in result.entries]
+
+    async def _learn(self, shard: int, codes: list[str], client: aredis.Redis) -> None:
+        """Task names of task codes (the `tasks` table: ``#<code>`` -> name)."""
+        key = self.scripts[shard].k.tasks
+        got = await client.hmget(key, [f"#{c}" for c in codes])
+        for code, name in zip(codes, got, strict=True):
+            self._names[shard][code] = b"?" if name is None else _bytes(name)
+
+    def _claimed(self, e: Entry, now_ms: int, names: dict[str, bytes]) -> Claimed:
+        gen, grid, flags, _r, _f, _m, _s, _ms, _late, code, spec = e.record.split(FIELD_SEP, 10)
+        extra = f"{e.due_ms}:{grid}:{gen}:0"
+        if e.stalls:
+            extra += f":{e.first_start_ms}"
+        return Claimed(
+            RUN_PREFIX + e.schedule_id,
+            names.get(code, b"?") + b"|" + spec.encode(),
+            e.stalls + 1,
+            e.stalls,
+            next(self._tokens),
+            int(flags) % 10,
+            extra,
+            slot_run=SlotRun(self.incarnation, e.record, now_ms),
+        )
+
+    def renew(self, client: redis.Redis) -> None:
+        """Renews the incarnation's lease on every shard with schedules (the heartbeat's
+        thread); a reaped one is found by its next claim."""
+        incarnation, lease_ms = self.incarnation, self.settings.lease_ms
+        for shard in self.held:
+            self.scripts[shard].renew(incarnation, lease_ms).run(client)
+
+    async def reap(self, client: aredis.Redis, now_ms: int) -> int:
+        """Takes back the runs of every incarnation whose lease lapsed (any worker's); returns
+        how many."""
+        back = 0
+        for shard in self.held:
+            s = self.scripts[shard]
+            lapsed = await client.zrangebyscore(s.k.runners, "-inf", now_ms, start=0, num=64)
+            if lapsed:
+                names = [_text(x) for x in lapsed if isinstance(x, bytes | str)]
+                n = await s.reap(now_ms, names).arun(client)
+                if n:
+                    log.warning("shard %d: the leases of %s lapsed: %d schedule runs went back "
+                                "to their slots", shard, ", ".join(names), n)  # fmt: skip
+                back += n
+        return back
+
+    async def handback(self, client: aredis.Redis, claims: Sequence[Claim], now_ms: int) -> int:
+        """Gives the runs ``claims`` hold back to their slots (a graceful stop past its
+        grace); returns how many went back."""
+        n = 0
+        for (shard, incarnation), ids in handback_ids(claims).items():
+            n += await self.scripts[shard].handback(incarnation, now_ms, ids).arun(client)
+        return n
+
+    async def deregister(self, client: aredis.Redis) -> None:
+        """Gives up the incarnation's lease once it holds nothing."""
+        for shard in self.held:
+            await client.zrem(self.scripts[shard].k.runners, self.incarnation)
+
+    def next_due(self, shard: int, result: SlotClaim) -> int | None:
+        """When the next slot of ``shard`` comes due, as far as the reply tells."""
+        known = self._upcoming[shard]
+        if known:
+            return known[0]
+        return result.next_ms
+
+
+def settle_item(job: Claimed, outcome: RunDone) -> Settled:
+    """The settle of a time-slot run: its schedule's next entry, built here from the record it
+    was claimed with. A record that cannot be read goes back as it was, due when the runner
+    said (it reported the run unreadable)."""
+    run = job.slot_run
+    assert run is not None
+    sid = job.id[len(RUN_PREFIX) :]
+    error = outcome.error if outcome.outcome == "fail" else None
+    try:
+        due, first = _due_and_first(job.extra)
+        record = settled_record(
+            run.record, outcome=outcome.outcome, started_ms=run.claimed_ms,
+            duration_ms=outcome.duration_ms, next_grid_ms=outcome.grid_ms, due_ms=due,
+            first_start_ms=first,
+        )  # fmt: skip
+    except ValueError:
+        record = run.record
+    return Settled(sid, f"{sid}|{record}", outcome.due_ms, error)
+
+
+def _due_and_first(extra: str) -> tuple[int | None, int | None]:
+    """The run's due time and, after a stall, its first start, from its `Claimed.extra`."""
+    was = run_due_ms(extra)
+    if was is None:
+        return None, None
+    due, _, first = str(was).partition(":")
+    return int(due), int(first) if first else None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _bytes(value: bytes | str) -> bytes:
+    return value.encode() if isinstance(value, str) else value
+
+
+def handback_ids(claims: Sequence[Claim]) -> dict[tuple[int, str], list[str]]:
+    """Per (shard, incarnation), the schedule ids of the time-slot runs ``claims`` hold."""
+    out: dict[tuple[int, str], list[str]] = {}
+    for claim in claims:
+        run = claim.job.slot_run
+        if run is not None:
+            out.setdefault((claim.shard, run.incarnation), []).append(
+                claim.job.id[len(RUN_PREFIX) :]
+            )
+    return out

@@ -1,0 +1,231 @@
+"""A worker with schedules kept as time slots (``schedule_store="slots"``; in progress): runs on
+cadence, never overlapping; a run whose schedule changed meanwhile settles into the new
+definition; a graceful stop hands unfinished runs back; a worker whose lease lapsed loses its
+runs to the reaper and goes on as a new incarnation; what the store cannot do yet is refused
+with a clear error."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+import pytest
+import redis
+
+import drumbeat
+from drumbeat.errors import ConfigurationError
+from drumbeat.keys import Keys
+from drumbeat.schedule import phase_ms
+from drumbeat.slots import parse_entry
+from tests.conftest import running_worker
+from tests.helpers import wait_for_async
+
+
+def _app(redis_url: str, namespace: str, **settings: object) -> drumbeat.App:
+    return drumbeat.App(redis_url, namespace=namespace, schedule_store="slots", **settings)
+
+
+def _now_ms(r: redis.Redis) -> int:
+    sec, usec = r.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def _entries(r: redis.Redis, keys: Keys) -> dict[str, str]:
+    """Every schedule's entry waiting in a slot, by id."""
+    out = {}
+    for ms in r.zrange(keys.slots, 0, -1):
+        for e in r.lrange(keys.slot(int(ms)), 0, -1):
+            entry = parse_entry(e.decode(), int(ms))
+            out[entry.schedule_id] = entry.record
+    return out
+
+
+async def test_schedules_run_on_cadence_never_overlapping_from_time_slots(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    app = _app(redis_url, namespace)
+    dues: defaultdict[str, list[int]] = defaultdict(list)
+    active: set[str] = set()
+    overlaps: list[str] = []
+    early: list[int] = []
+
+    @app.task
+    async def monitor(n: int) -> None:
+        ctx = drumbeat.current_job()
+        assert ctx.schedule_id is not None and ctx.due_ms is not None
+        if ctx.schedule_id in active:
+            overlaps.append(ctx.schedule_id)
+        active.add(ctx.schedule_id)
+        if _now_ms(r) < ctx.due_ms:
+            early.append(ctx.due_ms)
+        await asyncio.sleep(0.05)
+        dues[ctx.schedule_id].append(ctx.due_ms)
+        active.discard(ctx.schedule_id)
+
+    ids = [f"m{i}" for i in range(100)]
+    codes = await app.aschedule_many(
+        [drumbeat.Schedule(sid, monitor, every=1, args=(i,)) for i, sid in enumerate(ids)]
+    )
+    assert codes == [1] * 100
+    # Registering again changes nothing.
+    assert app.schedule_many(
+        [drumbeat.Schedule(sid, monitor, every=1, args=(i,)) for i, sid in enumerate(ids)]
+    ) == [0] * 100  # fmt: skip
+    started = _now_ms(r)
+    async with running_worker(app, concurrency=20):
+        await wait_for_async(
+            lambda: min(len(dues[sid]) for sid in ids),
+            lambda least: least >= 3,
+            message="every schedule should run 3 times",
+            timeout=60,
+        )
+    stopped = _now_ms(r)
+    assert not overlaps
+    assert not early, "a run started before its due time"
+    for sid, ds in dues.items():
+        assert len(set(ds)) == len(ds), f"{sid} ran a slot twice: {sorted(ds)}"
+        assert all((d - phase_ms(sid, 1000)) % 1000 == 0 for d in ds), (sid, ds)
+        assert started - 1000 <= min(ds) and max(ds) <= stopped
+    # Every schedule waits in a slot again, its runs counted, nothing held in flight.
+    keys = Keys(namespace)
+    records = _entries(r, keys)
+    assert sorted(records) == sorted(ids)
+    assert all(int(records[sid].split("|")[3]) >= len(dues[sid]) for sid in ids)
+    assert not [k for k in r.scan_iter(keys.inflight("x")[:-1] + "*")]
+    assert r.zcard(keys.runners) == 0  # the stopped worker gave its lease up
+    await app.aclose()
+
+
+async def test_a_failing_run_keeps_its_schedule_and_its_error(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    app = _app(redis_url, namespace)
+    runs: list[int] = []
+
+    @app.task
+    async def flaky() -> None:
+        runs.append(1)
+        raise RuntimeError("search site down")
+
+    app.schedule("f", flaky, every=1)
+    async with running_worker(app, concurrency=2):
+        await wait_for_async(lambda: len(runs), lambda n: n >= 2, message="2 runs", timeout=30)
+    keys = Keys(namespace)
+    record = _entries(r, keys)["f"]
+    assert int(record.split("|")[3]) >= 2 and int(record.split("|")[4]) >= 2  # runs, failures
+    assert b"search site down" in r.hget(keys.faults, "f")
+    await app.aclose()
+
+
+async def test_a_schedule_changed_while_its_run_is_in_flight_continues_with_the_new_one(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    app = _app(redis_url, namespace)
+    seen: list[tuple[int, ...]] = []
+    running = asyncio.Event()
+    release = asyncio.Event()
+
+    @app.task
+    async def watch(*args: int) -> None:
+        seen.append(args)
+        running.set()
+        await release.wait()
+
+    app.schedule("w", watch, every=1, args=(1,))
+    async with running_worker(app, concurrency=2):
+        await asyncio.wait_for(running.wait(), 30)
+        assert await app.aschedule_many([drumbeat.Schedule("w", watch, every=2, args=(2,))]) == [2]
+        release.set()
+        await wait_for_async(lambda: seen, lambda s: (2,) in s, message="a run of the new one")
+    assert seen[0] == (1,)
+    keys = Keys(namespace)
+    assert not r.exists(keys.pending)
+    gen = int(_entries(r, keys)["w"].split("|")[0])
+    assert gen == 2
+    await app.aclose()
+
+
+async def test_a_graceful_stop_hands_unfinished_runs_back_to_their_slot(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    app = _app(redis_url, namespace, shutdown_grace=0.5)
+    started = asyncio.Event()
+
+    @app.task
+    async def slow() -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    app.schedule("slow", slow, every=1)
+    async with running_worker(app, concurrency=1):
+        await asyncio.wait_for(started.wait(), 30)
+    keys = Keys(namespace)
+    # Handed back: waiting in a due slot, as claimed (no run counted), nothing in flight.
+    slots = [int(ms) for ms in r.zrange(keys.slots, 0, -1)]
+    assert len(slots) == 1 and slots[0] <= _now_ms(r)
+    [entry] = r.lrange(keys.slot(slots[0]), 0, -1)
+    assert parse_entry(entry.decode(), slots[0]).record.split("|")[3] == "0"
+    assert not [k for k in r.scan_iter(keys.inflight("x")[:-1] + "*")]
+    await app.aclose()
+
+
+async def test_a_worker_whose_lease_lapsed_loses_its_runs_and_claims_as_a_new_incarnation(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    app = _app(redis_url, namespace)
+    ran: list[tuple[str, int]] = []
+    first = asyncio.Event()
+    go_on = asyncio.Event()
+
+    @app.task
+    async def tick() -> None:
+        ctx = drumbeat.current_job()
+        ran.append((ctx.schedule_id or "", ctx.due_ms or 0))
+        first.set()
+        if len(ran) == 1:
+            await go_on.wait()
+
+    app.schedule("t", tick, every=1)
+    keys = Keys(namespace)
+    async with running_worker(app, concurrency=2) as worker:
+        await asyncio.wait_for(first.wait(), 30)
+        assert worker.lane is not None
+        old = worker.lane.incarnation
+        # As if it froze past its lease: another worker's reaper takes its run back.
+        r.zadd(keys.runners, {old: _now_ms(r) - 1})
+        assert await worker.lane.reap(await app.aredis(), _now_ms(r)) == 1
+        go_on.set()  # its run ends now: the settle is refused (the run comes again)
+        await wait_for_async(
+            lambda: worker.lane.incarnation if worker.lane else old,
+            lambda now: now != old,
+            message="a new incarnation after the lapse",
+            timeout=30,
+        )
+        await wait_for_async(lambda: len(ran), lambda n: n >= 3, message="runs go on", timeout=30)
+    # The run of the lapsed lease ran again (at least once), and the schedule goes on.
+    assert ran[1] == ran[0]
+    assert int(_entries(r, keys)["t"].split("|")[3]) >= 2
+    await app.aclose()
+
+
+def test_what_the_time_slots_cannot_do_yet_is_refused_clearly(
+    redis_url: str, namespace: str
+) -> None:
+    app = _app(redis_url, namespace)
+
+    @app.task
+    def t() -> None: ...
+
+    app.schedule("a", t, every=5)
+    for call in (app.pause, app.resume, app.run_now):
+        with pytest.raises(ConfigurationError, match="schedule_store='slots'"):
+            call("a")
+    with pytest.raises(ConfigurationError, match="schedule_store='slots'"):
+        list(app.schedules())
+    with pytest.raises(ConfigurationError, match="with limits or the queue"):
+        app.schedule("b", t, every=5, rate_limit="1/s")
+    assert app.unschedule("a") == 1
+    assert app.unschedule("a") == 0
+    with pytest.raises(ConfigurationError, match="schedule_store must be one of wheel, slots"):
+        drumbeat.App(redis_url, namespace=namespace, schedule_store="lists")
+    app.close()
