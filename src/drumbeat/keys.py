@@ -71,8 +71,8 @@ QUEUE_KEYS: dict[str, str] = {"ready": "zset", "due": "zset", "wake": "zset"}
 #: Keys of one bucket of a shard's schedule wheel, ``<name>:<bucket>``.
 BUCKET_KEYS: dict[str, str] = {"wheel": "zset", "schedules": "hash"}
 
-#: Keys of the schedule kept as time slots (docs/design/time-slots.md; in progress, not yet used
-#: by workers): ``slot:<ms>``, the entries due in that millisecond, and ``inflight:<incarnation>``,
+#: Keys of the schedule kept as time slots (docs/design/time-slots.md; opt-in:
+#: `Settings.schedule_store` "slots"): ``slot:<ms>``, the entries due in that millisecond, and ``inflight:<incarnation>``,
 #: the entries one worker process incarnation claimed.
 SLOT_KEYS: dict[str, str] = {"slot": "list", "inflight": "hash"}
 

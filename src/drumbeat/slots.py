@@ -6,7 +6,7 @@ worker incarnation's in-flight hash, and the settle pushes each schedule's next 
 the worker builds (`settled_record`), into its next slot. Redis does no per-run parsing, and a
 run touches four structures instead of the wheel's fourteen: 42 k Redis instructions a run
 against 174 k (`bench.slots_probe`). The plan, and what is not built yet:
-``docs/design/time-slots.md``. Workers do not use it yet.
+``docs/design/time-slots.md``. Opt-in: ``Settings.schedule_store = "slots"``.
 
 Scripts may only touch the keys they are passed, and an entry's slot is known only from
 `where`, so the calls by id (`upsert`, `remove`) read `where` and the live incarnations first

@@ -864,7 +864,7 @@ local function limit_attention(l, now, horizon)
   return math.floor(math.max(at or now, now + LIMIT_RECHECK_MS))
 end
 
--- Time slots (docs/design/time-slots.md; in progress, not yet used by workers): `slot:<ms>`
+-- Time slots (docs/design/time-slots.md; opt-in: Settings.schedule_store "slots"): `slot:<ms>`
 -- lists hold entries "<schedule id>|<record>" (or "<id>;<stalls>;<due>;<first start>|<record>"
 -- for a run back from a lapsed lease), `where` names the slot of each, `inflight:<incarnation>`
 -- holds "<due>|<claim ms>|<entry>" per run claimed.

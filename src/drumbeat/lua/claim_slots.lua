@@ -1,5 +1,5 @@
--- Claims due runs of schedules kept as time slots (docs/design/time-slots.md; in progress, not
--- yet used by workers): pops the entries of the due slots the worker passed (the upcoming
+-- Claims due runs of schedules kept as time slots (docs/design/time-slots.md; opt-in:
+-- Settings.schedule_store "slots"): pops the entries of the due slots the worker passed (the upcoming
 -- slots of its last reply), as many as it has room for (the rest stay due in their slot), into
 -- its incarnation's in-flight hash, and renews the incarnation's lease in `runners`. No state,
 -- owner, lease or fencing token per run: a run is the worker's while its entry is in that hash

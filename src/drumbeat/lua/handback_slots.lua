@@ -1,5 +1,5 @@
 -- Gives back runs a worker claimed from time slots and will not run (a graceful stop past
--- shutdown_grace; in progress, not yet used by workers): each entry goes back, as it was
+-- shutdown_grace; opt-in: Settings.schedule_store "slots"): each entry goes back, as it was
 -- claimed, into a due slot, and the lateness its claim counted is taken back (its next claim
 -- counts it again).
 --

@@ -1,5 +1,5 @@
 -- Takes back the runs of worker process incarnations whose lease in `runners` lapsed (time
--- slots; in progress, not yet used by workers): each run's entry goes back into a due slot
+-- slots; opt-in: Settings.schedule_store "slots"): each run's entry goes back into a due slot
 -- marked with one more stall, its due time and its first start (so its lateness still counts
 -- to its first start, and after max_stalls its next claim counts it failed without running
 -- it, as reap.lua does for the wheel's runs); the incarnation's in-flight hash and its entry

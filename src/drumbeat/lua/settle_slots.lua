@@ -1,4 +1,4 @@
--- Settles runs claimed by claim_slots.lua (time slots; in progress, not yet used by workers).
+-- Settles runs claimed by claim_slots.lua (time slots; opt-in: Settings.schedule_store "slots").
 -- The worker built each schedule's next entry (its record after the run: what after_run in
 -- finish_runs.lua writes, `slots.settled_record`) and grouped them by the slot of their next
 -- run. A run still in the incarnation's in-flight hash is settled: dropped from it, its entry

@@ -1,5 +1,5 @@
--- Creates or updates schedules kept as time slots, by id (in progress, not yet used by
--- workers; upsert_schedules.lua does it for the wheel, with the same rules): an unchanged
+-- Creates or updates schedules kept as time slots, by id (opt-in: Settings.schedule_store
+-- "slots"; upsert_schedules.lua does it for the wheel, with the same rules): an unchanged
 -- definition keeps its place and totals; a changed one gets a new generation and its new first
 -- due time, unless its run is in flight: then the change waits in `pending` and the run's
 -- settle applies it. The caller read `where` and `runners` first (a script may only touch the

@@ -1,4 +1,4 @@
--- Removes schedules kept as time slots, by id (in progress, not yet used by workers;
+-- Removes schedules kept as time slots, by id (opt-in: Settings.schedule_store "slots";
 -- unschedule.lua does it for the wheel): an entry waiting in its slot goes at once; a schedule
 -- whose run is in flight is marked removed in `pending`, and the run's settle drops it. Its
 -- last error goes too. The caller read `where` and `runners` first, as for slot_schedules.lua.
