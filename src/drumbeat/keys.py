@@ -72,8 +72,8 @@ QUEUE_KEYS: dict[str, str] = {"ready": "zset", "due": "zset", "wake": "zset"}
 BUCKET_KEYS: dict[str, str] = {"wheel": "zset", "schedules": "hash"}
 
 #: Keys of the schedule kept as time slots (docs/design/time-slots.md; opt-in:
-#: `Settings.schedule_store` "slots"): ``slot:<ms>``, the entries due in that millisecond, and ``inflight:<incarnation>``,
-#: the entries one worker process incarnation claimed.
+#: `Settings.schedule_store` "slots"): ``slot:<ms>``, the entries due in that millisecond,
+#: and ``inflight:<incarnation>``, the entries one worker process incarnation claimed.
 SLOT_KEYS: dict[str, str] = {"slot": "list", "inflight": "hash"}
 
 #: Buckets per shard. A bucket stays a listpack (compact) while it holds at most 128 schedules

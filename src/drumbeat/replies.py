@@ -59,7 +59,7 @@ def parse_found(raw: Any) -> Found:
     return Found(int(raw[0]) - 1, int(raw[1]), int(raw[2]), entries)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs a setattr call per field, per run
 class SlotRun:
     """A run claimed from the time slots (`slots.py`): held under its worker's incarnation,
     with its schedule's record as claimed (the worker builds the next one from it)."""
@@ -68,6 +68,10 @@ class SlotRun:
     record: str
     claimed_ms: int
     """When the claim ran (Redis ms): the run's start, as the wheel's owner records it."""
+    due_ms: int
+    """Its due time (after a stall, its first one)."""
+    first_ms: int | None
+    """After a stall, when it first started."""
 
 
 #: Fields per claimed item in a claim reply (see `take_all` in _lib.lua).

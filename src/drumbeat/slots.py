@@ -37,7 +37,7 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs a setattr call per field, per run
 class Entry:
     """A claimed run: its schedule's entry, where it was due, and any stalls."""
 
@@ -130,7 +130,7 @@ def settled_record(
     return f"{gen}|{next_grid_ms}|{flags}|{runs}|{fails}|{misf}|{rel}|{ran}|{rest}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, as `Entry`
 class Settled:
     """One run's settle, for `SlotScripts.settle`: its schedule's next entry and slot."""
 

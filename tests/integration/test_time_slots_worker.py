@@ -229,3 +229,28 @@ def test_what_the_time_slots_cannot_do_yet_is_refused_clearly(
     with pytest.raises(ConfigurationError, match="schedule_store must be one of wheel, slots"):
         drumbeat.App(redis_url, namespace=namespace, schedule_store="lists")
     app.close()
+
+
+async def test_jobs_run_beside_time_slot_schedules(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    app = _app(redis_url, namespace)
+    ticks: list[int] = []
+    done: list[int] = []
+
+    @app.task
+    async def tick(i: int) -> None:
+        ticks.append(i)
+
+    @app.task
+    async def job(i: int) -> None:
+        done.append(i)
+
+    app.schedule_many([drumbeat.Schedule(f"t{i}", tick, every=1, args=(i,)) for i in range(50)])
+    async with running_worker(app, concurrency=10):
+        await wait_for_async(lambda: len(ticks), lambda n: n >= 50, message="schedules run")
+        for i in range(20):  # while the worker is busy with, or waiting for, schedule runs
+            await job.aenqueue(i)
+            await asyncio.sleep(0.03)
+        await wait_for_async(lambda: sorted(done), lambda d: d == list(range(20)), message="jobs")
+    await app.aclose()

@@ -140,7 +140,7 @@ class Worker:
         self.claimer.on_best = self.lending.seen
         self.claimer.lendable = self.lending.lendable
         self.signals = Signals(
-            [k.signals for k in app.job_keys], self._stopping, on_ready=self.lending.heard,
+            [k.signals for k in app.job_keys], self._stopping, on_ready=self._heard,
             on_cancel=self.runs.cancel, on_due=self.claimer.due_at,
         )  # fmt: skip
         self.liveness = Liveness(min(TICK, self.settings.hang_timeout / 5), self.wedged)
@@ -154,6 +154,11 @@ class Worker:
             renew=None if self.lane is None else self.lane.renew,
         )  # fmt: skip
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _heard(self, priority: int, queue: str = DEFAULT_QUEUE, shard: int = 0) -> None:
+        """A job of ``priority`` waits in ``queue`` of ``shard`` (a signal)."""
+        self.claimer.jobs_came()
+        self.lending.heard(priority, queue, shard)
 
     def _time_slots(self, jobs: int) -> SlotLane | None:
         """With schedules kept as time slots (and the default queue served: schedules belong

@@ -22,7 +22,7 @@ import redis.asyncio as aredis
 from drumbeat.config import Settings
 from drumbeat.keys import Keys
 from drumbeat.outcomes import RunDone
-from drumbeat.protocol import FIELD_SEP, RUN_PREFIX, run_due_ms
+from drumbeat.protocol import FIELD_SEP, RUN_PREFIX
 from drumbeat.replies import Claimed, SlotRun
 from drumbeat.scripts import Call
 from drumbeat.slots import UPCOMING, Entry, Settled, SlotClaim, SlotScripts, settled_record
@@ -115,7 +115,7 @@ class SlotLane:
             next(self._tokens),
             int(flags) % 10,
             extra,
-            slot_run=SlotRun(self.incarnation, e.record, now_ms),
+            slot_run=SlotRun(self.incarnation, e.record, now_ms, e.due_ms, e.first_start_ms),
         )
 
     def renew(self, client: redis.Redis) -> None:
@@ -171,24 +171,14 @@ def settle_item(job: Claimed, outcome: RunDone) -> Settled:
     sid = job.id[len(RUN_PREFIX) :]
     error = outcome.error if outcome.outcome == "fail" else None
     try:
-        due, first = _due_and_first(job.extra)
         record = settled_record(
             run.record, outcome=outcome.outcome, started_ms=run.claimed_ms,
-            duration_ms=outcome.duration_ms, next_grid_ms=outcome.grid_ms, due_ms=due,
-            first_start_ms=first,
+            duration_ms=outcome.duration_ms, next_grid_ms=outcome.grid_ms, due_ms=run.due_ms,
+            first_start_ms=run.first_ms,
         )  # fmt: skip
     except ValueError:
         record = run.record
     return Settled(sid, f"{sid}|{record}", outcome.due_ms, error)
-
-
-def _due_and_first(extra: str) -> tuple[int | None, int | None]:
-    """The run's due time and, after a stall, its first start, from its `Claimed.extra`."""
-    was = run_due_ms(extra)
-    if was is None:
-        return None, None
-    due, _, first = str(was).partition(":")
-    return int(due), int(first) if first else None
 
 
 def _text(value: bytes | str) -> str:
