@@ -178,7 +178,6 @@ class Claimer:
                 idle = None
                 if claimed < free:
                     idle = await self._wait_for_work(free - claimed, now_ms, next_due_ms)
-                    self.jobs_came()
                 backoff.reset()
             except Exception as exc:
                 if not is_transient(exc):
@@ -375,6 +374,7 @@ class Claimer:
         stop.cancel()
         if self._block.done():
             self._block.exception()  # consumed; a failed block just means: look again
+            self.jobs_came()  # a wake marker (or a failed wait): look for jobs
         return None
 
     async def _wait_then_claim(self, free: int) -> ClaimResult | None:
