@@ -65,7 +65,8 @@ class SlotRun:
     with its schedule's record as claimed (the worker builds the next one from it)."""
 
     incarnation: str
-    record: str
+    fields: list[str]
+    """Its schedule's record as claimed, split into its fields (`slots.settled_fields`)."""
     claimed_ms: int
     """When the claim ran (Redis ms): the run's start, as the wheel's owner records it."""
     due_ms: int

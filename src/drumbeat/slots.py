@@ -110,13 +110,32 @@ def settled_record(
     """A schedule's record after one of its runs: what ``after_run`` in finish_runs.lua
     writes for a run of the record's own generation (``outcome`` ok, fail or skip), byte for
     byte. ``due_ms`` None: the run's due time is unknown, so its lateness counts as 0."""
-    gen, grid, flags, runs, fails, misf, rel, _ms, late, rest = record.split(FIELD_SEP, 9)
+    return settled_fields(
+        record.split(FIELD_SEP, 10), outcome=outcome, started_ms=started_ms,
+        duration_ms=duration_ms, next_grid_ms=next_grid_ms, due_ms=due_ms,
+        first_start_ms=first_start_ms,
+    )  # fmt: skip
+
+
+def settled_fields(
+    fields: Sequence[str],
+    *,
+    outcome: str,
+    started_ms: int,
+    duration_ms: int,
+    next_grid_ms: int,
+    due_ms: int | None,
+    first_start_ms: int | None = None,
+) -> str:
+    """`settled_record` of a record split into its fields (the worker split it when it
+    claimed the run); ``ValueError`` for one that has not all of them."""
+    gen, grid, flags, runs, fails, misf, rel, ms, late, task, spec = fields
     if outcome == "skip":
         misf = str(int(misf) + 1)
         if rel:
             last_start = int(grid) + int(rel)
             rel = str(last_start - next_grid_ms) if last_start > 0 else ""
-        ran = f"{_ms}|{late}"
+        ran = f"{ms}|{late}"
     else:
         runs = str(int(runs) + 1)
         if outcome == "fail":
@@ -127,7 +146,7 @@ def settled_record(
             lateness = max(0, start - due_ms)
         ran = f"{duration_ms}|{lateness}"
         rel = str(started_ms - next_grid_ms) if started_ms > 0 else ""
-    return f"{gen}|{next_grid_ms}|{flags}|{runs}|{fails}|{misf}|{rel}|{ran}|{rest}"
+    return f"{gen}|{next_grid_ms}|{flags}|{runs}|{fails}|{misf}|{rel}|{ran}|{task}|{spec}"
 
 
 @dataclass(slots=True)  # not frozen, as `Entry`

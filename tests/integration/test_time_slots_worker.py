@@ -254,3 +254,32 @@ async def test_jobs_run_beside_time_slot_schedules(
             await asyncio.sleep(0.03)
         await wait_for_async(lambda: sorted(done), lambda d: d == list(range(20)), message="jobs")
     await app.aclose()
+
+
+async def test_an_unreadable_record_is_reported_and_kept_not_lost(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    app = _app(redis_url, namespace)
+    ticks: list[int] = []
+
+    @app.task
+    async def tick() -> None:
+        ticks.append(1)
+
+    app.schedule("ok", tick, every=1)
+    keys = Keys(namespace)
+    due = _now_ms(r) - 5
+    r.rpush(keys.slot(due), "broken|not a record")
+    r.zadd(keys.slots, {str(due): due})
+    r.hset(keys.where, "broken", due)
+    async with running_worker(app, concurrency=2):
+        await wait_for_async(
+            lambda: r.hget(keys.faults, "broken"), lambda f: f is not None, message="reported"
+        )
+        await wait_for_async(lambda: len(ticks), lambda n: n >= 2, message="the other runs")
+    assert b"unreadable schedule record" in r.hget(keys.faults, "broken")
+    # Back in a later slot as it was, for whoever mends it; the other schedule ran on.
+    later = _entries(r, keys)
+    assert later["broken"] == "not a record"
+    assert int(later["ok"].split("|")[3]) >= 1
+    await app.aclose()

@@ -22,10 +22,10 @@ import redis.asyncio as aredis
 from drumbeat.config import Settings
 from drumbeat.keys import Keys
 from drumbeat.outcomes import RunDone
-from drumbeat.protocol import FIELD_SEP, RUN_PREFIX
+from drumbeat.protocol import FIELD_SEP, RUN_PREFIX, SCHEDULE_FIELDS
 from drumbeat.replies import Claimed, SlotRun
 from drumbeat.scripts import Call
-from drumbeat.slots import UPCOMING, Entry, Settled, SlotClaim, SlotScripts, settled_record
+from drumbeat.slots import UPCOMING, Entry, Settled, SlotClaim, SlotScripts, settled_fields
 
 from .claims import Claim
 
@@ -38,6 +38,8 @@ _SLACK_MS = 5
 # the last of them is due within _AHEAD_MS.
 _FEW = 16
 _AHEAD_MS = 20
+# Fields of a schedule's record (`protocol.SCHEDULE_FIELDS`).
+_FIELDS = len(SCHEDULE_FIELDS)
 
 
 class SlotLane:
@@ -90,10 +92,11 @@ class SlotLane:
         for bad in result.malformed:
             log.error("dropped a time-slot entry without a schedule id: %r", bad[:200])
         names = self._names[shard]
-        codes = {e.record.split(FIELD_SEP, 10)[9] for e in result.entries} - names.keys()
+        split = [(e, e.record.split(FIELD_SEP, 10)) for e in result.entries]
+        codes = {f[9] for _, f in split if len(f) == _FIELDS} - names.keys()
         if codes:
             await self._learn(shard, sorted(codes), client)
-        return [self._claimed(e, result.now_ms, names) for e in result.entries]
+        return [self._claimed(e, f, result.now_ms, names) for e, f in split]
 
     async def _learn(self, shard: int, codes: list[str], client: aredis.Redis) -> None:
         """Task names of task codes (the `tasks` table: ``#<code>`` -> name)."""
@@ -102,8 +105,16 @@ class SlotLane:
         for code, name in zip(codes, got, strict=True):
             self._names[shard][code] = b"?" if name is None else _bytes(name)
 
-    def _claimed(self, e: Entry, now_ms: int, names: dict[str, bytes]) -> Claimed:
-        gen, grid, flags, _r, _f, _m, _s, _ms, _late, code, spec = e.record.split(FIELD_SEP, 10)
+    def _claimed(
+        self, e: Entry, fields: list[str], now_ms: int, names: dict[str, bytes]
+    ) -> Claimed:
+        """A run for the runner; one whose record cannot be read has no spec (the runner
+        reports it, and its entry goes back as it was)."""
+        run = SlotRun(self.incarnation, fields, now_ms, e.due_ms, e.first_start_ms)
+        if len(fields) != _FIELDS or not fields[2].isdigit():
+            return Claimed(RUN_PREFIX + e.schedule_id, None, e.stalls + 1, e.stalls,
+                           next(self._tokens), 0, f"{e.due_ms}:0:0:0", slot_run=run)  # fmt: skip
+        gen, grid, flags, code, spec = fields[0], fields[1], fields[2], fields[9], fields[10]
         extra = f"{e.due_ms}:{grid}:{gen}:0"
         if e.stalls:
             extra += f":{e.first_start_ms}"
@@ -115,7 +126,7 @@ class SlotLane:
             next(self._tokens),
             int(flags) % 10,
             extra,
-            slot_run=SlotRun(self.incarnation, e.record, now_ms, e.due_ms, e.first_start_ms),
+            slot_run=run,
         )
 
     def renew(self, client: redis.Redis) -> None:
@@ -171,13 +182,13 @@ def settle_item(job: Claimed, outcome: RunDone) -> Settled:
     sid = job.id[len(RUN_PREFIX) :]
     error = outcome.error if outcome.outcome == "fail" else None
     try:
-        record = settled_record(
-            run.record, outcome=outcome.outcome, started_ms=run.claimed_ms,
+        record = settled_fields(
+            run.fields, outcome=outcome.outcome, started_ms=run.claimed_ms,
             duration_ms=outcome.duration_ms, next_grid_ms=outcome.grid_ms, due_ms=run.due_ms,
             first_start_ms=run.first_ms,
         )  # fmt: skip
     except ValueError:
-        record = run.record
+        record = FIELD_SEP.join(run.fields)
     return Settled(sid, f"{sid}|{record}", outcome.due_ms, error)
 
 
