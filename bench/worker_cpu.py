@@ -2,7 +2,7 @@
 does not move with the host's load, for changes to the worker of a few per cent.
 
     python -m bench.worker_cpu [--n 20000] [--runs 1000,5000] [--concurrency 300]
-                               [--repeat 1] [--keep DIR]
+                               [--repeat 1] [--keep DIR] [--store wheel|slots]
 
 Starts a private redis-server, registers ``--n`` schedules (``App.schedule_many``, every day, an
 async no-op task), makes twice as many of them due now as the worker is to settle (wheel scores
@@ -15,7 +15,9 @@ the worker claims is due already, so its claims are full: the saturated regime o
 `bench.periodic`, where the worker is the larger CPU consumer. Python runs about 50 times slower
 under valgrind: each count takes a minute or so. ``--keep DIR`` keeps each dump
 (``callgrind_annotate --inclusive=yes DIR/worker-<runs>.callgrind``: where the interpreter's
-instructions go, e.g. the garbage collector's ``gc_collect_main``). ``PYTHONHASHSEED`` is fixed,
+instructions go, e.g. the garbage collector's ``gc_collect_main``). ``--store slots``: the
+schedules are kept as time slots (`Settings.schedule_store`; their entries moved into due slots,
+20 a slot). ``PYTHONHASHSEED`` is fixed,
 so a repeat gives the same figure within a fraction of a per cent; compare trees by running each
 (``PYTHONPATH``) with the same arguments: the figure depends on the two counts (claims and
 settles of other sizes).
@@ -60,6 +62,44 @@ def _child(url: str, runs: int, concurrency: int) -> None:
     drumbeat.run_worker(app, concurrency=concurrency, budget=Budget(max_jobs=runs))
 
 
+def _make_due_slots(client: redis.Redis, due: int, at_ms: int) -> int:
+    """`_make_due` for schedules kept as time slots (``--store slots``): the entries of
+    s0..s<due - 1> move into slots a second in the past, 20 a slot (100,000 schedules every 5 s
+    in 1-ms slots), the others stay where they are (a day away)."""
+    from drumbeat.keys import Keys
+
+    keys = Keys(NAMESPACE)
+    moved: list[tuple[str, str]] = []
+    for ms in client.zrange(keys.slots, 0, -1):
+        kept = []
+        for e in client.lrange(keys.slot(int(ms)), 0, -1):
+            sid = e.decode().partition("|")[0]
+            (moved if int(sid[1:]) < due else kept).append((sid, e.decode()))
+        client.delete(keys.slot(int(ms)))
+        if kept:
+            client.rpush(keys.slot(int(ms)), *(e for _, e in kept))
+        else:
+            client.zrem(keys.slots, ms)
+    moved.sort(key=lambda m: int(m[0][1:]))
+    pipe = client.pipeline(transaction=False)
+    for i, (sid, entry) in enumerate(moved):
+        slot = at_ms - 1000 + i // 20
+        pipe.rpush(keys.slot(slot), entry)
+        pipe.zadd(keys.slots, {str(slot): slot})
+        pipe.hset(keys.where, sid, slot)
+    pipe.execute()
+    return len(moved)
+
+
+def _settled_slots(client: redis.Redis, since_ms: int) -> int:
+    """`_settled` with time slots: entries still waiting in slots at or before ``since_ms``."""
+    from drumbeat.keys import Keys
+
+    keys = Keys(NAMESPACE)
+    slots = client.zrangebyscore(keys.slots, "-inf", since_ms)
+    return sum(client.llen(keys.slot(int(ms))) for ms in slots)
+
+
 def _settled(client: redis.Redis, n: int, since_ms: int) -> int:
     """Runs settled: schedules whose next run is no longer at or before ``since_ms``."""
     from drumbeat.keys import Keys, bucket_of
@@ -80,7 +120,11 @@ def _instructions(n: int, runs: int, concurrency: int, keep: Path | None) -> tup
 
         now = int(client.time()[0]) * 1000
         # More due than asked for: the worker never runs short of due runs before it retires.
-        due = _make_due(client, Keys(NAMESPACE), n, min(n, runs * 2), now - 1000)
+        slots = os.environ.get("DRUMBEAT_SCHEDULE_STORE") == "slots"
+        if slots:
+            due = _make_due_slots(client, min(n, runs * 2), now)
+        else:
+            due = _make_due(client, Keys(NAMESPACE), n, min(n, runs * 2), now - 1000)
         out = Path(tempfile.mkdtemp(prefix="drumbeat-worker-cpu-"))
         dump = out / "worker.callgrind"
         try:
@@ -95,7 +139,8 @@ def _instructions(n: int, runs: int, concurrency: int, keep: Path | None) -> tup
             if keep is not None:
                 keep.mkdir(parents=True, exist_ok=True)
                 shutil.copy(dump, keep / f"worker-{runs}.callgrind")
-            settled = due - _settled(client, n, now - 1000)
+            left = _settled_slots(client, now) if slots else _settled(client, n, now - 1000)
+            settled = due - left
             return int(totals[-1].split()[1]), settled
         finally:
             shutil.rmtree(out, ignore_errors=True)
@@ -111,6 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1, help="median of this many slopes")
     p.add_argument("--keep", type=Path, metavar="DIR", help="keep the callgrind dumps here")
     p.add_argument(
+        "--store", choices=("wheel", "slots"), default="wheel",
+        help="Settings.schedule_store of the schedules and the worker",
+    )  # fmt: skip
+    p.add_argument(
         "--child", nargs=3, metavar=("URL", "RUNS", "CONCURRENCY"), help=argparse.SUPPRESS
     )
     args = p.parse_args(argv)
@@ -118,13 +167,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         url, runs, concurrency = args.child
         _child(url, int(runs), int(concurrency))
         return 0
+    os.environ["DRUMBEAT_SCHEDULE_STORE"] = args.store  # the worker process inherits it
     low, high = (int(x) for x in args.runs.split(","))
     if not 0 < low < high <= args.n // 2:
         p.error("--runs needs two counts, 0 < low < high <= --n / 2")
     if shutil.which("valgrind") is None:
         p.error("valgrind is missing (Debian: apt-get install valgrind)")
     print(f"$ python -m bench.worker_cpu --n {args.n} --runs {low},{high} "
-          f"--concurrency {args.concurrency} --repeat {args.repeat}")  # fmt: skip
+          f"--concurrency {args.concurrency} --repeat {args.repeat} "
+          f"--store {args.store}")  # fmt: skip
     print(f"CPU: {cpu_model()}; Python {sys.version.split()[0]}")
     slopes = []
     for _ in range(args.repeat):
