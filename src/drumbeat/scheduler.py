@@ -264,32 +264,38 @@ class Scheduler:
     def slot_upsert(
         self, client: redis.Redis, schedules: Iterable[Schedule], now_ms: int
     ) -> list[int]:
+        """`App.schedule_many` with the time slots: one call per `batch_limit` schedules."""
         groups, where = self.slot_upserts(schedules, now_ms)
-        got = {
-            shard: self.slot_scripts[shard].upsert(client, items) for shard, items in groups.items()
-        }
+        got: dict[int, list[int]] = {}
+        for shard, items in groups.items():
+            got[shard] = []
+            for chunk in self._chunks(items):
+                got[shard] += self.slot_scripts[shard].upsert(client, chunk)
         return [got[shard][i] for shard, i in where]
 
     async def aslot_upsert(
         self, client: redis_async.Redis, schedules: Iterable[Schedule], now_ms: int
     ) -> list[int]:
         groups, where = self.slot_upserts(schedules, now_ms)
-        got = {
-            shard: await self.slot_scripts[shard].aupsert(client, items)
-            for shard, items in groups.items()
-        }
+        got: dict[int, list[int]] = {}
+        for shard, items in groups.items():
+            got[shard] = []
+            for chunk in self._chunks(items):
+                got[shard] += await self.slot_scripts[shard].aupsert(client, chunk)
         return [got[shard][i] for shard, i in where]
 
     def slot_remove(self, client: redis.Redis, ids: Iterable[str]) -> int:
         return sum(
-            self.slot_scripts[shard].remove(client, items)
+            self.slot_scripts[shard].remove(client, chunk)
             for shard, items in self._slot_ids(ids).items()
+            for chunk in self._chunks(items)
         )
 
     async def aslot_remove(self, client: redis_async.Redis, ids: Iterable[str]) -> int:
         removed = 0
         for shard, items in self._slot_ids(ids).items():
-            removed += await self.slot_scripts[shard].aremove(client, items)
+            for chunk in self._chunks(items):
+                removed += await self.slot_scripts[shard].aremove(client, chunk)
         return removed
 
     def _slot_ids(self, ids: Iterable[str]) -> dict[int, list[str]]:

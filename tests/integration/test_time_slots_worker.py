@@ -16,7 +16,9 @@ import drumbeat
 from drumbeat.errors import ConfigurationError
 from drumbeat.keys import Keys
 from drumbeat.schedule import phase_ms
-from drumbeat.slots import parse_entry
+from drumbeat.scripts import Call
+from drumbeat.slots import SlotScripts, parse_entry
+from drumbeat.worker.slotted import SlotLane
 from tests.conftest import running_worker
 from tests.helpers import wait_for_async
 
@@ -282,4 +284,77 @@ async def test_an_unreadable_record_is_reported_and_kept_not_lost(
     later = _entries(r, keys)
     assert later["broken"] == "not a record"
     assert int(later["ok"].split("|")[3]) >= 1
+    await app.aclose()
+
+
+def test_schedule_many_writes_at_most_batch_limit_schedules_a_call(
+    redis_url: str, namespace: str, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = _app(redis_url, namespace, batch_limit=10)
+
+    @app.task
+    def t(i: int) -> None: ...
+
+    sizes: list[int] = []
+    upsert = SlotScripts.upsert
+
+    def counted(self: SlotScripts, client: redis.Redis, items: list) -> list[int]:  # type: ignore[type-arg]
+        sizes.append(len(items))
+        return upsert(self, client, items)
+
+    monkeypatch.setattr(SlotScripts, "upsert", counted)
+    assert (
+        app.schedule_many([drumbeat.Schedule(f"c{i}", t, every=5, args=(i,)) for i in range(25)])
+        == [1] * 25
+    )
+    assert sizes == [10, 10, 5]
+    assert len(_entries(r, Keys(namespace))) == 25
+    app.close()
+
+
+async def test_a_stopping_worker_keeps_its_lease_while_it_still_holds_runs(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    app = _app(redis_url, namespace)
+    keys = Keys(namespace)
+    lane = SlotLane("w", [keys], app.settings, [0])
+    r.zadd(keys.runners, {lane.incarnation: _now_ms(r) + 60_000})
+    r.hset(keys.inflight(lane.incarnation), "s1", "1|1|s1|rec")
+    client = await app.aredis()
+    await lane.deregister(client)
+    assert r.zscore(keys.runners, lane.incarnation) is not None  # the reaper will find them
+    r.delete(keys.inflight(lane.incarnation))
+    await lane.deregister(client)
+    assert r.zscore(keys.runners, lane.incarnation) is None
+    await app.aclose()
+
+
+async def test_runs_whose_settle_redis_refuses_go_back_to_their_slot_and_run_again(
+    redis_url: str, namespace: str, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = _app(redis_url, namespace)
+    runs: list[int] = []
+
+    @app.task
+    async def tick() -> None:
+        runs.append(1)
+
+    settle = SlotScripts.settle
+    broken: list[int] = []
+
+    def refused_once(self: SlotScripts, incarnation: str, items: list) -> Call:  # type: ignore[type-arg]
+        call = settle(self, incarnation, items)
+        if broken:
+            return call
+        broken.append(1)
+        return Call(call.name, call.keys, ["not a count", *call.args[1:]], call.parse)
+
+    monkeypatch.setattr(SlotScripts, "settle", refused_once)
+    app.schedule("t", tick, every=1)
+    async with running_worker(app, concurrency=2):
+        # The first run's settle fails for good; without the hand-back the schedule would stay
+        # in flight (its worker's lease lives on) and never run again.
+        await wait_for_async(lambda: len(runs), lambda n: n >= 3, message="runs go on", timeout=30)
+    assert broken == [1]
+    assert "t" in _entries(r, Keys(namespace))
     await app.aclose()

@@ -38,7 +38,7 @@ from .claims import Claim, ClaimTable
 from .link import Link
 from .retrying import Backoff, is_transient
 from .routing import Routed
-from .slotted import settle_item
+from .slotted import handback_ids, settle_item
 from .tally import TALLY_INTERVAL, Tally
 
 log = logging.getLogger("drumbeat.worker")
@@ -150,6 +150,8 @@ class Settler:
         self._tally_timer: asyncio.TimerHandle | None = None
         self._wanted = asyncio.Event()
         self._closing = False
+        self._stranded: list[Claim] = []
+        """Time-slot runs whose settle Redis refused for good (`_give_back`)."""
 
     def add(self, claim: Claim, outcome: Outcome) -> None:
         self.pending.append((claim, outcome))
@@ -180,6 +182,9 @@ class Settler:
             batch, self.pending = self.pending, []
             try:
                 retry, refused = await self._send(link, self._calls(batch))
+                if self._stranded:
+                    stranded, self._stranded = self._stranded, []
+                    await self._give_back(stranded, link)
                 if refused is None:
                     backoff.reset()
                 else:  # Redis refused some for now: sending them again at once would spin
@@ -193,12 +198,32 @@ class Settler:
                                   "expire", len(batch))  # fmt: skip
                     for claim, _ in batch:
                         self.table.release(claim)
+                    await self._give_back([c for c, _ in batch if c.job.slot_run is not None], link)
                     continue
                 retry = batch
                 await asyncio.sleep(backoff.failed(log, f"settling {len(batch)} jobs", exc))
             self.pending[:0] = retry
         if self.tally and (self._closing or self._tally_time()):  # no batch to ride with
             await self._send_tally(link)
+
+    async def _give_back(self, claims: list[Claim], link: Link | Routed) -> None:
+        """Time-slot runs that could not be settled go back to a slot at once: they have no
+        lease of their own to lapse (their worker's lives on), so they would wait for ever."""
+        if not claims:
+            return
+        calls: list[Call[int]] = []
+        for (shard, incarnation), ids in handback_ids(claims).items():
+            slot_runs = [c.job.slot_run for c in claims if c.shard == shard]
+            back_ms = min(run.due_ms for run in slot_runs if run is not None)
+            calls.append(SlotScripts(self.shards[shard].k).handback(incarnation, back_ms, ids))
+        try:
+            back = sum(await link.run(calls))
+        except Exception:
+            log.exception("handing %d schedule runs back failed; they come back when this "
+                          "worker's lease lapses", len(claims))  # fmt: skip
+            return
+        log.warning("handed %d schedule runs that could not be settled back to their slots",
+                    back)  # fmt: skip
 
     def _tally_time(self) -> bool:
         """Whether counts may be sent now; if not, makes sure `run` wakes when they may."""
@@ -300,6 +325,7 @@ class Settler:
                 log.error("%s of %d jobs failed (%s); they run again when their leases expire",
                           kind.what, len(items), exc)  # fmt: skip
                 accepted = [0] * len(items)
+                self._stranded += [c for c, _ in items if c.job.slot_run is not None]
             else:
                 lost = [item for item, ok in zip(items, accepted, strict=True) if not ok]
                 for claim, _ in lost:

@@ -161,9 +161,12 @@ class SlotLane:
         return n
 
     async def deregister(self, client: aredis.Redis) -> None:
-        """Gives up the incarnation's lease once it holds nothing."""
+        """Gives up the incarnation's lease where it holds nothing (claims have stopped): runs
+        it still holds (a hand-back that failed) come back when the lease lapses."""
         for shard in self.held:
-            await client.zrem(self.scripts[shard].k.runners, self.incarnation)
+            k = self.scripts[shard].k
+            if not await client.exists(k.inflight(self.incarnation)):
+                await client.zrem(k.runners, self.incarnation)
 
     def next_due(self, shard: int, result: SlotClaim) -> int | None:
         """When the next slot of ``shard`` comes due, as far as the reply tells."""
