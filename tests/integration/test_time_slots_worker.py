@@ -192,13 +192,13 @@ async def test_a_worker_whose_lease_lapsed_loses_its_runs_and_claims_as_a_new_in
     async with running_worker(app, concurrency=2) as worker:
         await asyncio.wait_for(first.wait(), 30)
         assert worker.lane is not None
-        old = worker.lane.incarnation
+        old = worker.lane.incarnation[0]
         # As if it froze past its lease: another worker's reaper takes its run back.
         r.zadd(keys.runners, {old: _now_ms(r) - 1})
         assert await worker.lane.reap(await app.aredis(), _now_ms(r)) == 1
         go_on.set()  # its run ends now: the settle is refused (the run comes again)
         await wait_for_async(
-            lambda: worker.lane.incarnation if worker.lane else old,
+            lambda: worker.lane.incarnation[0] if worker.lane else old,
             lambda now: now != old,
             message="a new incarnation after the lapse",
             timeout=30,
@@ -318,14 +318,14 @@ async def test_a_stopping_worker_keeps_its_lease_while_it_still_holds_runs(
     app = _app(redis_url, namespace)
     keys = Keys(namespace)
     lane = SlotLane("w", [keys], app.settings, [0])
-    r.zadd(keys.runners, {lane.incarnation: _now_ms(r) + 60_000})
-    r.hset(keys.inflight(lane.incarnation), "s1", "1|1|s1|rec")
+    r.zadd(keys.runners, {lane.incarnation[0]: _now_ms(r) + 60_000})
+    r.hset(keys.inflight(lane.incarnation[0]), "s1", "1|1|s1|rec")
     client = await app.aredis()
     await lane.deregister(client)
-    assert r.zscore(keys.runners, lane.incarnation) is not None  # the reaper will find them
-    r.delete(keys.inflight(lane.incarnation))
+    assert r.zscore(keys.runners, lane.incarnation[0]) is not None  # the reaper will find them
+    r.delete(keys.inflight(lane.incarnation[0]))
     await lane.deregister(client)
-    assert r.zscore(keys.runners, lane.incarnation) is None
+    assert r.zscore(keys.runners, lane.incarnation[0]) is None
     await app.aclose()
 
 
@@ -357,4 +357,28 @@ async def test_runs_whose_settle_redis_refuses_go_back_to_their_slot_and_run_aga
         await wait_for_async(lambda: len(runs), lambda n: n >= 3, message="runs go on", timeout=30)
     assert broken == [1]
     assert "t" in _entries(r, Keys(namespace))
+    await app.aclose()
+
+
+async def test_schedules_spread_over_schedule_shards_run_from_every_shards_slots(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    app = _app(redis_url, namespace, schedule_shards=2)
+    seen: defaultdict[str, int] = defaultdict(int)
+
+    @app.task
+    async def tick(sid: str) -> None:
+        seen[sid] += 1
+
+    ids = [f"x{i}" for i in range(40)]
+    app.schedule_many([drumbeat.Schedule(sid, tick, every=1, args=(sid,)) for sid in ids])
+    shards = {app.scheduler.shard_of(sid) for sid in ids}
+    assert shards == {0, 1}
+    async with running_worker(app, concurrency=10) as worker:
+        assert worker.lane is not None
+        first = list(worker.lane.incarnation)
+        await wait_for_async(lambda: min(seen[s] for s in ids), lambda n: n >= 2, message="runs")
+        # Each shard registered its own incarnation once: none was taken for a reaped one.
+        assert worker.lane.incarnation == first
+    assert app.unschedule(*ids) == 40
     await app.aclose()

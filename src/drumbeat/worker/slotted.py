@@ -3,10 +3,10 @@ progress, docs/design/time-slots.md).
 
 It claims the due slots of each schedule shard (those the last reply listed as upcoming), turns
 their entries into `Claimed` runs for the runner, builds each run's next entry when it ends
-(`settle_item`), and keeps the process's lease in `runners` under an incarnation: the runs it
-holds are its while that lease lives. A reaped incarnation (its lease lapsed: a long freeze)
-has lost its runs to other workers; the lane then takes a new incarnation, and the settles of
-the old one's runs are refused.
+(`settle_item`), and keeps the process's lease in each shard's `runners` under an incarnation
+of its own there: the runs it holds in a shard are its while that lease lives. A reaped
+incarnation (its lease lapsed: a long freeze) has lost its runs in that shard to other workers;
+the lane then takes a new incarnation there, and the settles of the old one's runs are refused.
 """
 
 from __future__ import annotations
@@ -55,8 +55,11 @@ class SlotLane:
         self.held = list(held)
         """The worker's shards that hold schedules."""
         self._lives = itertools.count(1)
-        self.incarnation = f"{worker_id}.{next(self._lives)}"
-        self._first = True
+        self.incarnation = [f"{worker_id}.{next(self._lives)}" for _ in keys]
+        """Per shard, the incarnation its runs are held under (`<worker id>.<n>`)."""
+        self._first = [True for _ in keys]
+        """Per shard, whether the incarnation has not claimed there yet (the claim registers
+        it; a later claim of an incarnation missing from `runners` was reaped)."""
         self._tokens = itertools.count(1)
         self._upcoming: list[list[int]] = [[] for _ in keys]
         self._names: list[dict[str, bytes]] = [{} for _ in keys]
@@ -71,22 +74,22 @@ class SlotLane:
         if len(rest) < _FEW or rest[-1] <= now_ms + _AHEAD_MS:
             want = UPCOMING
         return self.scripts[shard].claim(
-            self.incarnation, limit, self.settings.lease_ms, passed, first=self._first,
-            upcoming=want,
+            self.incarnation[shard], limit, self.settings.lease_ms, passed,
+            first=self._first[shard], upcoming=want,
         )  # fmt: skip
 
     async def took(self, shard: int, result: SlotClaim, client: aredis.Redis) -> list[Claimed]:
         """The runs a claim took, ready for the runner; takes a new incarnation when the
         claim says this one was reaped."""
         if result.reaped:
-            old = self.incarnation
-            self.incarnation = f"{self.worker_id}.{next(self._lives)}"
-            self._first = True
-            log.warning("this worker's lease on its schedule runs lapsed (incarnation %s): "
-                        "they went back to their slots; claiming as %s", old,
-                        self.incarnation)  # fmt: skip
+            old = self.incarnation[shard]
+            self.incarnation[shard] = f"{self.worker_id}.{next(self._lives)}"
+            self._first[shard] = True
+            log.warning("this worker's lease on its schedule runs of shard %d lapsed "
+                        "(incarnation %s): they went back to their slots; claiming as %s",
+                        shard, old, self.incarnation[shard])  # fmt: skip
             return []
-        self._first = False
+        self._first[shard] = False
         if result.upcoming is not None:
             self._upcoming[shard] = result.upcoming
         for bad in result.malformed:
@@ -96,7 +99,8 @@ class SlotLane:
         codes = {f[9] for _, f in split if len(f) == _FIELDS} - names.keys()
         if codes:
             await self._learn(shard, sorted(codes), client)
-        return [self._claimed(e, f, result.now_ms, names) for e, f in split]
+        incarnation = self.incarnation[shard]
+        return [self._claimed(e, f, result.now_ms, names, incarnation) for e, f in split]
 
     async def _learn(self, shard: int, codes: list[str], client: aredis.Redis) -> None:
         """Task names of task codes (the `tasks` table: ``#<code>`` -> name)."""
@@ -106,11 +110,11 @@ class SlotLane:
             self._names[shard][code] = b"?" if name is None else _bytes(name)
 
     def _claimed(
-        self, e: Entry, fields: list[str], now_ms: int, names: dict[str, bytes]
+        self, e: Entry, fields: list[str], now_ms: int, names: dict[str, bytes], incarnation: str
     ) -> Claimed:
         """A run for the runner; one whose record cannot be read has no spec (the runner
         reports it, and its entry goes back as it was)."""
-        run = SlotRun(self.incarnation, fields, now_ms, e.due_ms, e.first_start_ms)
+        run = SlotRun(incarnation, fields, now_ms, e.due_ms, e.first_start_ms)
         if len(fields) != _FIELDS or not fields[2].isdigit():
             return Claimed(RUN_PREFIX + e.schedule_id, None, e.stalls + 1, e.stalls,
                            next(self._tokens), 0, f"{e.due_ms}:0:0:0", slot_run=run)  # fmt: skip
@@ -132,9 +136,8 @@ class SlotLane:
     def renew(self, client: redis.Redis) -> None:
         """Renews the incarnation's lease on every shard with schedules (the heartbeat's
         thread); a reaped one is found by its next claim."""
-        incarnation, lease_ms = self.incarnation, self.settings.lease_ms
         for shard in self.held:
-            self.scripts[shard].renew(incarnation, lease_ms).run(client)
+            self.scripts[shard].renew(self.incarnation[shard], self.settings.lease_ms).run(client)
 
     async def reap(self, client: aredis.Redis, now_ms: int) -> int:
         """Takes back the runs of every incarnation whose lease lapsed (any worker's); returns
@@ -165,8 +168,8 @@ class SlotLane:
         it still holds (a hand-back that failed) come back when the lease lapses."""
         for shard in self.held:
             k = self.scripts[shard].k
-            if not await client.exists(k.inflight(self.incarnation)):
-                await client.zrem(k.runners, self.incarnation)
+            if not await client.exists(k.inflight(self.incarnation[shard])):
+                await client.zrem(k.runners, self.incarnation[shard])
 
     def next_due(self, shard: int, result: SlotClaim) -> int | None:
         """When the next slot of ``shard`` comes due, as far as the reply tells."""
