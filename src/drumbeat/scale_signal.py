@@ -74,7 +74,8 @@ class Signal:
     lag_ms: int
     """How long the oldest of those has waited (0 when none)."""
     running: int
-    """Leases held: the busy slots."""
+    """Leases held: the busy slots; or, when more, the runs the live workers said they ran at
+    their last heartbeat (runs of the time slots hold no lease of their own)."""
     slots: int
     """Slots of the live workers (registered within one lease)."""
     workers: int
@@ -172,10 +173,11 @@ def parse_signal(replies: Sequence[Any]) -> Signal:
             name = text(flat[k])
             lateness[f"{name[0]}{i}.{name[1:]}"] = text(flat[k + 1])
     workers, sups = replies[0][6], replies[0][7]
-    slots, processed, cpu = 0, {}, 0.0
+    slots, processed, cpu, reported = 0, {}, 0.0, 0
     for k in range(0, len(workers), 2):
         info = _json(workers[k + 1])
         slots += _int(info.get("concurrency"), 0)
+        reported += _int(info.get("running"), 0)
         processed[text(workers[k])] = _int(info.get("processed"), 0)
         share = info.get("cpu")
         if isinstance(share, int | float) and not isinstance(share, bool) and share > 0:
@@ -191,7 +193,7 @@ def parse_signal(replies: Sequence[Any]) -> Signal:
         ready_by_priority=tuple(counts),
         due_now=due_now,
         lag_ms=lag,
-        running=running,
+        running=max(running, reported),
         slots=slots,
         workers=len(processed),
         processed=processed,

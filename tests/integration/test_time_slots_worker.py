@@ -13,6 +13,7 @@ import pytest
 import redis
 
 import drumbeat
+from drumbeat.autoscale import read_signal
 from drumbeat.errors import ConfigurationError
 from drumbeat.keys import Keys
 from drumbeat.schedule import phase_ms
@@ -381,4 +382,32 @@ async def test_schedules_spread_over_schedule_shards_run_from_every_shards_slots
         # Each shard registered its own incarnation once: none was taken for a reaped one.
         assert worker.lane.incarnation == first
     assert app.unschedule(*ids) == 40
+    await app.aclose()
+
+
+async def test_the_scale_signal_counts_busy_time_slot_runs(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    app = _app(redis_url, namespace)
+    gate = asyncio.Event()
+    started: list[str] = []
+
+    @app.task
+    async def hold(sid: str) -> None:
+        started.append(sid)
+        await gate.wait()
+
+    app.schedule_many(
+        [drumbeat.Schedule(f"h{i}", hold, every=1, args=(f"h{i}",)) for i in range(3)]
+    )
+    async with running_worker(app, concurrency=5):
+        await wait_for_async(lambda: len(started), lambda n: n == 3, message="3 runs hold")
+        # No leases: the runs are held by the worker's incarnation; its heartbeat says 3 run.
+        sig = await wait_for_async(
+            lambda: asyncio.to_thread(read_signal, app),
+            until=lambda s: s.running == 3,
+            message="three busy slots, from the worker's heartbeat",
+        )
+        assert sig.busy == 3 and sig.slots == 5
+        gate.set()
     await app.aclose()
