@@ -1,10 +1,11 @@
 -- Claims due runs of schedules kept as time slots (docs/design/time-slots.md; opt-in:
--- Settings.schedule_store "slots"): pops the entries of the due slots the worker passed (the upcoming
--- slots of its last reply), as many as it has room for (the rest stay due in their slot), into
--- its incarnation's in-flight hash, and renews the incarnation's lease in `runners`. No state,
--- owner, lease or fencing token per run: a run is the worker's while its entry is in that hash
--- (the reaper empties the hash of an incarnation whose lease lapsed, and its next claim is told
--- so). A slot's runs share their due time, so its lateness is counted once, for all of them.
+-- Settings.schedule_store "slots"): pops the entries of the due slots the worker passed (the
+-- upcoming slots of its last reply), as many as it has room for (the rest stay due in their
+-- slot), into its incarnation's in-flight hash, and renews the incarnation's lease in
+-- `runners`. No state, owner, lease or fencing token per run: a run is the worker's while its
+-- entry is in that hash (the reaper empties the hash of an incarnation whose lease lapsed, and
+-- its next claim is told so). A slot's runs share their due time, so its lateness is counted
+-- once, for all of them.
 --
 -- KEYS[1] slots (zset)  KEYS[2] runners (zset)  KEYS[3] inflight:<incarnation> (hash)
 -- KEYS[4] lateness (hash)  KEYS[4 + i] slot:<ms> of the i-th passed slot
@@ -13,9 +14,10 @@
 -- slot's ms
 -- Returns {now, upcoming, next, then per slot taken from: its ms, {its entries}}: upcoming is
 -- the ms of the slots due by now + UPCOMING_MS (at most the number wanted), or false when none
--- were wanted; next the ms of the earliest slot left, or -1 when none is; {now, 'reaped'} when the incarnation's lease lapsed and the reaper took its runs
--- back (it must claim as a new incarnation). An entry without a schedule id (not `<id>|...`
--- nor `<id>;...`: written by something else) is replied and dropped, not held.
+-- were wanted; next the ms of the earliest slot left, or -1 when none is. {now, 'reaped'} when
+-- the incarnation's lease lapsed and the reaper took its runs back (it must claim as a new
+-- incarnation). An entry without a schedule id (not `<id>|...` nor `<id>;...`: written by
+-- something else) is replied and dropped, not held.
 local now = now_ms()
 local incarnation = ARGV[1]
 if ARGV[4] ~= '1' and not redis.call('ZSCORE', KEYS[2], incarnation) then
