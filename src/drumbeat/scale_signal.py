@@ -70,7 +70,8 @@ class Signal:
     """Jobs and runs waiting in `ready`, indexed by priority 0..9."""
     due_now: int
     """Entries of `due` past their time, not yet promoted: delayed jobs, and schedule buckets
-    with runs due (one entry per bucket, however many runs it holds)."""
+    with runs due (one entry per bucket, however many runs it holds); with the time slots,
+    the due slots (one each, however many runs they hold)."""
     lag_ms: int
     """How long the oldest of those has waited (0 when none)."""
     running: int

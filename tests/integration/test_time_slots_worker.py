@@ -411,3 +411,22 @@ async def test_the_scale_signal_counts_busy_time_slot_runs(
         assert sig.busy == 3 and sig.slots == 5
         gate.set()
     await app.aclose()
+
+
+async def test_the_scale_signal_sees_time_slot_runs_waiting(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    app = _app(redis_url, namespace)
+
+    @app.task
+    async def tick() -> None: ...
+
+    app.schedule_many([drumbeat.Schedule(f"w{i}", tick, every=1) for i in range(20)])
+    # No worker: within a second every schedule's first slot is due and waits.
+    sig = await wait_for_async(
+        lambda: asyncio.to_thread(read_signal, app),
+        until=lambda s: s.due_now >= 1 and s.lag_ms > 100,
+        message="due slots, and how long the oldest has waited (the schedule lag)",
+    )
+    assert sig.backlog >= 1
+    await app.aclose()
