@@ -15,9 +15,9 @@ and send again what moved meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio as aredis
@@ -31,6 +31,10 @@ from .scripts import Call
 UPCOMING = 128
 #: A call by id is sent again at most this many times when what it read moved meanwhile.
 _MOVED_RETRIES = 20
+
+_T = TypeVar("_T")
+#: Builds a call by id for some items from what `SlotScripts._reads` read.
+_Make = Callable[[Sequence[_T], Sequence[Any]], Call[list[int]]]
 
 
 def _text(value: bytes | str) -> str:
@@ -275,59 +279,51 @@ class SlotScripts:
     ) -> list[int]:
         """Items are (id, priority, grid_ms, due_ms, task name, spec); one 1 created, 2
         updated, 0 unchanged each (see slot_schedules.lua)."""
-        out = [-1] * len(items)
-        todo = list(range(len(items)))
-        for _ in range(_MOVED_RETRIES):
-            pipe = client.pipeline(transaction=False)
-            self._reads(pipe, [items[i][0] for i in todo])
-            call = self._upsert_call([items[i] for i in todo], pipe.execute())
-            todo = _settle_codes(out, todo, call.run(client))
-            if not todo:
-                return out
-        raise RuntimeError(f"schedules kept moving while being written: {len(todo)} left")
+        return self._by_id(client, [i[0] for i in items], self._upsert_call, items)
 
     async def aupsert(
         self, client: aredis.Redis, items: Sequence[tuple[str, int, int, int, str, bytes]]
     ) -> list[int]:
         """`upsert` for async callers."""
-        out = [-1] * len(items)
-        todo = list(range(len(items)))
-        for _ in range(_MOVED_RETRIES):
-            async with client.pipeline(transaction=False) as pipe:
-                self._reads(pipe, [items[i][0] for i in todo])
-                read = await pipe.execute()
-            call = self._upsert_call([items[i] for i in todo], read)
-            todo = _settle_codes(out, todo, await call.arun(client))
-            if not todo:
-                return out
-        raise RuntimeError(f"schedules kept moving while being written: {len(todo)} left")
+        return await self._aby_id(client, [i[0] for i in items], self._upsert_call, items)
 
     def remove(self, client: redis.Redis, ids: Sequence[str]) -> int:
         """Removes schedules by id; returns how many there were."""
-        out = [-1] * len(ids)
-        todo = list(range(len(ids)))
-        for _ in range(_MOVED_RETRIES):
-            pipe = client.pipeline(transaction=False)
-            self._reads(pipe, [ids[i] for i in todo])
-            call = self._remove_call([ids[i] for i in todo], pipe.execute())
-            todo = _settle_codes(out, todo, call.run(client))
-            if not todo:
-                return out.count(1)
-        raise RuntimeError(f"schedules kept moving while being removed: {len(todo)} left")
+        return self._by_id(client, ids, self._remove_call, ids).count(1)
 
     async def aremove(self, client: aredis.Redis, ids: Sequence[str]) -> int:
         """`remove` for async callers."""
-        out = [-1] * len(ids)
-        todo = list(range(len(ids)))
+        return (await self._aby_id(client, ids, self._remove_call, ids)).count(1)
+
+    def _by_id(
+        self, client: redis.Redis, ids: Sequence[str], make: _Make[_T], items: Sequence[_T]
+    ) -> list[int]:
+        """Runs ``make``'s call for ``items`` (of ``ids``) after reading where they are, and
+        again for those that moved meanwhile (-1); one code per item."""
+        out, todo = [-1] * len(items), list(range(len(items)))
+        for _ in range(_MOVED_RETRIES):
+            pipe = client.pipeline(transaction=False)
+            self._reads(pipe, [ids[i] for i in todo])
+            call = make([items[i] for i in todo], pipe.execute())
+            todo = _settle_codes(out, todo, call.run(client))
+            if not todo:
+                return out
+        raise RuntimeError(f"schedules kept moving while being changed: {len(todo)} left")
+
+    async def _aby_id(
+        self, client: aredis.Redis, ids: Sequence[str], make: _Make[_T], items: Sequence[_T]
+    ) -> list[int]:
+        """`_by_id` for async callers."""
+        out, todo = [-1] * len(items), list(range(len(items)))
         for _ in range(_MOVED_RETRIES):
             async with client.pipeline(transaction=False) as pipe:
                 self._reads(pipe, [ids[i] for i in todo])
                 read = await pipe.execute()
-            call = self._remove_call([ids[i] for i in todo], read)
+            call = make([items[i] for i in todo], read)
             todo = _settle_codes(out, todo, await call.arun(client))
             if not todo:
-                return out.count(1)
-        raise RuntimeError(f"schedules kept moving while being removed: {len(todo)} left")
+                return out
+        raise RuntimeError(f"schedules kept moving while being changed: {len(todo)} left")
 
 
 def _settle_codes(out: list[int], todo: list[int], got: list[int]) -> list[int]:
