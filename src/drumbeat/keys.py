@@ -72,9 +72,10 @@ QUEUE_KEYS: dict[str, str] = {"ready": "zset", "due": "zset", "wake": "zset"}
 BUCKET_KEYS: dict[str, str] = {"wheel": "zset", "schedules": "hash"}
 
 #: Keys of the schedule kept as time slots (docs/design/time-slots.md; opt-in:
-#: `Settings.schedule_store` "slots"): ``slot:<ms>``, the entries due in that millisecond,
-#: and ``inflight:<incarnation>``, the entries one worker process incarnation claimed.
-SLOT_KEYS: dict[str, str] = {"slot": "list", "inflight": "hash"}
+#: `Settings.schedule_store` "slots"): ``slot:<ms>``, the entries due in that millisecond;
+#: ``inflight:<incarnation>``, the numbers of the claims one worker process incarnation holds
+#: runs of; ``claimed:<incarnation>:<n>``, the entries its n-th claim took.
+SLOT_KEYS: dict[str, str] = {"slot": "list", "inflight": "set", "claimed": "list"}
 
 #: Buckets per shard. A bucket stays a listpack (compact) while it holds at most 128 schedules
 #: (Redis' default ``*-max-listpack-entries``): 16,384 buckets keep a million schedules per shard
@@ -269,8 +270,13 @@ class Keys:
         return f"{PREFIX}:{self.tag}:slot:{ms}"
 
     def inflight(self, incarnation: str) -> str:
-        """The entries one worker process incarnation claimed and has not settled."""
+        """The numbers of the claims whose runs one worker process incarnation may still
+        hold."""
         return f"{PREFIX}:{self.tag}:inflight:{check_name(incarnation, 'incarnation')}"
+
+    def claimed(self, incarnation: str, n: int) -> str:
+        """The entries the ``n``-th claim of a worker process incarnation took."""
+        return f"{PREFIX}:{self.tag}:claimed:{check_name(incarnation, 'incarnation')}:{n:d}"
 
     @property
     def slots(self) -> str:

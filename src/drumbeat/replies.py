@@ -5,10 +5,13 @@ with its parser."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .keys import DEFAULT_QUEUE
 from .protocol import LIMIT_PREFIX, ROUTE_PREFIX, WHEEL_PREFIX
+
+if TYPE_CHECKING:
+    from .slots import Claims
 
 
 def parse_ints(raw: Any) -> list[int]:
@@ -64,7 +67,10 @@ class SlotRun:
     """A run claimed from the time slots (`slots.py`): held under its worker's incarnation,
     with its schedule's record as claimed (the worker builds the next one from it)."""
 
-    incarnation: str
+    claims: Claims
+    """The claims of the incarnation it is held under, in its shard."""
+    claim: int
+    """The number of the claim that took it."""
     fields: list[str]
     """Its schedule's record as claimed, split into its fields (`slots.settled_fields`)."""
     claimed_ms: int
@@ -73,6 +79,12 @@ class SlotRun:
     """Its due time (after a stall, its first one)."""
     first_ms: int | None
     """After a stall, when it first started."""
+    slot_ms: int
+    """The slot it was claimed from (its settle's fencing: `where` names it until then)."""
+
+    @property
+    def incarnation(self) -> str:
+        return self.claims.incarnation
 
 
 #: Fields per claimed item in a claim reply (see `take_all` in _lib.lua).

@@ -1,21 +1,23 @@
 """Schedules kept as time slots: the store that replaces the wheel (in progress).
 
 Each schedule waits as one entry, ``<id>|<record>`` (the record as the wheel writes it), in the
-list of the millisecond it is due (`Keys.slot`); a claim pops the due slots' entries into the
-worker incarnation's in-flight hash, and the settle pushes each schedule's next entry, which
-the worker builds (`settled_record`), into its next slot. Redis does no per-run parsing, and a
-run touches four structures instead of the wheel's fourteen: 42 k Redis instructions a run
-against 174 k (`bench.slots_probe`). The plan, and what is not built yet:
-``docs/design/time-slots.md``. Opt-in: ``Settings.schedule_store = "slots"``.
+list of the millisecond it is due (`Keys.slot`); a claim pops the due slots' entries into one
+list of that claim's (`Keys.claimed`), and the settle pushes each schedule's next entry, which
+the worker builds (`settled_record`), into its next slot. A run is its claimer's while `where`
+still names the slot it was claimed from; the claim lists only let the reaper find the runs of
+a worker whose lease lapsed. Redis does no per-run parsing and writes nothing per run but the
+entries' pushes and `where`: 23 k Redis instructions a run against the wheel's 174 k
+(`bench.slots_probe`). The plan, and what is not built yet: ``docs/design/time-slots.md``.
+Opt-in: ``Settings.schedule_store = "slots"``.
 
 Scripts may only touch the keys they are passed, and an entry's slot is known only from
-`where`, so the calls by id (`upsert`, `remove`) read `where` and the live incarnations first
-and send again what moved meanwhile.
+`where`, so the calls by id (`upsert`, `remove`) read `where` first and send again what moved
+meanwhile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -49,21 +51,27 @@ class Entry:
     due_ms: int
     """The slot it was claimed from; for a run back from a lapsed lease, its first due time."""
     record: str
+    slot_ms: int
+    """The slot it was claimed from (`where` names it while the run is in flight)."""
     stalls: int = 0
     first_start_ms: int | None = None
     """When it first started, for a run back from a lapsed lease."""
 
 
 def parse_entry(entry: str, slot_ms: int) -> Entry:
-    """An entry popped from slot ``slot_ms``; ``ValueError`` for one with no schedule id."""
+    """An entry popped from slot ``slot_ms``; ``ValueError`` for one with no schedule id (the
+    claim did not hold it: claim_slots.lua's rule, a ``|`` or ``;`` after a non-empty id)."""
     head, sep, record = entry.partition(FIELD_SEP)
-    if not sep or not head:
+    sid, semi, marks = head.partition(";")
+    if not sid or not (sep or semi):
         raise ValueError(f"malformed time-slot entry: {entry[:80]!r}; expected '<id>|<record>'")
-    sid, _, marks = head.partition(";")
-    if not marks:
-        return Entry(sid, slot_ms, record)
-    stalls, due, first = marks.split(";")
-    return Entry(sid, int(due), record, int(stalls), int(first))
+    if semi:
+        try:
+            stalls, due, first = marks.split(";")
+            return Entry(sid, int(due), record, slot_ms, int(stalls), int(first))
+        except ValueError:
+            pass  # unreadable stall marks: held all the same, so run as a fresh claim
+    return Entry(sid, slot_ms, record, slot_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +170,8 @@ class Settled:
     """``<id>|<record>``: the record after the run (`settled_record`)."""
     next_ms: int
     """The due time of its next run: the slot its entry goes to."""
+    slot_ms: int
+    """The slot the run was claimed from (the settle is refused unless `where` names it)."""
     error: str | None = None
     """The error of a failed run, kept as the schedule's last one."""
 
@@ -178,6 +188,41 @@ def parse_settled(raw: Any) -> list[int | tuple[int, str]]:
     return out
 
 
+class Claims:
+    """The claims of one worker process incarnation in one shard, as its worker counts them:
+    how many runs of each are not settled yet, and those all settled, whose lists the next
+    settle drops (`SlotScripts.settle`). A claim's list lives until then: while `where` moves
+    on as runs settle, the list only lets the reaper find the runs still in flight."""
+
+    __slots__ = ("finished", "incarnation", "open")
+
+    def __init__(self, incarnation: str) -> None:
+        self.incarnation = incarnation
+        self.open: dict[int, int] = {}
+        """Claim number -> its runs not settled yet."""
+        self.finished: list[int] = []
+        """Claims all settled whose lists are still in Redis."""
+
+    def took(self, number: int, runs: int) -> None:
+        if runs:
+            self.open[number] = runs
+
+    def done(self, number: int) -> None:
+        """One run of claim ``number`` is settled (or refused, or handed back)."""
+        left = self.open.get(number, 0) - 1
+        if left > 0:
+            self.open[number] = left
+        elif number in self.open:
+            del self.open[number]
+            self.finished.append(number)
+
+    def drops(self) -> list[int]:
+        """The finished claims, for a settle to drop (taken: a settle that fails leaves their
+        lists to the incarnation's end, `SlotLane.deregister`, or the reaper)."""
+        out, self.finished = self.finished, []
+        return out
+
+
 class SlotScripts:
     """Typed constructors for the time-slot scripts of one shard."""
 
@@ -190,95 +235,109 @@ class SlotScripts:
         limit: int,
         lease_ms: int,
         slots: Sequence[int],
+        number: int,
         *,
         first: bool = False,
         upcoming: int = UPCOMING,
     ) -> Call[SlotClaim]:
         """Claims up to ``limit`` due runs of ``slots`` (the ms of due slots, from the last
-        reply's `upcoming`); ``first``: the incarnation's first claim (it registers)."""
+        reply's `upcoming`) as the incarnation's claim ``number`` (new for each claim);
+        ``first``: the incarnation's first claim (it registers)."""
         k = self.k
         keys = [k.slots, k.runners, k.inflight(incarnation), k.lateness]
-        keys += [k.slot(ms) for ms in slots]
-        args = [incarnation, limit, lease_ms, 1 if first else 0, upcoming, *slots]
+        keys += [k.claimed(incarnation, number), *(k.slot(ms) for ms in slots)]
+        args = [incarnation, limit, lease_ms, 1 if first else 0, upcoming, number, *slots]
         return Call("claim_slots", keys, args, parse_slot_claim)
 
     def settle(
-        self, incarnation: str, runs: Sequence[Settled]
+        self, incarnation: str, runs: Sequence[Settled], drops: Sequence[int] = ()
     ) -> Call[list[int | tuple[int, str]]]:
-        """Settles ``runs`` of ``incarnation``; see `parse_settled` for the reply."""
+        """Settles ``runs`` of ``incarnation``, and drops the lists of its claims ``drops``
+        (all their runs settled: `Claims.drops`); see `parse_settled` for the reply."""
         k = self.k
         groups: dict[int, list[Settled]] = {}
         for run in runs:
             groups.setdefault(run.next_ms, []).append(run)
-        keys = [k.inflight(incarnation), k.where, k.slots, k.pending, k.faults]
+        keys = [k.where, k.slots, k.pending, k.faults, k.inflight(incarnation)]
+        keys += [k.claimed(incarnation, n) for n in drops]
         ids: list[str] = []
-        tail: list[str | int] = []
+        froms: list[int] = []
+        tail: list[str | int] = [*drops]
         for ms, group in groups.items():
             keys.append(k.slot(ms))
             tail += [ms, len(group)]
             for run in group:
                 ids.append(run.schedule_id)
+                froms.append(run.slot_ms)
                 tail.append(run.entry)
         for run in runs:
             if run.error is not None:
                 tail += [run.schedule_id, run.error]
-        return Call("settle_slots", keys, [len(ids), *ids, *tail], parse_settled)
+        args = [len(ids), len(drops), *ids, *froms, *tail]
+        return Call("settle_slots", keys, args, parse_settled)
 
-    def reap(self, back_ms: int, incarnations: Sequence[str]) -> Call[int]:
-        """Takes back the runs of ``incarnations`` whose lease lapsed into slot ``back_ms``."""
+    def reap(self, back_ms: int, held: Mapping[str, Sequence[int]]) -> Call[int]:
+        """Takes back into slot ``back_ms`` the runs of the incarnations of ``held`` (each
+        with the numbers its `inflight` set held) whose lease lapsed."""
         k = self.k
         keys = [k.runners, k.where, k.slots, k.slot(back_ms)]
-        keys += [k.inflight(i) for i in incarnations]
-        return Call("reap_runners", keys, [back_ms, *incarnations], int)
+        args: list[str | int] = [back_ms]
+        for incarnation, numbers in held.items():
+            keys.append(k.inflight(incarnation))
+            keys += [k.claimed(incarnation, n) for n in numbers]
+            args += [incarnation, len(numbers), *numbers]
+        return Call("reap_runners", keys, args, int)
 
     def renew(self, incarnation: str, lease_ms: int) -> Call[int]:
         """Renews the incarnation's lease; 0 when it was reaped (or never claimed)."""
         return Call("renew_runner", [self.k.runners], [incarnation, lease_ms], int)
 
-    def handback(self, incarnation: str, back_ms: int, ids: Sequence[str]) -> Call[int]:
-        """Gives runs of ``incarnation`` back, as claimed, into slot ``back_ms``."""
+    def handback(
+        self, incarnation: str, back_ms: int, numbers: Sequence[int], ids: Sequence[str]
+    ) -> Call[int]:
+        """Gives runs ``ids`` of ``incarnation`` (taken by its claims ``numbers``) back, as
+        claimed, into slot ``back_ms``."""
         k = self.k
-        keys = [k.inflight(incarnation), k.where, k.slots, k.lateness, k.slot(back_ms)]
+        keys = [k.where, k.slots, k.lateness, k.slot(back_ms)]
+        keys += [k.claimed(incarnation, n) for n in numbers]
         return Call("handback_slots", keys, [back_ms, *ids], int)
 
     def _reads(self, pipe: Any, ids: Sequence[str]) -> None:
-        """Queues the reads a call by id needs first: `where` of each id, the incarnations."""
+        """Queues the read a call by id needs first: `where` of each id."""
         pipe.hmget(self.k.where, list(ids))
-        pipe.zrange(self.k.runners, 0, -1)
 
     def _upsert_call(
         self, items: Sequence[tuple[str, int, int, int, str, bytes]], read: Sequence[Any]
     ) -> Call[list[int]]:
         """`slot_schedules` of ``items`` given what `_reads` read."""
         k = self.k
-        at, runners = read
+        (at,) = read
         keys = [k.slots, k.where, k.pending, k.tasks, k.wake]
         args: list[str | bytes | int] = [len(items)]
         for (sid, priority, grid, due, task, spec), old in zip(items, at, strict=True):
             was = _text(old) if old is not None else ""
             keys += [k.slot(int(was) if was else due), k.slot(due)]
             args += [sid, was, priority, grid, due, task, spec]
-        keys += [k.inflight(_text(r)) for r in runners]
         return Call("slot_schedules", keys, args, parse_ints)
 
     def _remove_call(self, ids: Sequence[str], read: Sequence[Any]) -> Call[list[int]]:
         """`unslot_schedules` of ``ids`` given what `_reads` read."""
         k = self.k
-        at, runners = read
+        (at,) = read
         keys = [k.slots, k.where, k.pending, k.faults]
         args: list[str | int] = [len(ids)]
         for sid, old in zip(ids, at, strict=True):
             was = _text(old) if old is not None else ""
             keys.append(k.slot(int(was)) if was else k.slots)  # not read without a `where`
             args += [sid, was]
-        keys += [k.inflight(_text(r)) for r in runners]
         return Call("unslot_schedules", keys, args, parse_ints)
 
     def upsert(
         self, client: redis.Redis, items: Sequence[tuple[str, int, int, int, str, bytes]]
     ) -> list[int]:
         """Items are (id, priority, grid_ms, due_ms, task name, spec); one 1 created, 2
-        updated, 0 unchanged each (see slot_schedules.lua)."""
+        updated, 0 unchanged each (see slot_schedules.lua: a schedule whose run is in flight
+        is answered 2, as its run's settle compares and applies its definition)."""
         return self._by_id(client, [i[0] for i in items], self._upsert_call, items)
 
     async def aupsert(

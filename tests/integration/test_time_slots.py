@@ -1,7 +1,8 @@
-"""The time-slot store's scripts (docs/design/time-slots.md; not yet used by workers), on a real
-Redis: entries land in the slot of their due ms, a claim takes only due slots and only its
-room, a settle is fenced by the incarnation's in-flight hash, the reaper and a handback put
-runs back, and changes made while a run is in flight wait for its settle."""
+"""The time-slot store's scripts (docs/design/time-slots.md), on a real Redis: entries land in
+the slot of their due ms, a claim takes only due slots and only its room into a list of its
+own, a settle is fenced by `where` (still naming the slot the run was claimed from) and drops
+the claim lists the worker found settled, the reaper and a handback put back only runs still in
+flight, and changes made while a run is in flight wait for its settle."""
 
 from __future__ import annotations
 
@@ -45,9 +46,24 @@ def _upsert(
     return s.upsert(r, [(sid, 0, due, due, TASK, spec) for sid in ids])
 
 
+def _in_flight(r: redis.Redis, keys: Keys, incarnation: str) -> list[str]:
+    """The ids in the claim lists of ``incarnation`` (headers left out)."""
+    out = []
+    for n in sorted(int(x) for x in r.smembers(keys.inflight(incarnation))):
+        items = [i.decode() for i in r.lrange(keys.claimed(incarnation, n), 0, -1)]
+        out += [i.split("|")[0].split(";")[0] for i in items if not i.startswith("#")]
+    return out
+
+
+def _reap(r: redis.Redis, keys: Keys, s: SlotScripts, back: int, incarnations: list[str]) -> int:
+    """The reaper as a worker's housekeeping calls it: the claim numbers read first."""
+    held = {i: sorted(int(n) for n in r.smembers(keys.inflight(i))) for i in incarnations}
+    return s.reap(back, held).run(r)
+
+
 def _settle_all(
     r: redis.Redis, s: SlotScripts, incarnation: str, claim_now: int, entries: list, *,
-    next_ms: int, outcome: str = "ok",
+    next_ms: int, outcome: str = "ok", drops: tuple[int, ...] = (),
 ) -> list:  # fmt: skip
     runs = []
     for e in entries:
@@ -56,8 +72,9 @@ def _settle_all(
             next_grid_ms=next_ms, due_ms=e.due_ms, first_start_ms=e.first_start_ms,
         )  # fmt: skip
         error = "boom" if outcome == "fail" else None
-        runs.append(Settled(e.schedule_id, f"{e.schedule_id}|{record}", next_ms, error))
-    return s.settle(incarnation, runs).run(r)
+        entry = f"{e.schedule_id}|{record}"
+        runs.append(Settled(e.schedule_id, entry, next_ms, e.slot_ms, error))
+    return s.settle(incarnation, runs, drops).run(r)
 
 
 def test_an_upsert_puts_each_entry_in_the_slot_of_its_due_ms_once(
@@ -103,18 +120,21 @@ def test_a_claim_takes_only_due_slots_and_only_as_many_runs_as_it_has_room_for(
     past, future = now - 50, now + 60_000
     _upsert(r, s, [f"p{i}" for i in range(5)], past)
     _upsert(r, s, ["f0"], future)
-    got = s.claim("w1.1", 3, 30_000, [past, future], first=True).run(r)
+    got = s.claim("w1.1", 3, 30_000, [past, future], 1, first=True).run(r)
     assert not got.reaped
     assert [e.schedule_id for e in got.entries] == ["p0", "p1", "p2"]
     assert {e.due_ms for e in got.entries} == {past}
     # The rest stay due in their slot; the future slot is untouched.
     assert [e.split("|")[0] for e in _slot(r, keys, past)] == ["p3", "p4"]
     assert len(_slot(r, keys, future)) == 1
-    held = r.hgetall(keys.inflight("w1.1"))
-    assert sorted(held) == [b"p0", b"p1", b"p2"]
-    due, claimed, entry = held[b"p0"].decode().split("|", 2)
-    assert (int(due), int(claimed)) == (past, got.now_ms)
-    assert entry.startswith("p0|1|")
+    # The claim's list: a header with the slot and the claim's time, then its entries as they
+    # were; nothing per run anywhere else (`where` still names the slot they came from).
+    assert r.smembers(keys.inflight("w1.1")) == {b"1"}
+    header, *held = [i.decode() for i in r.lrange(keys.claimed("w1.1", 1), 0, -1)]
+    assert header == f"#{past}|{got.now_ms}"
+    assert [i.split("|")[0] for i in held] == ["p0", "p1", "p2"]
+    assert held[0].startswith("p0|1|")
+    assert r.hget(keys.where, "p0") == str(past).encode()
     assert got.now_ms < r.zscore(keys.runners, "w1.1") <= got.now_ms + 30_000
     # Their lateness is counted once, for the three runs it stands for.
     counts = {f: int(v) for f, v in r.hgetall(keys.lateness).items() if f.startswith(b"c")}
@@ -122,8 +142,9 @@ def test_a_claim_takes_only_due_slots_and_only_as_many_runs_as_it_has_room_for(
     assert counts[b"cs"] == 3 * (got.now_ms - past)
     # The next claim empties the slot (it leaves `slots`) and, with room left, still takes
     # nothing from the slot that is not due.
-    again = s.claim("w1.1", 10, 30_000, [past, future]).run(r)
+    again = s.claim("w1.1", 10, 30_000, [past, future], 2).run(r)
     assert [e.schedule_id for e in again.entries] == ["p3", "p4"]
+    assert r.smembers(keys.inflight("w1.1")) == {b"1", b"2"}
     assert len(_slot(r, keys, future)) == 1
     assert r.zscore(keys.slots, str(past)) is None
     assert r.zscore(keys.slots, str(future)) == future
@@ -134,7 +155,7 @@ def test_a_settle_pushes_each_next_entry_into_its_slot_and_keeps_failed_runs_err
 ) -> None:
     now = _now_ms(r)
     _upsert(r, s, ["a", "b"], now - 10)
-    got = s.claim("w1.1", 10, 30_000, [now - 10], first=True).run(r)
+    got = s.claim("w1.1", 10, 30_000, [now - 10], 1, first=True).run(r)
     nxt = now + 5000
     assert _settle_all(r, s, "w1.1", got.now_ms, got.entries, next_ms=nxt, outcome="fail") == [1, 1]
     entries = [parse_entry(e, nxt) for e in _slot(r, keys, nxt)]
@@ -142,8 +163,27 @@ def test_a_settle_pushes_each_next_entry_into_its_slot_and_keeps_failed_runs_err
     assert [e.record.split("|")[3:5] for e in entries] == [["1", "1"]] * 2  # runs, failures
     assert r.zscore(keys.slots, str(nxt)) == nxt
     assert r.hget(keys.where, "a") == str(nxt).encode()
-    assert not r.exists(keys.inflight("w1.1"))
     assert r.hget(keys.faults, "a") == b"boom"
+    # The claim's list waits for the worker to say all its runs settled: the next settle
+    # drops it.
+    assert r.exists(keys.claimed("w1.1", 1))
+    _upsert(r, s, ["c"], now - 5)
+    third = s.claim("w1.1", 10, 30_000, [now - 5], 2).run(r)
+    assert _settle_all(r, s, "w1.1", third.now_ms, third.entries, next_ms=nxt, drops=(1,)) == [1]
+    assert not r.exists(keys.claimed("w1.1", 1))
+    assert r.smembers(keys.inflight("w1.1")) == {b"2"}
+
+
+def test_a_settle_sent_again_after_a_lost_reply_is_refused_and_adds_no_second_entry(
+    r: redis.Redis, keys: Keys, s: SlotScripts
+) -> None:
+    now = _now_ms(r)
+    _upsert(r, s, ["a"], now - 10)
+    got = s.claim("w1.1", 10, 30_000, [now - 10], 1, first=True).run(r)
+    nxt = now + 5000
+    assert _settle_all(r, s, "w1.1", got.now_ms, got.entries, next_ms=nxt) == [1]
+    assert _settle_all(r, s, "w1.1", got.now_ms, got.entries, next_ms=nxt) == [0]
+    assert len(_slot(r, keys, nxt)) == 1
 
 
 def test_a_reaped_incarnation_is_refused_and_its_runs_come_back_with_their_stalls(
@@ -152,16 +192,17 @@ def test_a_reaped_incarnation_is_refused_and_its_runs_come_back_with_their_stall
     now = _now_ms(r)
     due = now - 20
     _upsert(r, s, ["a", "b"], due)
-    got = s.claim("w1.1", 10, 30_000, [due], first=True).run(r)
+    got = s.claim("w1.1", 10, 30_000, [due], 1, first=True).run(r)
     r.zadd(keys.runners, {"w1.1": now - 1})  # its lease lapsed
     back = now - 5
-    assert s.reap(back, ["w1.1"]).run(r) == 2
+    assert _reap(r, keys, s, back, ["w1.1"]) == 2
+    assert not r.exists(keys.claimed("w1.1", 1), keys.inflight("w1.1"))
     # Its late settle is refused: nothing is pushed, nothing dropped.
     assert _settle_all(r, s, "w1.1", got.now_ms, got.entries, next_ms=now + 5000) == [0, 0]
     assert not r.exists(keys.slot(now + 5000))
     # Its next claim is told; the runs wait in the due slot with a stall each.
-    assert s.claim("w1.1", 10, 30_000, [back]).run(r).reaped
-    again = s.claim("w1.2", 10, 30_000, [back], first=True).run(r)
+    assert s.claim("w1.1", 10, 30_000, [back], 2).run(r).reaped
+    again = s.claim("w1.2", 10, 30_000, [back], 1, first=True).run(r)
     assert sorted((e.schedule_id, e.stalls, e.due_ms, e.first_start_ms) for e in again.entries) == [
         ("a", 1, due, got.now_ms), ("b", 1, due, got.now_ms)
     ]  # fmt: skip
@@ -170,8 +211,8 @@ def test_a_reaped_incarnation_is_refused_and_its_runs_come_back_with_their_stall
     assert total == 2
     # A second lapse counts a second stall and keeps the first due time and start.
     r.zadd(keys.runners, {"w1.2": now - 1})
-    assert s.reap(back, ["w1.2"]).run(r) == 2
-    third = s.claim("w1.3", 10, 30_000, [back], first=True).run(r)
+    assert _reap(r, keys, s, back, ["w1.2"]) == 2
+    third = s.claim("w1.3", 10, 30_000, [back], 1, first=True).run(r)
     assert {(e.stalls, e.due_ms, e.first_start_ms) for e in third.entries} == {(2, due, got.now_ms)}
     # Settled: the lateness is to the first start, and the stall marks are gone.
     assert _settle_all(r, s, "w1.3", third.now_ms, third.entries, next_ms=now + 5000) == [1, 1]
@@ -185,9 +226,28 @@ def test_a_lease_renewed_before_the_reaper_runs_keeps_its_runs(
 ) -> None:
     now = _now_ms(r)
     _upsert(r, s, ["a"], now - 20)
-    s.claim("w1.1", 10, 30_000, [now - 20], first=True).run(r)
-    assert s.reap(now - 5, ["w1.1"]).run(r) == 0  # its lease is 30 s away
-    assert r.hexists(keys.inflight("w1.1"), "a")
+    s.claim("w1.1", 10, 30_000, [now - 20], 1, first=True).run(r)
+    assert _reap(r, keys, s, now - 5, ["w1.1"]) == 0  # its lease is 30 s away
+    assert _in_flight(r, keys, "w1.1") == ["a"]
+
+
+def test_the_reaper_takes_back_only_the_runs_still_in_flight_and_only_claims_it_read(
+    r: redis.Redis, keys: Keys, s: SlotScripts
+) -> None:
+    now = _now_ms(r)
+    due = now - 20
+    _upsert(r, s, ["a", "b", "c"], due)
+    got = s.claim("w1.1", 10, 30_000, [due], 1, first=True).run(r)
+    a, b, c = got.entries
+    assert _settle_all(r, s, "w1.1", got.now_ms, [a], next_ms=now + 60_000) == [1]
+    r.zadd(keys.runners, {"w1.1": now - 1})  # its lease lapsed
+    # A claim the caller did not read (made after it read the claim numbers): left for the
+    # next pass rather than lost.
+    assert s.reap(now - 5, {"w1.1": []}).run(r) == 0
+    assert r.exists(keys.claimed("w1.1", 1))
+    assert _reap(r, keys, s, now - 5, ["w1.1"]) == 2
+    assert sorted(e.split(";")[0] for e in _slot(r, keys, now - 5)) == ["b", "c"]
+    assert [e.split("|")[0] for e in _slot(r, keys, now + 60_000)] == ["a"]  # a stays settled
 
 
 def test_a_schedule_changed_in_flight_gets_its_new_definition_when_its_run_settles(
@@ -195,25 +255,27 @@ def test_a_schedule_changed_in_flight_gets_its_new_definition_when_its_run_settl
 ) -> None:
     now = _now_ms(r)
     _upsert(r, s, ["a", "b"], now - 10)
-    got = s.claim("w1.1", 10, 30_000, [now - 10], first=True).run(r)
+    got = s.claim("w1.1", 10, 30_000, [now - 10], 1, first=True).run(r)
     new_due = now + 9000
     assert s.upsert(r, [("a", 3, new_due, new_due, TASK, b"[]")]) == [2]
     assert r.hget(keys.pending, "a") is not None
-    # Unchanged while in flight: nothing pending.
-    assert _upsert(r, s, ["b"], now + 1) == [0]
+    # Upserted unchanged while in flight: its settle finds it unchanged, and it settles as built
+    # (its generation and place kept).
+    assert _upsert(r, s, ["b"], now + 1) == [2]
     reply = _settle_all(r, s, "w1.1", got.now_ms, got.entries, next_ms=now + 5000)
     assert reply[1] == 1  # b settled as built
+    [b_entry] = _slot(r, keys, now + 5000)
+    assert b_entry.startswith("b|1|")
     due, entry = reply[0]  # type: ignore[misc]
     assert due == new_due
     record = entry.split("|", 1)[1]
     gen, grid, flags, runs = record.split("|")[:4]
     assert (gen, grid, flags, runs) == ("2", str(new_due), "3", "1")  # the run counted
     assert record.endswith("|[]")
-    assert r.hexists(keys.inflight("w1.1"), "a")  # still in flight
-    assert s.settle("w1.1", [Settled("a", entry, new_due)]).run(r) == [1]
+    assert r.hget(keys.where, "a") == str(now - 10).encode()  # still in flight
+    assert s.settle("w1.1", [Settled("a", entry, new_due, now - 10)]).run(r) == [1]
     assert _slot(r, keys, new_due) == [entry]
     assert not r.exists(keys.pending)
-    assert not r.exists(keys.inflight("w1.1"))
 
 
 def test_a_removed_schedule_goes_at_once_or_when_its_run_in_flight_settles(
@@ -222,7 +284,7 @@ def test_a_removed_schedule_goes_at_once_or_when_its_run_in_flight_settles(
     now = _now_ms(r)
     _upsert(r, s, ["waiting"], now + 60_000)
     _upsert(r, s, ["running"], now - 10)
-    got = s.claim("w1.1", 10, 30_000, [now - 10], first=True).run(r)
+    got = s.claim("w1.1", 10, 30_000, [now - 10], 1, first=True).run(r)
     assert s.remove(r, ["waiting", "running", "unknown"]) == 2
     assert not r.exists(keys.slot(now + 60_000))
     assert r.zscore(keys.slots, str(now + 60_000)) is None
@@ -241,12 +303,14 @@ def test_a_handback_puts_runs_back_as_claimed_and_takes_back_their_lateness(
     now = _now_ms(r)
     _upsert(r, s, ["a", "b"], now - 30)
     before = _slot(r, keys, now - 30)
-    s.claim("w1.1", 10, 30_000, [now - 30], first=True).run(r)
-    assert s.handback("w1.1", now - 2, ["a", "b", "never"]).run(r) == 2
+    s.claim("w1.1", 10, 30_000, [now - 30], 1, first=True).run(r)
+    assert s.handback("w1.1", now - 2, [1], ["a", "b", "never"]).run(r) == 2
     assert _slot(r, keys, now - 2) == before
-    assert not r.exists(keys.inflight("w1.1"))
+    assert _in_flight(r, keys, "w1.1") == []  # a reaper cannot put them back a second time
     counts = [int(v) for f, v in r.hgetall(keys.lateness).items() if f[:1] == b"c"]
     assert sum(counts) == 0  # both bins and the sum back to nothing
+    # Given back already: a second hand-back finds nothing of it in flight.
+    assert s.handback("w1.1", now - 1, [1], ["a"]).run(r) == 0
 
 
 def test_a_malformed_entry_is_reported_and_dropped_and_the_others_are_claimed(
@@ -255,10 +319,10 @@ def test_a_malformed_entry_is_reported_and_dropped_and_the_others_are_claimed(
     now = _now_ms(r)
     _upsert(r, s, ["a"], now - 10)
     r.lpush(keys.slot(now - 10), "no separator here")
-    got = s.claim("w1.1", 10, 30_000, [now - 10], first=True).run(r)
+    got = s.claim("w1.1", 10, 30_000, [now - 10], 1, first=True).run(r)
     assert got.malformed == ["no separator here"]
     assert [e.schedule_id for e in got.entries] == ["a"]
-    assert r.hkeys(keys.inflight("w1.1")) == [b"a"]
+    assert _in_flight(r, keys, "w1.1") == ["a"]
 
 
 def _lua_after_run(r: redis.Redis) -> Call[bytes]:

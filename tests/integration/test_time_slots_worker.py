@@ -43,6 +43,12 @@ def _entries(r: redis.Redis, keys: Keys) -> dict[str, str]:
     return out
 
 
+def _in_flight_keys(r: redis.Redis, keys: Keys) -> list[bytes]:
+    """The incarnations' `inflight` sets and claim lists still in Redis."""
+    prefixes = (keys.inflight("x")[:-1], keys.claimed("x", 1)[:-3])
+    return [k for p in prefixes for k in r.scan_iter(p + "*")]
+
+
 async def test_schedules_run_on_cadence_never_overlapping_from_time_slots(
     redis_url: str, namespace: str, r: redis.Redis
 ) -> None:
@@ -94,7 +100,7 @@ async def test_schedules_run_on_cadence_never_overlapping_from_time_slots(
     records = _entries(r, keys)
     assert sorted(records) == sorted(ids)
     assert all(int(records[sid].split("|")[3]) >= len(dues[sid]) for sid in ids)
-    assert not [k for k in r.scan_iter(keys.inflight("x")[:-1] + "*")]
+    assert not _in_flight_keys(r, keys)
     assert r.zcard(keys.runners) == 0  # the stopped worker gave its lease up
     await app.aclose()
 
@@ -168,7 +174,7 @@ async def test_a_graceful_stop_hands_unfinished_runs_back_to_their_slot(
     assert len(slots) == 1 and slots[0] <= _now_ms(r)
     [entry] = r.lrange(keys.slot(slots[0]), 0, -1)
     assert parse_entry(entry.decode(), slots[0]).record.split("|")[3] == "0"
-    assert not [k for k in r.scan_iter(keys.inflight("x")[:-1] + "*")]
+    assert not _in_flight_keys(r, keys)
     await app.aclose()
 
 
@@ -319,14 +325,20 @@ async def test_a_stopping_worker_keeps_its_lease_while_it_still_holds_runs(
     app = _app(redis_url, namespace)
     keys = Keys(namespace)
     lane = SlotLane("w", [keys], app.settings, [0])
-    r.zadd(keys.runners, {lane.incarnation[0]: _now_ms(r) + 60_000})
-    r.hset(keys.inflight(lane.incarnation[0]), "s1", "1|1|s1|rec")
+    incarnation = lane.incarnation[0]
+    r.zadd(keys.runners, {incarnation: _now_ms(r) + 60_000})
+    r.sadd(keys.inflight(incarnation), 1, 2)
+    r.rpush(keys.claimed(incarnation, 1), "#1|1", "s1|rec")
+    r.rpush(keys.claimed(incarnation, 2), "#1|1", "s2|rec")
+    lane.claims[0].took(1, 1)  # one run of claim 1 not settled (a hand-back that failed)
     client = await app.aredis()
     await lane.deregister(client)
-    assert r.zscore(keys.runners, lane.incarnation[0]) is not None  # the reaper will find them
-    r.delete(keys.inflight(lane.incarnation[0]))
+    assert r.zscore(keys.runners, incarnation) is not None  # the reaper will find it
+    assert r.exists(keys.claimed(incarnation, 1))
+    lane.claims[0].done(1)
     await lane.deregister(client)
-    assert r.zscore(keys.runners, lane.incarnation[0]) is None
+    assert r.zscore(keys.runners, incarnation) is None
+    assert not _in_flight_keys(r, keys)  # its claim lists went with it
     await app.aclose()
 
 
@@ -343,8 +355,10 @@ async def test_runs_whose_settle_redis_refuses_go_back_to_their_slot_and_run_aga
     settle = SlotScripts.settle
     broken: list[int] = []
 
-    def refused_once(self: SlotScripts, incarnation: str, items: list) -> Call:  # type: ignore[type-arg]
-        call = settle(self, incarnation, items)
+    def refused_once(
+        self: SlotScripts, incarnation: str, items: list, drops: list  # type: ignore[type-arg]
+    ) -> Call:  # type: ignore[type-arg]
+        call = settle(self, incarnation, items, drops)
         if broken:
             return call
         broken.append(1)

@@ -866,8 +866,9 @@ end
 
 -- Time slots (docs/design/time-slots.md; opt-in: Settings.schedule_store "slots"): `slot:<ms>`
 -- lists hold entries "<schedule id>|<record>" (or "<id>;<stalls>;<due>;<first start>|<record>"
--- for a run back from a lapsed lease), `where` names the slot of each, `inflight:<incarnation>`
--- holds "<due>|<claim ms>|<entry>" per run claimed.
+-- for a run back from a lapsed lease), `where` names the slot of each (for a run in flight: the
+-- slot it was claimed from), `claimed:<incarnation>:<n>` holds what a claim took: per slot a
+-- header "#<due>|<claim ms>", then its entries.
 -- The entry of `id` in the list `slot_key`, or nil (a slot holds the schedules due in one ms:
 -- a few dozen at most at a million schedules every minute, so a scan).
 local function slotted_entry(slot_key, id)

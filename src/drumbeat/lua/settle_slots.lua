@@ -1,60 +1,66 @@
 -- Settles runs claimed by claim_slots.lua (time slots; opt-in: Settings.schedule_store "slots").
 -- The worker built each schedule's next entry (its record after the run: what after_run in
 -- finish_runs.lua writes, `slots.settled_record`) and grouped them by the slot of their next
--- run. A run still in the incarnation's in-flight hash is settled: dropped from it, its entry
--- pushed into its next slot, its slot noted in `where`, its error (a failed run) in `faults`.
--- A run not there is refused: the reaper took it back (its lease lapsed), so another run of
--- the schedule may have started. A schedule changed while its run was in flight (`pending`)
--- gets the new definition, with a new generation, at the new definition's first due time:
--- that slot's key was not passed, so the run stays in flight and its reply is the entry to
--- send again into that slot (settled then, as the definition is now applied); a schedule
--- removed meanwhile is dropped.
+-- run. A run is still its claimer's while `where` names the slot it was claimed from: it is
+-- settled, its entry pushed into its next slot, that slot noted in `where`, its error (a failed
+-- run) in `faults`. Otherwise it is refused: the reaper or a hand-back put it back (another
+-- run of the schedule may have started), or this settle was applied already (sent again after
+-- a lost reply). A schedule changed while its run was in flight (`pending`) gets the new
+-- definition, with a new generation, at the new definition's first due time, if it differs
+-- from the run's: that slot's key was not passed, so the run stays in flight and its reply is
+-- the entry to send again into that slot (settled then, as the definition is now applied); a
+-- schedule removed meanwhile is dropped. The claims the worker found all settled go: their
+-- lists and their numbers in the incarnation's `inflight` set.
 --
--- KEYS[1] inflight:<incarnation> (hash)  KEYS[2] where (hash)  KEYS[3] slots (zset)
--- KEYS[4] pending (hash)  KEYS[5] faults (hash)  KEYS[5 + j] slot:<ms> of the j-th next slot
--- ARGV[1] n (runs)  ARGV[2 .. n + 1] their schedule ids, in the order of their entries below;
--- then per next slot j: its ms, the number c of its entries, then the c entries
+-- KEYS[1] where (hash)  KEYS[2] slots (zset)  KEYS[3] pending (hash)  KEYS[4] faults (hash)
+-- KEYS[5] inflight:<incarnation> (set)  KEYS[5 + k] claimed:<incarnation>:<n> of the k-th
+-- claim to drop (d of them)  KEYS[5 + d + j] slot:<ms> of the j-th next slot
+-- ARGV[1] n (runs)  ARGV[2] d  ARGV[3 .. n + 2] their schedule ids, in the order of their
+-- entries below  ARGV[n + 3 .. 2n + 2] the ms of the slot each was claimed from; the d claim
+-- numbers; then per next slot j: its ms, the number c of its entries, then the c entries
 -- ("<id>|<record>"); then (schedule id, error text) of each failed run, to the end
 -- Returns per run: 1 settled, 0 refused, or "<due ms>|<entry>" to send again into that slot
 
--- The worker's next entry for a schedule changed in flight (`change`: the new definition,
--- "<due>|<grid>|<flags>|<task code>|<spec>"): true when it has that definition already (sent
--- again), else the entry with it (totals kept, a new generation) and its due time; nil when
--- either cannot be read.
+-- The worker's next entry for a schedule changed in flight (`change`: its definition as
+-- upserted, "<due>|<grid>|<priority>|<task code>|<spec>"): true when the entry has that
+-- definition (unchanged, or sent again), else the entry with it (totals and pause kept, a new
+-- generation) and its due time; nil when either cannot be read.
 local function with_change(entry, change)
-  local due, grid, flags, task, spec = string.match(change, '^(%d+)|(%-?%d+)|(%d+)|(%d+)|(.*)$')
+  local due, grid, priority, task, spec =
+    string.match(change, '^(%d+)|(%-?%d+)|(%d+)|(%d+)|(.*)$')
   local id, record = string.match(entry, '^([^|;]+)|(.*)$')
   local s = id and parse_schedule(record)
   if not due or not s then return nil end
-  flags = flags + 0
-  if s.grid == grid + 0 and s.priority + (s.paused and PAUSED_FLAG or 0) == flags
-      and s.task == task and s.spec == spec then
-    return true
-  end
-  s.gen, s.grid, s.task, s.spec = s.gen + 1, grid + 0, task, spec
-  s.paused, s.priority = flags >= PAUSED_FLAG, flags % PAUSED_FLAG
+  priority = priority + 0
+  if s.priority == priority and s.task == task and s.spec == spec then return true end
+  s.gen, s.grid, s.priority, s.task, s.spec = s.gen + 1, grid + 0, priority, task, spec
   return id .. '|' .. format_schedule(s), due
 end
 
-local n = tonumber(ARGV[1])
-local ids = {unpack(ARGV, 2, n + 1)}
-local held = redis.call('HMGET', KEYS[1], unpack(ids))
+local n, d = tonumber(ARGV[1]), tonumber(ARGV[2])
+local ids = {unpack(ARGV, 3, n + 2)}
+local at_slot = redis.call('HMGET', KEYS[1], unpack(ids))
 local out, slow = {}, false
 for i = 1, n do
-  if held[i] then out[i] = 1 else out[i] = 0; slow = true end
+  if at_slot[i] == ARGV[n + 2 + i] then out[i] = 1 else out[i] = 0; slow = true end
+end
+if d > 0 then
+  local lists, numbers = {unpack(KEYS, 6, 5 + d)}, {unpack(ARGV, 2 * n + 3, 2 * n + 2 + d)}
+  redis.call('DEL', unpack(lists))
+  redis.call('SREM', KEYS[5], unpack(numbers))
 end
 local changes = false
-if redis.call('EXISTS', KEYS[4]) == 1 then
-  changes = redis.call('HMGET', KEYS[4], unpack(ids))
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  changes = redis.call('HMGET', KEYS[3], unpack(ids))
   for i = 1, n do
     if changes[i] and out[i] == 1 then slow = true end
   end
 end
 
--- In the slow path: the runs settled (`done`), of which those of removed schedules (`gone`),
--- and the ids whose error is still their schedule's (`kept`).
-local at, run, marks, where, done, gone, kept = n + 2, 0, {}, {}, {}, {}, {}
-for j = 6, #KEYS do
+-- In the slow path: the settled runs of removed schedules (`gone`), and the ids whose error is
+-- still their schedule's (`kept`).
+local at, run, marks, where, gone, kept = 2 * n + 3 + d, 0, {}, {}, {}, {}
+for j = 6 + d, #KEYS do
   local ms, c = ARGV[at], tonumber(ARGV[at + 1])
   local first, last = at + 2, at + 1 + c
   if not slow then
@@ -80,7 +86,7 @@ for j = 6, #KEYS do
           local merged
           merged, due = with_change(entry, change)
           if merged == true then
-            redis.call('HDEL', KEYS[4], id)  -- applied: the entry goes as sent
+            redis.call('HDEL', KEYS[3], id)  -- applied: the entry goes as sent
           elseif merged then
             out[run], entry = due .. '|' .. merged, nil
           end
@@ -89,10 +95,7 @@ for j = 6, #KEYS do
           push[#push + 1] = entry
           where[#where + 1], where[#where + 2] = id, ms
         end
-        if out[run] == 1 then
-          done[#done + 1] = id
-          if change ~= '-' then kept[id] = true end
-        end
+        if out[run] == 1 and change ~= '-' then kept[id] = true end
       end
     end
     if #push > 0 then
@@ -103,14 +106,11 @@ for j = 6, #KEYS do
   at = last + 1
 end
 if slow then
-  call_many('HDEL', KEYS[1], done)
-  call_many('HDEL', KEYS[2], gone)
-  call_many('HDEL', KEYS[4], gone)
-else
-  redis.call('HDEL', KEYS[1], unpack(ids))
+  call_many('HDEL', KEYS[1], gone)
+  call_many('HDEL', KEYS[3], gone)
 end
-call_many('HSET', KEYS[2], where)
-if #marks > 0 then redis.call('ZADD', KEYS[3], 'NX', unpack(marks)) end
+call_many('HSET', KEYS[1], where)
+if #marks > 0 then redis.call('ZADD', KEYS[2], 'NX', unpack(marks)) end
 -- Errors of the runs settled (a refused run's is not its schedule's any more; a removed
 -- schedule has none).
 local faults = {}
@@ -119,5 +119,5 @@ for i = at, #ARGV - 1, 2 do
     faults[#faults + 1], faults[#faults + 2] = ARGV[i], ARGV[i + 1]
   end
 end
-call_many('HSET', KEYS[5], faults)
+call_many('HSET', KEYS[4], faults)
 return out

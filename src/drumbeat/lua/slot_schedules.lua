@@ -1,22 +1,21 @@
 -- Creates or updates schedules kept as time slots, by id (opt-in: Settings.schedule_store
 -- "slots"; upsert_schedules.lua does it for the wheel, with the same rules): an unchanged
 -- definition keeps its place and totals; a changed one gets a new generation and its new first
--- due time, unless its run is in flight: then the change waits in `pending` and the run's
--- settle applies it. The caller read `where` and `runners` first (a script may only touch the
--- keys it is passed): a schedule whose entry is no longer where the caller read it (it moved
--- meanwhile: a claim, a settle) is answered -1, to be sent again.
+-- due time, unless its run is in flight (its entry is not in the slot `where` names): then its
+-- definition waits in `pending`, and the run's settle, which has its record, applies it if it
+-- changed (2 is answered either way). The caller read `where` first (a script may only touch
+-- the keys it is passed): a schedule whose entry is no longer where the caller read it (it
+-- moved meanwhile: a settle, the reaper) is answered -1, to be sent again.
 --
 -- KEYS[1] slots (zset)  KEYS[2] where (hash)  KEYS[3] pending (hash)  KEYS[4] tasks (hash)
 -- KEYS[5] wake (zset)
 -- KEYS[4 + 2i] slot:<ms> its entry was read in (or any slot key, when `where` had none),
 -- KEYS[5 + 2i] slot:<ms> of its first due time, of the i-th schedule
--- KEYS[6 + 2n ...] inflight:<incarnation> of every incarnation in `runners`
 -- ARGV[1] n (schedules); then groups of 7, one per schedule: id, the ms `where` gave (empty
 -- if none), priority, first grid slot ms, first due ms, task code's name, spec
--- Returns one integer per schedule: 1 created, 2 updated, 0 unchanged, -1 moved: send again
+-- Returns one integer per schedule: 1 created, 2 updated (or in flight), 0 unchanged, -1
+-- moved: send again
 local n = tonumber(ARGV[1])
-local inflight = {}
-for i = 6 + 2 * n, #KEYS do inflight[#inflight + 1] = KEYS[i] end
 local out, woke = {}, false
 for i = 1, n do
   local a = 1 + (i - 1) * 7
@@ -25,21 +24,13 @@ for i = 1, n do
   local old_key, new_key = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
   local task = task_code(KEYS[4], ARGV[a + 6], '')
   local at = redis.call('HGET', KEYS[2], id)
-  local entry, flying = nil, false
-  if at and at == read then
-    entry = slotted_entry(old_key, id)
-    if not entry then
-      for _, key in ipairs(inflight) do
-        local v = redis.call('HGET', key, id)
-        if v then
-          entry, flying = string.match(v, '^%d+|%d+|(.*)$'), true
-          break
-        end
-      end
-    end
-  end
-  if (at or '') ~= read or (at and not entry) then
-    out[i] = -1  -- moved since the caller read `where`, or in flight with a newer worker
+  local entry = at and at == read and slotted_entry(old_key, id)
+  if (at or '') ~= read then
+    out[i] = -1  -- moved since the caller read `where`
+  elseif at and not entry then
+    redis.call('HSET', KEYS[3], id, due .. '|' .. grid .. '|' .. priority .. '|' .. task .. '|'
+      .. spec)
+    out[i] = 2
   else
     local old = entry and parse_schedule(entry_record(entry))
     if old and old.spec == spec and old.priority == priority and old.task == task then
@@ -48,20 +39,14 @@ for i = 1, n do
       local s = old or {gen = 0, paused = false, runs = 0, failures = 0, misfires = 0,
                         last_start = 0, last_ms = 0, late = '0'}
       s.gen, s.grid, s.priority, s.task, s.spec = s.gen + 1, tonumber(grid), priority, task, spec
-      local flags = string.format('%d', priority + (s.paused and PAUSED_FLAG or 0))
-      if flying then
-        redis.call('HSET', KEYS[3], id, due .. '|' .. grid .. '|' .. flags .. '|' .. task .. '|'
-          .. spec)
-      else
-        if entry then
-          redis.call('LREM', old_key, '1', entry)
-          if redis.call('EXISTS', old_key) == 0 then redis.call('ZREM', KEYS[1], at) end
-        end
-        redis.call('RPUSH', new_key, id .. '|' .. format_schedule(s))
-        redis.call('ZADD', KEYS[1], due, due)
-        redis.call('HSET', KEYS[2], id, due)
-        woke = true
+      if entry then
+        redis.call('LREM', old_key, '1', entry)
+        if redis.call('EXISTS', old_key) == 0 then redis.call('ZREM', KEYS[1], at) end
       end
+      redis.call('RPUSH', new_key, id .. '|' .. format_schedule(s))
+      redis.call('ZADD', KEYS[1], due, due)
+      redis.call('HSET', KEYS[2], id, due)
+      woke = true
       out[i] = old and 2 or 1
     end
   end

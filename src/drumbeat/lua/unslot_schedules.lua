@@ -1,11 +1,11 @@
 -- Removes schedules kept as time slots, by id (opt-in: Settings.schedule_store "slots";
 -- unschedule.lua does it for the wheel): an entry waiting in its slot goes at once; a schedule
 -- whose run is in flight is marked removed in `pending`, and the run's settle drops it. Its
--- last error goes too. The caller read `where` and `runners` first, as for slot_schedules.lua.
+-- last error goes too. The caller read `where` first, as for slot_schedules.lua.
 --
 -- KEYS[1] slots (zset)  KEYS[2] where (hash)  KEYS[3] pending (hash)  KEYS[4] faults (hash)
 -- KEYS[4 + i] slot:<ms> its entry was read in (any slot key when `where` had none), of the
--- i-th schedule; KEYS[5 + n ...] inflight:<incarnation> of every incarnation in `runners`
+-- i-th schedule
 -- ARGV[1] n; then pairs, one per schedule: id, the ms `where` gave (empty if none)
 -- Returns one integer per schedule: 1 removed, 0 unknown, -1 moved: send again
 local n = tonumber(ARGV[1])
@@ -24,18 +24,11 @@ for i = 1, n do
       redis.call('LREM', key, '1', entry)
       if redis.call('EXISTS', key) == 0 then redis.call('ZREM', KEYS[1], at) end
       redis.call('HDEL', KEYS[2], id)
-      out[i] = 1
     else
-      out[i] = -1
-      for j = 5 + n, #KEYS do
-        if redis.call('HEXISTS', KEYS[j], id) == 1 then
-          redis.call('HSET', KEYS[3], id, '-')
-          out[i] = 1
-          break
-        end
-      end
+      redis.call('HSET', KEYS[3], id, '-')  -- in flight: not in the slot `where` names
     end
-    if out[i] == 1 then redis.call('HDEL', KEYS[4], id) end
+    redis.call('HDEL', KEYS[4], id)
+    out[i] = 1
   end
 end
 return out

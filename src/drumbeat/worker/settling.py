@@ -38,7 +38,7 @@ from .claims import Claim, ClaimTable
 from .link import Link
 from .retrying import Backoff, is_transient
 from .routing import Routed
-from .slotted import handback_ids, settle_item
+from .slotted import handback_ids, handed_back, settle_item
 from .tally import TALLY_INTERVAL, Tally
 
 log = logging.getLogger("drumbeat.worker")
@@ -122,7 +122,8 @@ SLOT_KIND = Kind(
 def _slot_item(job: Claimed, outcome: Outcome) -> Settled:
     if isinstance(outcome, Resettle):
         sid = job.id[len(RUN_PREFIX) :]
-        return Settled(sid, outcome.entry, outcome.due_ms, outcome.error)
+        assert job.slot_run is not None
+        return Settled(sid, outcome.entry, outcome.due_ms, job.slot_run.slot_ms, outcome.error)
     assert isinstance(outcome, RunDone)
     return settle_item(job, outcome)
 
@@ -212,16 +213,19 @@ class Settler:
         if not claims:
             return
         calls: list[Call[int]] = []
-        for (shard, incarnation), ids in handback_ids(claims).items():
+        for (shard, incarnation), (numbers, ids) in handback_ids(claims).items():
             slot_runs = [c.job.slot_run for c in claims if c.shard == shard]
             back_ms = min(run.due_ms for run in slot_runs if run is not None)
-            calls.append(SlotScripts(self.shards[shard].k).handback(incarnation, back_ms, ids))
+            slots = SlotScripts(self.shards[shard].k)
+            calls.append(slots.handback(incarnation, back_ms, numbers, ids))
         try:
             back = sum(await link.run(calls))
         except Exception:
             log.exception("handing %d schedule runs back failed; they come back when this "
                           "worker's lease lapses", len(claims))  # fmt: skip
             return
+        finally:
+            handed_back(claims)
         log.warning("handed %d schedule runs that could not be settled back to their slots",
                     back)  # fmt: skip
 
@@ -277,10 +281,14 @@ class Settler:
                 calls.append((make([kind.item(c.job, o) for c, o in chunk]), kind, chunk))
         for (shard, incarnation), items in slotted.items():
             slots = SlotScripts(self.shards[shard].k)
+            run = items[0][0].job.slot_run
+            assert run is not None
+            drops = run.claims.drops()
             for i in range(0, len(items), self.limit):
                 chunk = items[i : i + self.limit]
                 settled = [_slot_item(c.job, o) for c, o in chunk]
-                calls.append((slots.settle(incarnation, settled), SLOT_KIND, chunk))
+                calls.append((slots.settle(incarnation, settled, drops), SLOT_KIND, chunk))
+                drops = []
         return calls
 
     async def _send(
@@ -335,11 +343,14 @@ class Settler:
                 self._uncount(lost)
             release, counts, processed, failed = self.table.release, kind.counts, 0, 0
             for (claim, outcome), ok in zip(items, accepted, strict=True):
+                run = claim.job.slot_run
                 if isinstance(ok, tuple):  # a time-slot run whose schedule changed meanwhile
                     error = _slot_item(claim.job, outcome).error
                     again.append((claim, Resettle(ok[1], ok[0], error)))
                 else:
                     release(claim)
+                    if run is not None:
+                        run.claims.done(run.claim)
                 if ok:
                     more, failures = counts(outcome)
                     processed += more

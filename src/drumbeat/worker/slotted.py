@@ -7,6 +7,9 @@ their entries into `Claimed` runs for the runner, builds each run's next entry w
 of its own there: the runs it holds in a shard are its while that lease lives. A reaped
 incarnation (its lease lapsed: a long freeze) has lost its runs in that shard to other workers;
 the lane then takes a new incarnation there, and the settles of the old one's runs are refused.
+Each claim's entries wait in a list of that claim's in Redis, for the reaper; the lane counts
+the runs of each claim left to settle (`Claims`), and a settle drops the lists of the claims
+all settled.
 """
 
 from __future__ import annotations
@@ -25,7 +28,15 @@ from drumbeat.outcomes import RunDone
 from drumbeat.protocol import FIELD_SEP, RUN_PREFIX, SCHEDULE_FIELDS
 from drumbeat.replies import Claimed, SlotRun
 from drumbeat.scripts import Call
-from drumbeat.slots import UPCOMING, Entry, Settled, SlotClaim, SlotScripts, settled_fields
+from drumbeat.slots import (
+    UPCOMING,
+    Claims,
+    Entry,
+    Settled,
+    SlotClaim,
+    SlotScripts,
+    settled_fields,
+)
 
 from .claims import Claim
 
@@ -55,14 +66,23 @@ class SlotLane:
         self.held = list(held)
         """The worker's shards that hold schedules."""
         self._lives = itertools.count(1)
-        self.incarnation = [f"{worker_id}.{next(self._lives)}" for _ in keys]
-        """Per shard, the incarnation its runs are held under (`<worker id>.<n>`)."""
+        self.claims = [Claims(f"{worker_id}.{next(self._lives)}") for _ in keys]
+        """Per shard, the claims of the incarnation its runs are held under (`<worker
+        id>.<n>`)."""
+        self._numbers = itertools.count(1)
+        self._number = [0 for _ in keys]
+        """Per shard, the number of its last claim."""
         self._first = [True for _ in keys]
         """Per shard, whether the incarnation has not claimed there yet (the claim registers
         it; a later claim of an incarnation missing from `runners` was reaped)."""
         self._tokens = itertools.count(1)
         self._upcoming: list[list[int]] = [[] for _ in keys]
         self._names: list[dict[str, bytes]] = [{} for _ in keys]
+
+    @property
+    def incarnation(self) -> list[str]:
+        """Per shard, the incarnation its runs are held under."""
+        return [c.incarnation for c in self.claims]
 
     def call(self, shard: int, limit: int, now_ms: int) -> Call[SlotClaim]:
         """A claim of up to ``limit`` runs from the due slots ``shard`` listed as upcoming."""
@@ -73,8 +93,9 @@ class SlotLane:
         want = 0
         if len(rest) < _FEW or rest[-1] <= now_ms + _AHEAD_MS:
             want = UPCOMING
+        self._number[shard] = number = next(self._numbers)
         return self.scripts[shard].claim(
-            self.incarnation[shard], limit, self.settings.lease_ms, passed,
+            self.claims[shard].incarnation, limit, self.settings.lease_ms, passed, number,
             first=self._first[shard], upcoming=want,
         )  # fmt: skip
 
@@ -82,12 +103,12 @@ class SlotLane:
         """The runs a claim took, ready for the runner; takes a new incarnation when the
         claim says this one was reaped."""
         if result.reaped:
-            old = self.incarnation[shard]
-            self.incarnation[shard] = f"{self.worker_id}.{next(self._lives)}"
+            old = self.claims[shard].incarnation
+            self.claims[shard] = Claims(f"{self.worker_id}.{next(self._lives)}")
             self._first[shard] = True
             log.warning("this worker's lease on its schedule runs of shard %d lapsed "
                         "(incarnation %s): they went back to their slots; claiming as %s",
-                        shard, old, self.incarnation[shard])  # fmt: skip
+                        shard, old, self.claims[shard].incarnation)  # fmt: skip
             return []
         self._first[shard] = False
         if result.upcoming is not None:
@@ -99,8 +120,10 @@ class SlotLane:
         codes = {f[9] for _, f in split if len(f) == _FIELDS} - names.keys()
         if codes:
             await self._learn(shard, sorted(codes), client)
-        incarnation = self.incarnation[shard]
-        return [self._claimed(e, f, result.now_ms, names, incarnation) for e, f in split]
+        claims, number = self.claims[shard], self._number[shard]
+        claims.took(number, len(split))
+        now = result.now_ms
+        return [self._claimed(e, f, now, names, claims=claims, number=number) for e, f in split]
 
     async def _learn(self, shard: int, codes: list[str], client: aredis.Redis) -> None:
         """Task names of task codes (the `tasks` table: ``#<code>`` -> name)."""
@@ -110,11 +133,18 @@ class SlotLane:
             self._names[shard][code] = b"?" if name is None else _bytes(name)
 
     def _claimed(
-        self, e: Entry, fields: list[str], now_ms: int, names: dict[str, bytes], incarnation: str
+        self,
+        e: Entry,
+        fields: list[str],
+        now_ms: int,
+        names: dict[str, bytes],
+        *,
+        claims: Claims,
+        number: int,
     ) -> Claimed:
         """A run for the runner; one whose record cannot be read has no spec (the runner
         reports it, and its entry goes back as it was)."""
-        run = SlotRun(incarnation, fields, now_ms, e.due_ms, e.first_start_ms)
+        run = SlotRun(claims, number, fields, now_ms, e.due_ms, e.first_start_ms, e.slot_ms)
         if len(fields) != _FIELDS or not fields[2].isdigit():
             return Claimed(RUN_PREFIX + e.schedule_id, None, e.stalls + 1, e.stalls,
                            next(self._tokens), 0, f"{e.due_ms}:0:0:0", slot_run=run)  # fmt: skip
@@ -137,7 +167,8 @@ class SlotLane:
         """Renews the incarnation's lease on every shard with schedules (the heartbeat's
         thread); a reaped one is found by its next claim."""
         for shard in self.held:
-            self.scripts[shard].renew(self.incarnation[shard], self.settings.lease_ms).run(client)
+            incarnation = self.claims[shard].incarnation
+            self.scripts[shard].renew(incarnation, self.settings.lease_ms).run(client)
 
     async def reap(self, client: aredis.Redis, now_ms: int) -> int:
         """Takes back the runs of every incarnation whose lease lapsed (any worker's); returns
@@ -148,7 +179,13 @@ class SlotLane:
             lapsed = await client.zrangebyscore(s.k.runners, "-inf", now_ms, start=0, num=64)
             if lapsed:
                 names = [_text(x) for x in lapsed if isinstance(x, bytes | str)]
-                n = await s.reap(now_ms, names).arun(client)
+                async with client.pipeline(transaction=False) as pipe:
+                    for name in names:
+                        pipe.smembers(s.k.inflight(name))
+                    sets = await pipe.execute()
+                held = {name: sorted(int(n) for n in numbers)
+                        for name, numbers in zip(names, sets, strict=True)}  # fmt: skip
+                n = await s.reap(now_ms, held).arun(client)
                 if n:
                     log.warning("shard %d: the leases of %s lapsed: %d schedule runs went back "
                                 "to their slots", shard, ", ".join(names), n)  # fmt: skip
@@ -159,17 +196,26 @@ class SlotLane:
         """Gives the runs ``claims`` hold back to their slots (a graceful stop past its
         grace); returns how many went back."""
         n = 0
-        for (shard, incarnation), ids in handback_ids(claims).items():
-            n += await self.scripts[shard].handback(incarnation, now_ms, ids).arun(client)
+        for (shard, incarnation), (numbers, ids) in handback_ids(claims).items():
+            call = self.scripts[shard].handback(incarnation, now_ms, numbers, ids)
+            n += await call.arun(client)
+        handed_back(claims)
         return n
 
     async def deregister(self, client: aredis.Redis) -> None:
-        """Gives up the incarnation's lease where it holds nothing (claims have stopped): runs
-        it still holds (a hand-back that failed) come back when the lease lapses."""
+        """Gives up the incarnation's lease, and drops its claim lists, where it holds nothing
+        (claims have stopped): runs it still holds (a hand-back that failed) come back when
+        the lease lapses."""
         for shard in self.held:
-            k = self.scripts[shard].k
-            if not await client.exists(k.inflight(self.incarnation[shard])):
-                await client.zrem(k.runners, self.incarnation[shard])
+            k, claims = self.scripts[shard].k, self.claims[shard]
+            if claims.open:
+                continue
+            numbers = await client.smembers(k.inflight(claims.incarnation))
+            lists = [k.claimed(claims.incarnation, int(n)) for n in numbers]
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.delete(k.inflight(claims.incarnation), *lists)
+                pipe.zrem(k.runners, claims.incarnation)
+                await pipe.execute()
 
     def next_due(self, shard: int, result: SlotClaim) -> int | None:
         """When the next slot of ``shard`` comes due, as far as the reply tells."""
@@ -195,7 +241,7 @@ def settle_item(job: Claimed, outcome: RunDone) -> Settled:
         )  # fmt: skip
     except ValueError:
         record = FIELD_SEP.join(run.fields)
-    return Settled(sid, f"{sid}|{record}", outcome.due_ms, error)
+    return Settled(sid, f"{sid}|{record}", outcome.due_ms, run.slot_ms, error)
 
 
 def _text(value: bytes | str) -> str:
@@ -206,13 +252,24 @@ def _bytes(value: bytes | str) -> bytes:
     return value.encode() if isinstance(value, str) else value
 
 
-def handback_ids(claims: Sequence[Claim]) -> dict[tuple[int, str], list[str]]:
-    """Per (shard, incarnation), the schedule ids of the time-slot runs ``claims`` hold."""
-    out: dict[tuple[int, str], list[str]] = {}
+def handback_ids(claims: Sequence[Claim]) -> dict[tuple[int, str], tuple[list[int], list[str]]]:
+    """Per (shard, incarnation) of the time-slot runs ``claims`` hold, the numbers of the
+    claims that took them and their schedule ids."""
+    out: dict[tuple[int, str], tuple[list[int], list[str]]] = {}
     for claim in claims:
         run = claim.job.slot_run
         if run is not None:
-            out.setdefault((claim.shard, run.incarnation), []).append(
-                claim.job.id[len(RUN_PREFIX) :]
-            )
+            numbers, ids = out.setdefault((claim.shard, run.incarnation), ([], []))
+            if run.claim not in numbers:
+                numbers.append(run.claim)
+            ids.append(claim.job.id[len(RUN_PREFIX) :])
     return out
+
+
+def handed_back(claims: Sequence[Claim]) -> None:
+    """Counts the time-slot runs of ``claims`` as done with (handed back, or left to the
+    reaper when the hand-back failed)."""
+    for claim in claims:
+        run = claim.job.slot_run
+        if run is not None:
+            run.claims.done(run.claim)
