@@ -1,8 +1,14 @@
-"""A probe for issue 15, not a part of drumbeat: Redis instructions per schedule run when the
-schedule is kept as time slots (one list per millisecond of entries "<id>|<record>") and runs in
-flight are leased per worker, against the timing wheel of today.
+"""A probe for issue 15: Redis instructions per schedule run when the schedule is kept as time
+slots (one list per millisecond of entries "<id>|<record>") and runs in flight are leased per
+worker, against the timing wheel.
 
     python -m bench.slots_probe [--n 100000] [--due 1000] [--per-slot 20] [--rounds 4]
+        [--scripts probe|drumbeat]
+
+``--scripts drumbeat`` drives drumbeat's own time-slot scripts (`drumbeat.slots.SlotScripts`:
+claim_slots.lua and settle_slots.lua, lateness recording included, the worker's settled entries
+built by `drumbeat.slots.settled_record`) in place of the probe's, measured the same way; the
+rest of this text is about the probe's own scripts (the default), which came first.
 
 Registers ``--n`` schedules (as ``bench.redis_cpu harness`` does), moves their records into
 slot lists (``--per-slot`` entries a slot: 20 is 100,000 schedules every 5 s in 1-ms slots),
@@ -59,25 +65,32 @@ def settled_entry(entry: str, started: int, ms: int, next_grid: int) -> str:
 
 
 def _place(
-    r: redis.Redis, entries: dict[str, str], slot_of: dict[str, int]
+    r: redis.Redis, entries: dict[str, str], slot_of: dict[str, int], *, own: bool = False
 ) -> None:  # fmt: skip
-    """Writes each entry into its slot's list, the slots into `slots` and `where`."""
+    """Writes each entry into its slot's list, the slots into `slots` and `where` (``own``:
+    drumbeat's keys, else the probe's)."""
+    from drumbeat.keys import Keys
+
+    k = Keys(NAMESPACE)
+    key_of, slots, where = (k.slot, k.slots, k.where) if own else (slot_key, SLOTS, WHERE)
     by_slot: dict[int, list[str]] = {}
     for sid, slot in slot_of.items():
         by_slot.setdefault(slot, []).append(entries[sid])
     pipe = r.pipeline(transaction=False)
     for slot, items in by_slot.items():
-        pipe.rpush(slot_key(slot), *items)
-        pipe.zadd(SLOTS, {str(slot): slot})
+        pipe.rpush(key_of(slot), *items)
+        pipe.zadd(slots, {str(slot): slot})
         if len(pipe) > 10_000:
             pipe.execute()
     pipe.execute()
     pairs = list(slot_of.items())
     for lo in range(0, len(pairs), 10_000):
-        r.hset(WHERE, mapping=dict(pairs[lo : lo + 10_000]))
+        r.hset(where, mapping=dict(pairs[lo : lo + 10_000]))
 
 
-def prepare(r: redis.Redis, n: int, due: int, per_slot: int) -> tuple[list[int], dict[str, str]]:
+def prepare(
+    r: redis.Redis, n: int, due: int, per_slot: int, *, own: bool = False
+) -> tuple[list[int], dict[str, str]]:
     """The slot layout of the ``n`` schedules registered in ``NAMESPACE`` (their wheel dropped):
     s0..s<due - 1> in slots a second in the past, ``per_slot`` each, the rest ``per_slot`` a slot
     a day later. Returns the due slots, in order, and every entry."""
@@ -89,7 +102,7 @@ def prepare(r: redis.Redis, n: int, due: int, per_slot: int) -> tuple[list[int],
     for i in range(n):
         base = now - 1000 if i < due else now + 86_400_000
         slot_of[f"s{i}"] = base + (i if i < due else i - due) // per_slot
-    _place(r, entries, slot_of)
+    _place(r, entries, slot_of, own=own)
     return sorted({slot_of[f"s{i}"] for i in range(due)}), entries
 
 
@@ -147,31 +160,112 @@ def scripts(r: redis.Redis) -> tuple[Any, Any]:
     )
 
 
+class Drumbeat:
+    """drumbeat's own time-slot scripts behind the probe's claim and settle, for one worker
+    incarnation that claims BATCH runs a call and settles them BATCH a call."""
+
+    def __init__(self) -> None:
+        from drumbeat.keys import Keys
+        from drumbeat.slots import Claims, SlotScripts
+
+        self.keys = Keys(NAMESPACE)
+        self.s = SlotScripts(self.keys)
+        self.claims = Claims("w1.1")
+        self.number = 0
+
+    def claim_all(self, r: redis.Redis, slots: list[int], per_slot: int, expected: int) -> list:
+        """Claims every entry of ``slots``, passing those with room for it, and reads the lots
+        in the same round trip, as a worker does."""
+        from drumbeat.scripts import SOURCES
+        from drumbeat.slots import read_lot
+
+        r.script_load(SOURCES["claim_slots"])  # sent as EVALSHA in a pipeline below
+        out: list = []
+        left = {s: per_slot for s in slots}
+        pending = list(slots)
+        while len(out) < expected:
+            passed = pending[: BATCH // per_slot + 1]
+            self.number += 1
+            claim = self.s.claim(
+                "w1.1", BATCH, 60_000, passed, self.number, first=self.number == 1, upcoming=0
+            )
+            pipe = r.pipeline(transaction=False)
+            for call in [claim, *self.s.reads("w1.1", self.number, passed)]:
+                pipe.execute_command(*call.command())
+            raw, *lots = pipe.execute()
+            got = claim.parse(raw)
+            read = [read_lot("", ms, lot) for ms, lot in zip(passed, lots, strict=True)]
+            entries = [e for lot in read for e in lot.entries]
+            assert entries, f"claimed {len(out)} of {expected} runs, then nothing"
+            for taken, ms in zip(got.taken, passed, strict=True):
+                self.claims.took(f"{self.number}:{ms}", taken)
+            out += [(e, f"{self.number}:{e.slot_ms}", got.now_ms) for e in entries]
+            took = len(entries)
+            while took and pending:
+                s = pending[0]
+                used = min(took, left[s])
+                left[s] -= used
+                took -= used
+                if left[s] == 0:
+                    pending.pop(0)
+        return out
+
+    def settle_all(self, r: redis.Redis, claimed: list, to_slot: dict[str, int]) -> None:
+        """Settles ``claimed`` runs (each a success of 1 ms), BATCH a call, each schedule's next
+        entry built by the worker's `settled_record` into the slot ``to_slot`` names; each
+        call drops the claim lists found all settled before it."""
+        from drumbeat.slots import Settled, settled_record
+
+        for lo in range(0, len(claimed), BATCH):
+            runs = []
+            for e, _, now in claimed[lo : lo + BATCH]:
+                nxt = to_slot[e.schedule_id]
+                record = settled_record(
+                    e.record, outcome="ok", started_ms=now, duration_ms=1, next_grid_ms=nxt,
+                    due_ms=e.due_ms, first_start_ms=e.first_start_ms,
+                )  # fmt: skip
+                runs.append(Settled(e.schedule_id, f"{e.schedule_id}|{record}", nxt, e.slot_ms))
+            out = self.s.settle("w1.1", runs, self.claims.drops()).run(r)
+            assert out == [1] * len(runs), f"settle refused runs: {out}"
+            for _, number, _ in claimed[lo : lo + BATCH]:
+                self.claims.done(number)
+
+
 def one_round(
-    r: redis.Redis, probe: tuple[Any, Any], slots: list[int], per_slot: int, due: int, *,
-    cg: Callgrind | None,
+    r: redis.Redis, probe: tuple[Any, Any] | Drumbeat, slots: list[int], per_slot: int,
+    due: int, *, cg: Callgrind | None,
 ) -> tuple[list[int], int, int]:  # fmt: skip
     """Claims the ``due`` entries of ``slots`` and settles them into new slots a second in the
     past (due again); returns those slots and the instructions of each phase (0 without
     ``cg``)."""
-    claim, settle = probe
     base = int(r.time()[0]) * 1000 - 1000 - due
     while base in slots or base + due // per_slot in slots:
         base -= due
     if cg:
         cg.on()
-    got = claim_all(r, claim, slots, per_slot, due)
+    if isinstance(probe, Drumbeat):
+        claimed = probe.claim_all(r, slots, per_slot, due)
+        ids = [e.schedule_id for e, _, _ in claimed]
+    else:
+        got = claim_all(r, probe[0], slots, per_slot, due)
+        ids = [e[: e.index("|")] for e in got]
     claim_ir = cg.take() if cg else 0
-    to_slot = {e[: e.index("|")]: base + i // per_slot for i, e in enumerate(got)}
+    to_slot = {sid: base + i // per_slot for i, sid in enumerate(ids)}
     if cg:
         cg.on()
-    settle_all(r, settle, got, to_slot)
+    if isinstance(probe, Drumbeat):
+        probe.settle_all(r, claimed, to_slot)
+    else:
+        settle_all(r, probe[1], got, to_slot)
     settle_ir = cg.take() if cg else 0
     return sorted(set(to_slot.values())), claim_ir, settle_ir
 
 
-def instructions(n: int, due: int, per_slot: int, rounds: int) -> tuple[float, float]:
-    """Median instructions per run, claiming and settling, over the rounds after the first."""
+def instructions(
+    n: int, due: int, per_slot: int, rounds: int, *, own: bool = False
+) -> tuple[float, float]:
+    """Median instructions per run, claiming and settling, over the rounds after the first;
+    ``own``: with drumbeat's scripts."""
     cg = Callgrind()
     rows: list[tuple[float, float]] = []
     try:
@@ -180,8 +274,8 @@ def instructions(n: int, due: int, per_slot: int, rounds: int) -> tuple[float, f
             cg.pid = server.proc.pid
             app = _register(server.url, n)
             try:
-                probe = scripts(r)
-                slots, _ = prepare(r, n, due, per_slot)
+                probe = Drumbeat() if own else scripts(r)
+                slots, _ = prepare(r, n, due, per_slot, own=own)
                 for rnd in range(rounds):  # the first round warms Redis up
                     slots, claim_ir, settle_ir = one_round(
                         r, probe, slots, per_slot, due, cg=cg if rnd else None
@@ -239,8 +333,21 @@ def main() -> None:
     p.add_argument("--due", type=int, default=1000)
     p.add_argument("--per-slot", type=int, default=20)
     p.add_argument("--rounds", type=int, default=4)
+    p.add_argument(
+        "--scripts", choices=["probe", "drumbeat"], default="probe",
+        help="the probe's own scripts, or drumbeat's (claim_slots.lua, settle_slots.lua)",
+    )  # fmt: skip
     a = p.parse_args()
-    c, f = instructions(a.n, a.due, a.per_slot, a.rounds)
+    own = a.scripts == "drumbeat"
+    c, f = instructions(a.n, a.due, a.per_slot, a.rounds, own=own)
+    if own:
+        print(
+            f"drumbeat's time-slot scripts, {a.n:,} schedules, {a.due} due per round,"
+            f" {a.per_slot} a slot, {a.rounds - 1} measured rounds (medians):"
+            f" {(c + f) / 1e3:.1f} k Redis instructions per run (claiming {c / 1e3:.1f} k,"
+            f" settling {f / 1e3:.1f} k)"
+        )
+        return
     print(
         f"time slots, {a.n:,} schedules, {a.due} due per round, {a.per_slot} a slot,"
         f" {a.rounds - 1} measured rounds (medians): {(c + f) / 1e3:.1f} k Redis instructions"

@@ -59,6 +59,7 @@ SHARD_KEYS: dict[str, str] = {
     "where": "hash",
     "runners": "zset",
     "pending": "hash",
+    "stalled": "hash",
 }
 
 #: The queue a job goes to unless its task or its call names another.
@@ -73,9 +74,9 @@ BUCKET_KEYS: dict[str, str] = {"wheel": "zset", "schedules": "hash"}
 
 #: Keys of the schedule kept as time slots (docs/design/time-slots.md; opt-in:
 #: `Settings.schedule_store` "slots"): ``slot:<ms>``, the entries due in that millisecond;
-#: ``inflight:<incarnation>``, the numbers of the claims one worker process incarnation holds
-#: runs of; ``claimed:<incarnation>:<n>``, the entries its n-th claim took.
-SLOT_KEYS: dict[str, str] = {"slot": "list", "inflight": "set", "claimed": "list"}
+#: ``inflight:<incarnation>``, the lots one worker process incarnation may still hold runs of;
+#: ``claimed:<incarnation>:<n>:<ms>``, a lot: the entries its n-th claim took from slot ms.
+SLOT_KEYS: dict[str, str] = {"slot": "list", "inflight": "hash", "claimed": "list"}
 
 #: Buckets per shard. A bucket stays a listpack (compact) while it holds at most 128 schedules
 #: (Redis' default ``*-max-listpack-entries``): 16,384 buckets keep a million schedules per shard
@@ -270,13 +271,14 @@ class Keys:
         return f"{PREFIX}:{self.tag}:slot:{ms}"
 
     def inflight(self, incarnation: str) -> str:
-        """The numbers of the claims whose runs one worker process incarnation may still
-        hold."""
+        """The lots whose runs one worker process incarnation may still hold (lot -> the
+        claim's ms)."""
         return f"{PREFIX}:{self.tag}:inflight:{check_name(incarnation, 'incarnation')}"
 
-    def claimed(self, incarnation: str, n: int) -> str:
-        """The entries the ``n``-th claim of a worker process incarnation took."""
-        return f"{PREFIX}:{self.tag}:claimed:{check_name(incarnation, 'incarnation')}:{n:d}"
+    def claimed(self, incarnation: str, lot: str) -> str:
+        """A lot of a worker process incarnation (``<claim number>:<slot ms>``): the entries
+        that claim took from that slot."""
+        return f"{PREFIX}:{self.tag}:claimed:{check_name(incarnation, 'incarnation')}:{lot}"
 
     @property
     def slots(self) -> str:
@@ -292,6 +294,11 @@ class Keys:
     def runners(self) -> str:
         """Worker process incarnations holding time-slot entries -> their lease deadline."""
         return self.key("runners")
+
+    @property
+    def stalled(self) -> str:
+        """Slot ms -> how many runs back from a lapsed lease wait at the end of that slot."""
+        return self.key("stalled")
 
     @property
     def pending(self) -> str:

@@ -69,8 +69,8 @@ class SlotRun:
 
     claims: Claims
     """The claims of the incarnation it is held under, in its shard."""
-    claim: int
-    """The number of the claim that took it."""
+    lot: str
+    """The lot it was claimed into (``<claim number>:<slot ms>``)."""
     fields: list[str]
     """Its schedule's record as claimed, split into its fields (`slots.settled_fields`)."""
     claimed_ms: int

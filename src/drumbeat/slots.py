@@ -1,14 +1,14 @@
 """Schedules kept as time slots: the store that replaces the wheel (in progress).
 
 Each schedule waits as one entry, ``<id>|<record>`` (the record as the wheel writes it), in the
-list of the millisecond it is due (`Keys.slot`); a claim pops the due slots' entries into one
-list of that claim's (`Keys.claimed`), and the settle pushes each schedule's next entry, which
-the worker builds (`settled_record`), into its next slot. A run is its claimer's while `where`
-still names the slot it was claimed from; the claim lists only let the reaper find the runs of
-a worker whose lease lapsed. Redis does no per-run parsing and writes nothing per run but the
-entries' pushes and `where`: 23 k Redis instructions a run against the wheel's 174 k
-(`bench.slots_probe`). The plan, and what is not built yet: ``docs/design/time-slots.md``.
-Opt-in: ``Settings.schedule_store = "slots"``.
+list of the millisecond it is due (`Keys.slot`); a claim renames each due slot it takes whole
+into a lot of its own (`Keys.claimed`), which the worker reads in the same write, and the
+settle pushes each schedule's next entry, which the worker builds (`settled_record`), into its
+next slot. A run is its claimer's while `where` still names the slot it was claimed from; the
+lots only let the reaper find the runs of a worker whose lease lapsed. Redis does no per-run
+parsing, and the entries pass through Lua only when settled (`bench.slots_probe --scripts
+drumbeat` counts Redis's instructions a run). The plan, and what is not built yet:
+``docs/design/time-slots.md``. Opt-in: ``Settings.schedule_store = "slots"``.
 
 Scripts may only touch the keys they are passed, and an entry's slot is known only from
 `where`, so the calls by id (`upsert`, `remove`) read `where` first and send again what moved
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import redis
@@ -85,28 +86,56 @@ class SlotClaim:
     """The ms of the slots due soon (None: not asked for)."""
     next_ms: int | None
     """The ms of the earliest slot left (None: no slot holds an entry)."""
-    entries: list[Entry]
-    malformed: list[str]
-    """Entries without a schedule id, dropped (written by something other than drumbeat)."""
+    taken: list[int]
+    """Per slot passed, how many entries went into its lot."""
 
 
 def parse_slot_claim(raw: Any) -> SlotClaim:
     now = int(raw[0])
     if isinstance(raw[1], bytes | str):  # 'reaped'
-        return SlotClaim(now, True, None, None, [], [])
+        return SlotClaim(now, True, None, None, [])
     upcoming = None if raw[1] is None else [int(ms) for ms in raw[1]]
     next_ms = int(raw[2])
+    return SlotClaim(now, False, upcoming, None if next_ms < 0 else next_ms, raw[3:])
+
+
+@dataclass(frozen=True, slots=True)
+class Lot:
+    """The entries a claim took from one slot, as the worker read them."""
+
+    name: str
+    """``<claim number>:<slot ms>``."""
+    slot_ms: int
+    entries: list[Entry]
+    malformed: list[str]
+    """Entries without a schedule id (written by something other than drumbeat)."""
+
+
+def read_lot(name: str, slot_ms: int, raw: Any) -> Lot:
     entries: list[Entry] = []
     malformed: list[str] = []
-    for i in range(3, len(raw), 2):
-        ms = int(raw[i])
-        for e in raw[i + 1]:
-            text = _text(e)
-            try:
-                entries.append(parse_entry(text, ms))
-            except ValueError:
-                malformed.append(text)
-    return SlotClaim(now, False, upcoming, None if next_ms < 0 else next_ms, entries, malformed)
+    for e in raw:
+        text = _text(e)
+        try:
+            entries.append(parse_entry(text, slot_ms))
+        except ValueError:
+            malformed.append(text)
+    return Lot(name, slot_ms, entries, malformed)
+
+
+class Read(Call[_T]):
+    """A plain read sent in the same write as script calls, and read in its turn."""
+
+    __slots__ = ()
+
+    def command(self) -> tuple[str | bytes | int | float, ...]:
+        return (self.name, *self.args)
+
+    def run(self, client: redis.Redis) -> _T:
+        return self.parse(client.execute_command(*self.command()))  # type: ignore[no-untyped-call]
+
+    async def arun(self, client: aredis.Redis) -> _T:
+        return self.parse(await client.execute_command(*self.command()))  # type: ignore[no-untyped-call]
 
 
 def settled_record(
@@ -189,36 +218,38 @@ def parse_settled(raw: Any) -> list[int | tuple[int, str]]:
 
 
 class Claims:
-    """The claims of one worker process incarnation in one shard, as its worker counts them:
-    how many runs of each are not settled yet, and those all settled, whose lists the next
-    settle drops (`SlotScripts.settle`). A claim's list lives until then: while `where` moves
-    on as runs settle, the list only lets the reaper find the runs still in flight."""
+    """The lots of one worker process incarnation in one shard, as its worker counts them: how
+    many runs of each are not settled yet, and those all settled, which the next settle drops
+    (`SlotScripts.settle`). A lot lives until then: while `where` moves on as runs settle, the
+    lot only lets the reaper find the runs still in flight."""
 
     __slots__ = ("finished", "incarnation", "open")
 
     def __init__(self, incarnation: str) -> None:
         self.incarnation = incarnation
-        self.open: dict[int, int] = {}
-        """Claim number -> its runs not settled yet."""
-        self.finished: list[int] = []
-        """Claims all settled whose lists are still in Redis."""
+        self.open: dict[str, int] = {}
+        """Lot -> its runs not settled yet."""
+        self.finished: list[str] = []
+        """Lots all settled that are still in Redis."""
 
-    def took(self, number: int, runs: int) -> None:
+    def took(self, lot: str, runs: int) -> None:
         if runs:
-            self.open[number] = runs
+            self.open[lot] = runs
+        else:
+            self.finished.append(lot)
 
-    def done(self, number: int) -> None:
-        """One run of claim ``number`` is settled (or refused, or handed back)."""
-        left = self.open.get(number, 0) - 1
+    def done(self, lot: str) -> None:
+        """One run of ``lot`` is settled (or refused, or handed back)."""
+        left = self.open.get(lot, 0) - 1
         if left > 0:
-            self.open[number] = left
-        elif number in self.open:
-            del self.open[number]
-            self.finished.append(number)
+            self.open[lot] = left
+        elif lot in self.open:
+            del self.open[lot]
+            self.finished.append(lot)
 
-    def drops(self) -> list[int]:
-        """The finished claims, for a settle to drop (taken: a settle that fails leaves their
-        lists to the incarnation's end, `SlotLane.deregister`, or the reaper)."""
+    def drops(self) -> list[str]:
+        """The finished lots, for a settle to drop (taken: a settle that fails leaves them to
+        the incarnation's end, `SlotLane.deregister`, or the reaper)."""
         out, self.finished = self.finished, []
         return out
 
@@ -241,19 +272,31 @@ class SlotScripts:
         upcoming: int = UPCOMING,
     ) -> Call[SlotClaim]:
         """Claims up to ``limit`` due runs of ``slots`` (the ms of due slots, from the last
-        reply's `upcoming`) as the incarnation's claim ``number`` (new for each claim);
-        ``first``: the incarnation's first claim (it registers)."""
+        reply's `upcoming`) as the incarnation's claim ``number`` (new for each claim) into
+        its lots; ``first``: the incarnation's first claim (it registers). `reads` reads the
+        lots: send them in the same write, after this call."""
         k = self.k
-        keys = [k.slots, k.runners, k.inflight(incarnation), k.lateness]
-        keys += [k.claimed(incarnation, number), *(k.slot(ms) for ms in slots)]
+        keys = [k.slots, k.runners, k.inflight(incarnation), k.lateness, k.stalled]
+        for ms in slots:
+            keys += [k.slot(ms), k.claimed(incarnation, f"{number}:{ms}")]
         args = [incarnation, limit, lease_ms, 1 if first else 0, upcoming, number, *slots]
         return Call("claim_slots", keys, args, parse_slot_claim)
 
+    def reads(self, incarnation: str, number: int, slots: Sequence[int]) -> list[Read[Lot]]:
+        """Reads of the lots claim ``number`` takes from ``slots`` (empty where it took
+        nothing)."""
+        out: list[Read[Lot]] = []
+        for ms in slots:
+            lot = f"{number}:{ms}"
+            key = self.k.claimed(incarnation, lot)
+            out.append(Read("LRANGE", [key], [key, 0, -1], partial(read_lot, lot, ms)))
+        return out
+
     def settle(
-        self, incarnation: str, runs: Sequence[Settled], drops: Sequence[int] = ()
+        self, incarnation: str, runs: Sequence[Settled], drops: Sequence[str] = ()
     ) -> Call[list[int | tuple[int, str]]]:
-        """Settles ``runs`` of ``incarnation``, and drops the lists of its claims ``drops``
-        (all their runs settled: `Claims.drops`); see `parse_settled` for the reply."""
+        """Settles ``runs`` of ``incarnation``, and drops its lots ``drops`` (all their runs
+        settled: `Claims.drops`); see `parse_settled` for the reply."""
         k = self.k
         groups: dict[int, list[Settled]] = {}
         for run in runs:
@@ -276,16 +319,16 @@ class SlotScripts:
         args = [len(ids), len(drops), *ids, *froms, *tail]
         return Call("settle_slots", keys, args, parse_settled)
 
-    def reap(self, back_ms: int, held: Mapping[str, Sequence[int]]) -> Call[int]:
+    def reap(self, back_ms: int, held: Mapping[str, Sequence[str]]) -> Call[int]:
         """Takes back into slot ``back_ms`` the runs of the incarnations of ``held`` (each
-        with the numbers its `inflight` set held) whose lease lapsed."""
+        with the lots its `inflight` hash held) whose lease lapsed."""
         k = self.k
-        keys = [k.runners, k.where, k.slots, k.slot(back_ms)]
+        keys = [k.runners, k.where, k.slots, k.stalled, k.slot(back_ms)]
         args: list[str | int] = [back_ms]
-        for incarnation, numbers in held.items():
+        for incarnation, lots in held.items():
             keys.append(k.inflight(incarnation))
-            keys += [k.claimed(incarnation, n) for n in numbers]
-            args += [incarnation, len(numbers), *numbers]
+            keys += [k.claimed(incarnation, lot) for lot in lots]
+            args += [incarnation, len(lots), *lots]
         return Call("reap_runners", keys, args, int)
 
     def renew(self, incarnation: str, lease_ms: int) -> Call[int]:
@@ -293,14 +336,14 @@ class SlotScripts:
         return Call("renew_runner", [self.k.runners], [incarnation, lease_ms], int)
 
     def handback(
-        self, incarnation: str, back_ms: int, numbers: Sequence[int], ids: Sequence[str]
+        self, incarnation: str, back_ms: int, lots: Sequence[str], ids: Sequence[str]
     ) -> Call[int]:
-        """Gives runs ``ids`` of ``incarnation`` (taken by its claims ``numbers``) back, as
-        claimed, into slot ``back_ms``."""
+        """Gives runs ``ids`` of ``incarnation`` (in its ``lots``) back, as claimed, into
+        slot ``back_ms``."""
         k = self.k
-        keys = [k.where, k.slots, k.lateness, k.slot(back_ms)]
-        keys += [k.claimed(incarnation, n) for n in numbers]
-        return Call("handback_slots", keys, [back_ms, *ids], int)
+        keys = [k.where, k.slots, k.lateness, k.stalled, k.slot(back_ms)]
+        keys += [k.inflight(incarnation), *(k.claimed(incarnation, lot) for lot in lots)]
+        return Call("handback_slots", keys, [back_ms, len(lots), *lots, *ids], int)
 
     def _reads(self, pipe: Any, ids: Sequence[str]) -> None:
         """Queues the read a call by id needs first: `where` of each id."""
@@ -312,7 +355,7 @@ class SlotScripts:
         """`slot_schedules` of ``items`` given what `_reads` read."""
         k = self.k
         (at,) = read
-        keys = [k.slots, k.where, k.pending, k.tasks, k.wake]
+        keys = [k.slots, k.where, k.pending, k.tasks, k.wake, k.stalled]
         args: list[str | bytes | int] = [len(items)]
         for (sid, priority, grid, due, task, spec), old in zip(items, at, strict=True):
             was = _text(old) if old is not None else ""
@@ -324,7 +367,7 @@ class SlotScripts:
         """`unslot_schedules` of ``ids`` given what `_reads` read."""
         k = self.k
         (at,) = read
-        keys = [k.slots, k.where, k.pending, k.faults]
+        keys = [k.slots, k.where, k.pending, k.faults, k.stalled]
         args: list[str | int] = [len(ids)]
         for sid, old in zip(ids, at, strict=True):
             was = _text(old) if old is not None else ""

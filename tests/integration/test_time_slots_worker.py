@@ -45,7 +45,7 @@ def _entries(r: redis.Redis, keys: Keys) -> dict[str, str]:
 
 def _in_flight_keys(r: redis.Redis, keys: Keys) -> list[bytes]:
     """The incarnations' `inflight` sets and claim lists still in Redis."""
-    prefixes = (keys.inflight("x")[:-1], keys.claimed("x", 1)[:-3])
+    prefixes = (keys.inflight("x")[:-1], keys.claimed("x", "1:2")[:-5])
     return [k for p in prefixes for k in r.scan_iter(p + "*")]
 
 
@@ -123,6 +123,34 @@ async def test_a_failing_run_keeps_its_schedule_and_its_error(
     record = _entries(r, keys)["f"]
     assert int(record.split("|")[3]) >= 2 and int(record.split("|")[4]) >= 2  # runs, failures
     assert b"search site down" in r.hget(keys.faults, "f")
+    await app.aclose()
+
+
+async def test_runs_go_on_when_redis_forgets_its_scripts_between_a_claim_and_its_reads(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    # A claim sent again after NOSCRIPT runs after the reads of its lots that were sent with
+    # it: they found nothing, and without reading its lots again the worker would never run
+    # those runs (held in flight under a live lease, for ever).
+    app = _app(redis_url, namespace)
+    seen: defaultdict[str, int] = defaultdict(int)
+
+    @app.task
+    async def tick(i: int) -> None:
+        seen[f"s{i}"] += 1
+
+    app.schedule_many([drumbeat.Schedule(f"s{i}", tick, every=1, args=(i,)) for i in range(20)])
+    async with running_worker(app, concurrency=50):
+        for _ in range(8):
+            r.script_flush()
+            await asyncio.sleep(0.3)
+        before = dict(seen)
+        await wait_for_async(
+            lambda: min(seen[f"s{i}"] - before.get(f"s{i}", 0) for i in range(20)),
+            lambda least: least >= 2,
+            message="every schedule runs on after its scripts were flushed",
+            timeout=30,
+        )
     await app.aclose()
 
 
@@ -327,15 +355,15 @@ async def test_a_stopping_worker_keeps_its_lease_while_it_still_holds_runs(
     lane = SlotLane("w", [keys], app.settings, [0])
     incarnation = lane.incarnation[0]
     r.zadd(keys.runners, {incarnation: _now_ms(r) + 60_000})
-    r.sadd(keys.inflight(incarnation), 1, 2)
-    r.rpush(keys.claimed(incarnation, 1), "#1|1", "s1|rec")
-    r.rpush(keys.claimed(incarnation, 2), "#1|1", "s2|rec")
-    lane.claims[0].took(1, 1)  # one run of claim 1 not settled (a hand-back that failed)
+    r.hset(keys.inflight(incarnation), mapping={"1:5": 7, "2:6": 8})
+    r.rpush(keys.claimed(incarnation, "1:5"), "s1|rec")
+    r.rpush(keys.claimed(incarnation, "2:6"), "s2|rec")
+    lane.claims[0].took("1:5", 1)  # one run of lot 1:5 not settled (a hand-back that failed)
     client = await app.aredis()
     await lane.deregister(client)
     assert r.zscore(keys.runners, incarnation) is not None  # the reaper will find it
-    assert r.exists(keys.claimed(incarnation, 1))
-    lane.claims[0].done(1)
+    assert r.exists(keys.claimed(incarnation, "1:5"))
+    lane.claims[0].done("1:5")
     await lane.deregister(client)
     assert r.zscore(keys.runners, incarnation) is None
     assert not _in_flight_keys(r, keys)  # its claim lists went with it
@@ -356,7 +384,10 @@ async def test_runs_whose_settle_redis_refuses_go_back_to_their_slot_and_run_aga
     broken: list[int] = []
 
     def refused_once(
-        self: SlotScripts, incarnation: str, items: list, drops: list  # type: ignore[type-arg]
+        self: SlotScripts,
+        incarnation: str,
+        items: list,
+        drops: list,  # type: ignore[type-arg]
     ) -> Call:  # type: ignore[type-arg]
         call = settle(self, incarnation, items, drops)
         if broken:

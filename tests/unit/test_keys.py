@@ -23,7 +23,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "redis-keys.md"
 
 
 # The parameter part of the per-item keys' names in the table (`done:<job id>`, `wheel:<bucket>`).
-_SUFFIXES = ":<job id>|:<bucket>|:<limiter key>|:<ms>|:<incarnation>(?::<n>)?"
+_SUFFIXES = ":<job id>|:<bucket>|:<limiter key>|:<ms>|:<incarnation>(?::<n>:<ms>)?"
 
 
 def _doc_rows() -> dict[str, str]:
@@ -64,7 +64,8 @@ def test_all_keys_of_a_shard_hash_to_one_slot(shard: int | None) -> None:
     names += [keys.bucket_key(n, b) for n in BUCKET_KEYS for b in (0, WHEEL_BUCKETS - 1)]
     names += [keys.queue_key(n, q) for n in QUEUE_KEYS for q in ("default", "builds", "a:b")]
     names += [keys.limit_key(n, k) for n in LIMIT_KEYS for k in ("t:app.place=7", "n:mercari")]
-    names += [keys.slot(1764841234567), keys.inflight("host.12.ab3f"), keys.claimed("h.1", 9)]
+    names += [keys.slot(1764841234567), keys.inflight("host.12.ab3f")]
+    names += [keys.claimed("host.12.ab3f", "9:1764841234567")]
     assert len({_slot(k) for k in names}) == 1
     assert all(k.startswith(f"drumbeat:{keys.tag}:") for k in names)
 

@@ -866,9 +866,9 @@ end
 
 -- Time slots (docs/design/time-slots.md; opt-in: Settings.schedule_store "slots"): `slot:<ms>`
 -- lists hold entries "<schedule id>|<record>" (or "<id>;<stalls>;<due>;<first start>|<record>"
--- for a run back from a lapsed lease), `where` names the slot of each (for a run in flight: the
--- slot it was claimed from), `claimed:<incarnation>:<n>` holds what a claim took: per slot a
--- header "#<due>|<claim ms>", then its entries.
+-- for a run back from a lapsed lease, at the slot's end: `stalled` counts them), `where` names
+-- the slot of each (for a run in flight: the slot it was claimed from), a claim's lots
+-- (`claimed:<incarnation>:<n>:<ms>`) hold the entries it took from slot ms.
 -- The entry of `id` in the list `slot_key`, or nil (a slot holds the schedules due in one ms:
 -- a few dozen at most at a million schedules every minute, so a scan).
 local function slotted_entry(slot_key, id)
@@ -878,6 +878,15 @@ local function slotted_entry(slot_key, id)
     if head == plain or head == stalled then return entry end
   end
   return nil
+end
+
+-- Takes `entry` out of the slot `slot_key` (of ms `ms`), and out of the count of the runs back
+-- from a lapsed lease there (`stalled_key`) if it is one.
+local function unslot_entry(slot_key, ms, entry, stalled_key)
+  redis.call('LREM', slot_key, '1', entry)
+  if string.match(entry, '^[^|;]+;') and redis.call('HINCRBY', stalled_key, ms, '-1') <= 0 then
+    redis.call('HDEL', stalled_key, ms)
+  end
 end
 
 -- The record of an entry (its part after the schedule id and any stall marks), or nil.

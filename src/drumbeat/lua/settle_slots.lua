@@ -9,15 +9,15 @@
 -- definition, with a new generation, at the new definition's first due time, if it differs
 -- from the run's: that slot's key was not passed, so the run stays in flight and its reply is
 -- the entry to send again into that slot (settled then, as the definition is now applied); a
--- schedule removed meanwhile is dropped. The claims the worker found all settled go: their
--- lists and their numbers in the incarnation's `inflight` set.
+-- schedule removed meanwhile is dropped. The lots the worker found all settled go: their
+-- lists and their fields in the incarnation's `inflight` hash.
 --
 -- KEYS[1] where (hash)  KEYS[2] slots (zset)  KEYS[3] pending (hash)  KEYS[4] faults (hash)
--- KEYS[5] inflight:<incarnation> (set)  KEYS[5 + k] claimed:<incarnation>:<n> of the k-th
--- claim to drop (d of them)  KEYS[5 + d + j] slot:<ms> of the j-th next slot
+-- KEYS[5] inflight:<incarnation> (hash)  KEYS[5 + k] claimed:<incarnation>:<lot> of the k-th
+-- lot to drop (d of them)  KEYS[5 + d + j] slot:<ms> of the j-th next slot
 -- ARGV[1] n (runs)  ARGV[2] d  ARGV[3 .. n + 2] their schedule ids, in the order of their
--- entries below  ARGV[n + 3 .. 2n + 2] the ms of the slot each was claimed from; the d claim
--- numbers; then per next slot j: its ms, the number c of its entries, then the c entries
+-- entries below  ARGV[n + 3 .. 2n + 2] the ms of the slot each was claimed from; the d lots
+-- ("<n>:<ms>"); then per next slot j: its ms, the number c of its entries, then the c entries
 -- ("<id>|<record>"); then (schedule id, error text) of each failed run, to the end
 -- Returns per run: 1 settled, 0 refused, or "<due ms>|<entry>" to send again into that slot
 
@@ -45,9 +45,9 @@ for i = 1, n do
   if at_slot[i] == ARGV[n + 2 + i] then out[i] = 1 else out[i] = 0; slow = true end
 end
 if d > 0 then
-  local lists, numbers = {unpack(KEYS, 6, 5 + d)}, {unpack(ARGV, 2 * n + 3, 2 * n + 2 + d)}
+  local lists, lots = {unpack(KEYS, 6, 5 + d)}, {unpack(ARGV, 2 * n + 3, 2 * n + 2 + d)}
   redis.call('DEL', unpack(lists))
-  redis.call('SREM', KEYS[5], unpack(numbers))
+  redis.call('HDEL', KEYS[5], unpack(lots))
 end
 local changes = false
 if redis.call('EXISTS', KEYS[3]) == 1 then

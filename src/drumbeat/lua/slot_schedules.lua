@@ -8,9 +8,9 @@
 -- moved meanwhile: a settle, the reaper) is answered -1, to be sent again.
 --
 -- KEYS[1] slots (zset)  KEYS[2] where (hash)  KEYS[3] pending (hash)  KEYS[4] tasks (hash)
--- KEYS[5] wake (zset)
--- KEYS[4 + 2i] slot:<ms> its entry was read in (or any slot key, when `where` had none),
--- KEYS[5 + 2i] slot:<ms> of its first due time, of the i-th schedule
+-- KEYS[5] wake (zset)  KEYS[6] stalled (hash)
+-- KEYS[5 + 2i] slot:<ms> its entry was read in (or any slot key, when `where` had none),
+-- KEYS[6 + 2i] slot:<ms> of its first due time, of the i-th schedule
 -- ARGV[1] n (schedules); then groups of 7, one per schedule: id, the ms `where` gave (empty
 -- if none), priority, first grid slot ms, first due ms, task code's name, spec
 -- Returns one integer per schedule: 1 created, 2 updated (or in flight), 0 unchanged, -1
@@ -21,7 +21,7 @@ for i = 1, n do
   local a = 1 + (i - 1) * 7
   local id, read, priority = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
   local grid, due, spec = ARGV[a + 4], ARGV[a + 5], ARGV[a + 7]
-  local old_key, new_key = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
+  local old_key, new_key = KEYS[5 + 2 * i], KEYS[6 + 2 * i]
   local task = task_code(KEYS[4], ARGV[a + 6], '')
   local at = redis.call('HGET', KEYS[2], id)
   local entry = at and at == read and slotted_entry(old_key, id)
@@ -40,7 +40,7 @@ for i = 1, n do
                         last_start = 0, last_ms = 0, late = '0'}
       s.gen, s.grid, s.priority, s.task, s.spec = s.gen + 1, tonumber(grid), priority, task, spec
       if entry then
-        redis.call('LREM', old_key, '1', entry)
+        unslot_entry(old_key, at, entry, KEYS[6])
         if redis.call('EXISTS', old_key) == 0 then redis.call('ZREM', KEYS[1], at) end
       end
       redis.call('RPUSH', new_key, id .. '|' .. format_schedule(s))

@@ -4,15 +4,15 @@
 -- last error goes too. The caller read `where` first, as for slot_schedules.lua.
 --
 -- KEYS[1] slots (zset)  KEYS[2] where (hash)  KEYS[3] pending (hash)  KEYS[4] faults (hash)
--- KEYS[4 + i] slot:<ms> its entry was read in (any slot key when `where` had none), of the
--- i-th schedule
+-- KEYS[5] stalled (hash)  KEYS[5 + i] slot:<ms> its entry was read in (any slot key when
+-- `where` had none), of the i-th schedule
 -- ARGV[1] n; then pairs, one per schedule: id, the ms `where` gave (empty if none)
 -- Returns one integer per schedule: 1 removed, 0 unknown, -1 moved: send again
 local n = tonumber(ARGV[1])
 local out = {}
 for i = 1, n do
   local id, read = ARGV[2 * i], ARGV[2 * i + 1]
-  local key = KEYS[4 + i]
+  local key = KEYS[5 + i]
   local at = redis.call('HGET', KEYS[2], id)
   if (at or '') ~= read then
     out[i] = -1
@@ -21,7 +21,7 @@ for i = 1, n do
   else
     local entry = slotted_entry(key, id)
     if entry then
-      redis.call('LREM', key, '1', entry)
+      unslot_entry(key, at, entry, KEYS[5])
       if redis.call('EXISTS', key) == 0 then redis.call('ZREM', KEYS[1], at) end
       redis.call('HDEL', KEYS[2], id)
     else

@@ -259,8 +259,8 @@ class Claimer:
         """Claims up to ``free`` runs of the time slots of ``shard`` and starts them; returns
         (started, when its next slot comes due, Redis now)."""
         assert self.lane is not None and self._link is not None and self._client is not None
-        (result,) = await self._link.run([self.lane.call(shard, free, self.now_ms())])
-        runs = await self.lane.took(shard, result, self._client)
+        replies = await self._link.run(self.lane.calls(shard, free, self.now_ms()))
+        result, runs = await self.lane.took(shard, replies, self._client)
         for job in runs:
             self._start(shard, job)
         return len(runs), self.lane.next_due(shard, result), result.now_ms

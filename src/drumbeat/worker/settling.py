@@ -350,7 +350,7 @@ class Settler:
                 else:
                     release(claim)
                     if run is not None:
-                        run.claims.done(run.claim)
+                        run.claims.done(run.lot)
                 if ok:
                     more, failures = counts(outcome)
                     processed += more

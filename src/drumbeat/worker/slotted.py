@@ -18,6 +18,7 @@ import bisect
 import itertools
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import redis
 import redis.asyncio as aredis
@@ -32,9 +33,11 @@ from drumbeat.slots import (
     UPCOMING,
     Claims,
     Entry,
+    Lot,
     Settled,
     SlotClaim,
     SlotScripts,
+    read_lot,
     settled_fields,
 )
 
@@ -70,8 +73,6 @@ class SlotLane:
         """Per shard, the claims of the incarnation its runs are held under (`<worker
         id>.<n>`)."""
         self._numbers = itertools.count(1)
-        self._number = [0 for _ in keys]
-        """Per shard, the number of its last claim."""
         self._first = [True for _ in keys]
         """Per shard, whether the incarnation has not claimed there yet (the claim registers
         it; a later claim of an incarnation missing from `runners` was reaped)."""
@@ -84,8 +85,9 @@ class SlotLane:
         """Per shard, the incarnation its runs are held under."""
         return [c.incarnation for c in self.claims]
 
-    def call(self, shard: int, limit: int, now_ms: int) -> Call[SlotClaim]:
-        """A claim of up to ``limit`` runs from the due slots ``shard`` listed as upcoming."""
+    def calls(self, shard: int, limit: int, now_ms: int) -> list[Call[Any]]:
+        """A claim of up to ``limit`` runs from the due slots ``shard`` listed as upcoming,
+        then the reads of its lots: one write (`took` takes their replies)."""
         known = self._upcoming[shard]
         n = bisect.bisect_right(known, now_ms + _SLACK_MS)
         passed, rest = known[:n], known[n:]
@@ -93,15 +95,20 @@ class SlotLane:
         want = 0
         if len(rest) < _FEW or rest[-1] <= now_ms + _AHEAD_MS:
             want = UPCOMING
-        self._number[shard] = number = next(self._numbers)
-        return self.scripts[shard].claim(
-            self.claims[shard].incarnation, limit, self.settings.lease_ms, passed, number,
+        s, incarnation = self.scripts[shard], self.claims[shard].incarnation
+        number = next(self._numbers)
+        claim = s.claim(
+            incarnation, limit, self.settings.lease_ms, passed, number,
             first=self._first[shard], upcoming=want,
         )  # fmt: skip
+        return [claim, *s.reads(incarnation, number, passed)]
 
-    async def took(self, shard: int, result: SlotClaim, client: aredis.Redis) -> list[Claimed]:
-        """The runs a claim took, ready for the runner; takes a new incarnation when the
-        claim says this one was reaped."""
+    async def took(
+        self, shard: int, replies: Sequence[Any], client: aredis.Redis
+    ) -> tuple[SlotClaim, list[Claimed]]:
+        """The claim's reply and the runs it took, ready for the runner (``replies``: those
+        of `calls`); takes a new incarnation when the claim says this one was reaped."""
+        result: SlotClaim = replies[0]
         if result.reaped:
             old = self.claims[shard].incarnation
             self.claims[shard] = Claims(f"{self.worker_id}.{next(self._lives)}")
@@ -109,21 +116,30 @@ class SlotLane:
             log.warning("this worker's lease on its schedule runs of shard %d lapsed "
                         "(incarnation %s): they went back to their slots; claiming as %s",
                         shard, old, self.claims[shard].incarnation)  # fmt: skip
-            return []
+            return result, []
         self._first[shard] = False
         if result.upcoming is not None:
             self._upcoming[shard] = result.upcoming
-        for bad in result.malformed:
-            log.error("dropped a time-slot entry without a schedule id: %r", bad[:200])
-        names = self._names[shard]
-        split = [(e, e.record.split(FIELD_SEP, 10)) for e in result.entries]
-        codes = {f[9] for _, f in split if len(f) == _FIELDS} - names.keys()
-        if codes:
-            await self._learn(shard, sorted(codes), client)
-        claims, number = self.claims[shard], self._number[shard]
-        claims.took(number, len(split))
-        now = result.now_ms
-        return [self._claimed(e, f, now, names, claims=claims, number=number) for e, f in split]
+        claims, names, now = self.claims[shard], self._names[shard], result.now_ms
+        runs: list[Claimed] = []
+        for taken, read in zip(result.taken, replies[1:], strict=True):
+            lot: Lot = read
+            if not taken:
+                continue
+            if len(lot.entries) + len(lot.malformed) != taken:
+                # Read before the claim ran after all (it was sent again after Redis lost
+                # its scripts): read it now.
+                key = self.scripts[shard].k.claimed(claims.incarnation, lot.name)
+                lot = read_lot(lot.name, lot.slot_ms, await client.lrange(key, 0, -1))
+            for bad in lot.malformed:
+                log.error("dropped a time-slot entry without a schedule id: %r", bad[:200])
+            split = [(e, e.record.split(FIELD_SEP, 10)) for e in lot.entries]
+            codes = {f[9] for _, f in split if len(f) == _FIELDS} - names.keys()
+            if codes:
+                await self._learn(shard, sorted(codes), client)
+            claims.took(lot.name, len(split))
+            runs += [self._claimed(e, f, now, names, claims=claims, lot=lot.name) for e, f in split]
+        return result, runs
 
     async def _learn(self, shard: int, codes: list[str], client: aredis.Redis) -> None:
         """Task names of task codes (the `tasks` table: ``#<code>`` -> name)."""
@@ -140,11 +156,11 @@ class SlotLane:
         names: dict[str, bytes],
         *,
         claims: Claims,
-        number: int,
+        lot: str,
     ) -> Claimed:
         """A run for the runner; one whose record cannot be read has no spec (the runner
         reports it, and its entry goes back as it was)."""
-        run = SlotRun(claims, number, fields, now_ms, e.due_ms, e.first_start_ms, e.slot_ms)
+        run = SlotRun(claims, lot, fields, now_ms, e.due_ms, e.first_start_ms, e.slot_ms)
         if len(fields) != _FIELDS or not fields[2].isdigit():
             return Claimed(RUN_PREFIX + e.schedule_id, None, e.stalls + 1, e.stalls,
                            next(self._tokens), 0, f"{e.due_ms}:0:0:0", slot_run=run)  # fmt: skip
@@ -181,10 +197,10 @@ class SlotLane:
                 names = [_text(x) for x in lapsed if isinstance(x, bytes | str)]
                 async with client.pipeline(transaction=False) as pipe:
                     for name in names:
-                        pipe.smembers(s.k.inflight(name))
-                    sets = await pipe.execute()
-                held = {name: sorted(int(n) for n in numbers)
-                        for name, numbers in zip(names, sets, strict=True)}  # fmt: skip
+                        pipe.hkeys(s.k.inflight(name))
+                    lots = await pipe.execute()
+                held = {name: [_text(lot) for lot in got]
+                        for name, got in zip(names, lots, strict=True)}  # fmt: skip
                 n = await s.reap(now_ms, held).arun(client)
                 if n:
                     log.warning("shard %d: the leases of %s lapsed: %d schedule runs went back "
@@ -196,22 +212,22 @@ class SlotLane:
         """Gives the runs ``claims`` hold back to their slots (a graceful stop past its
         grace); returns how many went back."""
         n = 0
-        for (shard, incarnation), (numbers, ids) in handback_ids(claims).items():
-            call = self.scripts[shard].handback(incarnation, now_ms, numbers, ids)
+        for (shard, incarnation), (lots, ids) in handback_ids(claims).items():
+            call = self.scripts[shard].handback(incarnation, now_ms, lots, ids)
             n += await call.arun(client)
         handed_back(claims)
         return n
 
     async def deregister(self, client: aredis.Redis) -> None:
-        """Gives up the incarnation's lease, and drops its claim lists, where it holds nothing
+        """Gives up the incarnation's lease, and drops its lots, where it holds nothing
         (claims have stopped): runs it still holds (a hand-back that failed) come back when
         the lease lapses."""
         for shard in self.held:
             k, claims = self.scripts[shard].k, self.claims[shard]
             if claims.open:
                 continue
-            numbers = await client.smembers(k.inflight(claims.incarnation))
-            lists = [k.claimed(claims.incarnation, int(n)) for n in numbers]
+            lots = await client.hkeys(k.inflight(claims.incarnation))
+            lists = [k.claimed(claims.incarnation, _text(lot)) for lot in lots]
             async with client.pipeline(transaction=False) as pipe:
                 pipe.delete(k.inflight(claims.incarnation), *lists)
                 pipe.zrem(k.runners, claims.incarnation)
@@ -252,16 +268,16 @@ def _bytes(value: bytes | str) -> bytes:
     return value.encode() if isinstance(value, str) else value
 
 
-def handback_ids(claims: Sequence[Claim]) -> dict[tuple[int, str], tuple[list[int], list[str]]]:
-    """Per (shard, incarnation) of the time-slot runs ``claims`` hold, the numbers of the
-    claims that took them and their schedule ids."""
-    out: dict[tuple[int, str], tuple[list[int], list[str]]] = {}
+def handback_ids(claims: Sequence[Claim]) -> dict[tuple[int, str], tuple[list[str], list[str]]]:
+    """Per (shard, incarnation) of the time-slot runs ``claims`` hold, the lots that hold
+    them and their schedule ids."""
+    out: dict[tuple[int, str], tuple[list[str], list[str]]] = {}
     for claim in claims:
         run = claim.job.slot_run
         if run is not None:
-            numbers, ids = out.setdefault((claim.shard, run.incarnation), ([], []))
-            if run.claim not in numbers:
-                numbers.append(run.claim)
+            lots, ids = out.setdefault((claim.shard, run.incarnation), ([], []))
+            if run.lot not in lots:
+                lots.append(run.lot)
             ids.append(claim.job.id[len(RUN_PREFIX) :])
     return out
 
@@ -272,4 +288,4 @@ def handed_back(claims: Sequence[Claim]) -> None:
     for claim in claims:
         run = claim.job.slot_run
         if run is not None:
-            run.claims.done(run.claim)
+            run.claims.done(run.lot)
