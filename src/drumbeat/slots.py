@@ -205,6 +205,16 @@ class Settled:
     """The error of a failed run, kept as the schedule's last one."""
 
 
+def _in_order(order: Sequence[int], raw: Any) -> list[int | tuple[int, str]]:
+    """`parse_settled` of a reply to runs sent in ``order`` (their places in the call's
+    input), put back in the input's order."""
+    got = parse_settled(raw)
+    out: list[int | tuple[int, str]] = [0] * len(got)
+    for place, item in zip(order, got, strict=True):
+        out[place] = item
+    return out
+
+
 def parse_settled(raw: Any) -> list[int | tuple[int, str]]:
     """Per run: 1 settled, 0 refused, or (due ms, entry) to send again into that slot."""
     out: list[int | tuple[int, str]] = []
@@ -296,28 +306,30 @@ class SlotScripts:
         self, incarnation: str, runs: Sequence[Settled], drops: Sequence[str] = ()
     ) -> Call[list[int | tuple[int, str]]]:
         """Settles ``runs`` of ``incarnation``, and drops its lots ``drops`` (all their runs
-        settled: `Claims.drops`); see `parse_settled` for the reply."""
+        settled: `Claims.drops`); see `parse_settled` for the reply (one item per run, in the
+        order of ``runs``)."""
         k = self.k
-        groups: dict[int, list[Settled]] = {}
-        for run in runs:
-            groups.setdefault(run.next_ms, []).append(run)
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, run in enumerate(runs):
+            group = groups.get((run.slot_ms, run.next_ms))
+            if group is None:
+                groups[run.slot_ms, run.next_ms] = [i]
+            else:
+                group.append(i)
         keys = [k.where, k.slots, k.pending, k.faults, k.inflight(incarnation)]
-        keys += [k.claimed(incarnation, n) for n in drops]
-        ids: list[str] = []
-        froms: list[int] = []
-        tail: list[str | int] = [*drops]
-        for ms, group in groups.items():
+        keys += [k.claimed(incarnation, lot) for lot in drops]
+        args: list[str | int] = [len(runs), len(drops), *drops]
+        order: list[int] = []
+        for (slot_ms, ms), group in groups.items():
             keys.append(k.slot(ms))
-            tail += [ms, len(group)]
-            for run in group:
-                ids.append(run.schedule_id)
-                froms.append(run.slot_ms)
-                tail.append(run.entry)
+            args += [slot_ms, ms, len(group)]
+            args += [runs[i].schedule_id for i in group]
+            args += [runs[i].entry for i in group]
+            order += group
         for run in runs:
             if run.error is not None:
-                tail += [run.schedule_id, run.error]
-        args = [len(ids), len(drops), *ids, *froms, *tail]
-        return Call("settle_slots", keys, args, parse_settled)
+                args += [run.schedule_id, run.error]
+        return Call("settle_slots", keys, args, partial(_in_order, order))
 
     def reap(self, back_ms: int, held: Mapping[str, Sequence[str]]) -> Call[int]:
         """Takes back into slot ``back_ms`` the runs of the incarnations of ``held`` (each

@@ -208,6 +208,28 @@ def test_a_settle_sent_again_after_a_lost_reply_is_refused_and_adds_no_second_en
     assert len(_slot(r, keys, nxt)) == 1
 
 
+def test_a_settles_reply_follows_the_order_of_its_runs_whatever_slots_they_go_to(
+    r: redis.Redis, keys: Keys, s: SlotScripts
+) -> None:
+    # The runs go to Redis grouped by slot; each reply must still be its own run's (a refusal
+    # taken for another run's would settle one run twice and leave another in flight).
+    now = _now_ms(r)
+    _upsert(r, s, ["a", "b", "c"], now - 10)
+    got = _claim(r, s, "w1.1", 10, [now - 10], 1, first=True)
+    a, b, c = got.entries
+    r.hset(keys.where, "b", now - 1)  # b went back meanwhile: its settle is refused
+    runs = []
+    for e, nxt in ((a, now + 5000), (b, now + 6000), (c, now + 5000)):
+        record = settled_record(
+            e.record, outcome="ok", started_ms=got.now_ms, duration_ms=1, next_grid_ms=nxt,
+            due_ms=e.due_ms,
+        )  # fmt: skip
+        runs.append(Settled(e.schedule_id, f"{e.schedule_id}|{record}", nxt, e.slot_ms))
+    assert s.settle("w1.1", runs).run(r) == [1, 0, 1]
+    assert sorted(x.split("|")[0] for x in _slot(r, keys, now + 5000)) == ["a", "c"]
+    assert not r.exists(keys.slot(now + 6000))
+
+
 def test_a_reaped_incarnation_is_refused_and_its_runs_come_back_with_their_stalls(
     r: redis.Redis, keys: Keys, s: SlotScripts
 ) -> None:

@@ -14,11 +14,11 @@
 --
 -- KEYS[1] where (hash)  KEYS[2] slots (zset)  KEYS[3] pending (hash)  KEYS[4] faults (hash)
 -- KEYS[5] inflight:<incarnation> (hash)  KEYS[5 + k] claimed:<incarnation>:<lot> of the k-th
--- lot to drop (d of them)  KEYS[5 + d + j] slot:<ms> of the j-th next slot
--- ARGV[1] n (runs)  ARGV[2] d  ARGV[3 .. n + 2] their schedule ids, in the order of their
--- entries below  ARGV[n + 3 .. 2n + 2] the ms of the slot each was claimed from; the d lots
--- ("<n>:<ms>"); then per next slot j: its ms, the number c of its entries, then the c entries
--- ("<id>|<record>"); then (schedule id, error text) of each failed run, to the end
+-- lot to drop (d of them)  KEYS[5 + d + j] slot:<ms> of the j-th group's next slot
+-- ARGV[1] n (runs)  ARGV[2] d  ARGV[3 .. d + 2] the lots ("<n>:<ms>"); then per group j of
+-- runs claimed from one slot and due next in one slot: the ms of the slot they were claimed
+-- from, the ms of their next slot, their number c, their c schedule ids, then their c next
+-- entries ("<id>|<record>"); then (schedule id, error text) of each failed run, to the end
 -- Returns per run: 1 settled, 0 refused, or "<due ms>|<entry>" to send again into that slot
 
 -- The worker's next entry for a schedule changed in flight (`change`: its definition as
@@ -38,14 +38,23 @@ local function with_change(entry, change)
 end
 
 local n, d = tonumber(ARGV[1]), tonumber(ARGV[2])
-local ids = {unpack(ARGV, 3, n + 2)}
+-- Each run's schedule id and the slot it was claimed from, in the order of the entries.
+local ids, froms, at = {}, {}, d + 3
+for _ = 6 + d, #KEYS do
+  local from, c = ARGV[at], tonumber(ARGV[at + 2])
+  for i = at + 3, at + 2 + c do
+    local n_ids = #ids + 1
+    ids[n_ids], froms[n_ids] = ARGV[i], from
+  end
+  at = at + 3 + 2 * c
+end
 local at_slot = redis.call('HMGET', KEYS[1], unpack(ids))
 local out, slow = {}, false
 for i = 1, n do
-  if at_slot[i] == ARGV[n + 2 + i] then out[i] = 1 else out[i] = 0; slow = true end
+  if at_slot[i] == froms[i] then out[i] = 1 else out[i] = 0; slow = true end
 end
 if d > 0 then
-  local lists, lots = {unpack(KEYS, 6, 5 + d)}, {unpack(ARGV, 2 * n + 3, 2 * n + 2 + d)}
+  local lists, lots = {unpack(KEYS, 6, 5 + d)}, {unpack(ARGV, 3, 2 + d)}
   redis.call('DEL', unpack(lists))
   redis.call('HDEL', KEYS[5], unpack(lots))
 end
@@ -59,10 +68,11 @@ end
 
 -- In the slow path: the settled runs of removed schedules (`gone`), and the ids whose error is
 -- still their schedule's (`kept`).
-local at, run, marks, where, gone, kept = 2 * n + 3 + d, 0, {}, {}, {}, {}
+local run, marks, where, gone, kept = 0, {}, {}, {}, {}
+at = d + 3
 for j = 6 + d, #KEYS do
-  local ms, c = ARGV[at], tonumber(ARGV[at + 1])
-  local first, last = at + 2, at + 1 + c
+  local ms, c = ARGV[at + 1], tonumber(ARGV[at + 2])
+  local first, last = at + 3 + c, at + 2 + 2 * c
   if not slow then
     -- Every run settles as the worker built it: one push for the slot's entries.
     redis.call('RPUSH', KEYS[j], unpack(ARGV, first, last))
