@@ -12,7 +12,7 @@ import redis
 import redis.asyncio as redis_async
 from redis.exceptions import NoScriptError
 
-from . import connections
+from . import connections, slot_reads
 from .config import Settings
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .job import Job, encode_spec
@@ -20,7 +20,7 @@ from .keys import DEFAULT_QUEUE, Keys, check_name, job_shard_of, new_job_id
 from .limits import Limit, Limits, argument_value, make_limit, make_limits
 from .resources import Hook, Register, Resources
 from .schedule import Mode
-from .scheduler import Schedule, ScheduleInfo, Scheduler
+from .scheduler import Schedule, ScheduleInfo, Scheduler, adrive, drive
 from .scripts import Call, Scripts
 from .serialization import CODECS, Codec, check_size, encode_call
 from .task import Prepared, Task, TaskConfig
@@ -408,22 +408,28 @@ class App:
 
     def schedules(self, prefix: str = "") -> Iterator[ScheduleInfo]:
         """Iterate over schedules whose id starts with ``prefix``, with their state."""
-        self._slots_lack("schedules")
+        if self.settings.schedule_store == "slots":
+            return drive(self.redis, slot_reads.listing(self.scheduler, prefix))
         return self.scheduler.iterate(self.redis, prefix)
 
     async def aschedules(self, prefix: str = "") -> list[ScheduleInfo]:
         """`schedules` for async callers (returns a list)."""
-        self._slots_lack("schedules")
+        if self.settings.schedule_store == "slots":
+            return await adrive(await self.aredis(), slot_reads.listing(self.scheduler, prefix))
         return await self.scheduler.alist(await self.aredis(), prefix)
 
     def get_schedule(self, schedule_id: str) -> ScheduleInfo | None:
         """One schedule with its state, or None if there is no schedule with this id."""
-        self._slots_lack("get_schedule")
+        if self.settings.schedule_store == "slots":
+            return next(drive(self.redis, slot_reads.lookup(self.scheduler, schedule_id)), None)
         return self.scheduler.info(self.redis, schedule_id)
 
     async def aget_schedule(self, schedule_id: str) -> ScheduleInfo | None:
         """`get_schedule` for async callers."""
-        self._slots_lack("get_schedule")
+        if self.settings.schedule_store == "slots":
+            plan = slot_reads.lookup(self.scheduler, schedule_id)
+            found = await adrive(await self.aredis(), plan)
+            return found[0] if found else None
         return await self.scheduler.ainfo(await self.aredis(), schedule_id)
 
     def _now_ms(self) -> int:

@@ -60,6 +60,7 @@ SHARD_KEYS: dict[str, str] = {
     "runners": "zset",
     "pending": "hash",
     "stalled": "hash",
+    "busy": "hash",
 }
 
 #: The queue a job goes to unless its task or its call names another.
@@ -294,6 +295,12 @@ class Keys:
     def runners(self) -> str:
         """Worker process incarnations holding time-slot entries -> their lease deadline."""
         return self.key("runners")
+
+    @property
+    def busy(self) -> str:
+        """Worker process incarnation -> the time-slot runs it holds (the autoscaler's busy
+        count: those runs hold no lease of their own)."""
+        return self.key("busy")
 
     @property
     def stalled(self) -> str:

@@ -286,7 +286,7 @@ class SlotScripts:
         its lots; ``first``: the incarnation's first claim (it registers). `reads` reads the
         lots: send them in the same write, after this call."""
         k = self.k
-        keys = [k.slots, k.runners, k.inflight(incarnation), k.lateness, k.stalled]
+        keys = [k.slots, k.runners, k.inflight(incarnation), k.lateness, k.stalled, k.busy]
         for ms in slots:
             keys += [k.slot(ms), k.claimed(incarnation, f"{number}:{ms}")]
         args = [incarnation, limit, lease_ms, 1 if first else 0, upcoming, number, *slots]
@@ -316,9 +316,9 @@ class SlotScripts:
                 groups[run.slot_ms, run.next_ms] = [i]
             else:
                 group.append(i)
-        keys = [k.where, k.slots, k.pending, k.faults, k.inflight(incarnation)]
+        keys = [k.where, k.slots, k.pending, k.faults, k.inflight(incarnation), k.busy]
         keys += [k.claimed(incarnation, lot) for lot in drops]
-        args: list[str | int] = [len(runs), len(drops), *drops]
+        args: list[str | int] = [incarnation, len(runs), len(drops), *drops]
         order: list[int] = []
         for (slot_ms, ms), group in groups.items():
             keys.append(k.slot(ms))
@@ -335,7 +335,7 @@ class SlotScripts:
         """Takes back into slot ``back_ms`` the runs of the incarnations of ``held`` (each
         with the lots its `inflight` hash held) whose lease lapsed."""
         k = self.k
-        keys = [k.runners, k.where, k.slots, k.stalled, k.slot(back_ms)]
+        keys = [k.runners, k.where, k.slots, k.stalled, k.slot(back_ms), k.busy]
         args: list[str | int] = [back_ms]
         for incarnation, lots in held.items():
             keys.append(k.inflight(incarnation))
@@ -354,8 +354,9 @@ class SlotScripts:
         slot ``back_ms``."""
         k = self.k
         keys = [k.where, k.slots, k.lateness, k.stalled, k.slot(back_ms)]
-        keys += [k.inflight(incarnation), *(k.claimed(incarnation, lot) for lot in lots)]
-        return Call("handback_slots", keys, [back_ms, len(lots), *lots, *ids], int)
+        keys += [k.inflight(incarnation), k.busy, *(k.claimed(incarnation, lot) for lot in lots)]
+        args: list[str | int] = [back_ms, len(lots), *lots, incarnation, *ids]
+        return Call("handback_slots", keys, args, int)
 
     def _reads(self, pipe: Any, ids: Sequence[str]) -> None:
         """Queues the read a call by id needs first: `where` of each id."""

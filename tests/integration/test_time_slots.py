@@ -152,6 +152,7 @@ def test_a_claim_takes_only_due_slots_and_only_as_many_runs_as_it_has_room_for(
     # The claim's lot: the entries as they were, with the claim's time in `inflight`; nothing
     # per run anywhere else (`where` still names the slot they came from).
     assert r.hgetall(keys.inflight("w1.1")) == {f"1:{past}".encode(): str(got.now_ms).encode()}
+    assert r.hgetall(keys.busy) == {b"w1.1": b"3"}  # the runs it holds: the autoscaler's count
     held = [i.decode() for i in r.lrange(keys.claimed("w1.1", f"1:{past}"), 0, -1)]
     assert [i.split("|")[0] for i in held] == ["p0", "p1", "p2"]
     assert held[0].startswith("p0|1|")
@@ -185,6 +186,7 @@ def test_a_settle_pushes_each_next_entry_into_its_slot_and_keeps_failed_runs_err
     assert r.zscore(keys.slots, str(nxt)) == nxt
     assert r.hget(keys.where, "a") == str(nxt).encode()
     assert r.hget(keys.faults, "a") == b"boom"
+    assert not r.exists(keys.busy)  # both runs held (the autoscaler's count), then settled
     # The claim's lot waits for the worker to say all its runs settled: the next settle drops
     # it.
     lot = f"1:{now - 10}"
@@ -240,7 +242,7 @@ def test_a_reaped_incarnation_is_refused_and_its_runs_come_back_with_their_stall
     r.zadd(keys.runners, {"w1.1": now - 1})  # its lease lapsed
     back = now - 5
     assert _reap(r, keys, s, back, ["w1.1"]) == 2
-    assert not r.exists(keys.claimed("w1.1", f"1:{due}"), keys.inflight("w1.1"))
+    assert not r.exists(keys.claimed("w1.1", f"1:{due}"), keys.inflight("w1.1"), keys.busy)
     assert r.hget(keys.stalled, str(back)) == b"2"  # at the end of their slot
     # Its late settle is refused: nothing is pushed, nothing dropped.
     assert _settle_all(r, s, "w1.1", got.now_ms, got.entries, next_ms=now + 5000) == [0, 0]
@@ -397,6 +399,7 @@ def test_a_handback_puts_runs_back_as_claimed_and_takes_back_their_lateness(
     assert s.handback("w1.1", now - 2, [lot], ["a", "b", "never"]).run(r) == 2
     assert _slot(r, keys, now - 2) == before
     assert _in_flight(r, keys, "w1.1") == []  # a reaper cannot put them back a second time
+    assert not r.exists(keys.busy)
     counts = [int(v) for f, v in r.hgetall(keys.lateness).items() if f[:1] == b"c"]
     assert sum(counts) == 0  # both bins and the sum back to nothing
     # Given back already: a second hand-back finds nothing of it in flight.

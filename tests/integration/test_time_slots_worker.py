@@ -245,6 +245,66 @@ async def test_a_worker_whose_lease_lapsed_loses_its_runs_and_claims_as_a_new_in
     await app.aclose()
 
 
+def test_schedules_are_read_back_as_the_wheel_reads_them(redis_url: str, namespace: str) -> None:
+    slots = _app(redis_url, namespace, schedule_shards=2)
+    wheel = drumbeat.App(redis_url, namespace=namespace + "-w", schedule_shards=2)
+    for app in (slots, wheel):
+
+        @app.task(name="tasks.watch")
+        def watch(keyword: str, under: int = 0) -> None: ...
+
+        app.schedule_many(
+            [drumbeat.Schedule(f"m{i}", watch, every=60, args=(f"k{i}",), kwargs={"under": i})
+             for i in range(12)]
+            + [drumbeat.Schedule("nightly", watch, cron="0 3 * * *", args=("all",), priority=3)]
+        )  # fmt: skip
+    fields = ("id", "task", "args", "kwargs", "cadence", "priority", "paused", "runs", "queue")
+
+    def view(info: drumbeat.ScheduleInfo | None) -> tuple[object, ...]:
+        assert info is not None
+        return tuple(getattr(info, f) for f in fields)
+
+    listed = {i.id: i for i in slots.schedules()}
+    assert sorted(listed) == sorted(i.id for i in wheel.schedules())
+    for sid, info in listed.items():
+        assert view(info) == view(wheel.get_schedule(sid))
+        assert view(slots.get_schedule(sid)) == view(info)
+        assert info.next_due_ms == slots.get_schedule(sid).next_due_ms  # type: ignore[union-attr]
+        assert info.next_due_ms is not None
+    assert sorted(i.id for i in slots.schedules("m1")) == ["m1", "m10", "m11"]
+    assert slots.get_schedule("nope") is None
+    slots.close()
+    wheel.close()
+
+
+async def test_a_schedule_whose_run_is_in_flight_is_read_from_its_workers_lot(
+    redis_url: str, namespace: str
+) -> None:
+    app = _app(redis_url, namespace)
+    gate, started = asyncio.Event(), asyncio.Event()
+
+    @app.task
+    async def hold(word: str) -> None:
+        started.set()
+        await gate.wait()
+
+    app.schedule("held", hold, every=1, args=("w",))
+    async with running_worker(app, concurrency=2):
+        await asyncio.wait_for(started.wait(), 30)
+        info = await app.aget_schedule("held")
+        assert info is not None and info.args == ["w"] and info.task.endswith("hold")
+        assert info.next_due_ms is None  # in flight
+        [listed] = await app.aschedules()
+        assert listed.id == "held" and listed.next_due_ms is None
+        gate.set()
+        await wait_for_async(
+            lambda: app.aget_schedule("held"),
+            lambda i: i is not None and i.runs >= 1 and i.next_due_ms is not None,
+            message="settled: waiting in its next slot, its run counted",
+        )
+    await app.aclose()
+
+
 def test_what_the_time_slots_cannot_do_yet_is_refused_clearly(
     redis_url: str, namespace: str
 ) -> None:
@@ -257,8 +317,6 @@ def test_what_the_time_slots_cannot_do_yet_is_refused_clearly(
     for call in (app.pause, app.resume, app.run_now):
         with pytest.raises(ConfigurationError, match="schedule_store='slots'"):
             call("a")
-    with pytest.raises(ConfigurationError, match="schedule_store='slots'"):
-        list(app.schedules())
     with pytest.raises(ConfigurationError, match="with limits or the queue"):
         app.schedule("b", t, every=5, rate_limit="1/s")
     assert app.unschedule("a") == 1
@@ -445,16 +503,25 @@ async def test_the_scale_signal_counts_busy_time_slot_runs(
     app.schedule_many(
         [drumbeat.Schedule(f"h{i}", hold, every=1, args=(f"h{i}",)) for i in range(3)]
     )
-    async with running_worker(app, concurrency=5):
+    keys = Keys(namespace)
+    async with running_worker(app, concurrency=5) as worker:
         await wait_for_async(lambda: len(started), lambda n: n == 3, message="3 runs hold")
-        # No leases: the runs are held by the worker's incarnation; its heartbeat says 3 run.
+        # No leases: the runs are held by the worker's incarnation, which counts them in
+        # `busy` as it claims (the signal sees them at once, not at the next heartbeat).
+        assert worker.lane is not None
+        assert r.hgetall(keys.busy) == {worker.lane.incarnation[0].encode(): b"3"}
+        raw = app.scripts.scale_signal(60_000, False).run(r)
+        assert raw[4] == 3  # leases (none) and time-slot runs held
         sig = await wait_for_async(
             lambda: asyncio.to_thread(read_signal, app),
-            until=lambda s: s.running == 3,
-            message="three busy slots, from the worker's heartbeat",
+            until=lambda s: s.slots == 5,
+            message="the worker's registration",
         )
-        assert sig.busy == 3 and sig.slots == 5
+        assert sig.running == 3 and sig.busy == 3
         gate.set()
+        await wait_for_async(
+            lambda: r.hgetall(keys.busy), lambda held: not held, message="no runs held"
+        )
     await app.aclose()
 
 

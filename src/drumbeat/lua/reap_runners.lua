@@ -4,13 +4,15 @@
 -- at its end (`stalled` counts them there), marked with one more stall, its due time and its
 -- first start (so its lateness still counts to its first start, and after max_stalls its next
 -- claim counts it failed without running it, as reap.lua does for the wheel's runs); the
--- incarnation's lots, its `inflight` hash and its entry in `runners` go, so its late settles
+-- incarnation's lots, its `inflight` hash, its entry in `runners` and its count in `busy` go,
+-- so its late settles
 -- are refused (`where` moved on) and its next claim is told it was reaped. The caller read the
 -- lapsed incarnations from `runners` and their lots from their `inflight` hashes first; one
 -- renewed since (a claim renews) is left, as is one holding a lot the caller did not pass.
 --
 -- KEYS[1] runners (zset)  KEYS[2] where (hash)  KEYS[3] slots (zset)  KEYS[4] stalled (hash)
--- KEYS[5] slot:<ms> the runs go back into; then per incarnation: its inflight:<incarnation>,
+-- KEYS[5] slot:<ms> the runs go back into  KEYS[6] busy (hash); then per incarnation: its
+-- inflight:<incarnation>,
 -- then claimed:<incarnation>:<lot> of each of the c lots passed
 -- ARGV[1] that slot's ms (at or before now: due); then per incarnation: its name, c, the c
 -- lots ("<claim number>:<slot ms>")
@@ -47,7 +49,7 @@ local function take_back(lot_key, due, first)
   end
 end
 
-local a, k = 2, 6
+local a, k = 2, 7
 while a <= #ARGV do
   local incarnation, c = ARGV[a], tonumber(ARGV[a + 1])
   local hash_key, passed = KEYS[k], {}
@@ -68,6 +70,7 @@ while a <= #ARGV do
     end
     redis.call('DEL', hash_key)
     redis.call('ZREM', KEYS[1], incarnation)
+    redis.call('HDEL', KEYS[6], incarnation)
   end
   a, k = a + 2 + c, k + 1 + c
 end

@@ -10,12 +10,15 @@
 -- from the run's: that slot's key was not passed, so the run stays in flight and its reply is
 -- the entry to send again into that slot (settled then, as the definition is now applied); a
 -- schedule removed meanwhile is dropped. The lots the worker found all settled go: their
--- lists and their fields in the incarnation's `inflight` hash.
+-- lists and their fields in the incarnation's `inflight` hash. The runs settled leave the
+-- incarnation's count in `busy`.
 --
 -- KEYS[1] where (hash)  KEYS[2] slots (zset)  KEYS[3] pending (hash)  KEYS[4] faults (hash)
--- KEYS[5] inflight:<incarnation> (hash)  KEYS[5 + k] claimed:<incarnation>:<lot> of the k-th
--- lot to drop (d of them)  KEYS[5 + d + j] slot:<ms> of the j-th group's next slot
--- ARGV[1] n (runs)  ARGV[2] d  ARGV[3 .. d + 2] the lots ("<n>:<ms>"); then per group j of
+-- KEYS[5] inflight:<incarnation> (hash)  KEYS[6] busy (hash)  KEYS[6 + k]
+-- claimed:<incarnation>:<lot> of the k-th lot to drop (d of them)  KEYS[6 + d + j] slot:<ms>
+-- of the j-th group's next slot
+-- ARGV[1] incarnation  ARGV[2] n (runs)  ARGV[3] d  ARGV[4 .. d + 3] the lots ("<n>:<ms>");
+-- then per group j of
 -- runs claimed from one slot and due next in one slot: the ms of the slot they were claimed
 -- from, the ms of their next slot, their number c, their c schedule ids, then their c next
 -- entries ("<id>|<record>"); then (schedule id, error text) of each failed run, to the end
@@ -37,10 +40,10 @@ local function with_change(entry, change)
   return id .. '|' .. format_schedule(s), due
 end
 
-local n, d = tonumber(ARGV[1]), tonumber(ARGV[2])
+local n, d = tonumber(ARGV[2]), tonumber(ARGV[3])
 -- Each run's schedule id and the slot it was claimed from, in the order of the entries.
-local ids, froms, at = {}, {}, d + 3
-for _ = 6 + d, #KEYS do
+local ids, froms, at = {}, {}, d + 4
+for _ = 7 + d, #KEYS do
   local from, c = ARGV[at], tonumber(ARGV[at + 2])
   for i = at + 3, at + 2 + c do
     local n_ids = #ids + 1
@@ -54,7 +57,7 @@ for i = 1, n do
   if at_slot[i] == froms[i] then out[i] = 1 else out[i] = 0; slow = true end
 end
 if d > 0 then
-  local lists, lots = {unpack(KEYS, 6, 5 + d)}, {unpack(ARGV, 3, 2 + d)}
+  local lists, lots = {unpack(KEYS, 7, 6 + d)}, {unpack(ARGV, 4, 3 + d)}
   redis.call('DEL', unpack(lists))
   redis.call('HDEL', KEYS[5], unpack(lots))
 end
@@ -69,8 +72,8 @@ end
 -- In the slow path: the settled runs of removed schedules (`gone`), and the ids whose error is
 -- still their schedule's (`kept`).
 local run, marks, where, gone, kept = 0, {}, {}, {}, {}
-at = d + 3
-for j = 6 + d, #KEYS do
+at = d + 4
+for j = 7 + d, #KEYS do
   local ms, c = ARGV[at + 1], tonumber(ARGV[at + 2])
   local first, last = at + 3 + c, at + 2 + 2 * c
   if not slow then
@@ -130,4 +133,11 @@ for i = at, #ARGV - 1, 2 do
   end
 end
 call_many('HSET', KEYS[4], faults)
+local settled = 0
+for i = 1, n do
+  if out[i] == 1 then settled = settled + 1 end
+end
+if settled > 0 and redis.call('HINCRBY', KEYS[6], ARGV[1], string.format('%d', -settled)) <= 0 then
+  redis.call('HDEL', KEYS[6], ARGV[1])
+end
 return out

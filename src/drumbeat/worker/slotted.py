@@ -231,6 +231,7 @@ class SlotLane:
             async with client.pipeline(transaction=False) as pipe:
                 pipe.delete(k.inflight(claims.incarnation), *lists)
                 pipe.zrem(k.runners, claims.incarnation)
+                pipe.hdel(k.busy, claims.incarnation)
                 await pipe.execute()
 
     def next_due(self, shard: int, result: SlotClaim) -> int | None:

@@ -1,0 +1,143 @@
+"""Reading schedules kept as time slots (`Settings.schedule_store` "slots"): one by id
+(`App.get_schedule`) and all of them, or those whose id starts with a prefix (`App.schedules`).
+
+A schedule's entry waits in the slot `where` names; while its run is in flight it is in one of
+its worker's lots instead (`slots.py`), where `where` still names the slot it was claimed from.
+These are plans (`scheduler.Reads`): pipelined reads, the same for the sync and async clients.
+An entry that moves between two reads (a claim, a settle) is looked for again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .keys import Keys
+from .schedule import check_schedule_id
+from .scheduler import Plan, Reads, _task_names
+
+if TYPE_CHECKING:
+    from .scheduler import ScheduleInfo, Scheduler
+
+_R = TypeVar("_R")
+#: A part of a plan that returns what it read (`yield from` it).
+_Step = Generator[Reads, list[Any], _R]
+
+#: Lookups of one id whose entry kept moving between its reads, before giving up.
+_TRIES = 5
+#: `where` fields read per HSCAN, and slots read per round trip, when listing.
+_BATCH = 1000
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _record(entries: Sequence[bytes], schedule_id: str) -> bytes | None:
+    """The record of ``schedule_id``'s entry among ``entries``, if there."""
+    plain, stalled = f"{schedule_id}|".encode(), f"{schedule_id};".encode()
+    for entry in entries:
+        if entry.startswith(plain):
+            return entry[len(plain) :]
+        if entry.startswith(stalled):
+            return entry.partition(b"|")[2]
+    return None
+
+
+def _flying(k: Keys) -> _Step[dict[str, tuple[int, bytes]]]:
+    """Every run in flight in a shard: schedule id -> (the slot it was claimed from, its
+    record), read from the lots of the incarnations in `runners`."""
+    (incarnations,) = yield Reads([("ZRANGE", k.runners, 0, -1)])
+    names = [_text(i) for i in incarnations]
+    held = yield Reads([("HKEYS", k.inflight(name)) for name in names])
+    lots = [(name, _text(lot)) for name, got in zip(names, held, strict=True) for lot in got]
+    read = yield Reads([("LRANGE", k.claimed(name, lot), 0, -1) for name, lot in lots])
+    out: dict[str, tuple[int, bytes]] = {}
+    for (_, lot), entries in zip(lots, read, strict=True):
+        ms = int(lot.rpartition(":")[2])
+        for entry in entries:
+            head, sep, record = entry.partition(b"|")
+            if sep:
+                out[head.partition(b";")[0].decode()] = (ms, record)
+    return out
+
+
+def lookup(scheduler: Scheduler, schedule_id: str) -> Plan[ScheduleInfo]:
+    """One schedule with its state (its next due time; None while its run is in flight), if
+    it exists."""
+    k = scheduler.shards[scheduler.shard_of(check_schedule_id(schedule_id))]
+    for _ in range(_TRIES):
+        at, fault, names = yield Reads(
+            [("HGET", k.where, schedule_id), ("HGET", k.faults, schedule_id),
+             ("HGETALL", k.tasks)]
+        )  # fmt: skip
+        if at is None:
+            return
+        (entries,) = yield Reads([("LRANGE", k.slot(int(at)), 0, -1)])
+        record, due = _record(entries, schedule_id), int(at)
+        if record is not None:
+            yield scheduler.decode(schedule_id, record, _task_names(names), due, fault)
+            return
+        flying = yield from _flying(k)
+        found = flying.get(schedule_id)
+        if found is None or found[0] != due:
+            continue  # it moved between the reads
+        yield scheduler.decode(schedule_id, found[1], _task_names(names), None, fault)
+        return
+    raise RuntimeError(f"schedule {schedule_id!r} kept moving while being read")
+
+
+def listing(scheduler: Scheduler, prefix: str = "") -> Plan[ScheduleInfo]:
+    """Every schedule whose id starts with ``prefix``, with its state: per shard, `where`
+    scanned, the slots it names read in pipelined batches, and the runs in flight from their
+    lots. A schedule that moves while the listing runs may be missed or listed twice, as a
+    scan of a changing keyspace does."""
+    pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix) + "*"
+    for shard in range(len(scheduler.apart)) or [scheduler.jobs_shard]:
+        k = scheduler.shards[shard]
+        (raw_names,) = yield Reads([("HGETALL", k.tasks)])
+        names = _task_names(raw_names)
+        flying: dict[str, tuple[int, bytes]] | None = None
+        cursor = "0"
+        while True:
+            ((cursor_raw, flat),) = yield Reads(
+                [("HSCAN", k.where, cursor, "MATCH", pattern, "COUNT", _BATCH)]
+            )
+            cursor = str(int(cursor_raw))
+            # redis-py parses HSCAN's fields into a dict; a raw reply is a flat list.
+            pairs = flat.items() if isinstance(flat, dict) else zip(flat[::2], flat[1::2])
+            at = {_text(field): int(value) for field, value in pairs}
+            if not at:
+                if cursor == "0":
+                    break
+                continue
+            found = yield from _found(k, at)
+            if flying is None and any(sid not in found for sid in at):
+                flying = yield from _flying(k)
+            (faults,) = yield Reads([("HMGET", k.faults, *at)])
+            fault_of = dict(zip(at, faults, strict=True))
+            for sid, ms in at.items():
+                fault = fault_of.get(sid)
+                if sid in found:
+                    yield scheduler.decode(sid, found[sid], names, ms, fault)
+                elif flying is not None and sid in flying and flying[sid][0] == ms:
+                    yield scheduler.decode(sid, flying[sid][1], names, None, fault)
+                # else it moved while listed
+            if cursor == "0":
+                break
+
+
+def _found(k: Keys, at: Mapping[str, int]) -> _Step[dict[str, bytes]]:
+    """The records of the ids ``at`` names that wait in the slot it names."""
+    slots = sorted(set(at.values()))
+    out: dict[str, bytes] = {}
+    for lo in range(0, len(slots), _BATCH):
+        batch = slots[lo : lo + _BATCH]
+        read = yield Reads([("LRANGE", k.slot(ms), 0, -1) for ms in batch])
+        for entries in read:
+            for entry in entries:
+                head, sep, record = entry.partition(b"|")
+                sid = head.partition(b";")[0].decode()
+                if sep and sid in at:
+                    out[sid] = record
+    return out
