@@ -105,7 +105,9 @@ def listing(scheduler: Scheduler, prefix: str = "") -> Plan[ScheduleInfo]:
             )
             cursor = str(int(cursor_raw))
             # redis-py parses HSCAN's fields into a dict; a raw reply is a flat list.
-            pairs = flat.items() if isinstance(flat, dict) else zip(flat[::2], flat[1::2])
+            if not isinstance(flat, dict):
+                flat = dict(zip(flat[::2], flat[1::2], strict=True))
+            pairs = flat.items()
             at = {_text(field): int(value) for field, value in pairs}
             if not at:
                 if cursor == "0":
