@@ -445,8 +445,19 @@ class Scheduler:
         found = await adrive(client, self.lookup(schedule_id))
         return found[0] if found else None
 
+    @property
+    def slot_shards(self) -> list[int]:
+        """The shards that hold schedules kept as time slots (`shards` indexes)."""
+        return list(range(len(self.apart))) or [self.jobs_shard]
+
     def count(self, client: redis.Redis) -> int:
-        """How many schedules there are (HLEN of every bucket, summed in Redis)."""
+        """How many schedules there are (HLEN of every bucket, summed in Redis; with the time
+        slots, of each shard's `where`)."""
+        if self.app.settings.schedule_store == "slots":
+            with client.pipeline(transaction=False) as pipe:
+                for shard in self.slot_shards:
+                    pipe.hlen(self.shards[shard].where)
+                return sum(int(n) for n in pipe.execute())
         calls = [
             scripts.count_schedules(range(first, min(first + _COUNT_BATCH, WHEEL_BUCKETS)))
             for scripts in self.scripts

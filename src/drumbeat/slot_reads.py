@@ -93,7 +93,7 @@ def listing(scheduler: Scheduler, prefix: str = "") -> Plan[ScheduleInfo]:
     lots. A schedule that moves while the listing runs may be missed or listed twice, as a
     scan of a changing keyspace does."""
     pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix) + "*"
-    for shard in range(len(scheduler.apart)) or [scheduler.jobs_shard]:
+    for shard in scheduler.slot_shards:
         k = scheduler.shards[shard]
         (raw_names,) = yield Reads([("HGETALL", k.tasks)])
         names = _task_names(raw_names)

@@ -13,6 +13,7 @@ import pytest
 import redis
 
 import drumbeat
+from drumbeat.admin.schedules import schedule_stats
 from drumbeat.autoscale import read_signal
 from drumbeat.errors import ConfigurationError
 from drumbeat.keys import Keys
@@ -273,6 +274,9 @@ def test_schedules_are_read_back_as_the_wheel_reads_them(redis_url: str, namespa
         assert info.next_due_ms is not None
     assert sorted(i.id for i in slots.schedules("m1")) == ["m1", "m10", "m11"]
     assert slots.get_schedule("nope") is None
+    # Counted as `drumbeat status`, the dashboard and /metrics count them.
+    assert slots.scheduler.count(slots.redis) == wheel.scheduler.count(wheel.redis) == 13
+    assert schedule_stats(slots).total == 13
     slots.close()
     wheel.close()
 
