@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,6 +53,9 @@ _SLACK_MS = 5
 # the last of them is due within _AHEAD_MS.
 _FEW = 16
 _AHEAD_MS = 20
+# Due slots a claim passes beyond the ones its room should fill (at the recent number of entries
+# a slot gave): each passed slot costs a key, a read of its lot, and Redis a command.
+_SPARE_SLOTS = 2
 # Fields of a schedule's record (`protocol.SCHEDULE_FIELDS`).
 _FIELDS = len(SCHEDULE_FIELDS)
 
@@ -78,6 +82,8 @@ class SlotLane:
         it; a later claim of an incarnation missing from `runners` was reaped)."""
         self._tokens = itertools.count(1)
         self._upcoming: list[list[int]] = [[] for _ in keys]
+        self._per_slot = [1.0 for _ in keys]
+        """Per shard, the entries a slot gave a claim lately (a moving average)."""
         self._names: list[dict[str, bytes]] = [{} for _ in keys]
 
     @property
@@ -90,6 +96,9 @@ class SlotLane:
         then the reads of its lots: one write (`took` takes their replies)."""
         known = self._upcoming[shard]
         n = bisect.bisect_right(known, now_ms + _SLACK_MS)
+        # The due slots the room should fill, not every due slot known (a pool that fell behind
+        # knows 128): those left stay known for the next claim.
+        n = min(n, math.ceil(limit / self._per_slot[shard]) + _SPARE_SLOTS)
         passed, rest = known[:n], known[n:]
         self._upcoming[shard] = rest
         want = 0
@@ -121,6 +130,9 @@ class SlotLane:
         if result.upcoming is not None:
             self._upcoming[shard] = result.upcoming
         claims, names, now = self.claims[shard], self._names[shard], result.now_ms
+        whole = [t for t in result.taken if t]
+        if whole:
+            self._per_slot[shard] = (self._per_slot[shard] + sum(whole) / len(whole)) / 2
         runs: list[Claimed] = []
         for taken, read in zip(result.taken, replies[1:], strict=True):
             lot: Lot = read
