@@ -7,9 +7,9 @@ their entries into `Claimed` runs for the runner, builds each run's next entry w
 of its own there: the runs it holds in a shard are its while that lease lives. A reaped
 incarnation (its lease lapsed: a long freeze) has lost its runs in that shard to other workers;
 the lane then takes a new incarnation there, and the settles of the old one's runs are refused.
-Each claim's entries wait in a list of that claim's in Redis, for the reaper; the lane counts
-the runs of each claim left to settle (`Claims`), and a settle drops the lists of the claims
-all settled.
+A claim's entries wait in Redis in its lots (one list per slot it took from), for the reaper;
+the lane reads them in the same write as the claim, counts the runs of each lot left to settle
+(`Claims`), and a settle drops the lots all settled.
 """
 
 from __future__ import annotations
