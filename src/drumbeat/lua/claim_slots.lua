@@ -53,10 +53,10 @@ for i = 1, #ARGV - 6 do
       -- The stalled runs wait at the slot's end (reap_runners.lua pushes them there).
       local stalled = stalls and tonumber(redis.call('HGET', KEYS[5], ms)) or 0
       local back = math.max(0, took - (len - stalled))
-      if back > 0 then
-        if back >= stalled then
+      if stalled > 0 then
+        if took == len or back >= stalled then  -- (a slot emptied keeps no count, ever)
           redis.call('HDEL', KEYS[5], ms)
-        else
+        elseif back > 0 then
           redis.call('HINCRBY', KEYS[5], ms, string.format('%d', -back))
         end
       end
