@@ -123,15 +123,20 @@ def claim_all(
         entries = [e.decode() for e in got[2:]]
         assert entries, f"claimed {len(out)} of {expected} runs, then nothing"
         out += entries
-        took = len(entries)
-        while took and pending:
-            s = pending[0]
-            used = min(took, left[s])
-            left[s] -= used
-            took -= used
-            if left[s] == 0:
-                pending.pop(0)
+        _took(pending, left, len(entries))
     return out
+
+
+def _took(pending: list[int], left: dict[int, int], took: int) -> None:
+    """Counts ``took`` entries off the slots ``pending`` (in order, ``left`` in each); a slot
+    emptied leaves ``pending``."""
+    while took and pending:
+        s = pending[0]
+        used = min(took, left[s])
+        left[s] -= used
+        took -= used
+        if left[s] == 0:
+            pending.pop(0)
 
 
 def settle_all(r: redis.Redis, settle: Any, entries: list[str], to_slot: dict[str, int]) -> None:
@@ -200,14 +205,7 @@ class Drumbeat:
             for taken, ms in zip(got.taken, passed, strict=True):
                 self.claims.took(f"{self.number}:{ms}", taken)
             out += [(e, f"{self.number}:{e.slot_ms}", got.now_ms) for e in entries]
-            took = len(entries)
-            while took and pending:
-                s = pending[0]
-                used = min(took, left[s])
-                left[s] -= used
-                took -= used
-                if left[s] == 0:
-                    pending.pop(0)
+            _took(pending, left, len(entries))
         return out
 
     def settle_all(self, r: redis.Redis, claimed: list, to_slot: dict[str, int]) -> None:
