@@ -13,6 +13,7 @@ from collections.abc import Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .keys import Keys
+from .replies import text
 from .schedule import check_schedule_id
 from .scheduler import Plan, Reads, _task_names
 
@@ -27,10 +28,6 @@ _Step = Generator[Reads, list[Any], _R]
 _TRIES = 5
 #: `where` fields read per HSCAN, and slots read per round trip, when listing.
 _BATCH = 1000
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _record(entries: Sequence[bytes], schedule_id: str) -> bytes | None:
@@ -48,9 +45,9 @@ def _flying(k: Keys) -> _Step[dict[str, tuple[int, bytes]]]:
     """Every run in flight in a shard: schedule id -> (the slot it was claimed from, its
     record), read from the lots of the incarnations in `runners`."""
     (incarnations,) = yield Reads([("ZRANGE", k.runners, 0, -1)])
-    names = [_text(i) for i in incarnations]
+    names = [text(i) for i in incarnations]
     held = yield Reads([("HKEYS", k.inflight(name)) for name in names])
-    lots = [(name, _text(lot)) for name, got in zip(names, held, strict=True) for lot in got]
+    lots = [(name, text(lot)) for name, got in zip(names, held, strict=True) for lot in got]
     read = yield Reads([("LRANGE", k.claimed(name, lot), 0, -1) for name, lot in lots])
     out: dict[str, tuple[int, bytes]] = {}
     for (_, lot), entries in zip(lots, read, strict=True):
@@ -108,7 +105,7 @@ def listing(scheduler: Scheduler, prefix: str = "") -> Plan[ScheduleInfo]:
             if not isinstance(flat, dict):
                 flat = dict(zip(flat[::2], flat[1::2], strict=True))
             pairs = flat.items()
-            at = {_text(field): int(value) for field, value in pairs}
+            at = {text(field): int(value) for field, value in pairs}
             if not at:
                 if cursor == "0":
                     break
