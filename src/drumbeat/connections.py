@@ -223,9 +223,22 @@ def _sync_cluster(url: str, options: dict[str, Any]) -> Redis:
     return cast(Redis, made)
 
 
+class _AsyncCluster(redis_async_cluster.RedisCluster):
+    """redis-py's asyncio cluster client, closed whatever state it is in."""
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        # redis-py 5.1 (the lower bound) closes nothing while a refresh is pending: its
+        # error paths close the nodes and ask for one, and drumbeat's per-master routing
+        # (`worker.routing`) refreshes the slot map through `nodes_manager`, which leaves it
+        # asked for. The nodes connected since would stay open. A closed node closes at once.
+        await self.nodes_manager.aclose()
+        await self.nodes_manager.aclose("startup_nodes")
+
+
 def _async_cluster(url: str, options: dict[str, Any]) -> redis_async.Redis:
     nodes, from_url = cluster_nodes(url)
-    made = redis_async_cluster.RedisCluster(
+    made = _AsyncCluster(
         startup_nodes=[redis_async_cluster.ClusterNode(host, port) for host, port in nodes],
         **(options | from_url),
     )

@@ -289,6 +289,24 @@ async def test_routed_link_finds_the_new_master_after_a_failover(
         await app.aclose()
 
 
+async def test_a_cluster_client_closes_every_node_after_a_refresh_it_asked_for(
+    redis_cluster: ClusterServer,
+) -> None:
+    """A command's connection error makes redis-py close the nodes and ask for a refresh; the
+    worker's routing then asks a startup node for the slot map (`Nodes`, through
+    `nodes_manager`), and a refresh that fails midway keeps that node, connected. Closing the
+    client must close it (redis-py 5.1 closed nothing then: ResourceWarnings in CI)."""
+    cluster = cast(Any, connections.async_client(redis_cluster.url))
+    await cluster.get("k")
+    await cluster.nodes_manager.aclose()  # what redis-py's error paths do, and:
+    cluster._initialize = True  # the refresh they ask for
+    asked = next(iter(cluster.nodes_manager.startup_nodes.values()))
+    await asked.execute_command("CLUSTER", "SLOTS")  # as `NodesManager.initialize` does
+    assert any(c.is_connected for c in asked._connections)
+    await cluster.aclose()
+    assert not any(c.is_connected for c in asked._connections), f"{asked.name} left connected"
+
+
 async def test_enqueue_many_pipelines_calls_for_several_queues(cluster_app: drumbeat.App) -> None:
     """Jobs of alternating queues make one script call each, sent in one pipeline: a cluster
     pipeline refuses ``.evalsha`` by name, so the calls go as plain EVALSHA commands."""
