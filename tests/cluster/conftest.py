@@ -149,11 +149,13 @@ class ClusterServer:
                         raise
                     node.pick_ports()
                     node.start()
-        subprocess.run(
+        created = subprocess.run(
             [self.cli, *self._cli_tls(), "--cluster", "create", *(n.address for n in self.nodes),
              "--cluster-replicas", str(self.replicas), "--cluster-yes"],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,
+            check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60,
         )  # fmt: skip
+        if created.returncode != 0:  # redis-cli says why on stdout
+            raise RuntimeError(f"redis-cli --cluster create failed: {created.stdout[-2000:]}")
         for node in self.nodes:
             _poll(lambda n=node: _state_ok(n), f"cluster node {node.address} never saw "
                   "cluster_state:ok")  # fmt: skip
