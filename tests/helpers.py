@@ -148,3 +148,21 @@ class Probe:
                 f"the worker did not claim past Redis time {at_ms} ms: probe job {job.id} "
                 f"not done within {timeout:.1f} s"
             ) from None
+
+
+class Gate:
+    """A task that blocks its first run until released, counting every run."""
+
+    def __init__(self, app: drumbeat.App) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.runs = 0
+
+        @app.task(name="gated")
+        async def gated() -> None:
+            self.runs += 1
+            if self.runs == 1:
+                self.started.set()
+                await self.release.wait()
+
+        self.task = gated

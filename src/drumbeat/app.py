@@ -333,11 +333,6 @@ class App:
         )  # fmt: skip
         await self.aschedule_many([item])
 
-    def _slots_lack(self, what: str) -> None:
-        """Raises `ConfigurationError` with the time-slot store, which lacks ``what`` yet."""
-        if self.settings.schedule_store == "slots":
-            self.scheduler.slots_lack(f"App.{what}")
-
     def schedule_many(self, schedules: Iterable[Schedule]) -> list[int]:
         """Upsert many schedules, one script call per 500 per shard, pipelined.
 
@@ -367,43 +362,61 @@ class App:
     def unschedule(self, *ids: str) -> int:
         """Remove schedules; a run in flight finishes and is not followed by another."""
         if self.settings.schedule_store == "slots":
-            return self.scheduler.slot_remove(self.redis, ids)
+            return self.scheduler.slot_each(ids, lambda s, chunk: s.remove(self.redis, chunk))
         return sum(self._run(self.scheduler.unschedules(ids, self.known_queues())))
 
     async def aunschedule(self, *ids: str) -> int:
         if self.settings.schedule_store == "slots":
-            return await self.scheduler.aslot_remove(await self.aredis(), ids)
+            client = await self.aredis()
+            return await self.scheduler.aslot_each(ids, lambda s, chunk: s.aremove(client, chunk))
         queues = await self.aknown_queues()
         return sum(await self._arun(self.scheduler.unschedules(ids, queues)))
 
     def pause(self, *ids: str) -> int:
         """Stop scheduling runs (a run in flight finishes); returns how many were paused."""
-        self._slots_lack("pause")
+        if self.settings.schedule_store == "slots":
+            return self.scheduler.slot_each(ids, lambda s, chunk: s.pause(self.redis, chunk))
         return sum(self._run(self.scheduler.pauses(ids, self.known_queues())))
 
     async def apause(self, *ids: str) -> int:
-        self._slots_lack("pause")
+        if self.settings.schedule_store == "slots":
+            client = await self.aredis()
+            return await self.scheduler.aslot_each(ids, lambda s, chunk: s.apause(client, chunk))
         return sum(await self._arun(self.scheduler.pauses(ids, await self.aknown_queues())))
 
     def resume(self, *ids: str) -> int:
         """Resume paused schedules at their next slot from now; returns how many resumed."""
-        self._slots_lack("resume")
+        if self.settings.schedule_store == "slots":
+            resumed = self.scheduler.slot_resumed(self._now_ms())
+            return self.scheduler.slot_each(
+                ids, lambda s, chunk: s.resume(self.redis, chunk, resumed)
+            )
         stored = self.scheduler.read(self.redis, ids)
         return sum(self._run(self.scheduler.resumes(stored, self._now_ms())))
 
     async def aresume(self, *ids: str) -> int:
-        self._slots_lack("resume")
         client = await self.aredis()
+        if self.settings.schedule_store == "slots":
+            resumed = self.scheduler.slot_resumed(await self._anow_ms())
+            return await self.scheduler.aslot_each(
+                ids, lambda s, chunk: s.aresume(client, chunk, resumed)
+            )
         stored = await self.scheduler.aread(client, ids)
         return sum(await self._arun(self.scheduler.resumes(stored, await self._anow_ms())))
 
     def run_now(self, *ids: str) -> int:
         """Queue one extra run of each schedule now, unless one is already queued or running."""
-        self._slots_lack("run_now")
+        if self.settings.schedule_store == "slots":
+            now = self._now_ms()
+            return self.scheduler.slot_each(ids, lambda s, chunk: s.run_now(self.redis, chunk, now))
         return sum(self._run(self.scheduler.runs_now(ids, self.known_queues())))
 
     async def arun_now(self, *ids: str) -> int:
-        self._slots_lack("run_now")
+        if self.settings.schedule_store == "slots":
+            client, now = await self.aredis(), await self._anow_ms()
+            return await self.scheduler.aslot_each(
+                ids, lambda s, chunk: s.arun_now(client, chunk, now)
+            )
         return sum(await self._arun(self.scheduler.runs_now(ids, await self.aknown_queues())))
 
     def schedules(self, prefix: str = "") -> Iterator[ScheduleInfo]:

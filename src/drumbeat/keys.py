@@ -61,6 +61,7 @@ SHARD_KEYS: dict[str, str] = {
     "pending": "hash",
     "stalled": "hash",
     "busy": "hash",
+    "paused": "hash",
 }
 
 #: The queue a job goes to unless its task or its call names another.
@@ -306,6 +307,11 @@ class Keys:
     def stalled(self) -> str:
         """Slot ms -> how many runs back from a lapsed lease wait at the end of that slot."""
         return self.key("stalled")
+
+    @property
+    def paused(self) -> str:
+        """Schedule id -> the entry of a paused schedule kept as time slots (`where`: "p")."""
+        return self.key("paused")
 
     @property
     def pending(self) -> str:

@@ -162,6 +162,8 @@ SCHEDULE_FIELDS = (
 #: The layout records had before ``late`` (read as they are, upgraded when next written).
 OLD_SCHEDULE_FIELDS = tuple(f for f in SCHEDULE_FIELDS if f != "late")
 PAUSED_FLAG = 10
+#: What a time slots' `where` says of a paused schedule: its entry waits in `paused`.
+PAUSED_AT = "p"
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ listing with state. Builds script calls; `App` runs them on its sync or async cl
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -284,19 +284,35 @@ class Scheduler:
                 got[shard] += await self.slot_scripts[shard].aupsert(client, chunk)
         return [got[shard][i] for shard, i in where]
 
-    def slot_remove(self, client: redis.Redis, ids: Iterable[str]) -> int:
+    def slot_each(self, ids: Iterable[str], act: Callable[[SlotScripts, list[str]], int]) -> int:
+        """The sum of ``act`` (a `SlotScripts` call by id: remove, pause, ...) over ``ids``,
+        per shard and `batch_limit` chunk."""
         return sum(
-            self.slot_scripts[shard].remove(client, chunk)
+            act(self.slot_scripts[shard], chunk)
             for shard, items in self._slot_ids(ids).items()
             for chunk in self._chunks(items)
         )
 
-    async def aslot_remove(self, client: redis_async.Redis, ids: Iterable[str]) -> int:
-        removed = 0
+    async def aslot_each(
+        self, ids: Iterable[str], act: Callable[[SlotScripts, list[str]], Awaitable[int]]
+    ) -> int:
+        """`slot_each` for async calls."""
+        done = 0
         for shard, items in self._slot_ids(ids).items():
             for chunk in self._chunks(items):
-                removed += await self.slot_scripts[shard].aremove(client, chunk)
-        return removed
+                done += await act(self.slot_scripts[shard], chunk)
+        return done
+
+    def slot_resumed(self, now_ms: int) -> Callable[[str, bytes], tuple[int, int, int]]:
+        """For `SlotScripts.resume`: a paused schedule's (generation, grid slot, due time)
+        when resumed at ``now_ms``, from its record (the paused stretch is not caught up)."""
+
+        def resumed(schedule_id: str, record: bytes) -> tuple[int, int, int]:
+            parsed = parse_record(record)
+            cadence = decode_schedule_spec(parsed.spec)[2]
+            return (parsed.generation, *cadence.first_due(schedule_id, now_ms))
+
+        return resumed
 
     def _slot_ids(self, ids: Iterable[str]) -> dict[int, list[str]]:
         """Ids by the shard they live in with the time slots (never the jobs' shard but with

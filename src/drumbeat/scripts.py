@@ -77,6 +77,9 @@ SCRIPT_NAMES = (
     "reap_runners",
     "handback_slots",
     "renew_runner",
+    "pause_slots",
+    "resume_slots",
+    "run_slots_now",
 )
 
 

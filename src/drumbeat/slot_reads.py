@@ -1,8 +1,9 @@
 """Reading schedules kept as time slots (`Settings.schedule_store` "slots"): one by id
 (`App.get_schedule`) and all of them, or those whose id starts with a prefix (`App.schedules`).
 
-A schedule's entry waits in the slot `where` names; while its run is in flight it is in one of
-its worker's lots instead (`slots.py`), where `where` still names the slot it was claimed from.
+A schedule's entry waits in the slot `where` names, or in `paused` (`where` says "p"); while
+its run is in flight it is in one of its worker's lots instead (`slots.py`), where `where`
+still names the slot it was claimed from.
 These are plans (`scheduler.Reads`): pipelined reads, the same for the sync and async clients.
 An entry that moves between two reads (a claim, a settle) is looked for again.
 """
@@ -13,6 +14,7 @@ from collections.abc import Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .keys import Keys
+from .protocol import PAUSED_AT
 from .replies import text
 from .schedule import check_schedule_id
 from .scheduler import Plan, Reads, _task_names
@@ -70,6 +72,13 @@ def lookup(scheduler: Scheduler, schedule_id: str) -> Plan[ScheduleInfo]:
         )  # fmt: skip
         if at is None:
             return
+        if text(at) == PAUSED_AT:
+            (entry,) = yield Reads([("HGET", k.paused, schedule_id)])
+            if entry is None:
+                continue  # resumed between the reads
+            record = entry.partition(b"|")[2]
+            yield scheduler.decode(schedule_id, record, _task_names(names), None, fault)
+            return
         (entries,) = yield Reads([("LRANGE", k.slot(int(at)), 0, -1)])
         record, due = _record(entries, schedule_id), int(at)
         if record is not None:
@@ -104,8 +113,10 @@ def listing(scheduler: Scheduler, prefix: str = "") -> Plan[ScheduleInfo]:
             # redis-py parses HSCAN's fields into a dict; a raw reply is a flat list.
             if not isinstance(flat, dict):
                 flat = dict(zip(flat[::2], flat[1::2], strict=True))
-            pairs = flat.items()
-            at = {text(field): int(value) for field, value in pairs}
+            at = {text(f): int(v) for f, v in flat.items() if text(v) != PAUSED_AT}
+            paused = [text(f) for f, v in flat.items() if text(v) == PAUSED_AT]
+            if paused:
+                yield from _paused(scheduler, k, names, paused)
             if not at:
                 if cursor == "0":
                     break
@@ -124,6 +135,16 @@ def listing(scheduler: Scheduler, prefix: str = "") -> Plan[ScheduleInfo]:
                 # else it moved while listed
             if cursor == "0":
                 break
+
+
+def _paused(
+    scheduler: Scheduler, k: Keys, names: Mapping[str, str], ids: Sequence[str]
+) -> Plan[ScheduleInfo]:
+    """The paused schedules ``ids`` (`where` says "p"), from `paused`."""
+    entries, faults = yield Reads([("HMGET", k.paused, *ids), ("HMGET", k.faults, *ids)])
+    for sid, entry, fault in zip(ids, entries, faults, strict=True):
+        if entry is not None:  # else resumed while listed
+            yield scheduler.decode(sid, entry.partition(b"|")[2], names, None, fault)
 
 
 def _found(k: Keys, at: Mapping[str, int]) -> _Step[dict[str, bytes]]:

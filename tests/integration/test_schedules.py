@@ -16,7 +16,7 @@ from drumbeat.keys import bucket_of
 from drumbeat.replies import Claimed
 from drumbeat.schedule import next_cron, phase_ms
 from tests.conftest import reap_call, running_worker
-from tests.helpers import Probe, entries, leased, wait_for, wait_for_async, wait_for_event
+from tests.helpers import Gate, Probe, entries, leased, wait_for, wait_for_async, wait_for_event
 
 
 def _now_ms(r: redis.Redis) -> int:
@@ -210,26 +210,8 @@ async def test_failing_runs_are_counted_and_the_schedule_goes_on(app: drumbeat.A
     assert info.next_due_ms is not None, "a failing schedule stays scheduled"
 
 
-class _Gate:
-    """A task that blocks its first run until released, counting every run."""
-
-    def __init__(self, app: drumbeat.App) -> None:
-        self.started = asyncio.Event()
-        self.release = asyncio.Event()
-        self.runs = 0
-
-        @app.task(name="gated")
-        async def gated() -> None:
-            self.runs += 1
-            if self.runs == 1:
-                self.started.set()
-                await self.release.wait()
-
-        self.task = gated
-
-
 async def test_update_while_a_run_is_in_flight(app: drumbeat.App, r: redis.Redis) -> None:
-    gate = _Gate(app)
+    gate = Gate(app)
     await app.aschedule("g", gate.task, every=30)
     await app.arun_now("g")
     async with running_worker(app):
@@ -251,7 +233,7 @@ async def test_update_while_a_run_is_in_flight(app: drumbeat.App, r: redis.Redis
 
 
 async def test_pause_while_a_run_is_in_flight(app: drumbeat.App, r: redis.Redis) -> None:
-    gate = _Gate(app)
+    gate = Gate(app)
     probe = Probe(app)
     await app.aschedule("g", gate.task, every=1)
     await app.arun_now("g")
@@ -276,7 +258,7 @@ async def test_pause_while_a_run_is_in_flight(app: drumbeat.App, r: redis.Redis)
 
 
 async def test_remove_while_a_run_is_in_flight(app: drumbeat.App, r: redis.Redis) -> None:
-    gate = _Gate(app)
+    gate = Gate(app)
     probe = Probe(app)
     await app.aschedule("g", gate.task, every=1)
     await app.arun_now("g")

@@ -390,6 +390,37 @@ def test_a_removed_schedule_goes_at_once_or_when_its_run_in_flight_settles(
     assert not r.hexists(keys.faults, "running")
 
 
+def test_a_change_or_pause_left_by_a_reaped_run_is_superseded_by_what_finds_it_waiting(
+    r: redis.Redis, keys: Keys, s: SlotScripts
+) -> None:
+    """A change asked while a run was in flight waits in `pending` for its settle; when the
+    run is reaped instead, its entry waits in a slot again, and a later upsert, which finds it
+    there, is the newer word (without this, the next settle would apply the older change)."""
+    now = _now_ms(r)
+    _upsert(r, s, ["a"], now - 10)
+    _claim(r, s, "w1.1", 10, [now - 10], 1, first=True)
+    assert _upsert(r, s, ["a"], now + 9000, spec=b"[]") == [2]  # in flight: waits
+    assert s.pause(r, ["a"]) == 1  # in flight: waits too
+    assert r.hget(keys.pending, "a") == f"P{now + 9000}|{now + 9000}|0|1|[]".encode()
+    r.zadd(keys.runners, {"w1.1": now - 1})
+    back = now - 5
+    assert _reap(r, keys, s, back, ["w1.1"]) == 1
+    # A run back from a lapsed lease is due already: not run now a second time.
+    assert s.run_now(r, ["a"], now) == 0
+    # Found waiting: a change applies at once; the pause still waits.
+    assert _upsert(r, s, ["a"], now - 3, spec=b'["x"]') == [2]
+    assert r.hget(keys.pending, "a") == b"P"
+    got = _claim(r, s, "w1.2", 10, [now - 3], 1, first=True)
+    assert [e.record.endswith('|["x"]') for e in got.entries] == [True]
+    assert s.run_now(r, ["a"], now) == 0  # in flight
+    assert _settle_all(r, s, "w1.2", got.now_ms, got.entries, next_ms=now + 5000) == [1]
+    # The pause applied at the settle: the entry waits in `paused`, in no slot.
+    assert r.hget(keys.where, "a") == b"p" and not r.exists(keys.pending)
+    assert not r.exists(keys.slot(now + 5000))
+    paused = r.hget(keys.paused, "a")
+    assert paused is not None and paused.decode().split("|")[3] == "10"  # flags: paused
+
+
 def test_a_handback_puts_runs_back_as_claimed_and_takes_back_their_lateness(
     r: redis.Redis, keys: Keys, s: SlotScripts
 ) -> None:

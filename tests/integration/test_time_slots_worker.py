@@ -318,9 +318,6 @@ def test_what_the_time_slots_cannot_do_yet_is_refused_clearly(
     def t() -> None: ...
 
     app.schedule("a", t, every=5)
-    for call in (app.pause, app.resume, app.run_now):
-        with pytest.raises(ConfigurationError, match="schedule_store='slots'"):
-            call("a")
     with pytest.raises(ConfigurationError, match="with limits or the queue"):
         app.schedule("b", t, every=5, rate_limit="1/s")
     assert app.unschedule("a") == 1

@@ -893,3 +893,37 @@ end
 local function entry_record(entry)
   return string.match(entry, '^[^|]*|(.*)$')
 end
+
+-- What `where` says of a paused schedule: its entry waits in `paused`, in no slot.
+local PAUSED_AT = 'p'
+
+-- A `pending` value split: whether a pause waits for the schedule's run in flight to settle
+-- (a leading 'P'), and the change that waits with it (a definition, '-' removed; nil: none).
+local function pending_parts(value)
+  if not value then return false, nil end
+  if string.sub(value, 1, 1) == 'P' then
+    local rest = string.sub(value, 2)
+    return true, rest ~= '' and rest or nil
+  end
+  return false, value
+end
+
+-- Writes `pending_parts`' two parts back (deletes the field when both are empty).
+local function set_pending(pending_key, id, pause, change)
+  local value = (pause and 'P' or '') .. (change or '')
+  if value == '' then
+    redis.call('HDEL', pending_key, id)
+  else
+    redis.call('HSET', pending_key, id, value)
+  end
+end
+
+-- `entry` with its record's paused flag set (`paused`) or cleared, without any stall marks;
+-- nil when its record cannot be read.
+local function entry_paused(entry, paused)
+  local id, record = string.match(entry, '^([^|;]+)[^|]*|(.*)$')
+  local s = id and parse_schedule(record)
+  if not s then return nil end
+  s.paused = paused
+  return id .. '|' .. format_schedule(s)
+end

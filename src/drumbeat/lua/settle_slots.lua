@@ -9,14 +9,15 @@
 -- definition, with a new generation, at the new definition's first due time, if it differs
 -- from the run's: that slot's key was not passed, so the run stays in flight and its reply is
 -- the entry to send again into that slot (settled then, as the definition is now applied); a
--- schedule removed meanwhile is dropped. The lots the worker found all settled go: their
+-- schedule removed meanwhile is dropped; one paused meanwhile (a 'P' in `pending`) has its
+-- next entry, with any change, kept in `paused` instead of a slot. The lots the worker found all settled go: their
 -- lists and their fields in the incarnation's `inflight` hash. The runs settled leave the
 -- incarnation's count in `busy`.
 --
 -- KEYS[1] where (hash)  KEYS[2] slots (zset)  KEYS[3] pending (hash)  KEYS[4] faults (hash)
--- KEYS[5] inflight:<incarnation> (hash)  KEYS[6] busy (hash)  KEYS[6 + k]
--- claimed:<incarnation>:<lot> of the k-th lot to drop (d of them)  KEYS[6 + d + j] slot:<ms>
--- of the j-th group's next slot
+-- KEYS[5] inflight:<incarnation> (hash)  KEYS[6] busy (hash)  KEYS[7] paused (hash)
+-- KEYS[7 + k] claimed:<incarnation>:<lot> of the k-th lot to drop (d of them)
+-- KEYS[7 + d + j] slot:<ms> of the j-th group's next slot
 -- ARGV[1] incarnation  ARGV[2] n (runs)  ARGV[3] d  ARGV[4 .. d + 3] the lots ("<n>:<ms>");
 -- then per group j of
 -- runs claimed from one slot and due next in one slot: the ms of the slot they were claimed
@@ -43,7 +44,7 @@ end
 local n, d = tonumber(ARGV[2]), tonumber(ARGV[3])
 -- Each run's schedule id and the slot it was claimed from, in the order of the entries.
 local ids, froms, at = {}, {}, d + 4
-for _ = 7 + d, #KEYS do
+for _ = 8 + d, #KEYS do
   local from, c = ARGV[at], tonumber(ARGV[at + 2])
   for i = at + 3, at + 2 + c do
     local n_ids = #ids + 1
@@ -57,7 +58,7 @@ for i = 1, n do
   if at_slot[i] == froms[i] then out[i] = 1 else out[i] = 0; slow = true end
 end
 if d > 0 then
-  local lists, lots = {unpack(KEYS, 7, 6 + d)}, {unpack(ARGV, 4, 3 + d)}
+  local lists, lots = {unpack(KEYS, 8, 7 + d)}, {unpack(ARGV, 4, 3 + d)}
   redis.call('DEL', unpack(lists))
   redis.call('HDEL', KEYS[5], unpack(lots))
 end
@@ -73,7 +74,7 @@ end
 -- still their schedule's (`kept`).
 local run, marks, where, gone, kept = 0, {}, {}, {}, {}
 at = d + 4
-for j = 7 + d, #KEYS do
+for j = 8 + d, #KEYS do
   local ms, c = ARGV[at + 1], tonumber(ARGV[at + 2])
   local first, last = at + 3 + c, at + 2 + 2 * c
   if not slow then
@@ -90,7 +91,7 @@ for j = 7 + d, #KEYS do
       run = run + 1
       local id = ids[run]
       if out[run] == 1 then
-        local change = changes and changes[run]
+        local pause, change = pending_parts(changes and changes[run])
         local entry, due = ARGV[e], nil
         if change == '-' then
           entry = nil
@@ -100,11 +101,18 @@ for j = 7 + d, #KEYS do
           merged, due = with_change(entry, change)
           if merged == true then
             redis.call('HDEL', KEYS[3], id)  -- applied: the entry goes as sent
+          elseif merged and pause then
+            entry = merged  -- paused below: no slot to send it to
           elseif merged then
             out[run], entry = due .. '|' .. merged, nil
           end
         end
-        if entry then
+        local paused = pause and entry and entry_paused(entry, true)
+        if paused then
+          redis.call('HSET', KEYS[7], id, paused)
+          where[#where + 1], where[#where + 2] = id, PAUSED_AT
+          redis.call('HDEL', KEYS[3], id)
+        elseif entry then
           push[#push + 1] = entry
           where[#where + 1], where[#where + 2] = id, ms
         end

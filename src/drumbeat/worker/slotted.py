@@ -177,7 +177,9 @@ class SlotLane:
             return Claimed(RUN_PREFIX + e.schedule_id, None, e.stalls + 1, e.stalls,
                            next(self._tokens), 0, f"{e.due_ms}:0:0:0", slot_run=run)  # fmt: skip
         gen, grid, flags, code, spec = fields[0], fields[1], fields[2], fields[9], fields[10]
-        extra = f"{e.due_ms}:{grid}:{gen}:0"
+        # A run due before its grid slot was moved ahead by `App.run_now`: its schedule goes
+        # back to that slot after it (the runner's "manual" run).
+        extra = f"{e.due_ms}:{grid}:{gen}:{1 if int(grid) > e.due_ms else 0}"
         if e.stalls:
             extra += f":{e.first_start_ms}"
         return Claimed(
