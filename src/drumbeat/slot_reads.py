@@ -11,13 +11,14 @@ An entry that moves between two reads (a claim, a settle) is looked for again.
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .keys import Keys
 from .protocol import PAUSED_AT
 from .replies import text
 from .schedule import check_schedule_id
-from .scheduler import Plan, Reads, _task_names
+from .scheduler import Plan, Reads, _send, _task_names
 
 if TYPE_CHECKING:
     from .scheduler import ScheduleInfo, Scheduler
@@ -28,8 +29,8 @@ _Step = Generator[Reads, list[Any], _R]
 
 #: Lookups of one id whose entry kept moving between its reads, before giving up.
 _TRIES = 5
-#: `where` fields read per HSCAN, and slots read per round trip, when listing.
-_BATCH = 1000
+#: `where` fields read per HSCAN (its COUNT), and slots read per round trip, when listing.
+SCAN_COUNT = 1000
 
 
 def _record(entries: Sequence[bytes], schedule_id: str) -> bytes | None:
@@ -93,66 +94,87 @@ def lookup(scheduler: Scheduler, schedule_id: str) -> Plan[ScheduleInfo]:
     raise RuntimeError(f"schedule {schedule_id!r} kept moving while being read")
 
 
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The schedules one `HSCAN` of a shard's `where` found, in a stable order (the same
+    reply gives the same list: a page may resume in it)."""
+
+    cursor: int
+    """The scan cursor this batch was read from."""
+    following: int
+    """The cursor of the next batch (0: the shard's scan is over)."""
+    infos: list[ScheduleInfo]
+
+
 def listing(scheduler: Scheduler, prefix: str = "") -> Plan[ScheduleInfo]:
-    """Every schedule whose id starts with ``prefix``, with its state: per shard, `where`
-    scanned, the slots it names read in pipelined batches, and the runs in flight from their
-    lots. A schedule that moves while the listing runs may be missed or listed twice, as a
+    """Every schedule whose id starts with ``prefix``, with its state (`batches` of every
+    shard). A schedule that moves while the listing runs may be missed or listed twice, as a
     scan of a changing keyspace does."""
-    pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix) + "*"
     for shard in scheduler.slot_shards:
-        k = scheduler.shards[shard]
-        (raw_names,) = yield Reads([("HGETALL", k.tasks)])
-        names = _task_names(raw_names)
-        flying: dict[str, tuple[int, bytes]] | None = None
-        cursor = "0"
-        while True:
-            ((cursor_raw, flat),) = yield Reads(
-                [("HSCAN", k.where, cursor, "MATCH", pattern, "COUNT", _BATCH)]
-            )
-            cursor = str(int(cursor_raw))
-            # redis-py parses HSCAN's fields into a dict; a raw reply is a flat list.
-            if not isinstance(flat, dict):
-                flat = dict(zip(flat[::2], flat[1::2], strict=True))
-            at = {text(f): int(v) for f, v in flat.items() if text(v) != PAUSED_AT}
-            paused = [text(f) for f, v in flat.items() if text(v) == PAUSED_AT]
-            if paused:
-                yield from _paused(scheduler, k, names, paused)
-            if not at:
-                if cursor == "0":
-                    break
-                continue
+        plan = batches(scheduler, shard, prefix)
+        step = next(plan, None)
+        while step is not None:
+            if isinstance(step, Reads):
+                step = _send(plan, (yield step))
+            else:
+                yield from step.infos
+                step = next(plan, None)
+
+
+def batches(scheduler: Scheduler, shard: int, prefix: str, cursor: int = 0) -> Plan[Batch]:
+    """The schedules of ``shard`` whose id starts with ``prefix``, a `Batch` per `HSCAN` of
+    `where` from ``cursor`` on: the slots it names read in pipelined batches, paused entries
+    from `paused`, and the runs in flight from their lots."""
+    pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix) + "*"
+    k = scheduler.shards[shard]
+    (raw_names,) = yield Reads([("HGETALL", k.tasks)])
+    names = _task_names(raw_names)
+    flying: dict[str, tuple[int, bytes]] | None = None
+    while True:
+        ((cursor_raw, flat),) = yield Reads(
+            [("HSCAN", k.where, cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)]
+        )
+        # redis-py parses HSCAN's fields into a dict; a raw reply is a flat list.
+        if not isinstance(flat, dict):
+            flat = dict(zip(flat[::2], flat[1::2], strict=True))
+        at = {text(f): int(v) for f, v in flat.items() if text(v) != PAUSED_AT}
+        paused = [text(f) for f, v in flat.items() if text(v) == PAUSED_AT]
+        infos = (yield from _paused(scheduler, k, names, paused)) if paused else []
+        if at:
             found = yield from _found(k, at)
             if flying is None and any(sid not in found for sid in at):
                 flying = yield from _flying(k)
             (faults,) = yield Reads([("HMGET", k.faults, *at)])
-            fault_of = dict(zip(at, faults, strict=True))
-            for sid, ms in at.items():
-                fault = fault_of.get(sid)
+            for (sid, ms), fault in zip(at.items(), faults, strict=True):
                 if sid in found:
-                    yield scheduler.decode(sid, found[sid], names, ms, fault)
+                    infos.append(scheduler.decode(sid, found[sid], names, ms, fault))
                 elif flying is not None and sid in flying and flying[sid][0] == ms:
-                    yield scheduler.decode(sid, flying[sid][1], names, None, fault)
+                    infos.append(scheduler.decode(sid, flying[sid][1], names, None, fault))
                 # else it moved while listed
-            if cursor == "0":
-                break
+        yield Batch(cursor, int(cursor_raw), infos)
+        cursor = int(cursor_raw)
+        if cursor == 0:
+            return
 
 
 def _paused(
     scheduler: Scheduler, k: Keys, names: Mapping[str, str], ids: Sequence[str]
-) -> Plan[ScheduleInfo]:
+) -> _Step[list[ScheduleInfo]]:
     """The paused schedules ``ids`` (`where` says "p"), from `paused`."""
     entries, faults = yield Reads([("HMGET", k.paused, *ids), ("HMGET", k.faults, *ids)])
-    for sid, entry, fault in zip(ids, entries, faults, strict=True):
-        if entry is not None:  # else resumed while listed
-            yield scheduler.decode(sid, entry.partition(b"|")[2], names, None, fault)
+    return [
+        scheduler.decode(sid, entry.partition(b"|")[2], names, None, fault)
+        for sid, entry, fault in zip(ids, entries, faults, strict=True)
+        if entry is not None  # else resumed while listed
+    ]
 
 
 def _found(k: Keys, at: Mapping[str, int]) -> _Step[dict[str, bytes]]:
     """The records of the ids ``at`` names that wait in the slot it names."""
     slots = sorted(set(at.values()))
     out: dict[str, bytes] = {}
-    for lo in range(0, len(slots), _BATCH):
-        batch = slots[lo : lo + _BATCH]
+    for lo in range(0, len(slots), SCAN_COUNT):
+        batch = slots[lo : lo + SCAN_COUNT]
         read = yield Reads([("LRANGE", k.slot(ms), 0, -1) for ms in batch])
         for entries in read:
             for entry in entries:

@@ -8,6 +8,8 @@ cursor (shard, bucket, matches seen in it) for the next page. A page never trans
 its own schedules, whatever the total, and examines at most `EXAMINED_PER_PAGE` of them in
 Redis: a prefix that matches few gets a short page and a cursor to search on from. Pages list
 schedules in bucket order, not by id; an exact id is looked up directly and listed first.
+With the time slots (`Settings.schedule_store` "slots") a search scans each shard's `where`
+instead (`slot_reads.batches`), `slot_reads.SCAN_COUNT` schedules a scan call.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from drumbeat import slot_reads
 from drumbeat.cli import shapes
 from drumbeat.cli.schedules import cadence_text, schedule_state
 from drumbeat.connections import pipeline
 from drumbeat.errors import InvalidJob
 from drumbeat.keys import WHEEL_BUCKETS, bucket_of
-from drumbeat.scheduler import ScheduleInfo, _task_names
+from drumbeat.scheduler import ScheduleInfo, _task_names, drive
 
 if TYPE_CHECKING:
     from drumbeat.app import App
@@ -55,7 +58,10 @@ _GLOB = re.compile(r"([\\*?\[\]])")
 
 @dataclass(frozen=True, slots=True)
 class Cursor:
-    """Where the next page starts: a shard, a bucket, and the matches of that bucket seen."""
+    """Where the next page starts: a shard, a bucket, and the matches of that bucket seen.
+    With the time slots (`Settings.schedule_store` "slots"): the place of a shard among
+    `Scheduler.slot_shards`, an `HSCAN` cursor of its `where`, and the matches of that scan
+    call seen."""
 
     shard: int = 0
     bucket: int = 0
@@ -65,7 +71,9 @@ class Cursor:
         return f"{self.shard}.{self.bucket}.{self.skip}"
 
     @classmethod
-    def parse(cls, text: str) -> Cursor:
+    def parse(cls, text: str, *, buckets: int = WHEEL_BUCKETS) -> Cursor:
+        """A cursor as `__str__` wrote it; ``buckets``: the bound of its middle part (the
+        wheel's buckets; a scan cursor's 2**64 with the time slots)."""
         try:
             shard, bucket, skip = (int(part) for part in text.split("."))
         except ValueError:
@@ -73,7 +81,7 @@ class Cursor:
                 f"cursor must be <shard>.<bucket>.<skip> as a page's next link gives it, "
                 f"got {text!r}"
             ) from None
-        if min(shard, bucket, skip) < 0 or bucket >= WHEEL_BUCKETS:
+        if min(shard, bucket, skip) < 0 or bucket >= buckets:
             raise ValueError(f"cursor {text!r} is out of range")
         return cls(shard, bucket, skip)
 
@@ -84,6 +92,8 @@ def find(
     """Up to ``limit`` schedules whose id starts with ``prefix`` from ``cursor`` on (fewer
     once `EXAMINED_PER_PAGE` schedules were examined), and the cursor of the next page (None
     after the last)."""
+    if app.settings.schedule_store == "slots":
+        return _find_slots(app, prefix, cursor, limit)
     scheduler = app.scheduler
     pattern = _GLOB.sub(r"\\\1", prefix) + "*"
     found: list[tuple[int, str, bytes]] = []
@@ -106,6 +116,34 @@ def find(
         if bucket >= WHEEL_BUCKETS:
             shard, bucket = shard + 1, 0
     return _decode(app, found), following
+
+
+def _find_slots(
+    app: App, prefix: str, cursor: Cursor, limit: int
+) -> tuple[list[ScheduleInfo], Cursor | None]:
+    """`find` with the time slots: each shard's `where` scanned (`slot_reads.batches`) from
+    the cursor's scan call on, its matches already listed skipped."""
+    shards = app.scheduler.slot_shards
+    found: list[ScheduleInfo] = []
+    place, scan, skip = cursor.shard, cursor.bucket, cursor.skip
+    examined = 0
+    while place < len(shards):
+        for batch in drive(
+            app.redis, slot_reads.batches(app.scheduler, shards[place], prefix, scan)
+        ):
+            taken = batch.infos[skip : skip + limit - len(found)]
+            found += taken
+            if len(found) >= limit and skip + len(taken) < len(batch.infos):
+                return found, Cursor(place, batch.cursor, skip + len(taken))
+            skip, examined = 0, examined + slot_reads.SCAN_COUNT
+            if batch.following == 0:
+                break
+            if len(found) >= limit or examined >= EXAMINED_PER_PAGE:
+                return found, Cursor(place, batch.following, 0)
+        place, scan = place + 1, 0
+        if len(found) >= limit:
+            return found, (Cursor(place, 0, 0) if place < len(shards) else None)
+    return found, None
 
 
 def _decode(app: App, found: list[tuple[int, str, bytes]]) -> list[ScheduleInfo]:
@@ -151,6 +189,11 @@ def _searched(app: App, following: Cursor | None) -> float:
     """The share of every shard's buckets walked up to ``following`` (1.0 when done)."""
     if following is None:
         return 1.0
+    if app.settings.schedule_store == "slots":
+        # Redis walks a hash's table in reverse binary order: a scan cursor's bits reversed
+        # are the share of the table it has passed.
+        passed = int(f"{following.bucket:064b}"[::-1], 2) / 2**64
+        return (following.shard + passed) / len(app.scheduler.slot_shards)
     total = len(app.scheduler.shards) * WHEEL_BUCKETS
     return (following.shard * WHEEL_BUCKETS + following.bucket) / total
 
@@ -172,6 +215,8 @@ def search_json(app: App, prefix: str, cursor: Cursor | None, limit: int = PAGE)
             exact = None
         if exact is not None:
             listed = [exact, *(s for s in listed if s.id != prefix)]
+    elif prefix:  # the first page listed the exact id, wherever the search comes to it
+        listed = [s for s in listed if s.id != prefix]
     now_ms = _now_ms(app)
     return {
         **shapes.timestamp("now", now_ms),
@@ -206,11 +251,11 @@ class SchedulesPages:
             Route("/api/schedule/{schedule_id:path}", self.api_one),
         ]
 
-    @staticmethod
-    def _query(request: Request) -> tuple[str, Cursor | None, int]:
+    def _query(self, request: Request) -> tuple[str, Cursor | None, int]:
         prefix = request.query_params.get("prefix", "").strip()
         raw_cursor = request.query_params.get("cursor", "")
-        cursor = Cursor.parse(raw_cursor) if raw_cursor else None
+        bound = 2**64 if self.app.settings.schedule_store == "slots" else WHEEL_BUCKETS
+        cursor = Cursor.parse(raw_cursor, buckets=bound) if raw_cursor else None
         raw_limit = request.query_params.get("limit", str(PAGE))
         if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 1000:
             raise ValueError(f"limit must be an integer in 1..1000, got {raw_limit!r}")
