@@ -10,6 +10,8 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -25,6 +27,8 @@ from tests.helpers import wait_for_async
 
 pytestmark = pytest.mark.cluster
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
 WORKER = "w-resharding"
 LEASE_MS = 60_000
 
@@ -34,6 +38,16 @@ LEASE_MS = 60_000
 # the client (ResourceWarning). In 6 runs of the test below each, 5.1.0 and 6.4.0 showed one or
 # the other in 2, 7.4.1 in 6, 8.0.0 in none (redis/redis-py#3572, #4053).
 REDIS_PY_8 = tuple(int(part) for part in redis.__version__.split(".")[:2]) >= (8, 0)
+
+
+def _leaks_before_redis_py_8(test: _F) -> _F:
+    """A test whose worker sees a migration end: with redis-py before 8.0, the sockets that
+    redis-py leaks then are not drumbeat's to close (ResourceWarnings when collected)."""
+    if REDIS_PY_8:
+        return test
+    for ignored in ("ResourceWarning", "pytest.PytestUnraisableExceptionWarning"):
+        test = pytest.mark.filterwarnings(f"ignore::{ignored}")(test)
+    return test
 
 
 def _jobs_slot(cluster: ClusterServer, app: drumbeat.App) -> tuple[list[Node], Node, Node, int]:
@@ -142,6 +156,7 @@ async def test_a_claim_during_a_slot_migration_follows_ask_to_the_importing_mast
         await app.aclose()
 
 
+@_leaks_before_redis_py_8
 async def test_a_worker_tries_its_calls_again_through_a_migration_without_backing_off(
     redis_cluster: ClusterServer, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -184,6 +199,9 @@ async def test_a_worker_tries_its_calls_again_through_a_migration_without_backin
         assert any("slot is migrating" in m for m in messages), "it said why it tries again"
     finally:
         await app.aclose()
+        # The records' tracebacks would keep what they name alive past this test's collection
+        # of garbage (`tests.conftest._collect_garbage`), and a leak would surface in another.
+        caplog.clear()
 
 
 @pytest.mark.skipif(
