@@ -26,6 +26,7 @@ from .schedule import (
 )
 from .scripts import Call, Scripts
 from .serialization import encode_call
+from .slot_changes import SlotChanges
 from .slots import SlotScripts
 from .task import Options, Task
 
@@ -131,6 +132,7 @@ class Scheduler:
         self.shards: list[Keys] = [*self.apart, Keys(ns)]
         self.scripts = [Scripts(k) for k in self.shards]
         self.slot_scripts = [SlotScripts(k) for k in self.shards]
+        self.slot_changes = [SlotChanges(k) for k in self.shards]
         self.apart_scripts = self.scripts[: len(self.apart)]
         self.jobs_shard = len(self.shards) - 1
         """The index of the jobs' shard in `shards`."""
@@ -240,7 +242,7 @@ class Scheduler:
     def slot_upserts(
         self, schedules: Iterable[Schedule], now_ms: int
     ) -> tuple[dict[int, list[tuple[str, int, int, int, str, bytes]]], list[tuple[int, int]]]:
-        """Per shard, the `SlotScripts.upsert` items, and each schedule's (shard, place in
+        """Per shard, the `SlotChanges.upsert` items, and each schedule's (shard, place in
         its shard's items), in input order. Limited and routed schedules are refused: the
         time slots cannot keep them yet."""
         groups: dict[int, list[tuple[str, int, int, int, str, bytes]]] = defaultdict(list)
@@ -270,7 +272,7 @@ class Scheduler:
         for shard, items in groups.items():
             got[shard] = []
             for chunk in self._chunks(items):
-                got[shard] += self.slot_scripts[shard].upsert(client, chunk)
+                got[shard] += self.slot_changes[shard].upsert(client, chunk)
         return [got[shard][i] for shard, i in where]
 
     async def aslot_upsert(
@@ -281,30 +283,30 @@ class Scheduler:
         for shard, items in groups.items():
             got[shard] = []
             for chunk in self._chunks(items):
-                got[shard] += await self.slot_scripts[shard].aupsert(client, chunk)
+                got[shard] += await self.slot_changes[shard].aupsert(client, chunk)
         return [got[shard][i] for shard, i in where]
 
-    def slot_each(self, ids: Iterable[str], act: Callable[[SlotScripts, list[str]], int]) -> int:
-        """The sum of ``act`` (a `SlotScripts` call by id: remove, pause, ...) over ``ids``,
+    def slot_each(self, ids: Iterable[str], act: Callable[[SlotChanges, list[str]], int]) -> int:
+        """The sum of ``act`` (a `SlotChanges` call: remove, pause, ...) over ``ids``,
         per shard and `batch_limit` chunk."""
         return sum(
-            act(self.slot_scripts[shard], chunk)
+            act(self.slot_changes[shard], chunk)
             for shard, items in self._slot_ids(ids).items()
             for chunk in self._chunks(items)
         )
 
     async def aslot_each(
-        self, ids: Iterable[str], act: Callable[[SlotScripts, list[str]], Awaitable[int]]
+        self, ids: Iterable[str], act: Callable[[SlotChanges, list[str]], Awaitable[int]]
     ) -> int:
         """`slot_each` for async calls."""
         done = 0
         for shard, items in self._slot_ids(ids).items():
             for chunk in self._chunks(items):
-                done += await act(self.slot_scripts[shard], chunk)
+                done += await act(self.slot_changes[shard], chunk)
         return done
 
     def slot_resumed(self, now_ms: int) -> Callable[[str, bytes], tuple[int, int, int]]:
-        """For `SlotScripts.resume`: a paused schedule's (generation, grid slot, due time)
+        """For `SlotChanges.resume`: a paused schedule's (generation, grid slot, due time)
         when resumed at ``now_ms``, from its record (the paused stretch is not caught up)."""
 
         def resumed(schedule_id: str, record: bytes) -> tuple[int, int, int]:

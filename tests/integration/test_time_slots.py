@@ -16,6 +16,7 @@ import redis
 from drumbeat import protocol
 from drumbeat.keys import Keys
 from drumbeat.scripts import Call, _definitions, _with_lib
+from drumbeat.slot_changes import SlotChanges
 from drumbeat.slots import Entry, Settled, SlotScripts, parse_entry, settled_record
 
 TASK = "tasks.watch"
@@ -44,7 +45,7 @@ def _slot(r: redis.Redis, keys: Keys, ms: int) -> list[str]:
 def _upsert(
     r: redis.Redis, s: SlotScripts, ids: list[str], due: int, spec: bytes = SPEC
 ) -> list[int]:
-    return s.upsert(r, [(sid, 0, due, due, TASK, spec) for sid in ids])
+    return SlotChanges(s.k).upsert(r, [(sid, 0, due, due, TASK, spec) for sid in ids])
 
 
 @dataclass
@@ -282,7 +283,7 @@ def test_a_claim_counts_late_only_the_fresh_runs_of_a_slot_that_also_holds_stall
     r.lmove(keys.slot(back), keys.slot(back), "RIGHT", "LEFT")  # (fresh before stalled, as
     r.lmove(keys.slot(back), keys.slot(back), "RIGHT", "LEFT")  # a settle pushes them first)
     # Removing a waiting stalled run takes it out of the count too.
-    assert s.remove(r, ["z"]) == 1
+    assert SlotChanges(keys).remove(r, ["z"]) == 1
     assert r.hget(keys.stalled, str(back)) == b"2"
     first = _claim(r, s, "w1.2", 3, [back], 1, first=True)  # f0, f1 and x
     assert [e.schedule_id for e in first.entries] == ["f0", "f1", "x"]
@@ -350,7 +351,7 @@ def test_a_schedule_changed_in_flight_gets_its_new_definition_when_its_run_settl
     _upsert(r, s, ["a", "b"], now - 10)
     got = _claim(r, s, "w1.1", 10, [now - 10], 1, first=True)
     new_due = now + 9000
-    assert s.upsert(r, [("a", 3, new_due, new_due, TASK, b"[]")]) == [2]
+    assert SlotChanges(keys).upsert(r, [("a", 3, new_due, new_due, TASK, b"[]")]) == [2]
     assert r.hget(keys.pending, "a") is not None
     # Upserted unchanged while in flight: its settle finds it unchanged, and it settles as built
     # (its generation and place kept).
@@ -378,7 +379,7 @@ def test_a_removed_schedule_goes_at_once_or_when_its_run_in_flight_settles(
     _upsert(r, s, ["waiting"], now + 60_000)
     _upsert(r, s, ["running"], now - 10)
     got = _claim(r, s, "w1.1", 10, [now - 10], 1, first=True)
-    assert s.remove(r, ["waiting", "running", "unknown"]) == 2
+    assert SlotChanges(keys).remove(r, ["waiting", "running", "unknown"]) == 2
     assert not r.exists(keys.slot(now + 60_000))
     assert r.zscore(keys.slots, str(now + 60_000)) is None
     assert _settle_all(
@@ -400,19 +401,19 @@ def test_a_change_or_pause_left_by_a_reaped_run_is_superseded_by_what_finds_it_w
     _upsert(r, s, ["a"], now - 10)
     _claim(r, s, "w1.1", 10, [now - 10], 1, first=True)
     assert _upsert(r, s, ["a"], now + 9000, spec=b"[]") == [2]  # in flight: waits
-    assert s.pause(r, ["a"]) == 1  # in flight: waits too
+    assert SlotChanges(keys).pause(r, ["a"]) == 1  # in flight: waits too
     assert r.hget(keys.pending, "a") == f"P{now + 9000}|{now + 9000}|0|1|[]".encode()
     r.zadd(keys.runners, {"w1.1": now - 1})
     back = now - 5
     assert _reap(r, keys, s, back, ["w1.1"]) == 1
     # A run back from a lapsed lease is due already: not run now a second time.
-    assert s.run_now(r, ["a"], now) == 0
+    assert SlotChanges(keys).run_now(r, ["a"], now) == 0
     # Found waiting: a change applies at once; the pause still waits.
     assert _upsert(r, s, ["a"], now - 3, spec=b'["x"]') == [2]
     assert r.hget(keys.pending, "a") == b"P"
     got = _claim(r, s, "w1.2", 10, [now - 3], 1, first=True)
     assert [e.record.endswith('|["x"]') for e in got.entries] == [True]
-    assert s.run_now(r, ["a"], now) == 0  # in flight
+    assert SlotChanges(keys).run_now(r, ["a"], now) == 0  # in flight
     assert _settle_all(r, s, "w1.2", got.now_ms, got.entries, next_ms=now + 5000) == [1]
     # The pause applied at the settle: the entry waits in `paused`, in no slot.
     assert r.hget(keys.where, "a") == b"p" and not r.exists(keys.pending)

@@ -19,6 +19,7 @@ from drumbeat.errors import ConfigurationError
 from drumbeat.keys import Keys
 from drumbeat.schedule import phase_ms
 from drumbeat.scripts import Call
+from drumbeat.slot_changes import SlotChanges
 from drumbeat.slots import SlotScripts, parse_entry
 from drumbeat.worker.slotted import SlotLane
 from tests.conftest import running_worker
@@ -390,13 +391,13 @@ def test_schedule_many_writes_at_most_batch_limit_schedules_a_call(
     def t(i: int) -> None: ...
 
     sizes: list[int] = []
-    upsert = SlotScripts.upsert
+    upsert = SlotChanges.upsert
 
-    def counted(self: SlotScripts, client: redis.Redis, items: list) -> list[int]:  # type: ignore[type-arg]
+    def counted(self: SlotChanges, client: redis.Redis, items: list) -> list[int]:  # type: ignore[type-arg]
         sizes.append(len(items))
         return upsert(self, client, items)
 
-    monkeypatch.setattr(SlotScripts, "upsert", counted)
+    monkeypatch.setattr(SlotChanges, "upsert", counted)
     assert (
         app.schedule_many([drumbeat.Schedule(f"c{i}", t, every=5, args=(i,)) for i in range(25)])
         == [1] * 25
