@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .keys import Keys
-from .protocol import PAUSED_AT
+from .protocol import PAUSED_AT, PAUSED_FLAG
 from .replies import text
 from .schedule import check_schedule_id
 from .scheduler import Plan, Reads, _send, _task_names
@@ -46,8 +46,11 @@ def _record(entries: Sequence[bytes], schedule_id: str) -> bytes | None:
 
 def _flying(k: Keys) -> _Step[dict[str, tuple[int, bytes]]]:
     """Every run in flight in a shard: schedule id -> (the slot it was claimed from, its
-    record), read from the lots of the incarnations in `runners`."""
-    (incarnations,) = yield Reads([("ZRANGE", k.runners, 0, -1)])
+    record), read from the lots of the incarnations in `runners`. A record whose schedule was
+    paused meanwhile (a "P" in `pending`: its settle pauses it) reads as paused, as the
+    wheel's does at once."""
+    incarnations, pending = yield Reads([("ZRANGE", k.runners, 0, -1), ("HGETALL", k.pending)])
+    pausing = {text(sid) for sid, change in pending.items() if change[:1] == b"P"}
     names = [text(i) for i in incarnations]
     held = yield Reads([("HKEYS", k.inflight(name)) for name in names])
     lots = [(name, text(lot)) for name, got in zip(names, held, strict=True) for lot in got]
@@ -57,9 +60,21 @@ def _flying(k: Keys) -> _Step[dict[str, tuple[int, bytes]]]:
         ms = int(lot.rpartition(":")[2])
         for entry in entries:
             head, sep, record = entry.partition(b"|")
+            sid = head.partition(b";")[0].decode()
             if sep:
-                out[head.partition(b";")[0].decode()] = (ms, record)
+                out[sid] = (ms, _flagged_paused(record) if sid in pausing else record)
     return out
+
+
+def _flagged_paused(record: bytes) -> bytes:
+    """``record`` with its flags saying paused (as it is, if it cannot be read)."""
+    try:
+        gen, grid, flags, rest = record.split(b"|", 3)
+        if int(flags) < PAUSED_FLAG:
+            flags = b"%d" % (int(flags) + PAUSED_FLAG)
+    except ValueError:
+        return record
+    return b"|".join((gen, grid, flags, rest))
 
 
 def lookup(scheduler: Scheduler, schedule_id: str) -> Plan[ScheduleInfo]:
@@ -117,7 +132,9 @@ def listing(scheduler: Scheduler, prefix: str = "") -> Plan[ScheduleInfo]:
             if isinstance(step, Reads):
                 step = _send(plan, (yield step))
             else:
-                yield from step.infos
+                # Not `yield from` the list: the driver sends its replies into this plan.
+                for info in step.infos:  # noqa: UP028
+                    yield info
                 step = next(plan, None)
 
 

@@ -105,9 +105,12 @@ def _spread_namespace(cluster: ClusterServer, shards: int) -> str:
     raise AssertionError(f"no namespace of 200 tried spread {shards} shards over the masters")
 
 
-async def test_schedule_shards_on_different_masters_run(redis_cluster: ClusterServer) -> None:
+@pytest.mark.parametrize("store", ["wheel", "slots"])
+async def test_schedule_shards_on_different_masters_run(
+    redis_cluster: ClusterServer, store: str
+) -> None:
     ns = _spread_namespace(redis_cluster, 3)
-    app = drumbeat.App(redis_cluster.url, namespace=ns, schedule_shards=3)
+    app = drumbeat.App(redis_cluster.url, namespace=ns, schedule_shards=3, schedule_store=store)  # type: ignore[arg-type]
     runs: dict[str, int] = {}
 
     @app.task
@@ -132,7 +135,13 @@ async def test_schedule_shards_on_different_masters_run(redis_cluster: ClusterSe
                 message="every schedule, on each of 3 masters, ran twice",
                 timeout=30,
             )
+            # Pause, resume and run now reach each shard's master.
+            assert await app.apause(*ids) == 12
+            assert all(info.paused for info in await app.aschedules())
+            assert await app.aresume(*ids) == 12
+            assert await app.arun_now("s0") == 1
         infos = {info.id: info for info in app.schedules()}
+        assert len(infos) == 12 and not any(info.paused for info in infos.values())
         assert all(infos[i].runs >= 2 for i in ids), {i: infos[i].runs for i in ids}
     finally:
         await app.aclose()

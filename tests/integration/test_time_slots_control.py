@@ -122,13 +122,17 @@ async def test_a_pause_asked_while_the_run_is_in_flight_applies_when_it_settles(
     async with _in_flight(redis_url, namespace) as (app, gate):
         assert await app.apause("g") == 1
         assert await app.apause("g") == 0, "a pause waits already"
+        # Read as paused at once, as the wheel's, though its run goes on.
+        info = await app.aget_schedule("g")
+        assert info is not None and info.paused and info.next_due_ms is None
+        assert [i.paused for i in await app.aschedules()] == [True]
         assert await app.arun_now("g") == 0, "its run is in flight"
         # Changed meanwhile too: the paused entry gets the new definition.
         assert await app.aschedule_many([drumbeat.Schedule("g", gate.task, every=2)]) == [2]
         gate.release.set()
         info = await wait_for_async(
             lambda: app.aget_schedule("g"),
-            lambda i: i is not None and i.paused,
+            lambda i: i is not None and i.paused and i.runs >= 1,
             message="the run settles into `paused`",
         )
         assert info is not None and info.runs == 1 and info.generation == 2
