@@ -214,6 +214,33 @@ async def test_show_prints_every_field(cli_env: None, app: drumbeat.App) -> None
 # -- pause, resume, run-now, rm ----------------------------------------------------------------
 
 
+def test_pause_resume_run_now_rm_with_time_slots(
+    cli_env: None, monkeypatch: pytest.MonkeyPatch, redis_url: str, namespace: str
+) -> None:
+    monkeypatch.setenv("DRUMBEAT_SCHEDULE_STORE", "slots")  # the CLI's app reads it too
+    app = drumbeat.App(redis_url, namespace=namespace)
+    assert app.settings.schedule_store == "slots"
+    _make_schedules(app)
+    paused = ok("schedules", "pause", APP, "ping.a", "ping.b", "ghost")
+    assert "paused 2 schedules" in paused.stdout
+    assert "no schedule with id 'ghost'" in paused.stderr
+    out = ok("schedules", "ls", APP, "--wide").stdout
+    assert row(out, "ping.a")[4:6] == ["paused", "-"]
+    assert row(out, "report.daily")[4] == "scheduled"
+    assert app.redis.hexists(app.keys.paused, "ping.a")
+    resumed = ok("schedules", "resume", APP, "ping.a", "report.daily")
+    assert "resumed 1 schedule" in resumed.stdout and "1 not paused" in resumed.stderr
+    queued = ok("schedules", "run-now", APP, "ping.a")
+    assert "queued a run of 1 schedule" in queued.stdout
+    info = app.get_schedule("ping.a")
+    assert info is not None and info.next_due_ms is not None
+    assert info.next_due_ms <= time.time() * 1000 + 1000, "its entry waits in the slot of now"
+    removed = ok("schedules", "rm", APP, "ping.a", "ping.b", "ghost", "--yes")
+    assert "removed 2 schedules" in removed.stdout
+    assert app.get_schedule("ping.a") is None and app.get_schedule("ping.b") is None
+    app.close()
+
+
 async def test_pause_resume_run_now_rm(cli_env: None, app: drumbeat.App) -> None:
     _make_schedules(app)
     assert _in_zset(app, "due", "ping.a")

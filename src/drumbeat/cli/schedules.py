@@ -301,10 +301,17 @@ def _act(
     unchanged: str,
 ) -> None:
     """Run ``action(*ids)`` on the ids that exist; report what it did and what it skipped."""
-    stored = app.scheduler.read(app.redis, ids)
-    found = [i for i in ids if i in stored]
+    found = _existing(app, ids)
     n = action(*found) if found else 0
     _report(n, ids, found, done, unchanged)
+
+
+def _existing(app: App, ids: list[str]) -> list[str]:
+    """The ids of ``ids`` that name a schedule, in order."""
+    if app.settings.schedule_store == "slots":  # a few ids typed on a command line
+        return [i for i in ids if app.get_schedule(i) is not None]
+    stored = app.scheduler.read(app.redis, ids)
+    return [i for i in ids if i in stored]
 
 
 def _report(n: int, ids: list[str], found: list[str], done: str, unchanged: str) -> None:
@@ -352,8 +359,7 @@ def schedules_rm(
     """Remove schedules for good (asks first unless --yes); a run in flight still finishes."""
     targets = _distinct(ids)
     with _opened(app_spec) as app:
-        stored = app.scheduler.read(app.redis, targets)
-        found = [i for i in targets if i in stored]
+        found = _existing(app, targets)
         if found and not yes:
             typer.confirm(f"Remove {len(found)} schedule(s) for good?", abort=True)
         n = app.unschedule(*found) if found else 0
