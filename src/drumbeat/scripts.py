@@ -80,6 +80,7 @@ SCRIPT_NAMES = (
     "pause_slots",
     "resume_slots",
     "run_slots_now",
+    "move_bucket_to_slots",
 )
 
 

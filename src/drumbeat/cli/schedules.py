@@ -17,6 +17,7 @@ from rich.console import RenderableType
 from rich.markup import escape
 from rich.table import Table
 
+from drumbeat.admin import migrate
 from drumbeat.app import App
 from drumbeat.cli import (
     AppArg,
@@ -364,3 +365,32 @@ def schedules_rm(
             typer.confirm(f"Remove {len(found)} schedule(s) for good?", abort=True)
         n = app.unschedule(*found) if found else 0
     _report(n, targets, found, "removed", "were removed meanwhile")
+
+
+@schedules_cli.command("migrate")
+def schedules_migrate(
+    app_spec: AppArg,
+    to: Annotated[str, typer.Option("--to", help="The store to move them into: slots.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Move every schedule from the wheel into the time slots, with the workers stopped.
+
+    Totals, generations and due times are kept. Nothing moves while a schedule is limited or
+    runs in another queue (the time slots cannot keep those yet). Run the workers with
+    schedule_store="slots" (DRUMBEAT_SCHEDULE_STORE=slots) afterwards.
+    """
+    with _opened(app_spec) as app:
+        if to != "slots":
+            raise CliError(f"--to must be slots (the only store to migrate into), got {to!r}", 2)
+        if not yes:
+            typer.confirm(
+                "Move every schedule into the time slots? Stop the workers first.", abort=True
+            )
+        try:
+            moved = migrate.to_slots(app)
+        except migrate.MigrationRefused as exc:
+            raise CliError(f"not migrated: {exc}") from None
+    _out().print(
+        f"moved {moved.waiting} waiting and {moved.paused} paused schedules into the time "
+        'slots; run the workers with schedule_store="slots" (DRUMBEAT_SCHEDULE_STORE=slots)'
+    )
