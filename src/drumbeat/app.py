@@ -338,86 +338,147 @@ class App:
 
         Returns one code per schedule, in the order given: 1 created, 2 updated, 0 unchanged.
         """
+        items = list(schedules)
         if self.settings.schedule_store == "slots":
-            return self.scheduler.slot_upsert(self.redis, schedules, self._now_ms())
+            return self._slot_upsert(items)
         queues = self.known_queues() if self.scheduler.apart else []
-        upserts = self.scheduler.upserts(list(schedules), self._now_ms(), queues)
+        upserts = self.scheduler.upserts(items, self._now_ms(), queues)
         if upserts.moves:
             self._run(upserts.moves)
         return upserts.in_order(self._run(upserts.calls))
+
+    def _slot_upsert(self, items: list[Schedule]) -> list[int]:
+        """`schedule_many` with schedule_store "slots": plain schedules into the time slots,
+        limited and routed ones into the wheel (the time slots cannot keep them yet). A
+        schedule the other store keeps leaves it first (answered 2, updated): re-registering
+        the wheel's schedules moves them."""
+        s = self.scheduler
+        split = s.slot_split(items, self._now_ms())
+        plain = [x.id for x, p in zip(items, split.places, strict=True) if p is not None]
+        wheel = s.read(self.redis, plain) if plain else {}
+        if wheel:
+            self._run(s.unschedules(list(wheel), self.known_queues()))
+        codes = s.slot_upsert(self.redis, split)
+        kept = [items[i] for i in split.kept]
+        held: set[str] = set()
+        if kept:
+            ids = [x.id for x in kept]
+            flags = next(drive(self.redis, s.slot_held(ids)))
+            held = {i for i, f in zip(ids, flags, strict=True) if f}
+            if held:
+                s.slot_each(held, lambda c, chunk: c.remove(self.redis, chunk))
+            upserts = s.upserts(kept, self._now_ms(), self.known_queues())
+            if upserts.moves:
+                self._run(upserts.moves)
+            for i, code in zip(split.kept, upserts.in_order(self._run(upserts.calls)), strict=True):
+                codes[i] = code
+        moved = wheel.keys() | held
+        return [2 if x.id in moved else c or 0 for x, c in zip(items, codes, strict=True)]
 
     async def aschedule_many(self, schedules: Iterable[Schedule]) -> list[int]:
         """`schedule_many` for async callers."""
         items = list(schedules)
         if self.settings.schedule_store == "slots":
-            return await self.scheduler.aslot_upsert(
-                await self.aredis(), items, await self._anow_ms()
-            )
+            return await self._aslot_upsert(items)
         queues = await self.aknown_queues() if self.scheduler.apart else []
         upserts = self.scheduler.upserts(items, await self._anow_ms(), queues)
         if upserts.moves:
             await self._arun(upserts.moves)
         return upserts.in_order(await self._arun(upserts.calls))
 
+    async def _aslot_upsert(self, items: list[Schedule]) -> list[int]:
+        """`_slot_upsert` for async callers."""
+        s, client = self.scheduler, await self.aredis()
+        split = s.slot_split(items, await self._anow_ms())
+        plain = [x.id for x, p in zip(items, split.places, strict=True) if p is not None]
+        wheel = await s.aread(client, plain) if plain else {}
+        if wheel:
+            await self._arun(s.unschedules(list(wheel), await self.aknown_queues()))
+        codes = await s.aslot_upsert(client, split)
+        kept = [items[i] for i in split.kept]
+        held: set[str] = set()
+        if kept:
+            ids = [x.id for x in kept]
+            (flags,) = await adrive(client, s.slot_held(ids))
+            held = {i for i, f in zip(ids, flags, strict=True) if f}
+            if held:
+                await s.aslot_each(held, lambda c, chunk: c.aremove(client, chunk))
+            upserts = s.upserts(kept, await self._anow_ms(), await self.aknown_queues())
+            if upserts.moves:
+                await self._arun(upserts.moves)
+            done = upserts.in_order(await self._arun(upserts.calls))
+            for i, code in zip(split.kept, done, strict=True):
+                codes[i] = code
+        moved = wheel.keys() | held
+        return [2 if x.id in moved else c or 0 for x, c in zip(items, codes, strict=True)]
+
+    # With schedule_store "slots", the changes by id go to both stores: the wheel keeps the
+    # limited and routed schedules (and those not moved yet), and an id is in one of them.
+
     def unschedule(self, *ids: str) -> int:
         """Remove schedules; a run in flight finishes and is not followed by another."""
+        n = 0
         if self.settings.schedule_store == "slots":
-            return self.scheduler.slot_each(ids, lambda s, chunk: s.remove(self.redis, chunk))
-        return sum(self._run(self.scheduler.unschedules(ids, self.known_queues())))
+            n = self.scheduler.slot_each(ids, lambda s, chunk: s.remove(self.redis, chunk))
+        return n + sum(self._run(self.scheduler.unschedules(ids, self.known_queues())))
 
     async def aunschedule(self, *ids: str) -> int:
+        client, n = await self.aredis(), 0
         if self.settings.schedule_store == "slots":
-            client = await self.aredis()
-            return await self.scheduler.aslot_each(ids, lambda s, chunk: s.aremove(client, chunk))
+            n = await self.scheduler.aslot_each(ids, lambda s, chunk: s.aremove(client, chunk))
         queues = await self.aknown_queues()
-        return sum(await self._arun(self.scheduler.unschedules(ids, queues)))
+        return n + sum(await self._arun(self.scheduler.unschedules(ids, queues)))
 
     def pause(self, *ids: str) -> int:
         """Stop scheduling runs (a run in flight finishes); returns how many were paused."""
+        n = 0
         if self.settings.schedule_store == "slots":
-            return self.scheduler.slot_each(ids, lambda s, chunk: s.pause(self.redis, chunk))
-        return sum(self._run(self.scheduler.pauses(ids, self.known_queues())))
+            n = self.scheduler.slot_each(ids, lambda s, chunk: s.pause(self.redis, chunk))
+        return n + sum(self._run(self.scheduler.pauses(ids, self.known_queues())))
 
     async def apause(self, *ids: str) -> int:
+        client, n = await self.aredis(), 0
         if self.settings.schedule_store == "slots":
-            client = await self.aredis()
-            return await self.scheduler.aslot_each(ids, lambda s, chunk: s.apause(client, chunk))
-        return sum(await self._arun(self.scheduler.pauses(ids, await self.aknown_queues())))
+            n = await self.scheduler.aslot_each(ids, lambda s, chunk: s.apause(client, chunk))
+        queues = await self.aknown_queues()
+        return n + sum(await self._arun(self.scheduler.pauses(ids, queues)))
 
     def resume(self, *ids: str) -> int:
         """Resume paused schedules at their next slot from now; returns how many resumed."""
+        now, n = self._now_ms(), 0
         if self.settings.schedule_store == "slots":
-            resumed = self.scheduler.slot_resumed(self._now_ms())
-            return self.scheduler.slot_each(
-                ids, lambda s, chunk: s.resume(self.redis, chunk, resumed)
-            )
+            resumed = self.scheduler.slot_resumed(now)
+            n = self.scheduler.slot_each(ids, lambda s, chunk: s.resume(self.redis, chunk, resumed))
         stored = self.scheduler.read(self.redis, ids)
-        return sum(self._run(self.scheduler.resumes(stored, self._now_ms())))
+        return n + sum(self._run(self.scheduler.resumes(stored, now)))
 
     async def aresume(self, *ids: str) -> int:
-        client = await self.aredis()
+        client, now, n = await self.aredis(), await self._anow_ms(), 0
         if self.settings.schedule_store == "slots":
-            resumed = self.scheduler.slot_resumed(await self._anow_ms())
-            return await self.scheduler.aslot_each(
+            resumed = self.scheduler.slot_resumed(now)
+            n = await self.scheduler.aslot_each(
                 ids, lambda s, chunk: s.aresume(client, chunk, resumed)
             )
         stored = await self.scheduler.aread(client, ids)
-        return sum(await self._arun(self.scheduler.resumes(stored, await self._anow_ms())))
+        return n + sum(await self._arun(self.scheduler.resumes(stored, now)))
 
     def run_now(self, *ids: str) -> int:
         """Queue one extra run of each schedule now, unless one is already queued or running."""
+        n = 0
         if self.settings.schedule_store == "slots":
             now = self._now_ms()
-            return self.scheduler.slot_each(ids, lambda s, chunk: s.run_now(self.redis, chunk, now))
-        return sum(self._run(self.scheduler.runs_now(ids, self.known_queues())))
+            n = self.scheduler.slot_each(ids, lambda s, chunk: s.run_now(self.redis, chunk, now))
+        return n + sum(self._run(self.scheduler.runs_now(ids, self.known_queues())))
 
     async def arun_now(self, *ids: str) -> int:
+        n = 0
         if self.settings.schedule_store == "slots":
             client, now = await self.aredis(), await self._anow_ms()
-            return await self.scheduler.aslot_each(
+            n = await self.scheduler.aslot_each(
                 ids, lambda s, chunk: s.arun_now(client, chunk, now)
             )
-        return sum(await self._arun(self.scheduler.runs_now(ids, await self.aknown_queues())))
+        queues = await self.aknown_queues()
+        return n + sum(await self._arun(self.scheduler.runs_now(ids, queues)))
 
     def schedules(self, prefix: str = "") -> Iterator[ScheduleInfo]:
         """Iterate over schedules whose id starts with ``prefix``, with their state."""

@@ -12,7 +12,7 @@ import redis
 import redis.asyncio as redis_async
 from redis.exceptions import NoScriptError
 
-from .errors import ConfigurationError, InvalidJob, UnknownTask
+from .errors import InvalidJob, UnknownTask
 from .keys import DEFAULT_QUEUE, WHEEL_BUCKETS, Keys, bucket_of
 from .protocol import ROUTE_FIELD
 from .schedule import (
@@ -239,52 +239,44 @@ class Scheduler:
 
     # -- the time-slot store (Settings.schedule_store "slots"; in progress) ------------------
 
-    def slot_upserts(
-        self, schedules: Iterable[Schedule], now_ms: int
-    ) -> tuple[dict[int, list[tuple[str, int, int, int, str, bytes]]], list[tuple[int, int]]]:
-        """Per shard, the `SlotChanges.upsert` items, and each schedule's (shard, place in
-        its shard's items), in input order. Limited and routed schedules are refused: the
-        time slots cannot keep them yet."""
-        groups: dict[int, list[tuple[str, int, int, int, str, bytes]]] = defaultdict(list)
-        where: list[tuple[int, int]] = []
-        for shard, (sid, priority, grid, due, task, spec, queue), limited in self._encoded(
-            schedules, now_ms
+    def slot_split(self, schedules: Iterable[Schedule], now_ms: int) -> SlotSplit:
+        """The schedules the time slots keep (plain ones: per shard, their `SlotChanges.upsert`
+        items) and those the wheel keeps (limited, or routed to another queue: the time slots
+        cannot keep them yet), in input order."""
+        split = SlotSplit()
+        for i, (shard, (sid, priority, grid, due, task, spec, queue), limited) in enumerate(
+            self._encoded(schedules, now_ms)
         ):
             if limited or queue != DEFAULT_QUEUE:
-                self.slots_lack(f"schedule {sid!r} with limits or the queue {queue!r}")
-            where.append((shard, len(groups[shard])))
-            groups[shard].append((sid, priority, grid, due, task, spec))
-        return groups, where
+                split.kept.append(i)
+                split.places.append(None)
+            else:
+                split.places.append((shard, len(split.groups[shard])))
+                split.groups[shard].append((sid, priority, grid, due, task, spec))
+        return split
 
-    def slots_lack(self, what: str) -> None:
-        """Raises: with schedule_store "slots", ``what`` is not built yet."""
-        raise ConfigurationError(
-            f"{what}: not supported with schedule_store='slots' yet (docs/design/time-slots.md);"
-            " use the default schedule_store='wheel'"
-        )
-
-    def slot_upsert(
-        self, client: redis.Redis, schedules: Iterable[Schedule], now_ms: int
-    ) -> list[int]:
-        """`App.schedule_many` with the time slots: one call per `batch_limit` schedules."""
-        groups, where = self.slot_upserts(schedules, now_ms)
+    def slot_upsert(self, client: redis.Redis, split: SlotSplit) -> list[int | None]:
+        """Upserts the plain schedules of ``split``, one call per `batch_limit`; one code per
+        schedule of the split (None for those the wheel keeps)."""
         got: dict[int, list[int]] = {}
-        for shard, items in groups.items():
+        for shard, items in split.groups.items():
             got[shard] = []
             for chunk in self._chunks(items):
                 got[shard] += self.slot_changes[shard].upsert(client, chunk)
-        return [got[shard][i] for shard, i in where]
+        return [None if p is None else got[p[0]][p[1]] for p in split.places]
 
-    async def aslot_upsert(
-        self, client: redis_async.Redis, schedules: Iterable[Schedule], now_ms: int
-    ) -> list[int]:
-        groups, where = self.slot_upserts(schedules, now_ms)
+    async def aslot_upsert(self, client: redis_async.Redis, split: SlotSplit) -> list[int | None]:
+        """`slot_upsert` for async callers."""
         got: dict[int, list[int]] = {}
-        for shard, items in groups.items():
+        for shard, items in split.groups.items():
             got[shard] = []
             for chunk in self._chunks(items):
                 got[shard] += await self.slot_changes[shard].aupsert(client, chunk)
-        return [got[shard][i] for shard, i in where]
+        return [None if p is None else got[p[0]][p[1]] for p in split.places]
+
+    def slot_held(self, ids: Sequence[str]) -> Plan[list[Any]]:
+        """Whether the time slots keep each of ``ids``: one item, a flag each."""
+        yield (yield Reads([("HEXISTS", self.shards[self.shard_of(i)].where, i) for i in ids]))
 
     def slot_each(self, ids: Iterable[str], act: Callable[[SlotChanges, list[str]], int]) -> int:
         """The sum of ``act`` (a `SlotChanges` call: remove, pause, ...) over ``ids``,
@@ -470,12 +462,13 @@ class Scheduler:
 
     def count(self, client: redis.Redis) -> int:
         """How many schedules there are (HLEN of every bucket, summed in Redis; with the time
-        slots, of each shard's `where`)."""
+        slots, plus each shard's `where`: the wheel keeps the limited and routed ones)."""
+        slotted = 0
         if self.app.settings.schedule_store == "slots":
             with client.pipeline(transaction=False) as pipe:
                 for shard in self.slot_shards:
                     pipe.hlen(self.shards[shard].where)
-                return sum(int(n) for n in pipe.execute())
+                slotted = sum(int(n) for n in pipe.execute())
         calls = [
             scripts.count_schedules(range(first, min(first + _COUNT_BATCH, WHEEL_BUCKETS)))
             for scripts in self.scripts
@@ -487,7 +480,7 @@ class Scheduler:
                 pipe.execute_command(*call.command())  # type: ignore[no-untyped-call]
             replies = pipe.execute(raise_on_error=False)
         # A Redis that lost its scripts (restart, failover) answered NOSCRIPT: run those again.
-        return sum(
+        return slotted + sum(
             call.run(client) if isinstance(reply, NoScriptError) else _raise_or(reply)
             for call, reply in zip(calls, replies, strict=True)
         )
@@ -537,6 +530,20 @@ def _raise_or(reply: Any) -> int:
 
 
 Command = tuple[str | int | bytes, ...]
+
+
+@dataclass(slots=True)
+class SlotSplit:
+    """`Scheduler.slot_split`: which store keeps each schedule of one upsert."""
+
+    groups: defaultdict[int, list[tuple[str, int, int, int, str, bytes]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    """Per shard, the upsert items of the schedules the time slots keep."""
+    places: list[tuple[int, int] | None] = field(default_factory=list)
+    """Per schedule: (shard, place among its shard's items), or None where the wheel keeps it."""
+    kept: list[int] = field(default_factory=list)
+    """The places in the input of the schedules the wheel keeps."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,7 +86,8 @@ def lookup(scheduler: Scheduler, schedule_id: str) -> Plan[ScheduleInfo]:
             [("HGET", k.where, schedule_id), ("HGET", k.faults, schedule_id),
              ("HGETALL", k.tasks)]
         )  # fmt: skip
-        if at is None:
+        if at is None:  # the wheel keeps the limited and routed ones, and those not moved yet
+            yield from scheduler.lookup(schedule_id)
             return
         if text(at) == PAUSED_AT:
             (entry,) = yield Reads([("HGET", k.paused, schedule_id)])
@@ -125,6 +126,7 @@ def listing(scheduler: Scheduler, prefix: str = "") -> Plan[ScheduleInfo]:
     """Every schedule whose id starts with ``prefix``, with its state (`batches` of every
     shard). A schedule that moves while the listing runs may be missed or listed twice, as a
     scan of a changing keyspace does."""
+    yield from scheduler.listing(prefix)  # the limited and routed ones, those not moved yet
     for shard in scheduler.slot_shards:
         plan = batches(scheduler, shard, prefix)
         step = next(plan, None)

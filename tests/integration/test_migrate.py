@@ -1,7 +1,7 @@
 """``drumbeat schedules migrate --to slots``: a namespace's schedules move from the wheel into
 the time slots with their totals, generations, due times, pauses and last errors, and run on
-from there; nothing moves while a schedule is limited, and a bucket whose schedule has a run
-queued stops the migration there."""
+from there; limited ones stay in the wheel, and a bucket whose schedule has a run queued stops
+the migration there."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import redis
 
 import drumbeat
 from drumbeat.admin import migrate
+from drumbeat.keys import bucket_of
 from drumbeat.scheduler import ScheduleInfo
 from tests.conftest import running_worker
 from tests.helpers import wait_for_async
@@ -61,23 +62,23 @@ async def test_schedules_move_into_the_time_slots_and_run_on(
     ids = ["often", "hourly", "broken", "daily"]
     before = {i: _kept(await wheel.aget_schedule(i)) for i in ids}
 
-    # A schedule the time slots cannot keep yet: nothing moves.
-    with pytest.raises(migrate.MigrationRefused, match=r"'limited' \(limited\); nothing moved"):
-        migrate.to_slots(wheel)
-    assert not r.exists(wheel.keys.where)
-    assert await wheel.aunschedule("limited") == 1
-
+    limited = _kept(await wheel.aget_schedule("limited"))
     moved = migrate.to_slots(wheel)
-    assert (moved.waiting, moved.paused) == (3, 1)
-    assert _wheel_keys(r, namespace) == []
-    assert not [m for m in r.zrange(wheel.keys.due, 0, -1) if m.startswith(b"w:")]
+    # The limited schedule stays in the wheel, which keeps it with the time slots too.
+    assert (moved.waiting, moved.paused, moved.kept) == (3, 1, 1)
+    bucket = bucket_of("limited")
+    left = [k for k in _wheel_keys(r, namespace) if not k.endswith(b":%d" % bucket)]
+    assert left == [], "only the limited schedule's bucket is left"
+    markers = [m for m in r.zrange(wheel.keys.due, 0, -1) if m.startswith(b"w:")]
+    assert markers == [b"w:%d" % bucket] or markers == []
     await wheel.aclose()
 
     slots = drumbeat.App(redis_url, namespace=namespace, schedule_store="slots")
     slots.task(name="tick")(tick)
     slots.task(name="fail", retries=0)(fail)
     assert {i: _kept(await slots.aget_schedule(i)) for i in ids} == before
-    assert sorted(i.id for i in await slots.aschedules()) == sorted(ids)
+    assert _kept(await slots.aget_schedule("limited")) == limited
+    assert sorted(i.id for i in await slots.aschedules()) == sorted([*ids, "limited"])
     ran = runs.count("often")
     async with running_worker(slots):
         await wait_for_async(

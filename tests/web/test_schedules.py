@@ -90,9 +90,12 @@ def test_the_page_lists_and_acts_on_schedules_kept_as_time_slots(
     app = drumbeat.App(redis_url, namespace=namespace, schedule_store="slots")
     app.task(name="tick")(_tick)
     _make(app, ["a:1", "a:2", "b:1"])
+    # Limited: the wheel keeps it, and the page lists it after the time slots' schedules.
+    app.schedule("c:1", "tick", every=3600, args=(1,), rate_limit="1/s")
     with serve(app) as served:
         page.goto(served.url + "/schedules")
-        assert page.locator("h1").inner_text() == "Schedules (3)"
+        assert page.locator("h1").inner_text() == "Schedules (4)"
+        assert page.locator('tr[data-id="c:1"]').count() == 1
         page.goto(served.url + "/schedules?prefix=a")
         rows = page.locator("#schedules tbody tr")
         assert sorted(rows.evaluate_all("rows => rows.map(r => r.dataset.id)")) == ["a:1", "a:2"]

@@ -1,13 +1,13 @@
 """Moving a namespace's schedules from the wheel into the time slots (``drumbeat schedules
 migrate --to slots``), with its workers stopped.
 
-Each of the wheel's buckets moves in one script call (`move_bucket_to_slots.lua`): its
-schedules' records, totals and generations as they are, each waiting one into the slot of its
-due time, each paused one into `paused`. A bucket that changed since it was read is read and
-sent again. Nothing moves while any schedule cannot be kept as time slots yet (limited or routed
-to another queue): every bucket is read and checked first. A schedule with a run queued or in
-flight stops the migration at its bucket (the buckets before it have moved: run it again once
-the run is done, with the workers stopped).
+The schedules of each wheel bucket move in one script call (`move_bucket_to_slots.lua`): their
+records, totals and generations as they are, each waiting one into the slot of its due time,
+each paused one into `paused`. A bucket that changed since it was read is read and sent again.
+Limited schedules and those routed to another queue stay in the wheel, which keeps them under
+``schedule_store="slots"`` too (the time slots cannot keep them yet). A schedule with a run
+queued or in flight stops the migration at its bucket (the buckets before it have moved: run it
+again once the run is done, with the workers stopped).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ _WHY = {
 
 
 class MigrationRefused(DrumbeatError):
-    """Schedules that cannot move (nothing moved, or only the buckets before the first one)."""
+    """A schedule that cannot move: the buckets before its own have moved."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,8 @@ class Migrated:
     """Schedules moved into the slot of their due time."""
     paused: int
     """Paused schedules moved into `paused`."""
+    kept: int = 0
+    """Limited and routed schedules, left in the wheel."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,25 +76,17 @@ def to_slots(app: App, *, progress: Callable[[int], None] | None = None) -> Migr
         _task_names(cast(Mapping[bytes, bytes], app.redis.hgetall(k.tasks)))
         for k in app.scheduler.shards
     ]
-    kept_apart = [
-        f"{sid!r} ({why})"
-        for bucket in _buckets(app)
-        for sid, why in _unsupported(app, bucket, names[bucket.shard])
-    ]
-    if kept_apart:
-        raise MigrationRefused(
-            f"{len(kept_apart)} schedule(s) cannot be kept as time slots yet (limits and other "
-            f"queues are the wheel's alone): {', '.join(kept_apart[:10])}; nothing moved"
-        )
-    waiting = paused = 0
+    waiting = paused = kept = 0
     for bucket in _buckets(app):
-        moved = _move(app, bucket)
+        apart = _kept_by_wheel(app, bucket, names[bucket.shard])
+        kept += len(apart)
+        moved = _move(app, bucket, apart)
         waiting, paused = waiting + moved[0], paused + moved[1]
         if progress is not None:
             progress(waiting + paused)
     for keys in app.scheduler.shards:
         _drop_stale_markers(app, keys)
-    return Migrated(waiting, paused)
+    return Migrated(waiting, paused, kept)
 
 
 def _drop_stale_markers(app: App, keys: Keys) -> None:
@@ -135,27 +129,31 @@ def _read(shard: int, bucket: int, records: Any, scores: Any) -> _Bucket:
     )
 
 
-def _unsupported(app: App, bucket: _Bucket, names: Mapping[str, str]) -> Iterator[tuple[str, str]]:
-    """The schedules of ``bucket`` the time slots cannot keep yet, with why (``names``: its
-    shard's task names by code)."""
+def _kept_by_wheel(app: App, bucket: _Bucket, names: Mapping[str, str]) -> set[str]:
+    """The schedules of ``bucket`` that stay in the wheel: limited ones, those routed to
+    another queue, and those whose record cannot be read (``names``: its shard's task names
+    by code)."""
+    kept = set()
     for sid, record in bucket.records.items():
         try:
             info = app.scheduler.decode(sid, record, names)
-            limits = decode_schedule_spec(parse_record(record).spec)[3]
-        except Exception as exc:  # reported, never moved: the script refuses it too
-            yield sid, f"unreadable record: {type(exc).__name__}"
-            continue
-        if limits is not None:
-            yield sid, "limited"
-        elif info.queue != DEFAULT_QUEUE:
-            yield sid, f"runs in the queue {info.queue!r}"
+            limited = decode_schedule_spec(parse_record(record).spec)[3] is not None
+        except Exception:  # the wheel's workers report it when they run it
+            limited = True
+        if limited or info.queue != DEFAULT_QUEUE:
+            kept.add(sid)
+    return kept
 
 
-def _move(app: App, bucket: _Bucket) -> tuple[int, int]:
-    """Moves one bucket (read again while it changes under the call)."""
+def _move(app: App, bucket: _Bucket, apart: set[str]) -> tuple[int, int]:
+    """Moves the schedules of one bucket but those ``apart`` (read again while it changes
+    under the call)."""
     keys = app.scheduler.shards[bucket.shard]
     for _ in range(_TRIES):
-        reply = _call(keys, bucket).run(app.redis)
+        ids = [sid for sid in bucket.records if sid not in apart]
+        if not ids:
+            return 0, 0
+        reply = _call(keys, bucket, ids).run(app.redis)
         code = int(reply[0])
         if code >= 0:
             return code, int(reply[1])
@@ -169,19 +167,17 @@ def _move(app: App, bucket: _Bucket) -> tuple[int, int]:
             pipe.zrange(keys.wheel(bucket.bucket), 0, -1, withscores=True)
             records, scores = pipe.execute()
         bucket = _read(bucket.shard, bucket.bucket, records, scores)
-        if not bucket.records:
-            return 0, 0
     raise MigrationRefused(
         f"wheel bucket {bucket.bucket} of shard {bucket.shard} kept changing: are workers "
         "or producers still running?"
     )
 
 
-def _call(k: Keys, bucket: _Bucket) -> Call[list[Any]]:
+def _call(k: Keys, bucket: _Bucket, ids: list[str]) -> Call[list[Any]]:
     keys = [k.wheel(bucket.bucket), k.schedules(bucket.bucket), k.due, k.state]
     keys += [k.slots, k.where, k.paused]
-    args: list[str | int] = [wheel_marker(bucket.bucket), len(bucket.records)]
-    for sid in bucket.records:
+    args: list[str | int] = [wheel_marker(bucket.bucket), len(ids)]
+    for sid in ids:
         due = bucket.scores.get(sid)
         keys.append(k.slot(due) if due is not None else k.slots)
         args += [sid, "" if due is None else due]

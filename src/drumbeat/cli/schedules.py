@@ -375,9 +375,9 @@ def schedules_migrate(
 ) -> None:
     """Move every schedule from the wheel into the time slots, with the workers stopped.
 
-    Totals, generations and due times are kept. Nothing moves while a schedule is limited or
-    runs in another queue (the time slots cannot keep those yet). Run the workers with
-    schedule_store="slots" (DRUMBEAT_SCHEDULE_STORE=slots) afterwards.
+    Totals, generations and due times are kept. Limited schedules and those that run in
+    another queue stay in the wheel, which keeps them with the time slots too. Run the workers
+    with schedule_store="slots" (DRUMBEAT_SCHEDULE_STORE=slots) afterwards.
     """
     with _opened(app_spec) as app:
         if to != "slots":
@@ -390,7 +390,9 @@ def schedules_migrate(
             moved = migrate.to_slots(app)
         except migrate.MigrationRefused as exc:
             raise CliError(f"not migrated: {exc}") from None
+    kept = f", {moved.kept} limited or routed stay in the wheel" if moved.kept else ""
     _out().print(
         f"moved {moved.waiting} waiting and {moved.paused} paused schedules into the time "
-        'slots; run the workers with schedule_store="slots" (DRUMBEAT_SCHEDULE_STORE=slots)'
+        f'slots{kept}; run the workers with schedule_store="slots" '
+        "(DRUMBEAT_SCHEDULE_STORE=slots)"
     )

@@ -91,9 +91,29 @@ def find(
 ) -> tuple[list[ScheduleInfo], Cursor | None]:
     """Up to ``limit`` schedules whose id starts with ``prefix`` from ``cursor`` on (fewer
     once `EXAMINED_PER_PAGE` schedules were examined), and the cursor of the next page (None
-    after the last)."""
-    if app.settings.schedule_store == "slots":
-        return _find_slots(app, prefix, cursor, limit)
+    after the last). With the time slots, their shards come first (cursor shards 0..n-1),
+    then the wheel's (n on), which keeps the limited and routed schedules."""
+    if app.settings.schedule_store != "slots":
+        return _find_wheel(app, prefix, cursor, limit)
+    n = len(app.scheduler.slot_shards)
+    found: list[ScheduleInfo] = []
+    if cursor.shard < n:
+        found, following = _find_slots(app, prefix, cursor, limit)
+        if following is not None or len(found) >= limit:
+            return found, following or Cursor(n, 0, 0)
+        cursor = Cursor(n, 0, 0)
+    more, after = _find_wheel(
+        app, prefix, Cursor(cursor.shard - n, cursor.bucket, cursor.skip), limit - len(found)
+    )
+    return found + more, None if after is None else Cursor(
+        after.shard + n, after.bucket, after.skip
+    )
+
+
+def _find_wheel(
+    app: App, prefix: str, cursor: Cursor, limit: int
+) -> tuple[list[ScheduleInfo], Cursor | None]:
+    """`find` in the wheel's buckets."""
     scheduler = app.scheduler
     pattern = _GLOB.sub(r"\\\1", prefix) + "*"
     found: list[tuple[int, str, bytes]] = []
@@ -189,13 +209,17 @@ def _searched(app: App, following: Cursor | None) -> float:
     """The share of every shard's buckets walked up to ``following`` (1.0 when done)."""
     if following is None:
         return 1.0
-    if app.settings.schedule_store == "slots":
+    shards = len(app.scheduler.shards)
+    if app.settings.schedule_store != "slots":
+        return (following.shard * WHEEL_BUCKETS + following.bucket) / (shards * WHEEL_BUCKETS)
+    n = len(app.scheduler.slot_shards)
+    if following.shard < n:
         # Redis walks a hash's table in reverse binary order: a scan cursor's bits reversed
         # are the share of the table it has passed.
         passed = int(f"{following.bucket:064b}"[::-1], 2) / 2**64
-        return (following.shard + passed) / len(app.scheduler.slot_shards)
-    total = len(app.scheduler.shards) * WHEEL_BUCKETS
-    return (following.shard * WHEEL_BUCKETS + following.bucket) / total
+    else:  # in the wheel's buckets, after the time slots' shards
+        passed = following.bucket / WHEEL_BUCKETS
+    return (following.shard + passed) / (n + shards)
 
 
 def _now_ms(app: App) -> int:

@@ -1,0 +1,96 @@
+"""With ``schedule_store="slots"``, the wheel keeps what the time slots cannot keep yet: limited
+schedules and schedules routed to another queue. They run, are read, listed, counted, paused,
+resumed, run now and removed through the same API; a schedule whose kind changes moves between
+the two stores (answered 2, updated), and so does one the wheel kept from before the setting."""
+
+from __future__ import annotations
+
+import asyncio
+
+import redis
+
+import drumbeat
+from drumbeat.keys import bucket_of
+from tests.conftest import running_worker
+from tests.helpers import wait_for_async
+
+
+def _in_wheel(r: redis.Redis, app: drumbeat.App, schedule_id: str) -> bool:
+    keys = app.scheduler.shards[app.scheduler.homes(schedule_id)[-1]]
+    return bool(r.hexists(keys.schedules(bucket_of(schedule_id)), schedule_id))
+
+
+def _in_slots(r: redis.Redis, app: drumbeat.App, schedule_id: str) -> bool:
+    keys = app.scheduler.shards[app.scheduler.shard_of(schedule_id)]
+    return bool(r.hexists(keys.where, schedule_id))
+
+
+async def test_limited_and_routed_schedules_run_from_the_wheel_beside_the_time_slots(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    app = drumbeat.App(redis_url, namespace=namespace, schedule_store="slots")
+    runs: list[str] = []
+
+    @app.task(name="tick")
+    async def tick(name: str) -> None:
+        runs.append(name)
+
+    @app.task(name="build", queue="builds")
+    async def build(name: str) -> None:
+        runs.append(name)
+
+    codes = await app.aschedule_many([
+        drumbeat.Schedule("plain", "tick", every=1, args=("plain",)),
+        drumbeat.Schedule("limited", "tick", every=1, args=("limited",), concurrency_limit=1),
+        drumbeat.Schedule("routed", "build", every=1, args=("routed",)),
+    ])  # fmt: skip
+    assert codes == [1, 1, 1]
+    assert _in_slots(r, app, "plain") and not _in_wheel(r, app, "plain")
+    for sid in ("limited", "routed"):
+        assert _in_wheel(r, app, sid) and not _in_slots(r, app, sid), sid
+    assert sorted(i.id for i in await app.aschedules()) == ["limited", "plain", "routed"]
+    assert app.scheduler.count(app.redis) == 3
+    routed = await app.aget_schedule("routed")
+    assert routed is not None and routed.queue == "builds"
+
+    async with running_worker(app, queues=["default", "builds"]):
+        await wait_for_async(
+            lambda: sorted(set(runs)),
+            lambda seen: seen == ["limited", "plain", "routed"],
+            message="every kind runs",
+        )
+        assert await app.apause("plain", "limited", "routed") == 3
+        assert all(i.paused for i in await app.aschedules())
+        assert await app.aresume("plain", "limited", "routed") == 3
+        assert not any(i.paused for i in await app.aschedules())
+        await asyncio.sleep(0.1)
+    assert await app.aunschedule("plain", "limited", "routed", "ghost") == 3
+    assert await app.aschedules() == []
+    await app.aclose()
+
+
+def test_a_schedule_whose_kind_changes_moves_between_the_stores(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    wheel = drumbeat.App(redis_url, namespace=namespace, schedule_store="wheel")
+    wheel.task(name="tick")(lambda: None)
+    wheel.schedule("old", "tick", every=60)  # kept by the wheel before the setting changed
+    wheel.close()
+
+    app = drumbeat.App(redis_url, namespace=namespace, schedule_store="slots")
+    app.task(name="tick")(lambda: None)
+    assert app.get_schedule("old") is not None, "read from the wheel"
+    # Registered again under the time slots: moved there.
+    assert app.schedule_many([drumbeat.Schedule("old", "tick", every=60)]) == [2]
+    assert _in_slots(r, app, "old") and not _in_wheel(r, app, "old")
+
+    assert app.schedule_many([drumbeat.Schedule("k", "tick", every=60)]) == [1]
+    assert app.schedule_many([drumbeat.Schedule("k", "tick", every=60, rate_limit="1/s")]) == [2]
+    assert _in_wheel(r, app, "k") and not _in_slots(r, app, "k")
+    assert app.schedule_many([drumbeat.Schedule("k", "tick", every=60, rate_limit="1/s")]) == [0]
+    assert app.schedule_many([drumbeat.Schedule("k", "tick", every=30)]) == [2]
+    assert _in_slots(r, app, "k") and not _in_wheel(r, app, "k")
+    info = app.get_schedule("k")
+    assert info is not None and info.cadence.every == 30
+    assert sorted(i.id for i in app.schedules()) == ["k", "old"]
+    app.close()
