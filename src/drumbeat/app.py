@@ -12,7 +12,7 @@ import redis
 import redis.asyncio as redis_async
 from redis.exceptions import NoScriptError
 
-from . import connections, slot_reads
+from . import connections, slot_reads, slot_store
 from .config import Settings
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .job import Job, encode_spec
@@ -340,77 +340,23 @@ class App:
         """
         items = list(schedules)
         if self.settings.schedule_store == "slots":
-            return self._slot_upsert(items)
+            return slot_store.upsert(self, items)
         queues = self.known_queues() if self.scheduler.apart else []
         upserts = self.scheduler.upserts(items, self._now_ms(), queues)
         if upserts.moves:
             self._run(upserts.moves)
         return upserts.in_order(self._run(upserts.calls))
 
-    def _slot_upsert(self, items: list[Schedule]) -> list[int]:
-        """`schedule_many` with schedule_store "slots": plain schedules into the time slots,
-        limited and routed ones into the wheel (the time slots cannot keep them yet). A
-        schedule the other store keeps leaves it first (answered 2, updated): re-registering
-        the wheel's schedules moves them."""
-        s = self.scheduler
-        split = s.slot_split(items, self._now_ms())
-        plain = [x.id for x, p in zip(items, split.places, strict=True) if p is not None]
-        wheel = s.read(self.redis, plain) if plain else {}
-        if wheel:
-            self._run(s.unschedules(list(wheel), self.known_queues()))
-        codes = s.slot_upsert(self.redis, split)
-        kept = [items[i] for i in split.kept]
-        held: set[str] = set()
-        if kept:
-            ids = [x.id for x in kept]
-            flags = next(drive(self.redis, s.slot_held(ids)))
-            held = {i for i, f in zip(ids, flags, strict=True) if f}
-            if held:
-                s.slot_each(held, lambda c, chunk: c.remove(self.redis, chunk))
-            upserts = s.upserts(kept, self._now_ms(), self.known_queues())
-            if upserts.moves:
-                self._run(upserts.moves)
-            for i, code in zip(split.kept, upserts.in_order(self._run(upserts.calls)), strict=True):
-                codes[i] = code
-        moved = wheel.keys() | held
-        return [2 if x.id in moved else c or 0 for x, c in zip(items, codes, strict=True)]
-
     async def aschedule_many(self, schedules: Iterable[Schedule]) -> list[int]:
         """`schedule_many` for async callers."""
         items = list(schedules)
         if self.settings.schedule_store == "slots":
-            return await self._aslot_upsert(items)
+            return await slot_store.aupsert(self, items)
         queues = await self.aknown_queues() if self.scheduler.apart else []
         upserts = self.scheduler.upserts(items, await self._anow_ms(), queues)
         if upserts.moves:
             await self._arun(upserts.moves)
         return upserts.in_order(await self._arun(upserts.calls))
-
-    async def _aslot_upsert(self, items: list[Schedule]) -> list[int]:
-        """`_slot_upsert` for async callers."""
-        s, client = self.scheduler, await self.aredis()
-        split = s.slot_split(items, await self._anow_ms())
-        plain = [x.id for x, p in zip(items, split.places, strict=True) if p is not None]
-        wheel = await s.aread(client, plain) if plain else {}
-        if wheel:
-            await self._arun(s.unschedules(list(wheel), await self.aknown_queues()))
-        codes = await s.aslot_upsert(client, split)
-        kept = [items[i] for i in split.kept]
-        held: set[str] = set()
-        if kept:
-            ids = [x.id for x in kept]
-            (flags,) = await adrive(client, s.slot_held(ids))
-            held = {i for i, f in zip(ids, flags, strict=True) if f}
-            if held:
-                await s.aslot_each(held, lambda c, chunk: c.aremove(client, chunk))
-            upserts = s.upserts(kept, await self._anow_ms(), await self.aknown_queues())
-            if upserts.moves:
-                await self._arun(upserts.moves)
-            done = upserts.in_order(await self._arun(upserts.calls))
-            for i, code in zip(split.kept, done, strict=True):
-                codes[i] = code
-        moved = wheel.keys() | held
-        return [2 if x.id in moved else c or 0 for x, c in zip(items, codes, strict=True)]
 
     # With schedule_store "slots", the changes by id go to both stores: the wheel keeps the
     # limited and routed schedules (and those not moved yet), and an id is in one of them.
