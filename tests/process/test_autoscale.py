@@ -141,7 +141,8 @@ def test_autoscale_grows_for_a_saturated_core_with_free_slots_and_shrinks_once_i
         # It scaled with nothing waiting, on the CPU the worker reported.
         assert why[0].startswith("0 ready"), why
         used = re.search(r"cpu (\d+\.\d+)", why[0])
-        assert used and float(used[1]) > CPU_TARGET, why
+        # Over CPU_TARGET: the reason rounds it to 2 decimals (0.7004 reads "0.70").
+        assert used and float(used[1]) >= CPU_TARGET, why
         job.result(timeout=60)
         wait_for(lambda: len(_children(sup.pid)), until=lambda n: n == 1, timeout=40,
                  message="once the core cools, the pool should shrink back to MIN")  # fmt: skip
