@@ -21,12 +21,13 @@ def upsert(app: App, items: list[Schedule]) -> list[int]:
     limited and routed ones into the wheel (the time slots cannot keep them yet). A
     schedule the other store keeps leaves it first (answered 2, updated): re-registering
     the wheel's schedules moves them."""
-    s = app.scheduler
-    split = s.slot_split(items, app._now_ms())
+    s, now = app.scheduler, app._now_ms()
+    split = s.slot_split(items, now)
     plain = [x.id for x, p in zip(items, split.places, strict=True) if p is not None]
     wheel = s.read(app.redis, plain) if plain else {}
+    queues = app.known_queues() if wheel or split.kept else []  # read once, when needed
     if wheel:
-        app._run(s.unschedules(list(wheel), app.known_queues()))
+        app._run(s.unschedules(list(wheel), queues))
     codes = s.slot_upsert(app.redis, split)
     kept = [items[i] for i in split.kept]
     held: set[str] = set()
@@ -36,7 +37,7 @@ def upsert(app: App, items: list[Schedule]) -> list[int]:
         held = {i for i, f in zip(ids, flags, strict=True) if f}
         if held:
             s.slot_each(held, lambda c, chunk: c.remove(app.redis, chunk))
-        upserts = s.upserts(kept, app._now_ms(), app.known_queues())
+        upserts = s.upserts(kept, now, queues)
         if upserts.moves:
             app._run(upserts.moves)
         for i, code in zip(split.kept, upserts.in_order(app._run(upserts.calls)), strict=True):
@@ -47,12 +48,13 @@ def upsert(app: App, items: list[Schedule]) -> list[int]:
 
 async def aupsert(app: App, items: list[Schedule]) -> list[int]:
     """`upsert` for async callers."""
-    s, client = app.scheduler, await app.aredis()
-    split = s.slot_split(items, await app._anow_ms())
+    s, client, now = app.scheduler, await app.aredis(), await app._anow_ms()
+    split = s.slot_split(items, now)
     plain = [x.id for x, p in zip(items, split.places, strict=True) if p is not None]
     wheel = await s.aread(client, plain) if plain else {}
+    queues = await app.aknown_queues() if wheel or split.kept else []  # read once, when needed
     if wheel:
-        await app._arun(s.unschedules(list(wheel), await app.aknown_queues()))
+        await app._arun(s.unschedules(list(wheel), queues))
     codes = await s.aslot_upsert(client, split)
     kept = [items[i] for i in split.kept]
     held: set[str] = set()
@@ -62,7 +64,7 @@ async def aupsert(app: App, items: list[Schedule]) -> list[int]:
         held = {i for i, f in zip(ids, flags, strict=True) if f}
         if held:
             await s.aslot_each(held, lambda c, chunk: c.aremove(client, chunk))
-        upserts = s.upserts(kept, await app._anow_ms(), await app.aknown_queues())
+        upserts = s.upserts(kept, now, queues)
         if upserts.moves:
             await app._arun(upserts.moves)
         done = upserts.in_order(await app._arun(upserts.calls))
