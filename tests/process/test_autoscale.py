@@ -124,7 +124,11 @@ def test_autoscale_grows_for_a_saturated_core_with_free_slots_and_shrinks_once_i
 ) -> None:
     # One job keeps its worker's core busy while 1 of 2 slots is free and nothing waits: only
     # the CPU the worker reports shows that this process cannot start more on time.
-    env = _env(redis_url, namespace, DRUMBEAT_SCALE_DOWN_AFTER="1.0")
+    # A lease of 5 s, not the file's 1 s: on a loaded 2-core CI host the burning job's 1-s lease
+    # lapsed four times in a row and it was dead-lettered (the heartbeat thread of a process
+    # that burns its core waits for the GIL at each socket call). The default lease is 15 s;
+    # nothing here needs a lapse.
+    env = _env(redis_url, namespace, DRUMBEAT_SCALE_DOWN_AFTER="1.0", DRUMBEAT_LEASE="5.0")
     sup = _supervise(started, env, "1:2")
     wait_for(lambda: len(_children(sup.pid)), until=lambda n: n == 1,
              message="autoscale 1:2 should start at MIN, one worker process")  # fmt: skip
