@@ -142,6 +142,7 @@ async def test_idle_worker_stays_quiet_after_schedules_change(
         assert past == [], f"`due` should hold no marker in the past once idle, holds {past[:5]}"
 
 
+@pytest.mark.usefixtures("wheel_store")  # reads the wheel's keys
 def test_a_claim_rescores_the_due_markers_it_passes(app: drumbeat.App, r: redis.Redis) -> None:
     """The mechanism under the test above, one claim at a time: a bucket the worker passes
     along (the `upcoming` of its last reply) whose marker is due but holds nothing due gets its
@@ -173,38 +174,59 @@ def test_a_claim_rescores_the_due_markers_it_passes(app: drumbeat.App, r: redis.
     assert set(result.upcoming).isdisjoint({early, empty})
 
 
+def _log_every_command(r: redis.Redis) -> None:
+    """Puts every command in the SLOWLOG, to tell the scripts apart."""
+    r.config_set("slowlog-log-slower-than", 0)
+    r.config_set("slowlog-max-len", 10_000)
+    r.slowlog_reset()
+
+
+def _script_calls(r: redis.Redis, name: str) -> int:
+    """The calls of script ``name`` in the SLOWLOG (`_log_every_command`)."""
+    sha = SHAS[name].encode()
+    return sum(1 for e in r.slowlog_get(10_000) if e["command"].split()[:2] == [b"EVALSHA", sha])
+
+
+@pytest.mark.parametrize("store", ["slots", "wheel"])
 async def test_an_idle_worker_claims_once_per_idle_block(
-    own_redis: RedisServer, own_r: redis.Redis, namespace: str
+    own_redis: RedisServer, own_r: redis.Redis, namespace: str, store: str
 ) -> None:
     """The idle wait carries the next claim behind its BZPOPMIN; when that claim took nothing
-    the worker waits again on its reply instead of claiming a second time at once (two claims
-    per idle_block, before)."""
-    app = drumbeat.App(
-        own_redis.url, namespace=namespace, idle_block=0.2, maintenance_interval=60.0, lease=120.0
-    )
+    the worker waits again on its reply instead of claiming jobs a second time at once (two
+    claims per idle_block, before). With the time slots it also claims those once a wait
+    (the wait's claim does not)."""
+    app = drumbeat.App(own_redis.url, namespace=namespace, idle_block=0.2,
+                       maintenance_interval=60.0, lease=120.0, schedule_store=store)  # fmt: skip
     try:
         async with running_worker(app):
             # Past start-up (its first claim and reap, its registration), then measure.
             await wait_for_async(lambda: commands(own_r, "bzpopmin") >= 2,
                                  message="the worker never went idle")  # fmt: skip
-            pops, scripts = commands(own_r, "bzpopmin"), commands(own_r, "evalsha")
+            _log_every_command(own_r)
+            pops = commands(own_r, "bzpopmin")
             await wait_for_async(lambda: commands(own_r, "bzpopmin") >= pops + 8,
                                  message="the idle worker stopped waiting")  # fmt: skip
             waits = commands(own_r, "bzpopmin") - pops
-            claims = commands(own_r, "evalsha") - scripts
+            claims, slot_claims = _script_calls(own_r, "claim"), _script_calls(own_r, "claim_slots")
     finally:
         await app.aclose()
-    # One claim per wait; at most one reap or lease renewal could fall in the window.
-    assert claims <= waits + 2, f"{claims} script calls over {waits} idle waits"
+    # One of each per wait (the window may cut one wait's claims from its pop).
+    assert claims <= waits + 1, f"{claims} claims of jobs over {waits} idle waits"
+    if store == "slots":
+        assert waits - 1 <= slot_claims <= waits + 1, f"{slot_claims} slot claims, {waits} waits"
+    else:
+        assert slot_claims == 0
 
 
+@pytest.mark.parametrize("store", ["slots", "wheel"])
 async def test_a_job_at_light_load_costs_one_claim(
-    own_redis: RedisServer, own_r: redis.Redis, namespace: str
+    own_redis: RedisServer, own_r: redis.Redis, namespace: str, store: str
 ) -> None:
     """The wait's own claim took the job and left `ready` empty: the worker starts it and waits
     again on that reply, rather than claiming once more before its next wait (two claims per
     job, before)."""
-    app = drumbeat.App(own_redis.url, namespace=namespace, maintenance_interval=60.0, lease=120.0)
+    app = drumbeat.App(own_redis.url, namespace=namespace, maintenance_interval=60.0, lease=120.0,
+                       schedule_store=store)  # fmt: skip
 
     @app.task
     async def work() -> None: ...
@@ -214,9 +236,7 @@ async def test_a_job_at_light_load_costs_one_claim(
         async with running_worker(app):
             await wait_for_async(lambda: commands(own_r, "bzpopmin") >= 2,
                                  message="the worker never went idle")  # fmt: skip
-            own_r.config_set("slowlog-log-slower-than", 0)  # log every command, to tell scripts
-            own_r.config_set("slowlog-max-len", 10_000)
-            own_r.slowlog_reset()
+            _log_every_command(own_r)
             pops = commands(own_r, "bzpopmin")
             for _ in range(jobs):  # one at a time, the worker idle in between
                 job = await work.aenqueue()
@@ -224,10 +244,8 @@ async def test_a_job_at_light_load_costs_one_claim(
                 await wait_for_async(lambda: blocked_in(own_r, "bzpopmin"),
                                      message="the worker did not wait again")  # fmt: skip
             waits = commands(own_r, "bzpopmin") - pops
-            logged = own_r.slowlog_get(10_000)
+            claims = _script_calls(own_r, "claim")
     finally:
         await app.aclose()
-    claim_sha = SHAS["claim"].encode()
-    claims = sum(1 for e in logged if e["command"].split()[:2] == [b"EVALSHA", claim_sha])
     # One claim per wait (each job's, and any wait that ran out its idle_block meanwhile).
     assert claims == waits, f"{claims} claims for {jobs} jobs taken one at a time in {waits} waits"

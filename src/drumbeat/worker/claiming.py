@@ -118,6 +118,9 @@ class Claimer:
         """With schedules kept as time slots: claims their runs after each shard's claim."""
         self._quiet_until = [0.0] * len(self.shards)
         """Per shard, until when (monotonic) its claim of jobs is skipped (`_JOBS_QUIET_S`)."""
+        self._jobs_due: list[int | None] = [None] * len(self.shards)
+        """Per shard, when its next job comes due, as its last claim of jobs said: a skipped
+        claim must not forget it (a delayed job would wait out the idle block)."""
 
     def now_ms(self) -> int:
         """Redis server time in ms, as last seen by a claim (worker clocks drift)."""
@@ -173,8 +176,8 @@ class Claimer:
                     continue
                 if idle is None:
                     claimed, now_ms, next_due_ms = await self._claim(free)
-                else:  # the wait's own claim left `ready` empty: no need to claim again
-                    claimed, now_ms, next_due_ms = 0, idle.now_ms, idle.next_due_ms
+                else:  # the wait's own claim left `ready` empty: no jobs to claim again
+                    claimed, now_ms, next_due_ms = await self._after_wait(free, idle)
                 idle = None
                 if claimed < free:
                     idle = await self._wait_for_work(free - claimed, now_ms, next_due_ms)
@@ -237,12 +240,9 @@ class Claimer:
                 took, result = await self._took(shard, result, free - claimed)
                 claimed += took
                 now_ms = result.now_ms
-                due.append(result.next_due_ms)
-                if slotted and not took and result.best < 0 and not result.buckets and (
-                    result.next_due_ms is None
-                    or result.next_due_ms > now_ms + _JOBS_QUIET_S * 1000
-                ):  # fmt: skip
-                    self._quiet_until[shard] = time.monotonic() + _JOBS_QUIET_S
+                if slotted:
+                    self._quiet_if_empty(shard, took, result)
+            due.append(self._jobs_due[shard] if slotted else result.next_due_ms)
             if slotted and claimed < free:
                 took, slot_due, now_ms = await self._claim_slots(shard, free - claimed)
                 claimed += took
@@ -254,6 +254,27 @@ class Claimer:
                 break
         self._next_due_ms = next_due
         return claimed, now_ms, next_due
+
+    async def _after_wait(self, free: int, idle: ClaimResult) -> tuple[int, int, int | None]:
+        """After the idle wait's claim left `ready` empty: claims the time slots only, if the
+        worker has them (the wait's claim does not); returns as `_claim` does."""
+        if self.lane is None or 0 not in self.lane.held:
+            return 0, idle.now_ms, idle.next_due_ms
+        took, slot_due, now_ms = await self._claim_slots(0, free)
+        dues = [due for due in (idle.next_due_ms, slot_due) if due is not None]
+        self._next_due_ms = min(dues) if dues else None
+        return took, now_ms, self._next_due_ms
+
+    def _quiet_if_empty(self, shard: int, took: int, result: ClaimResult) -> None:
+        """After a claim of jobs from a shard with time slots: keeps its next due time, and
+        skips the shard's next claims of jobs for `_JOBS_QUIET_S` if it found none waiting
+        and none due sooner."""
+        self._jobs_due[shard] = result.next_due_ms
+        if not took and result.best < 0 and not result.buckets and (
+            result.next_due_ms is None
+            or result.next_due_ms > result.now_ms + _JOBS_QUIET_S * 1000
+        ):  # fmt: skip
+            self._quiet_until[shard] = time.monotonic() + _JOBS_QUIET_S
 
     async def _claim_slots(self, shard: int, free: int) -> tuple[int, int | None, int]:
         """Claims up to ``free`` runs of the time slots of ``shard`` and starts them; returns
@@ -401,14 +422,17 @@ class Claimer:
         result = call.parse(raw) if raw is not None else await call.arun(self._client)
         took, last = await self._took(0, result, free)
         self._next_due_ms = last.next_due_ms
+        if self.lane is not None and 0 in self.lane.held:
+            # The loop claims the time slots next: this claim stands for shard 0's of jobs,
+            # and left `ready` empty if it took fewer than it could.
+            self._quiet_if_empty(0, took, last)
         if took:
             # Let the jobs just started take their first step before this loop goes on to
             # arm its next wait: at light load that is the time from enqueue to start.
             await asyncio.sleep(0)
-        # Fewer than `free` taken: `ready` was empty at the reply, so there is nothing to claim
-        # before waiting again (a job enqueued since left a marker on `wake`); but the time
-        # slots were not claimed from.
-        return last if took < free and self.lane is None else None
+        # Fewer than `free` taken: `ready` was empty at the reply, so there are no jobs to claim
+        # before waiting again (a job enqueued since left a marker on `wake`).
+        return last if took < free else None
 
     def _wait_failed(self, exc: Exception) -> None:
         """Raises ``exc`` of a failed wait for the claim loop's backoff, unless Redis refuses
