@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import random
 import threading
 import time
@@ -40,10 +41,14 @@ from .outcomes import (
 from .protocol import FIELD_SEP, RUN_PREFIX, RUN_STATE_FIELDS, RUN_STATE_SEP
 from .replies import Claimed
 from .schedule import Cadence, decode_schedule_spec, is_misfire, jitter_ms
+from .scheduler import Schedule
 
 if TYPE_CHECKING:
     from .app import App
     from .task import Task
+
+
+log = logging.getLogger("drumbeat.worker")
 
 
 @dataclass(slots=True)
@@ -78,6 +83,8 @@ class Gate(Protocol):
         keyed: list[tuple[str, Limit]],
         now_ms: Callable[[], int],
     ) -> int | None: ...
+
+    async def move_to_wheel(self, schedule: Schedule) -> None: ...
 
 
 # A schedule record that cannot be read still comes back this much later, so it cannot spin.
@@ -315,12 +322,10 @@ class Runner:
         granted_ms = None
         if self.gate is not None and (task.limits or limits is not None):
             spec = Spec(task.name, args, kwargs, limits)  # the schedule's own limits, if any
-            acquired = await self._acquire(job, task, spec, named, now_ms)
-            if isinstance(acquired, Parked | Bury):
-                return (
-                    acquired if isinstance(acquired, Parked) else slot.next("fail", acquired.reason)
-                )
-            granted_ms = acquired
+            granted = await self._run_limits(job, slot, task, spec, named=named, now_ms=now_ms)
+            if isinstance(granted, RunDone | Parked):
+                return granted
+            granted_ms = granted
         if checkpoints is not None:
             checkpoints.is_async = task.is_async
         run = Running((job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
@@ -342,6 +347,48 @@ class Runner:
             return slot.next("fail", error)
         finally:
             _current.reset(token)
+
+    async def _run_limits(
+        self,
+        job: Claimed,
+        slot: _Slot,
+        task: Task[Any, Any],
+        spec: Spec,
+        *,
+        named: Named | None,
+        now_ms: Callable[[], int],
+    ) -> RunDone | Parked | int | None:
+        """Acquires the limits of a schedule's run (`_acquire`), or settles it without running
+        it."""
+        if job.slot_run is not None:
+            return await self._limited_slot_run(job, slot, task, spec)
+        acquired = await self._acquire(job, task, spec, named, now_ms)
+        return slot.next("fail", acquired.reason) if isinstance(acquired, Bury) else acquired
+
+    async def _limited_slot_run(
+        self, job: Claimed, slot: _Slot, task: Task[Any, Any], spec: Spec
+    ) -> RunDone:
+        """A time-slot run of a task that has limits (it gained them after its schedule was
+        registered, or the app that registered it by name did not know them): a time-slot run
+        cannot wait for a limit (it holds no lease to park), so its schedule moves to the
+        wheel, whose runs do, and this run is skipped; the wheel runs the next."""
+        assert self.gate is not None
+        if spec.limits is not None:  # App.schedule sends these to the wheel: a foreign record
+            return slot.next("fail", "a time-slot record with limits of its own (the time slots "
+                             "cannot keep those; register it again with App.schedule)")  # fmt: skip
+        c = slot.cadence
+        moved = Schedule(slot.schedule_id, task, every=c.every, cron=c.cron, args=spec.args,
+                         kwargs=spec.kwargs, priority=job.priority, tz=c.tz, mode=c.mode,
+                         grace=c.grace, jitter=c.jitter)  # fmt: skip
+        try:
+            await self.gate.move_to_wheel(moved)
+        except Exception as exc:
+            return slot.next("fail", f"its task has limits; moving it to the wheel, whose runs "
+                             f"wait for them, failed: {type(exc).__name__}: {exc}")  # fmt: skip
+        log.warning("schedule %s: its task %s has limits, so it moved from the time slots to "
+                    "the wheel, whose runs wait for them; this run was skipped",
+                    slot.schedule_id, task.name)  # fmt: skip
+        return slot.next("skip", "moved to the wheel: its task has limits")
 
     def _decode_run(
         self,

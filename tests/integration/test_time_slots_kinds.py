@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import redis
 
 import drumbeat
@@ -94,3 +95,43 @@ def test_a_schedule_whose_kind_changes_moves_between_the_stores(
     assert info is not None and info.cadence.every == 30
     assert sorted(i.id for i in app.schedules()) == ["k", "old"]
     app.close()
+
+
+async def test_a_time_slot_schedule_whose_task_gained_a_limit_moves_to_the_wheel_and_goes_on(
+    redis_url: str, namespace: str, r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Registered while its task had no limit, its worker's task has one: a time-slot run holds
+    no lease, so it cannot wait for a permit. The worker moves the schedule to the wheel
+    (skipping that run; the wheel's record starts its totals afresh) and its runs go on there
+    under the limit, never two at once; it waited in its slot's lot for ever before."""
+    before = drumbeat.App(redis_url, namespace=namespace, schedule_store="slots", min_interval=0.05)
+
+    @before.task(name="poll")
+    async def poll_unlimited(n: int) -> None: ...
+
+    await before.aschedule("p", poll_unlimited, every=0.1, args=[1])
+    await before.aclose()
+    assert _in_slots(r, before, "p")
+
+    after = drumbeat.App(redis_url, namespace=namespace, schedule_store="slots", idle_block=0.5,
+                         min_interval=0.05)  # fmt: skip
+    running, most, ran = 0, 0, 0
+
+    @after.task(name="poll", concurrency_limit=1)
+    async def poll(n: int) -> None:
+        nonlocal running, most, ran
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.15)  # longer than its period: only the limit keeps them apart
+        running -= 1
+        ran += 1
+
+    with caplog.at_level("WARNING", logger="drumbeat.worker"):
+        async with running_worker(after, concurrency=4):
+            await wait_for_async(lambda: ran >= 3, message="the runs should go on", timeout=20)
+    assert _in_wheel(r, after, "p") and not _in_slots(r, after, "p")
+    assert most == 1, f"{most} runs at once under a concurrency limit of 1"
+    moved = [m for m in caplog.messages if "moved from the time slots to the wheel" in m]
+    assert len(moved) == 1, moved
+    await after.aunschedule("p")
+    await after.aclose()
