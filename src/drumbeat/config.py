@@ -112,12 +112,13 @@ class Settings:
     """Shards schedules are spread over, each under its own hash tag (for Redis Cluster);
     1 keeps them beside the jobs."""
 
-    schedule_store: str = "wheel"
-    """Where schedules wait for their runs: ``wheel`` (buckets of sorted sets), or ``slots``
-    (``DRUMBEAT_SCHEDULE_STORE``; in progress, docs/design/time-slots.md): a list per
-    millisecond of due time and a lease per worker process, about a quarter of the wheel's
-    Redis CPU per run. With ``slots``, schedules cannot yet be paused, resumed, run now,
-    listed, limited or routed to another queue; those calls raise `ConfigurationError`."""
+    schedule_store: str = "slots"
+    """Where schedules wait for their runs (``DRUMBEAT_SCHEDULE_STORE``;
+    docs/design/time-slots.md): ``slots``, a list per millisecond of due time and a lease per
+    worker process, about a third of the wheel's Redis CPU per run; limited schedules and
+    those routed to another queue are kept by the wheel beside them. ``wheel`` keeps every
+    schedule in buckets of sorted sets (drumbeat's first store; `drumbeat schedules migrate`
+    moves a namespace's schedules from it)."""
 
     job_shards: int = 1
     """Shards jobs are spread over, each under its own hash tag (for Redis Cluster: spread them

@@ -172,7 +172,9 @@ async def test_time_spent_lending_does_not_count_against_the_timeout(ckpt: drumb
         time.sleep(1.5)
 
     async with running_worker(ckpt, concurrency=1) as worker:
-        job = await long.aenqueue("long", 30, 0.05)  # 1.5 s of its own work
+        # 1 s of its own work and 1.5 s lent: over its 2-s timeout only if the lent time
+        # counted (1.5 s of its own left too little room on a loaded host).
+        job = await long.aenqueue("long", 20, 0.05)
         await going(worker, units, 2, "the long job did not start")
         await (await urgent.aenqueue()).aresult(timeout=10)
         assert await job.aresult(timeout=30) == "long", "lent time was counted as its own"

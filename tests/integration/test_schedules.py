@@ -18,6 +18,9 @@ from drumbeat.schedule import next_cron, phase_ms
 from tests.conftest import reap_call, running_worker
 from tests.helpers import Gate, Probe, entries, leased, wait_for, wait_for_async, wait_for_event
 
+# The wheel's own keys and scripts: the default time slots have theirs in test_time_slots*.py.
+pytestmark = pytest.mark.usefixtures("wheel_store")
+
 
 def _now_ms(r: redis.Redis) -> int:
     sec, usec = r.time()

@@ -3,12 +3,16 @@ with its record's task and arguments, and settled with its next run written back
 
 from __future__ import annotations
 
+import pytest
 import redis
 from bench.flat_probe import one_round, prepare
 from bench.redis_cpu import _register
 
 from tests.conftest import RedisServer
 from tests.helpers import leased
+
+# The probe copies what an app wrote into the wheel (the time slots are not its input).
+pytestmark = pytest.mark.usefixtures("wheel_store")
 
 
 def test_the_probe_claims_each_due_run_once_and_settles_it_for_its_next_run(

@@ -3,11 +3,15 @@ into the worker's in-flight hash, and settled with its next entry in its next sl
 
 from __future__ import annotations
 
+import pytest
 import redis
 from bench.redis_cpu import _register
 from bench.slots_probe import INFLIGHT, SLOTS, WHERE, one_round, prepare, scripts, slot_key
 
 from tests.conftest import RedisServer
+
+# The probe copies what an app wrote into the wheel (the time slots are not its input).
+pytestmark = pytest.mark.usefixtures("wheel_store")
 
 
 def test_the_probe_claims_each_due_entry_once_and_settles_it_into_its_next_slot(
