@@ -430,10 +430,19 @@ class Scheduler:
                 return
 
     def home(self, schedule_id: str) -> Plan[int]:
-        """The shard a schedule lives in (an index of `shards`), if it exists."""
+        """The shard a schedule lives in (an index of `shards`), if it exists: in the time
+        slots of its hashed shard, or in the wheel of one of its `homes`."""
         bucket, homes = bucket_of(schedule_id), self.homes(check_schedule_id(schedule_id))
-        found = yield Reads([("HEXISTS", self.shards[i].schedules(bucket), schedule_id)
-                             for i in homes])  # fmt: skip
+        reads: list[Command] = [
+            ("HEXISTS", self.shards[i].schedules(bucket), schedule_id) for i in homes
+        ]
+        slotted = self.app.settings.schedule_store == "slots"
+        if slotted:
+            reads.append(("HEXISTS", self.shards[self.shard_of(schedule_id)].where, schedule_id))
+        found = yield Reads(reads)
+        if slotted and found.pop():
+            yield self.shard_of(schedule_id)
+            return
         for shard, there in zip(homes, found, strict=True):
             if there:
                 yield shard

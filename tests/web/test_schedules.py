@@ -40,6 +40,7 @@ def _info(app: drumbeat.App, schedule_id: str) -> drumbeat.ScheduleInfo:
     return info
 
 
+@pytest.mark.usefixtures("wheel_store")  # reads the wheel's keys
 def test_pause_resume_run_now_and_remove_from_the_page(app: drumbeat.App, page: Any) -> None:
     _make(app, ["a:1", "a:2", "a:3", "b:1"])
     with serve(app) as served:
@@ -202,6 +203,7 @@ def test_read_only_hides_and_refuses_the_schedule_actions(app: drumbeat.App, pag
     assert app.redis.zscore(app.keys.ready, "s:r:1") is None, "no run was queued"
 
 
+@pytest.mark.usefixtures("wheel_store")  # reads the wheel's keys
 def test_the_last_runs_lateness_is_shown_and_in_the_json(
     app: drumbeat.App, redis_url: str, namespace: str, page: Any
 ) -> None:
