@@ -74,7 +74,7 @@ QUEUE_KEYS: dict[str, str] = {"ready": "zset", "due": "zset", "wake": "zset"}
 #: Keys of one bucket of a shard's schedule wheel, ``<name>:<bucket>``.
 BUCKET_KEYS: dict[str, str] = {"wheel": "zset", "schedules": "hash"}
 
-#: Keys of the schedule kept as time slots (docs/design/time-slots.md; opt-in:
+#: Keys of the schedule kept as time slots (docs/design/time-slots.md; the default store,
 #: `Settings.schedule_store` "slots"): ``slot:<ms>``, the entries due in that millisecond;
 #: ``inflight:<incarnation>``, the lots one worker process incarnation may still hold runs of;
 #: ``claimed:<incarnation>:<n>:<ms>``, a lot: the entries its n-th claim took from slot ms.

@@ -237,7 +237,7 @@ class Scheduler:
             out.append((shard, (s.id, priority, grid, due, task.name, spec, queue), limited))
         return out
 
-    # -- the time-slot store (Settings.schedule_store "slots"; in progress) ------------------
+    # -- the time-slot store (Settings.schedule_store "slots", the default) ------------------
 
     def slot_split(self, schedules: Iterable[Schedule], now_ms: int) -> SlotSplit:
         """The schedules the time slots keep (plain ones: per shard, their `SlotChanges.upsert`

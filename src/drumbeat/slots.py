@@ -1,4 +1,4 @@
-"""Schedules kept as time slots: the store that replaces the wheel (in progress).
+"""Schedules kept as time slots: the default store (the wheel keeps what they cannot yet).
 
 Each schedule waits as one entry, ``<id>|<record>`` (the record as the wheel writes it), in the
 list of the millisecond it is due (`Keys.slot`); a claim renames each due slot it takes whole
@@ -8,7 +8,7 @@ next slot. A run is its claimer's while `where` still names the slot it was clai
 lots only let the reaper find the runs of a worker whose lease lapsed. Redis does no per-run
 parsing, and the entries pass through Lua only when settled (`bench.slots_probe --scripts
 drumbeat` counts Redis's instructions a run). The plan, and what is not built yet:
-``docs/design/time-slots.md``. Opt-in: ``Settings.schedule_store = "slots"``.
+``docs/design/time-slots.md``. ``Settings.schedule_store = "slots"``, the default.
 
 Changes by id (upsert, remove, pause, resume, run now) are `slot_changes.SlotChanges`.
 """

@@ -864,7 +864,7 @@ local function limit_attention(l, now, horizon)
   return math.floor(math.max(at or now, now + LIMIT_RECHECK_MS))
 end
 
--- Time slots (docs/design/time-slots.md; opt-in: Settings.schedule_store "slots"): `slot:<ms>`
+-- Time slots (docs/design/time-slots.md; Settings.schedule_store "slots", the default): `slot:<ms>`
 -- lists hold entries "<schedule id>|<record>" (or "<id>;<stalls>;<due>;<first start>|<record>"
 -- for a run back from a lapsed lease, at the slot's end: `stalled` counts them), `where` names
 -- the slot of each (for a run in flight: the slot it was claimed from), a claim's lots

@@ -1,4 +1,4 @@
--- Pauses schedules kept as time slots (opt-in: Settings.schedule_store "slots";
+-- Pauses schedules kept as time slots (Settings.schedule_store "slots", the default;
 -- pause_schedules.lua does it for the wheel): an entry waiting in its slot moves to `paused`,
 -- its record's flags saying so, and `where` says "p". A run in flight finishes, and its settle
 -- pauses the schedule (a 'P' before its change in `pending`). A run back from a lapsed lease

@@ -1,5 +1,5 @@
 -- Takes back the runs of worker process incarnations whose lease in `runners` lapsed (time
--- slots; opt-in: Settings.schedule_store "slots"): each run still in flight (`where` names the
+-- slots; Settings.schedule_store "slots", the default): each run still in flight (`where` names the
 -- slot it was claimed from: no settle or hand-back moved it on) goes back into a due slot,
 -- at its end (`stalled` counts them there), marked with one more stall, its due time and its
 -- first start (so its lateness still counts to its first start, and after max_stalls its next

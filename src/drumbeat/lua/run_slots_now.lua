@@ -1,4 +1,4 @@
--- Runs schedules kept as time slots once now (opt-in: Settings.schedule_store "slots";
+-- Runs schedules kept as time slots once now (Settings.schedule_store "slots", the default;
 -- run_now.lua does it for the wheel): a waiting entry moves to the slot of now. Its record
 -- keeps the grid slot it waited for, so its worker sees a run due before its grid slot (an
 -- extra run) and puts the schedule back in that slot after it. A paused entry runs too:

@@ -1,4 +1,4 @@
--- Settles runs claimed by claim_slots.lua (time slots; opt-in: Settings.schedule_store "slots").
+-- Settles runs claimed by claim_slots.lua (time slots, the default store).
 -- The worker built each schedule's next entry (its record after the run: what after_run in
 -- finish_runs.lua writes, `slots.settled_record`) and grouped them by the slot of their next
 -- run. A run is still its claimer's while `where` names the slot it was claimed from: it is

@@ -1,5 +1,5 @@
--- Creates or updates schedules kept as time slots, by id (opt-in: Settings.schedule_store
--- "slots"; upsert_schedules.lua does it for the wheel, with the same rules): an unchanged
+-- Creates or updates schedules kept as time slots, by id (the default store,
+-- Settings.schedule_store "slots"; upsert_schedules.lua does it for the wheel, with the same rules): an unchanged
 -- definition keeps its place and totals; a changed one gets a new generation and its new first
 -- due time, unless its run is in flight (its entry is not in the slot `where` names): then its
 -- definition waits in `pending`, and the run's settle, which has its record, applies it if it

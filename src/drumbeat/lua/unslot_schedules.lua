@@ -1,4 +1,4 @@
--- Removes schedules kept as time slots, by id (opt-in: Settings.schedule_store "slots";
+-- Removes schedules kept as time slots, by id (Settings.schedule_store "slots", the default;
 -- unschedule.lua does it for the wheel): an entry waiting in its slot, or paused, goes at
 -- once; a schedule whose run is in flight is marked removed in `pending`, and the run's settle
 -- drops it. Its last error goes too. The caller read `where` first, as for slot_schedules.lua.

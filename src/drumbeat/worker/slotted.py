@@ -1,5 +1,5 @@
-"""The worker's lane for schedules kept as time slots (`Settings.schedule_store` "slots"; in
-progress, docs/design/time-slots.md).
+"""The worker's lane for schedules kept as time slots (`Settings.schedule_store` "slots", the
+default; docs/design/time-slots.md).
 
 It claims the due slots of each schedule shard (those the last reply listed as upcoming), turns
 their entries into `Claimed` runs for the runner, builds each run's next entry when it ends
