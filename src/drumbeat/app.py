@@ -513,6 +513,14 @@ class App:
         keys = Keys.job_keys(self.keys.namespace, k)
         return keys, Scripts(keys)
 
+    def _slot_run_flying(self, schedule_id: str) -> bool:
+        """Whether a run of a schedule the time slots keep is in flight (`Job.status`)."""
+        return bool(next(drive(self.redis, slot_reads.in_flight(self.scheduler, schedule_id))))
+
+    async def _aslot_run_flying(self, schedule_id: str) -> bool:
+        plan = slot_reads.in_flight(self.scheduler, schedule_id)
+        return bool((await adrive(await self.aredis(), plan))[0])
+
     def run_shard(self, schedule_id: str) -> tuple[Keys, Scripts]:
         """The keys and scripts of the shard a schedule's runs live in (its schedule's: a
         lookup when schedules are spread over shards)."""

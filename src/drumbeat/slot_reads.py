@@ -44,16 +44,18 @@ def _record(entries: Sequence[bytes], schedule_id: str) -> bytes | None:
     return None
 
 
-def _flying(k: Keys) -> _Step[dict[str, tuple[int, bytes]]]:
-    """Every run in flight in a shard: schedule id -> (the slot it was claimed from, its
-    record), read from the lots of the incarnations in `runners`. A record whose schedule was
-    paused meanwhile (a "P" in `pending`: its settle pauses it) reads as paused, as the
-    wheel's does at once."""
+def _flying(k: Keys, at_ms: int | None = None) -> _Step[dict[str, tuple[int, bytes]]]:
+    """Every run in flight in a shard (claimed from slot ``at_ms`` only, if given): schedule id
+    -> (the slot it was claimed from, its record), read from the lots of the incarnations in
+    `runners`. A record whose schedule was paused meanwhile (a "P" in `pending`: its settle
+    pauses it) reads as paused, as the wheel's does at once."""
     incarnations, pending = yield Reads([("ZRANGE", k.runners, 0, -1), ("HGETALL", k.pending)])
     pausing = {text(sid) for sid, change in pending.items() if change[:1] == b"P"}
     names = [text(i) for i in incarnations]
     held = yield Reads([("HKEYS", k.inflight(name)) for name in names])
     lots = [(name, text(lot)) for name, got in zip(names, held, strict=True) for lot in got]
+    if at_ms is not None:
+        lots = [(name, lot) for name, lot in lots if int(lot.rpartition(":")[2]) == at_ms]
     read = yield Reads([("LRANGE", k.claimed(name, lot), 0, -1) for name, lot in lots])
     out: dict[str, tuple[int, bytes]] = {}
     for (_, lot), entries in zip(lots, read, strict=True):
@@ -101,12 +103,32 @@ def lookup(scheduler: Scheduler, schedule_id: str) -> Plan[ScheduleInfo]:
         if record is not None:
             yield scheduler.decode(schedule_id, record, _task_names(names), due, fault)
             return
-        flying = yield from _flying(k)
+        flying = yield from _flying(k, due)
         found = flying.get(schedule_id)
-        if found is None or found[0] != due:
+        if found is None:
             continue  # it moved between the reads
         yield scheduler.decode(schedule_id, found[1], _task_names(names), None, fault)
         return
+    raise RuntimeError(f"schedule {schedule_id!r} kept moving while being read")
+
+
+def in_flight(scheduler: Scheduler, schedule_id: str) -> Plan[bool | None]:
+    """Whether a run of ``schedule_id`` is in flight (claimed, not settled yet); None if the
+    time slots do not keep it (the wheel may: its runs are jobs)."""
+    k = scheduler.shards[scheduler.shard_of(check_schedule_id(schedule_id))]
+    for _ in range(_TRIES):
+        (at,) = yield Reads([("HGET", k.where, schedule_id)])
+        if at is None or text(at) == PAUSED_AT:
+            yield None if at is None else False
+            return
+        (entries,) = yield Reads([("LRANGE", k.slot(int(at)), 0, -1)])
+        if _record(entries, schedule_id) is not None:
+            yield False
+            return
+        flying = yield from _flying(k, int(at))
+        if schedule_id in flying:
+            yield True
+            return
     raise RuntimeError(f"schedule {schedule_id!r} kept moving while being read")
 
 
