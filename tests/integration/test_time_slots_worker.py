@@ -13,6 +13,7 @@ import pytest
 import redis
 
 import drumbeat
+from drumbeat import admin
 from drumbeat.admin.schedules import schedule_stats
 from drumbeat.autoscale import read_signal
 from drumbeat.errors import ConfigurationError
@@ -518,6 +519,7 @@ async def test_the_scale_signal_counts_busy_time_slot_runs(
             message="the worker's registration",
         )
         assert sig.running == 3 and sig.busy == 3
+        assert admin.queue_stats(app).running_total == 3, "drumbeat status counts them running"
         gate.set()
         await wait_for_async(
             lambda: r.hgetall(keys.busy), lambda held: not held, message="no runs held"

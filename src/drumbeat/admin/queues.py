@@ -144,6 +144,7 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
             pipe.zmscore(k.due, _MARKERS)  # schedule buckets' markers: not delayed jobs
             _leases(pipe, k, limit)
             pipe.hgetall(k.parking)
+            pipe.hvals(k.busy)  # time-slot runs held: no leases, counted per worker
         for k in app.job_keys:  # other queues are in the job shards only
             _count_queues(pipe, k, others)
         for k in app.job_keys:
@@ -197,15 +198,16 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
 
 
 # Replies per shard in `queue_stats`: ready per priority, due, its wheel markers, leases held,
-# the leases listed, the `parking` counters.
-_PER_SHARD = MAX_PRIORITY - MIN_PRIORITY + 6
+# the leases listed, the `parking` counters, the time-slot runs held per worker incarnation.
+_PER_SHARD = MAX_PRIORITY - MIN_PRIORITY + 7
 
 
 def _shard_counts(
     shards: Sequence[Keys], raw: Sequence[Any]
 ) -> tuple[QueueCounts, int, list[tuple[float, str, Keys]], dict[str, int]]:
     """The per-shard replies of `queue_stats`, summed: the default queue's counts (its
-    parked jobs not yet added), leases held, the leases listed, the `parking` counters."""
+    parked jobs not yet added), runs held (leases, and time-slot runs), the leases listed, the
+    `parking` counters."""
     levels = MAX_PRIORITY - MIN_PRIORITY + 1
     counts = [0] * levels
     delayed = running_total = 0
@@ -216,7 +218,7 @@ def _shard_counts(
         counts = [c + int(n) for c, n in zip(counts, part[:levels], strict=True)]
         markers = sum(score is not None for score in part[levels + 1])
         delayed += int(part[levels]) - markers
-        running_total += int(part[levels + 2])
+        running_total += int(part[levels + 2]) + sum(int(n) for n in part[levels + 5])
         listed += [(score, job_id, k) for job_id, score in pairs(part[levels + 3])]
         for field, n in part[levels + 4].items():
             parking[text(field)] += int(n)
