@@ -1,5 +1,5 @@
-"""Where a schedule's bytes go in Redis: drumbeat's layout (a timing wheel of small buckets),
-beside the layouts it replaced or could have used.
+"""Where a schedule's bytes go in Redis: drumbeat's layouts (time slots, the default store, and
+the timing wheel of small buckets), beside the layouts they replaced or could have used.
 
     .venv/bin/python -m bench.schedule_memory [--n 1000000]
 
@@ -36,21 +36,56 @@ def _ids(n: int) -> list[str]:
     return [f"monitor:u{i}:switch" for i in range(n)]
 
 
-def _measure(client: redis.Redis, fill: Callable[[], None], keys: Sequence[str]) -> tuple[int, str]:
+def _measure(
+    client: redis.Redis,
+    fill: Callable[[], None],
+    keys: Sequence[str] | Callable[[], Sequence[str]],
+) -> tuple[int, str]:
+    """Redis' used memory after ``fill`` minus before, and ``keys`` sampled (a callable: named
+    after the fill)."""
     before = int(client.info("memory")["used_memory"])
     fill()
     after = int(client.info("memory")["used_memory"])
     parts = []
-    for key in keys:
+    for key in keys() if callable(keys) else keys:
         usage = client.memory_usage(key, samples=0) or 0
         encoding = client.object("encoding", key)
         parts.append(f"`{key.split('}:', 1)[-1]}` {usage:,} B ({encoding.decode()})")
     return after - before, ", ".join(parts)
 
 
+def slots_layout(url: str, n: int) -> tuple[int, str]:
+    """What `App.schedule_many` stores in the time slots (the default store), as registered."""
+    app = App(url, settings=Settings(namespace="mem", schedule_store="slots"))
+
+    @app.task(name="monitor.check_listing")
+    def check_listing(keyword: str, price: int) -> None: ...
+
+    client: redis.Redis = app.redis
+    keys = Keys("mem")
+
+    def fill() -> None:
+        ids = _ids(n)
+        for i in range(0, n, _BATCH):
+            app.schedule_many(
+                [Schedule(s, check_listing, every=5, args=("switch", 30000))
+                 for s in ids[i : i + _BATCH]]
+            )  # fmt: skip
+
+    def sampled() -> list[str]:
+        first: bytes = client.zrange(keys.slots, 0, 0)[0]
+        return [keys.slots, keys.where, keys.slot(int(first))]
+
+    try:
+        return _measure(client, fill, sampled)
+    finally:
+        app.close()
+
+
 def drumbeat_layout(url: str, n: int, after_runs: bool) -> tuple[int, str]:
-    """What `App.schedule_many` stores; optionally with the totals a long-running schedule has."""
-    app = App(url, settings=Settings(namespace="mem"))
+    """What `App.schedule_many` stores in the wheel; optionally with the totals a long-running
+    schedule has."""
+    app = App(url, settings=Settings(namespace="mem", schedule_store="wheel"))
 
     @app.task(name="monitor.check_listing")
     def check_listing(keyword: str, price: int) -> None: ...
@@ -142,8 +177,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             rows.append((label, total / n, detail))
             print(f"{label}: {total / n:.1f} B/schedule ({detail})", flush=True)
 
-    run("drumbeat, as registered", lambda url, _c: drumbeat_layout(url, n, after_runs=False))
-    run("drumbeat, totals filled in", lambda url, _c: drumbeat_layout(url, n, after_runs=True))
+    run("drumbeat time slots, as registered", lambda url, _c: slots_layout(url, n))
+    run("drumbeat wheel, as registered", lambda url, _c: drumbeat_layout(url, n, after_runs=False))
+    run(
+        "drumbeat wheel, totals filled in", lambda url, _c: drumbeat_layout(url, n, after_runs=True)
+    )
     run("before the wheel: big zset + big hash, 111 B record", _synthetic(big_layout, n, 111))
     run("big zset + small hashes, 53 B record", _synthetic(buckets_layout, n, 53))
     with RedisServer() as server:
