@@ -135,3 +135,32 @@ async def test_a_time_slot_schedule_whose_task_gained_a_limit_moves_to_the_wheel
     assert len(moved) == 1, moved
     await after.aunschedule("p")
     await after.aclose()
+
+
+async def test_schedules_an_upgraded_app_kept_in_the_wheel_run_on_beside_the_time_slots(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    """Before the time slots were the default, every schedule went to the wheel: after the
+    upgrade the workers still run them from there, until registered again or migrated."""
+    before = drumbeat.App(redis_url, namespace=namespace, schedule_store="wheel")
+
+    @before.task(name="tick")
+    async def tick_before(name: str) -> None: ...
+
+    await before.aschedule("old", tick_before, every=1, args=("old",))
+    await before.aclose()
+    after = drumbeat.App(redis_url, namespace=namespace)  # the default store: the time slots
+    assert after.settings.schedule_store == "slots"
+    runs: list[str] = []
+
+    @after.task(name="tick")
+    async def tick(name: str) -> None:
+        runs.append(name)
+
+    await after.aschedule("new", tick, every=1, args=("new",))
+    assert _in_wheel(r, after, "old") and _in_slots(r, after, "new")
+    async with running_worker(after):
+        await wait_for_async(lambda: sorted(set(runs)), lambda seen: seen == ["new", "old"],
+                             message="both stores' schedules run")  # fmt: skip
+    await after.aunschedule("old", "new")
+    await after.aclose()
