@@ -74,7 +74,9 @@ class App:
         self.shutdown_hooks: list[Callable[[], Any]] = []
         self.resources = Resources()
         self.scheduler = Scheduler(self)
-        self.connections = connections.Connections(self.settings.url)
+        self.connections = connections.Connections(
+            self.settings.url, embedded=self.settings.embedded
+        )
 
     # -- connections (clients and their timeouts: connections.py) ------------------------------
 

@@ -71,6 +71,13 @@ class Settings:
     ``rediss+cluster://``, ``redis[s]+sentinel://``: see `connections`); ``None`` starts the
     embedded Redis."""
 
+    embedded: bool = True
+    """Without a `url`, start (or reuse) the embedded Redis: a private ``redis-server`` on this
+    machine, which no other machine sees (``DRUMBEAT_EMBEDDED``). False (``DRUMBEAT_EMBEDDED=0``)
+    makes a missing URL a `ConfigurationError`: set it on every machine of a deployment, so
+    that one missing ``DRUMBEAT_REDIS_URL`` fails at start instead of sending its jobs to a
+    Redis of its own."""
+
     namespace: str = "default"
     """Prefix that keeps apps sharing one Redis apart; part of every key's hash tag."""
 

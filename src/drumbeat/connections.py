@@ -44,7 +44,7 @@ import redis.asyncio.cluster as redis_async_cluster
 from redis import Redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from . import embedded, sentinel
+from . import sentinel, which_redis
 from .direct import ClusterDirect, Direct
 
 # redis-py < 6 keeps the cluster's error replies (MOVED, ASK, TRYAGAIN...) in its asyncio cluster
@@ -461,10 +461,14 @@ class Connections:
 
     Args:
         url: the Redis URL; None starts (or reuses) the embedded Redis when first needed.
+        embedded: `Settings.embedded`; False makes a missing ``url`` an error instead.
     """
 
-    def __init__(self, url: str | None) -> None:
+    def __init__(self, url: str | None, *, embedded: bool = True) -> None:
+        self.given = url
+        """The URL as given; None: the embedded Redis (`which_redis.fallback`)."""
         self._url = url
+        self._embedded = embedded
         self._lock = threading.RLock()  # threads may ask for a client at once: one is made
         self._redis: Redis | None = None
         self._direct: Direct | ClusterDirect | None = None
@@ -474,8 +478,13 @@ class Connections:
     @property
     def url(self) -> str:
         """The Redis URL in use; resolving it starts the embedded Redis if none was given."""
+        return self.resolve()
+
+    def resolve(self, *, warn: bool = True) -> str:
+        """`url`; ``warn=False`` leaves an unattended process's warning about the embedded Redis
+        to the caller (`which_redis.announce`, which names the Redis first)."""
         if self._url is None:
-            self._url = embedded.ensure_running()
+            self._url = which_redis.fallback(allowed=self._embedded, warn=warn)
         return self._url
 
     @property

@@ -17,6 +17,7 @@ from drumbeat.autoscale import Autoscaler
 from drumbeat.cli import USAGE_ERROR, AppArg, _err, _fail, _opened, cli
 from drumbeat.keys import check_name
 from drumbeat.supervisor import Supervisor
+from drumbeat.which_redis import announce
 from drumbeat.worker import run_worker
 from drumbeat.worker.recycling import Budget
 
@@ -107,6 +108,8 @@ def worker(
     try:
         with _opened(app_spec) as app:
             _setup_logging(log_level)
+            # First, so a machine missing DRUMBEAT_REDIS_URL shows it before anything else.
+            announce(app.connections)
             if bounds is not None:
                 argv = ["-m", "drumbeat", "worker", app_spec, "--log-level", log_level.value]
                 if concurrency is not None:
