@@ -23,7 +23,8 @@ from .schedule import Mode
 from .scheduler import Schedule, ScheduleInfo, Scheduler, adrive, drive
 from .scripts import Call, Scripts
 from .serialization import CODECS, Codec, check_size, encode_call
-from .task import Prepared, Task, TaskConfig
+from .task import Backoff, ErrorClasses, Prepared, Task, TaskConfig, unique_ms_of
+from .task_ref import TaskRef
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -116,7 +117,7 @@ class App:
         retries: int = 0,
         timeout: float | None = None,
         result_ttl: float | None = None,
-        backoff: float = 1.0,
+        backoff: Backoff = 1.0,
         backoff_max: float = 600.0,
         queue: str = "default",
         rate_limit: str | None = None,
@@ -124,6 +125,9 @@ class App:
         concurrency_limit: int | None = None,
         limit_by: str | None = None,
         limiter: str | None = None,
+        retry_on: ErrorClasses | None = None,
+        dont_retry_on: ErrorClasses = (),
+        unique_for: float = 0.0,
     ) -> _Decorator: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, **config: Any) -> Any:
@@ -131,7 +135,10 @@ class App:
 
         Options: ``name`` (default ``module.qualname``), ``priority`` 0..9 (higher first),
         ``retries`` after the first failure, ``timeout`` seconds per attempt, ``result_ttl``
-        seconds the outcome is kept (0: not at all), ``backoff``/``backoff_max`` seconds,
+        seconds the outcome is kept (0: not at all), ``backoff``/``backoff_max`` seconds
+        (``backoff`` may be a function of the failures so far returning the delay),
+        ``retry_on``/``dont_retry_on``: the exception classes retried / failed at once,
+        ``unique_for`` seconds a call's ``key=`` stays taken, even after its job ended,
         ``queue`` its jobs go to (default ``"default"``; workers serve named queues);
         ``rate_limit`` (``"N/s"``, ``"N/m"``, ``"N/h"``: starts across all workers, spaced
         evenly) with ``rate_burst`` (default 1), ``concurrency_limit`` (runs at once across all
@@ -257,6 +264,14 @@ class App:
     async def aenqueue(self, task: str, *args: Any, **kwargs: Any) -> Job[Any]:
         """`enqueue` for async callers."""
         return (await self.aenqueue_many([self._by_name(task, args, kwargs)]))[0]
+
+    def task_ref(
+        self, name: str, *, queue: str | None = None, priority: int | None = None
+    ) -> TaskRef[..., Any]:
+        """A task by name, with ``.options(...)``, ``.enqueue``, ``.aenqueue`` and
+        ``.prepare`` as a `Task` has them; ``queue`` and ``priority``: its defaults when it is
+        not registered here (`TaskRef`)."""
+        return TaskRef(self, name, queue=queue, priority=priority)
 
     def _by_name(self, task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Prepared:
         known = self.tasks.get(task)
@@ -586,6 +601,7 @@ class App:
             )
             check_size(spec, limit, f"job of task {prepared.task!r}")
             queue = o.queue or self._queue_of(prepared.task)
+            unique_ms = unique_ms_of(prepared, known)
             shard = self._job_shard_for(o.key, bool(limits), turn)
             g = current.get(shard)
             spread = len(self.job_keys) > 1 and o.key is None and not limits
@@ -597,7 +613,7 @@ class App:
                 groups.append((queue, shard, [], []))
                 g = current[shard] = len(groups) - 1
             groups[g][2].extend(
-                (new_job_id(shard), spec, o.priority, o.delay_ms, o.at_ms, o.key or "")
+                (new_job_id(shard), spec, o.priority, o.delay_ms, o.at_ms, o.key or "", unique_ms)
             )
             groups[g][3].append(i)
         calls = [self.job_scripts[shard].enqueue(items, queue) for queue, shard, items, _ in groups]

@@ -14,7 +14,8 @@
     ├── JobFailed                 `Job.result()` of a job that ended in the dead-letter set
     ├── JobCancelled              `Job.result()` of a job stopped by `Job.cancel()`
     ├── JobNotFound (LookupError) no such job, or its record has expired
-    └── ResultTimeout (TimeoutError) `Job.result(timeout=...)` ran out of time
+    ├── ResultTimeout (TimeoutError) `Job.result(timeout=...)` ran out of time
+    └── NotIdle (TimeoutError)    `drumbeat.testing.run_until_idle` timed out with work pending
 
 Control flow stays apart from errors: `Retry` asks for another attempt and is not a failure
 report, so it derives from `Exception` but not from `DrumbeatError`. It is honoured even with
@@ -77,6 +78,11 @@ class JobNotFound(DrumbeatError, LookupError):
 
 class ResultTimeout(DrumbeatError, TimeoutError):
     """The job did not finish within the time `Job.result` was given."""
+
+
+class NotIdle(DrumbeatError, TimeoutError):
+    """`drumbeat.testing.run_until_idle` ran out of time with work still pending; the message
+    says what (ready, running, delayed or retrying, parked)."""
 
 
 _MAX_DELAY = 10 * 365 * 24 * 3600.0

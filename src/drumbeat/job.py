@@ -173,7 +173,14 @@ class Job(Generic[R]):
         self._run = job_id[len(RUN_PREFIX) :] if job_id.startswith(RUN_PREFIX) else None
 
     def __repr__(self) -> str:
-        return f"<Job {self.id}>"
+        return f"<Job {self.id}>" if self.created else f"<Job {self.id} (duplicate)>"
+
+    @property
+    def duplicate(self) -> bool:
+        """True when the enqueue that returned this handle added no job: its dedup key was
+        taken, by a job still queued or running or by one whose ``unique_for`` window has not
+        ended (its handle is this one: the first job's id, whose outcome may have expired)."""
+        return not self.created
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Job) and other.id == self.id and other.app is self.app

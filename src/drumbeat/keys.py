@@ -33,6 +33,8 @@ SHARD_KEYS: dict[str, str] = {
     "state": "hash",
     "owners": "hash",
     "uniq": "hash",
+    "uniqfor": "hash",
+    "uniqends": "zset",
     "results": "hash",
     "expires": "zset",
     "dead": "zset",
@@ -200,6 +202,14 @@ class Keys:
     @property
     def uniq(self) -> str:
         return self.key("uniq")
+
+    @property
+    def uniqfor(self) -> str:
+        return self.key("uniqfor")
+
+    @property
+    def uniqends(self) -> str:
+        return self.key("uniqends")
 
     @property
     def results(self) -> str:

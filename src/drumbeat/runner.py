@@ -42,6 +42,7 @@ from .protocol import FIELD_SEP, RUN_PREFIX, RUN_STATE_FIELDS, RUN_STATE_SEP
 from .replies import Claimed
 from .schedule import Cadence, decode_schedule_spec, is_misfire, jitter_ms
 from .scheduler import Schedule
+from .task import check_seconds
 
 if TYPE_CHECKING:
     from .app import App
@@ -103,8 +104,19 @@ def printable(text: str) -> str:
 
 
 def backoff_delay(task: Task[Any, Any], failures: int, rand: Callable[[], float]) -> float:
-    """Exponential backoff with equal jitter: half the step fixed, half random, capped."""
-    step = min(task.config.backoff_max, task.config.backoff * 2 ** (failures - 1))
+    """Exponential backoff with equal jitter: half the step fixed, half random, capped; or what
+    the task's backoff function returns for ``failures``, checked (`InvalidJob` if unusable)."""
+    backoff = task.config.backoff
+    if callable(backoff):
+        try:
+            delay = backoff(failures)
+        except Exception as exc:
+            raise InvalidJob(f"its backoff function raised {type(exc).__name__}: {exc}") from exc
+        try:
+            return check_seconds(delay, f"its backoff function's delay for failure {failures}")
+        except InvalidJob as exc:
+            raise InvalidJob(f"{exc} (returned by {backoff!r})") from None
+    step = min(task.config.backoff_max, backoff * 2 ** (failures - 1))
     return float(step / 2 + step / 2 * rand())
 
 
@@ -292,10 +304,15 @@ class Runner:
                 "the task's retries="
             )
             return self._failed(job, task, error, exc.delay, now_ms, retries=limit)
-        if isinstance(exc, TimeoutError):
-            return self._failed(job, task, f"timed out after {task.config.timeout} s", None, now_ms)
-        error = f"{type(exc).__name__}: {exc}"
-        tb = "".join(traceback.format_exception(exc))
+        tb = None
+        if isinstance(exc, TimeoutError) and task.config.timeout is not None:
+            error = f"timed out after {task.config.timeout} s"
+        else:
+            error = f"{type(exc).__name__}: {exc}"
+            tb = "".join(traceback.format_exception(exc))
+        if not task.config.retries_error(exc):  # retry_on / dont_retry_on: fails at once
+            error += f" (not retried: {type(exc).__name__} is not retried by this task)"
+            return self._bury(job, error, tb, now_ms, self._ttl_ms(task))
         return self._failed(job, task, error, None, now_ms, tb=tb)
 
     def cancelled(self, job: Claimed, now_ms: int) -> Cancelled:
@@ -522,7 +539,11 @@ class Runner:
         failures = job.attempt - job.stalls
         if failures <= (task.config.retries if retries is None else retries):
             if delay is None:
-                delay = backoff_delay(task, failures, self.rand)
+                try:
+                    delay = backoff_delay(task, failures, self.rand)
+                except InvalidJob as exc:  # its own backoff function failed: say so
+                    error = f"{error}; not retried: {exc}"
+                    return self._bury(job, error, tb, now_ms, self._ttl_ms(task))
             return Again(max(0, round(delay * 1000)))
         return self._bury(job, error, tb, now_ms, self._ttl_ms(task))
 

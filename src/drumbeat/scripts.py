@@ -81,6 +81,7 @@ SCRIPT_NAMES = (
     "resume_slots",
     "run_slots_now",
     "move_bucket_to_slots",
+    "count_pending",
 )
 
 
@@ -186,12 +187,13 @@ class Scripts:
     def enqueue(
         self, groups: Sequence[str | bytes | int], queue: str = DEFAULT_QUEUE
     ) -> Call[list[Enqueued]]:
-        """Jobs of one queue: groups of (id, spec, priority, delay_ms, at_ms, dedup key)."""
+        """Jobs of one queue: groups of (id, spec, priority, delay_ms, at_ms, dedup key,
+        unique_for ms)."""
         keys = self._enqueue_keys.get(queue)
         if keys is None:  # built once per queue: an enqueue of one job is the hot path
             k = self.k
             keys = (k.ready_of(queue), k.due_of(queue), k.jobs, k.state, k.uniq, k.seq,
-                    k.wake_of(queue), k.signals, k.queues)  # fmt: skip
+                    k.wake_of(queue), k.signals, k.queues, k.uniqfor, k.uniqends)  # fmt: skip
             self._enqueue_keys[queue] = keys
         return Call("enqueue", keys, [_queue_arg(queue), *groups], parse_enqueue)
 
@@ -399,6 +401,16 @@ class Scripts:
     def count_schedules(self, buckets: Sequence[int]) -> Call[int]:
         """How many schedules the given wheel buckets of this shard hold."""
         return Call("count_schedules", [self.k.schedules(b) for b in buckets], [], int)
+
+    def count_pending(self, queues: Sequence[str], window_ms: int, limit: int) -> Call[list[int]]:
+        """The work pending on this shard in ``queues`` (the default one first): [ready, due
+        within ``window_ms``, held, parked, ms until the first due one counted (-1: none)];
+        ``limit`` bounds the entries read from each `due`."""
+        k = self.k
+        keys = [k.leases, k.busy, k.parking]
+        for queue in queues:
+            keys += [k.ready_of(queue), k.due_of(queue)]
+        return Call("count_pending", keys, [window_ms, limit, *queues], parse_ints)
 
     def find_schedules(
         self, buckets: Sequence[int], pattern: str, skip: int, limit: int

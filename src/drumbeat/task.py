@@ -4,10 +4,11 @@ arguments, so ``fetch.options(priority=9).enqueue(url)`` cannot mix the two up."
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from .errors import InvalidJob
 from .job import Job
@@ -21,6 +22,12 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+Backoff = float | Callable[[int], float]
+"""Seconds before the first retry (doubled each failure, with jitter), or a function of the
+failures so far (1 at the first retry) returning the seconds to wait, used as it returns them."""
+
+ErrorClasses = type[BaseException] | tuple[type[BaseException], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +44,9 @@ class Options:
     limits: Limits | None = None
     """Limits of this call in place of its task's (carried in the job's record); ``None``: the
     task's, as the worker that runs it knows them."""
+    unique_for: float | None = None
+    """Seconds from this enqueue during which ``key`` stays taken, even after the job ended;
+    ``None``: its task's (0: only while the job lives)."""
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -63,6 +73,12 @@ class Options:
                 check_name(self.key, "dedup key")
             except ValueError as exc:
                 raise InvalidJob(str(exc)) from None
+        if self.unique_for is not None:
+            check_seconds(self.unique_for, "unique_for")
+            if self.unique_for and self.key is None:
+                raise InvalidJob(
+                    f"unique_for={self.unique_for!r} needs key=: the dedup key it keeps taken"
+                )
 
     @property
     def delay_ms(self) -> int:
@@ -93,8 +109,9 @@ class TaskConfig:
     timeout: float | None = None
     result_ttl: float | None = None
     """Seconds the outcome is kept; ``None`` takes `Settings.result_ttl`, 0 keeps nothing."""
-    backoff: float = 1.0
-    """First retry delay in seconds; doubled each failure, with jitter."""
+    backoff: Backoff = 1.0
+    """First retry delay in seconds, doubled each failure, with jitter (capped by
+    ``backoff_max``); or a function of the failures so far returning the delay (`Backoff`)."""
     backoff_max: float = 600.0
     queue: str = DEFAULT_QUEUE
     """The queue its jobs go to, unless a call names another; workers serve named queues."""
@@ -109,6 +126,15 @@ class TaskConfig:
     """An argument of the task whose value keys its own limits (one budget per value)."""
     limiter: str | None = None
     """A named budget (`App.limiter`) shared with other tasks."""
+    retry_on: ErrorClasses | None = None
+    """Only exceptions of these classes (or subclasses) are retried; others are dead-lettered
+    at once. ``None``: every exception is (up to ``retries``)."""
+    dont_retry_on: ErrorClasses = ()
+    """Exceptions of these classes are dead-lettered at once, even if ``retry_on`` names a
+    base class of theirs. An explicit `Retry` is honoured either way."""
+    unique_for: float = 0.0
+    """Seconds a call's dedup key stays taken from its enqueue, even after its job ended
+    (calls of this task must give ``key=``); 0: only while the job lives."""
 
     def __post_init__(self) -> None:
         try:
@@ -123,9 +149,24 @@ class TaskConfig:
             raise InvalidJob(f"timeout must be > 0 seconds or None, got {self.timeout}")
         if self.result_ttl is not None and self.result_ttl < 0:
             raise InvalidJob(f"result_ttl must be >= 0 seconds or None, got {self.result_ttl}")
-        if self.backoff < 0 or self.backoff_max < 0:
-            raise InvalidJob("backoff and backoff_max must be >= 0 seconds")
+        if not callable(self.backoff):
+            check_seconds(self.backoff, "backoff")
+        check_seconds(self.backoff_max, "backoff_max")
+        check_seconds(self.unique_for, "unique_for")
+        # Frozen: the normal form (a tuple) is set once, here.
+        if self.retry_on is not None:
+            object.__setattr__(self, "retry_on", error_classes(self.retry_on, "retry_on"))
+        object.__setattr__(
+            self, "dont_retry_on", error_classes(self.dont_retry_on, "dont_retry_on")
+        )
         self.make_limits()
+
+    def retries_error(self, exc: BaseException) -> bool:
+        """Whether ``exc`` may be retried (while ``retries`` allow): matched by class,
+        subclasses included; ``dont_retry_on`` wins over ``retry_on``."""
+        if isinstance(exc, self.dont_retry_on):
+            return False
+        return self.retry_on is None or isinstance(exc, self.retry_on)
 
     def make_limits(self, fn: Callable[..., Any] | None = None) -> Limits:
         """The task's checked limits (``fn``: its function, whose arguments limit_by names)."""
@@ -140,10 +181,19 @@ class TaskConfig:
         )
 
 
+class Target(Protocol):
+    """What a `Bound` sends jobs of: a `Task`, or a `task_ref.TaskRef` (a task by name)."""
+
+    @property
+    def app(self) -> App: ...
+    @property
+    def name(self) -> str: ...
+
+
 class Bound(Generic[P, R]):
     """A task with per-call options applied; what ``Task.options(...)`` returns."""
 
-    def __init__(self, task: Task[P, R], options: Options) -> None:
+    def __init__(self, task: Target, options: Options) -> None:
         self._task = task
         self._options = options
 
@@ -191,6 +241,7 @@ class Task(Generic[P, R]):
         at: datetime | None = None,
         key: str | None = None,
         queue: str | None = None,
+        unique_for: float | None = None,
         rate_limit: str | None = None,
         rate_burst: int | None = None,
         concurrency_limit: int | None = None,
@@ -199,7 +250,8 @@ class Task(Generic[P, R]):
     ) -> Bound[P, R]:
         """Per-call options. A limit given here replaces the task's for this call: the rate
         options together, ``concurrency_limit``, ``limit_by`` and ``limiter`` each on its own
-        (the others stay the task's)."""
+        (the others stay the task's). ``unique_for`` (seconds, with ``key``): the key stays
+        taken that long from this enqueue, even after the job ended; default the task's."""
         prio = self.config.priority if priority is None else priority
         q = self.config.queue if queue is None else queue
         limits = self.call_limits(
@@ -210,7 +262,8 @@ class Task(Generic[P, R]):
             limit_by=limit_by,
             limiter=limiter,
         )
-        options = Options(priority=prio, delay=delay, at=at, key=key, queue=q, limits=limits)
+        options = Options(priority=prio, delay=delay, at=at, key=key, queue=q, limits=limits,
+                          unique_for=unique_for)  # fmt: skip
         return Bound(self, options)
 
     def call_limits(
@@ -252,6 +305,45 @@ class Task(Generic[P, R]):
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         return (await self.app.aenqueue_many([self.prepare(*args, **kwargs)]))[0]
+
+
+def unique_ms_of(prepared: Prepared, known: Task[Any, Any] | None) -> int:
+    """Milliseconds the call's dedup key stays taken from now (0: while its job lives)."""
+    o = prepared.options
+    if o.unique_for is not None:
+        return round(o.unique_for * 1000)
+    if known is None or not known.config.unique_for:
+        return 0
+    if o.key is None:
+        raise InvalidJob(
+            f"task {prepared.task!r} has unique_for={known.config.unique_for:g} s, which keeps "
+            "a call's dedup key taken: give one with .options(key=...)"
+        )
+    return round(known.config.unique_for * 1000)
+
+
+def check_seconds(value: object, what: str) -> float:
+    """``value`` if it is a finite number of seconds >= 0, else `InvalidJob` saying so."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise InvalidJob(f"{what} must be a number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def error_classes(value: object, what: str) -> tuple[type[BaseException], ...]:
+    """``value`` (an exception class or a tuple of them) as a tuple, else `InvalidJob`."""
+    classes = value if isinstance(value, tuple) else (value,)
+    for c in classes:
+        if not (isinstance(c, type) and issubclass(c, BaseException)):
+            raise InvalidJob(
+                f"{what} takes exception classes (or a tuple of them), got {c!r}; "
+                f"e.g. {what}=(TimeoutError, ConnectionError)"
+            )
+    return classes
 
 
 def check_queue(queue: str) -> str:

@@ -1,0 +1,34 @@
+-- Counts the work still pending on one shard, atomically (a job moving between sets is never
+-- seen in none): `drumbeat.testing.run_until_idle` and `drumbeat worker --burst` stop once it
+-- is all zero. Waiting schedules are not pending; their runs are, once ready, due or held.
+--
+-- KEYS[1] leases (zset)  KEYS[2] busy (hash)  KEYS[3] parking (hash)
+-- KEYS[2 + 2q] ready (zset), KEYS[3 + 2q] due (zset) of the q-th queue (q = 1: the default)
+-- ARGV[1] window ms: entries of `due` scored at or before now + window count as pending
+-- ARGV[2] the most entries read from each `due` (schedule-bucket and limiter markers among
+--         them are skipped: they are no job)
+-- ARGV[2 + q] the q-th queue's name ("default" for the default queue)
+-- Returns {ready, due within the window, held (leases and time-slot runs), parked,
+--          ms from now until the first due entry counted (-1: none)}
+local now = now_ms()
+local horizon = tostring(now + tonumber(ARGV[1]))
+local limit = ARGV[2]
+local ready, due, held, parked, first = 0, 0, 0, 0, -1
+held = redis.call('ZCOUNT', KEYS[1], '-inf', '(+inf')
+for _, n in ipairs(redis.call('HVALS', KEYS[2])) do held = held + tonumber(n) end
+for q = 1, #ARGV - 2 do
+  ready = ready + redis.call('ZCARD', KEYS[2 + 2 * q])
+  local entries = redis.call('ZRANGE', KEYS[3 + 2 * q], '-inf', horizon, 'BYSCORE', 'LIMIT', '0',
+                             limit, 'WITHSCORES')
+  for i = 1, #entries, 2 do
+    local prefix = string.sub(entries[i], 1, 2)
+    if prefix ~= WHEEL_PREFIX and prefix ~= LIMIT_PREFIX then
+      due = due + 1
+      local at = math.max(0, tonumber(entries[i + 1]) - now)
+      if first < 0 or at < first then first = at end
+    end
+  end
+  local n = tonumber(redis.call('HGET', KEYS[3], PARKED_FIELD .. ARGV[2 + q]) or '0')
+  parked = parked + math.max(0, n)
+end
+return {ready, due, held, parked, first}

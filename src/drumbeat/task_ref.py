@@ -1,0 +1,128 @@
+"""`App.task_ref`: a task by name, for producers that do not import its code, with the same
+per-call options as `Task.options` and its arguments kept apart from them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from .errors import InvalidJob
+from .job import Job
+from .keys import DEFAULT_QUEUE, check_name
+from .task import Bound, Options, Prepared, Task
+
+if TYPE_CHECKING:
+    from .app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class TaskRef(Generic[P, R]):
+    """A task named, not imported: ``app.task_ref("tasks.build").options(priority=9)
+    .enqueue(42)``. Typed ``TaskRef[..., Any]``; annotate it (``TaskRef[[int], None]``) to
+    have mypy check the arguments.
+
+    A task registered in this process keeps its own defaults (queue, priority, unique_for) and
+    limits, as `Task.options` does. For a task this process does not know, its definition is
+    elsewhere, so what it would have set must be said here: ``queue`` (default: the default
+    queue) and ``priority`` (default 0) given to `App.task_ref` are its defaults, shown in its
+    repr; the worker still runs it with its own retries, timeout and limits.
+    """
+
+    def __init__(
+        self, app: App, name: str, *, queue: str | None = None, priority: int | None = None
+    ) -> None:
+        try:
+            check_name(name, "task name")
+        except ValueError as exc:
+            raise InvalidJob(str(exc)) from None
+        self.app = app
+        self._name = name
+        self.task: Task[Any, Any] | None = app.tasks.get(name)
+        """The task, when it is registered in this process."""
+        if self.task is not None:
+            c = self.task.config
+            queue = c.queue if queue is None else queue
+            priority = c.priority if priority is None else priority
+        # Options checks both; None in `Options.unique_for` takes the task's at enqueue.
+        self._defaults = Options(
+            priority=0 if priority is None else priority, queue=queue or DEFAULT_QUEUE
+        )
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def queue(self) -> str:
+        """The queue its jobs go to unless `options` names another."""
+        return self._defaults.queue or DEFAULT_QUEUE
+
+    @property
+    def priority(self) -> int:
+        """Its jobs' priority unless `options` gives one."""
+        return self._defaults.priority
+
+    def __repr__(self) -> str:
+        where = "registered here" if self.task is not None else "not registered here"
+        return f"<TaskRef {self.name} ({where}) queue={self.queue} priority={self.priority}>"
+
+    def options(
+        self,
+        *,
+        priority: int | None = None,
+        delay: float = 0.0,
+        at: datetime | None = None,
+        key: str | None = None,
+        queue: str | None = None,
+        unique_for: float | None = None,
+        rate_limit: str | None = None,
+        rate_burst: int | None = None,
+        concurrency_limit: int | None = None,
+        limit_by: str | None = None,
+        limiter: str | None = None,
+    ) -> Bound[P, R]:
+        """Per-call options, as `Task.options` takes them. Limits need the task registered
+        here: a call's limits replace its task's as a whole in the job's record, and a process
+        that does not know the task cannot fill in the ones not given."""
+        limits = None
+        given = {"rate_limit": rate_limit, "rate_burst": rate_burst,
+                 "concurrency_limit": concurrency_limit, "limit_by": limit_by,
+                 "limiter": limiter}  # fmt: skip
+        if any(v is not None for v in given.values()):
+            if self.task is None:
+                named = ", ".join(k for k, v in given.items() if v is not None)
+                raise InvalidJob(
+                    f"{named} by name needs task {self.name!r} registered in this process (its "
+                    "limits are merged with the call's here); import its module, or set its "
+                    "limits on its definition"
+                )
+            limits = self.task.call_limits(
+                f"task_ref({self.name!r}).options(...)",
+                rate_limit=rate_limit,
+                rate_burst=rate_burst,
+                concurrency_limit=concurrency_limit,
+                limit_by=limit_by,
+                limiter=limiter,
+            )
+        options = Options(
+            priority=self.priority if priority is None else priority,
+            delay=delay,
+            at=at,
+            key=key,
+            queue=self.queue if queue is None else queue,
+            limits=limits,
+            unique_for=unique_for,
+        )
+        return Bound(self, options)
+
+    def prepare(self, *args: P.args, **kwargs: P.kwargs) -> Prepared:
+        """A job for `App.enqueue_many`, with this reference's defaults."""
+        return Prepared(self.name, args, kwargs, self._defaults)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+        return self.app.enqueue_many([self.prepare(*args, **kwargs)])[0]
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+        return (await self.app.aenqueue_many([self.prepare(*args, **kwargs)]))[0]

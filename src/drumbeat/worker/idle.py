@@ -1,0 +1,151 @@
+"""A worker that stops once nothing is left for it: what `drumbeat.testing.run_until_idle` and
+`drumbeat worker --burst` share. `Pending` says what is left; `until_idle` runs a `Worker`
+until it is nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from drumbeat.errors import NotIdle
+from drumbeat.keys import DEFAULT_QUEUE
+
+from .hooks import JobEnd
+
+if TYPE_CHECKING:
+    from drumbeat.replies import Claimed
+
+    from .process import Worker
+
+#: How often the pending work is read while jobs run (a worker with nothing pending is seen
+#: idle after one read; a finished job within about this long).
+POLL = 0.02
+#: The most entries `count_pending.lua` reads from each `due`: markers of schedule buckets and
+#: limiter keys are skipped among them, and a test has far fewer delayed jobs than this.
+DUE_READ = 1000
+
+# The ends of a run that ran the task (a hand-back, a park or a stop ran nothing, or will run
+# it again).
+_RAN = frozenset({"done", "retry", "dead", "ok", "fail"})
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """The work left for a worker: in Redis over the shards and queues it serves, and in its
+    own hands. Schedules waiting for their next run are not counted (a periodic schedule is
+    never done); a schedule's run is, once it is ready, held, or retried."""
+
+    ready: int
+    """Jobs (and schedule runs) waiting in `ready`."""
+    due: int
+    """Delayed jobs and retries backing off that come due within the window asked for."""
+    running: int
+    """Claims under way: leases held (running, or finished and not settled yet), time-slot
+    runs held, and the claims this worker holds."""
+    parked: int
+    """Jobs waiting for a rate or concurrency limit."""
+    next_due: float | None = None
+    """Seconds until the first of ``due`` comes due (None: none)."""
+
+    @property
+    def idle(self) -> bool:
+        return not (self.ready or self.due or self.running or self.parked)
+
+    def __str__(self) -> str:
+        due = f"{self.due} delayed or retrying"
+        if self.next_due is not None:
+            due += f" (the first due in {self.next_due:.1f} s)"
+        return f"{self.ready} ready, {self.running} running, {due}, {self.parked} parked"
+
+
+async def pending(worker: Worker, window: float) -> Pending:
+    """What is left for ``worker``: read with one `count_pending.lua` call per shard it claims
+    from (each atomic: a job moving between sets is never missed), in one round trip.
+
+    Args:
+        worker: whose shards and queues to read, and whose claims to count.
+        window: seconds ahead within which a delayed job or a retry counts as pending.
+    """
+    app = worker.app
+    jobs = len(app.job_scripts)
+    calls = []
+    for i, shard in enumerate(worker.shards):
+        # Schedule shards apart from the job shards hold the default queue's runs only.
+        queues = worker.queues if i < jobs else [DEFAULT_QUEUE]
+        if DEFAULT_QUEUE in queues or i < jobs:
+            calls.append(shard.count_pending(queues, max(0, round(window * 1000)), DUE_READ))
+    client = await app.aredis()
+    replies: list[list[int]] = [await call.arun(client) for call in calls]
+    firsts = [r[4] for r in replies if r[4] >= 0]
+    return Pending(
+        ready=sum(r[0] for r in replies),
+        due=sum(r[1] for r in replies),
+        # This worker's claims hold leases too (until just after they are settled).
+        running=max(sum(r[2] for r in replies), len(worker.table)),
+        parked=sum(r[3] for r in replies),
+        next_due=min(firsts) / 1000 if firsts else None,
+    )
+
+
+class Runs:
+    """Counts a worker's runs through its job hooks: those started (every claim it took) and
+    those that ran the task to an outcome."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.started = 0
+        self.ran = 0
+        worker.hooks.before_job.append(self._before)
+        worker.hooks.after_job.append(self._after)
+
+    def _before(self, job: Claimed) -> None:
+        self.started += 1
+
+    def _after(self, end: JobEnd) -> None:
+        if end.outcome in _RAN:
+            self.ran += 1
+
+
+async def until_idle(
+    worker: Worker, *, wait: float | None, timeout: float | None, poll: float = POLL
+) -> int:
+    """Runs ``worker`` on this loop until nothing is pending (`Pending.idle`), then stops it
+    and returns the runs that ran their task (each attempt counts).
+
+    Args:
+        worker: a worker not yet run.
+        wait: seconds ahead within which a delayed job or a retry is waited for; None: up to
+            the timeout.
+        timeout: seconds until `NotIdle` is raised; None: never.
+        poll: seconds between reads while work is pending.
+
+    Raises:
+        NotIdle: the timeout passed with work still pending (the worker stopped first).
+        WorkerCrashed: the worker itself failed.
+    """
+    runs = Runs(worker)
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    serving = asyncio.create_task(worker.run(), name="drumbeat-worker")
+    try:
+        while not serving.done():
+            window = wait if wait is not None else max(0.0, (deadline or 0.0) - loop.time())
+            before = (runs.started, runs.ran, len(worker.table))
+            left = await pending(worker, window)
+            # Each shard is read atomically, but not all at once: a run ending between two
+            # reads may have moved work into a shard read before. Such a run shows here.
+            if left.idle and before == (runs.started, runs.ran, len(worker.table)):
+                break
+            if deadline is not None and loop.time() >= deadline:
+                # At once: a job that hangs must not hold the caller for the shutdown grace.
+                worker.stop(hard=True)
+                raise NotIdle(
+                    f"not idle within {timeout:g} s, still pending: {left}; {runs.ran} runs "
+                    "ended meanwhile (the worker stopped; jobs it was running come back "
+                    "when their leases expire)"
+                )
+            await asyncio.wait([serving], timeout=poll)
+    finally:
+        worker.stop()
+        await serving  # its crash (`WorkerCrashed`) is raised here
+    return runs.ran
