@@ -19,6 +19,7 @@ from drumbeat.keys import check_name
 from drumbeat.supervisor import Supervisor
 from drumbeat.which_redis import announce
 from drumbeat.worker import run_worker
+from drumbeat.worker.idle import run_burst
 from drumbeat.worker.recycling import Budget
 
 log = logging.getLogger("drumbeat.cli")
@@ -90,8 +91,26 @@ def worker(
             "capacity.",
         ),
     ] = None,
+    burst: Annotated[
+        bool,
+        typer.Option(
+            "--burst",
+            help="Exit (status 0) once nothing is ready, running or parked and no delayed job "
+            "or retry is due within --burst-wait; schedules are not waited for. One process "
+            "only (not with --processes or --autoscale).",
+        ),
+    ] = False,
+    burst_wait: Annotated[
+        float,
+        typer.Option(
+            "--burst-wait",
+            min=0,
+            metavar="SECONDS",
+            help="With --burst, also wait for delayed jobs and retries due within this long.",
+        ),
+    ] = 0.0,
 ) -> None:
-    """Run a worker for the app's tasks until SIGTERM or SIGINT.
+    """Run a worker for the app's tasks until SIGTERM or SIGINT (with --burst, until idle).
 
     The first signal lets running jobs finish (up to the app's shutdown_grace) and hands the
     rest back to the queue; a second one stops at once. With --processes, a supervisor passes
@@ -104,6 +123,11 @@ def worker(
     bounds = None if autoscale is None else _bounds(autoscale, processes)
     if bounds is None and processes is not None:
         bounds = (processes, processes)
+    if burst and bounds is not None:
+        # Each process would see the others' jobs running and wait for them: no one of them
+        # knows when the pool as a whole is idle.
+        raise _fail("--burst runs one worker process; it does not go with --processes or "
+                    "--autoscale", USAGE_ERROR)  # fmt: skip
     code, ran = 0, False
     try:
         with _opened(app_spec) as app:
@@ -132,6 +156,10 @@ def worker(
                 )  # fmt: skip
                 raise typer.Exit(supervisor.run())
             ran = True
+            if burst:
+                run_burst(app, wait=burst_wait, concurrency=concurrency,
+                          budget=Budget(max_jobs, max_memory), queues=served)  # fmt: skip
+                return
             run_worker(
                 app, concurrency=concurrency, budget=Budget(max_jobs, max_memory), queues=served
             )

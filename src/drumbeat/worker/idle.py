@@ -5,18 +5,26 @@ until it is nothing."""
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from drumbeat import connections
 from drumbeat.errors import NotIdle
 from drumbeat.keys import DEFAULT_QUEUE
 
 from .hooks import JobEnd
+from .process import Worker, tune_gc
+from .recycling import Budget
 
 if TYPE_CHECKING:
+    import redis.asyncio as aredis
+
+    from drumbeat.app import App
     from drumbeat.replies import Claimed
 
-    from .process import Worker
+log = logging.getLogger("drumbeat.worker")
 
 #: How often the pending work is read while jobs run (a worker with nothing pending is seen
 #: idle after one read; a finished job within about this long).
@@ -59,23 +67,22 @@ class Pending:
         return f"{self.ready} ready, {self.running} running, {due}, {self.parked} parked"
 
 
-async def pending(worker: Worker, window: float) -> Pending:
+async def pending(worker: Worker, client: aredis.Redis, window: float) -> Pending:
     """What is left for ``worker``: read with one `count_pending.lua` call per shard it claims
-    from (each atomic: a job moving between sets is never missed), in one round trip.
+    from (each atomic: a job moving between sets is never missed).
 
     Args:
         worker: whose shards and queues to read, and whose claims to count.
+        client: an asyncio client of the app's Redis.
         window: seconds ahead within which a delayed job or a retry counts as pending.
     """
-    app = worker.app
-    jobs = len(app.job_scripts)
+    jobs = len(worker.app.job_scripts)
     calls = []
     for i, shard in enumerate(worker.shards):
         # Schedule shards apart from the job shards hold the default queue's runs only.
         queues = worker.queues if i < jobs else [DEFAULT_QUEUE]
         if DEFAULT_QUEUE in queues or i < jobs:
             calls.append(shard.count_pending(queues, max(0, round(window * 1000)), DUE_READ))
-    client = await app.aredis()
     replies: list[list[int]] = [await call.arun(client) for call in calls]
     firsts = [r[4] for r in replies if r[4] >= 0]
     return Pending(
@@ -126,12 +133,14 @@ async def until_idle(
     runs = Runs(worker)
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
+    # A client of its own: the app's asyncio client would outlive a loop of `run_until_idle`.
+    client = connections.async_client(worker.app.url)
     serving = asyncio.create_task(worker.run(), name="drumbeat-worker")
     try:
         while not serving.done():
             window = wait if wait is not None else max(0.0, (deadline or 0.0) - loop.time())
             before = (runs.started, runs.ran, len(worker.table))
-            left = await pending(worker, window)
+            left = await pending(worker, client, window)
             # Each shard is read atomically, but not all at once: a run ending between two
             # reads may have moved work into a shard read before. Such a run shows here.
             if left.idle and before == (runs.started, runs.ran, len(worker.table)):
@@ -147,5 +156,31 @@ async def until_idle(
             await asyncio.wait([serving], timeout=poll)
     finally:
         worker.stop()
-        await serving  # its crash (`WorkerCrashed`) is raised here
+        try:
+            await serving  # its crash (`WorkerCrashed`) is raised here
+        finally:
+            await client.aclose()
     return runs.ran
+
+
+def run_burst(
+    app: App,
+    *,
+    wait: float = 0.0,
+    concurrency: int | None = None,
+    budget: Budget | None = None,
+    queues: Sequence[str] | None = None,
+) -> int:
+    """``drumbeat worker --burst``: a worker in this process until it is idle (delayed jobs and
+    retries due within ``wait`` seconds waited for) or stopped by SIGTERM/SIGINT; returns the
+    runs it made."""
+    worker = Worker(app, concurrency=concurrency, budget=budget, queues=queues)
+    tune_gc()
+
+    async def main() -> int:
+        worker.install_signal_handlers()
+        return await until_idle(worker, wait=wait, timeout=None)
+
+    ran = asyncio.run(main())
+    log.info("burst: nothing left to run after %d runs; exiting", ran)
+    return ran
