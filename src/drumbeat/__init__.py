@@ -24,6 +24,7 @@ from .resources import Resource, aresource, resource
 from .schedule import Cadence
 from .scheduler import Schedule, ScheduleInfo
 from .task import Bound, Options, Prepared, Task
+from .task_ref import TaskRef
 from .worker import Worker, run_worker
 
 __version__ = "0.1.0"
@@ -54,6 +55,7 @@ __all__ = [
     "SerializationError",
     "Settings",
     "Task",
+    "TaskRef",
     "UnknownTask",
     "Worker",
     "WorkerCrashed",

@@ -19,9 +19,9 @@ def test_public_names_are_pinned() -> None:
         "EvictionPolicyWarning", "InvalidJob", "Job", "JobCancelled", "JobFailed", "JobNotFound",
         "JobStatus",
         "LeaseLost", "Options", "PayloadTooLarge", "Prepared", "Resource", "ResultTimeout", "Retry",
-        "Schedule", "ScheduleInfo", "SerializationError", "Settings", "Task", "UnknownTask",
-        "Worker", "WorkerCrashed", "acheckpoint", "aresource", "checkpoint", "current_job",
-        "resource", "run_worker",
+        "Schedule", "ScheduleInfo", "SerializationError", "Settings", "Task", "TaskRef",
+        "UnknownTask", "Worker", "WorkerCrashed", "acheckpoint", "aresource", "checkpoint",
+        "current_job", "resource", "run_worker",
     ]  # fmt: skip
     for name in drumbeat.__all__:
         assert hasattr(drumbeat, name)
