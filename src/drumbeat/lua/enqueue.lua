@@ -41,7 +41,7 @@ if windows and now == 0 then now = now_ms() end
 if windowed then
   -- Ended windows go a few more than this call adds at a time, so the sets stay bounded by
   -- the windows open (plus those ended since the last enqueue that opened one).
-  local ended = redis.call('ZRANGEBYSCORE', KEYS[11], '-inf', now, 'LIMIT', 0, n + 16)
+  local ended = redis.call('ZRANGEBYSCORE', KEYS[11], '-inf', now, 'LIMIT', '0', n + 16)
   if #ended > 0 then
     redis.call('ZREM', KEYS[11], unpack(ended))
     redis.call('HDEL', KEYS[10], unpack(ended))
