@@ -55,6 +55,8 @@ _UPCOMING_SLACK_MS = 5
 # as a time-slot claim of 30 runs, and this process a round trip. A job enqueued meanwhile
 # (priority 0: those above signal) waits this much longer to start.
 _JOBS_QUIET_S = 0.02
+# How long dropping the outstanding idle wait waits for its pop to end (s): see `cancel_block`.
+_CANCEL_WAIT_S = 0.01
 # A claim asks for a new list of upcoming buckets only when what is left of the last one ends
 # within this long after the buckets it passes (ms): the query costs Redis more than an empty
 # claim (1.3 M instructions for 128 markers, against 0.23 M: `bench.redis_cpu harness
@@ -99,6 +101,10 @@ class Claimer:
         self._rewire = False
         """On a cluster: the last pipelined wait failed, so its master may have changed."""
         self._block: asyncio.Future[Any] | None = None
+        self._dropped: set[asyncio.Future[Any]] = set()
+        """Pops dropped whose cancel was not honoured (`cancel_block`), until they end."""
+        self._giving_back: set[asyncio.Future[Any]] = set()
+        """Put-backs of wake markers dropped pops took (referenced until they end)."""
         # Per shard: the schedule buckets heading `due` at the last reply, with the time each
         # comes due; the next claim takes the runs of those due by then itself (claim.lua).
         self._upcoming: dict[int, list[tuple[int, int]]] = {}
@@ -146,6 +152,9 @@ class Claimer:
 
     async def close(self) -> None:
         await self.cancel_block()
+        left = [*self._dropped, *self._giving_back]
+        if left:  # each ends within its `idle_block`; the client they use must outlive them
+            await asyncio.wait(left)
         if self._waiter is not None:
             await self._waiter.aclose()
         if self._link is not None:
@@ -496,9 +505,10 @@ class Claimer:
             done, _ = await asyncio.wait(pops, return_when="FIRST_COMPLETED")
             return next(iter(done)).result()
         finally:
-            for pop in pops:
-                pop.cancel()
-            await asyncio.gather(*pops, return_exceptions=True)
+            for pop in pops:  # not awaited: a cancel may be swallowed (`cancel_block`)
+                if not pop.done():
+                    pop.cancel()
+                    pop.add_done_callback(self._give_back)
 
     def _wake_keys(self) -> list[str]:
         """What an idle wait blocks on: a marker for any queue served, on any shard."""
@@ -512,8 +522,41 @@ class Claimer:
 
     async def cancel_block(self) -> None:
         """Drops the outstanding `BZPOPMIN` (a busy worker must not swallow wake markers meant
-        for idle ones; cancelling costs its connection, a reconnect on the next wait)."""
-        if self._block is not None and not self._block.done():
-            self._block.cancel()
-            await asyncio.gather(self._block, return_exceptions=True)
-        self._block = None
+        for idle ones; cancelling costs its connection, a reconnect on the next wait).
+
+        The cancel is not always honoured: a pop still making its connection (each wait after
+        a cancel makes a new one) sits in redis-py's ``asyncio.wait_for``, which on Python 3.11
+        swallows a cancel that lands as the write it waits for completes (fixed in 3.12), and
+        the pop then blocks for its whole `idle_block`. Awaited, that held every busy worker
+        2 s with its slots free (`bench.periodic` at 100,000 schedules: lateness p99 1.5 s in
+        5 of 11 runs). So the wait is short, and a pop that outlives it is left to end on its
+        own; a marker it takes meanwhile is put back for the idle workers (`_give_back`)."""
+        block, self._block = self._block, None
+        if block is None or block.done():
+            return
+        block.cancel()
+        await asyncio.wait({block}, timeout=_CANCEL_WAIT_S)
+        if block.done():
+            self._give_back(block)
+        else:
+            self._dropped.add(block)
+            block.add_done_callback(self._give_back)
+
+    def _give_back(self, block: asyncio.Future[Any]) -> None:
+        """Puts back the wake marker a dropped pop took, if it took one."""
+        self._dropped.discard(block)
+        if block.cancelled() or block.exception() is not None:
+            return
+        popped = block.result()
+        if popped and self._client is not None:
+            key, member, score = popped
+            self.jobs_came()
+            back = asyncio.ensure_future(self._client.zadd(key, {member: score}))
+            self._giving_back.add(back)
+            back.add_done_callback(self._gave_back)
+
+    def _gave_back(self, back: asyncio.Future[Any]) -> None:
+        self._giving_back.discard(back)
+        # A marker lost here costs an idle worker at most one `idle_block` of delay.
+        if not back.cancelled() and back.exception() is not None:
+            log.debug("putting back a wake marker failed: %s", back.exception())
