@@ -311,7 +311,9 @@ class Runner:
             error = f"{type(exc).__name__}: {exc}"
             tb = "".join(traceback.format_exception(exc))
         if not task.config.retries_error(exc):  # retry_on / dont_retry_on: fails at once
-            error += f" (not retried: {type(exc).__name__} is not retried by this task)"
+            refused = isinstance(exc, task.config.dont_retry_on)
+            why = "in the task's dont_retry_on" if refused else "not in the task's retry_on"
+            error += f" (not retried: {type(exc).__name__} is {why})"
             return self._bury(job, error, tb, now_ms, self._ttl_ms(task))
         return self._failed(job, task, error, None, now_ms, tb=tb)
 
