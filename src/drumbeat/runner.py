@@ -42,7 +42,6 @@ from .protocol import FIELD_SEP, RUN_PREFIX, RUN_STATE_FIELDS, RUN_STATE_SEP
 from .replies import Claimed
 from .schedule import Cadence, decode_schedule_spec, is_misfire, jitter_ms
 from .scheduler import Schedule
-from .task import check_seconds
 
 if TYPE_CHECKING:
     from .app import App
@@ -104,20 +103,8 @@ def printable(text: str) -> str:
 
 
 def backoff_delay(task: Task[Any, Any], failures: int, rand: Callable[[], float]) -> float:
-    """Exponential backoff with equal jitter: half the step fixed, half random, capped; or what
-    the task's backoff function returns for ``failures``, checked (`InvalidJob` if unusable)."""
-    backoff = task.config.backoff
-    if callable(backoff):
-        try:
-            delay = backoff(failures)
-        except Exception as exc:
-            raise InvalidJob(f"its backoff function raised {type(exc).__name__}: {exc}") from exc
-        try:
-            return check_seconds(delay, f"its backoff function's delay for failure {failures}")
-        except InvalidJob as exc:
-            raise InvalidJob(f"{exc} (returned by {backoff!r})") from None
-    step = min(task.config.backoff_max, backoff * 2 ** (failures - 1))
-    return float(step / 2 + step / 2 * rand())
+    """The delay before retry ``failures`` (`TaskConfig.retry_delay`)."""
+    return task.config.retry_delay(failures, rand)
 
 
 class _Slot:

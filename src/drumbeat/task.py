@@ -161,6 +161,23 @@ class TaskConfig:
         )
         self.make_limits()
 
+    def retry_delay(self, failures: int, rand: Callable[[], float]) -> float:
+        """Seconds before retry ``failures`` (1: the first): exponential backoff with equal
+        jitter (half the step fixed, half random, capped), or what the backoff function returns,
+        checked (`InvalidJob` saying why when it raises or returns no usable delay)."""
+        backoff = self.backoff
+        if not callable(backoff):
+            step = min(self.backoff_max, backoff * 2 ** (failures - 1))
+            return float(step / 2 + step / 2 * rand())
+        try:
+            delay = backoff(failures)
+        except Exception as exc:
+            raise InvalidJob(f"its backoff function raised {type(exc).__name__}: {exc}") from exc
+        try:
+            return check_seconds(delay, f"its backoff function's delay for failure {failures}")
+        except InvalidJob as exc:
+            raise InvalidJob(f"{exc} (returned by {backoff!r})") from None
+
     def retries_error(self, exc: BaseException) -> bool:
         """Whether ``exc`` may be retried (while ``retries`` allow): matched by class,
         subclasses included; ``dont_retry_on`` wins over ``retry_on``."""
