@@ -11,7 +11,7 @@ VENV_MIN ?= .venv-min
 PY_MIN := $(VENV_MIN)/bin/python
 STAMP_MIN := $(VENV_MIN)/.installed-stamp
 
-.PHONY: install demo demo-priorities demo-builds test test-chaos test-embedded test-min-deps lint bench bench-periodic bench-quick clean
+.PHONY: install demo demo-priorities demo-builds test test-chaos test-embedded test-min-deps lint docs bench bench-periodic bench-quick clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "drumbeat needs Python 3.11+; set PYTHON=python3.11 or newer" or 0)'
@@ -73,6 +73,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# The documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link, anchor or API
+# reference fails. Offline: nothing is fetched at build time.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # The side-by-side benchmarks: the peers are installed into bench/.venv-peers first.
 bench: $(STAMP)

@@ -305,7 +305,8 @@ class App:
         Args:
             every: seconds between runs (fixed rate: no drift, missed runs coalesced).
             cron: a five-field cron expression instead of ``every``, in time zone ``tz``.
-            args, kwargs: the task's arguments, as for `Task.enqueue`.
+            args: the task's positional arguments, as for `Task.enqueue`.
+            kwargs: the task's keyword arguments.
             priority: 0..9 against other work; defaults to the task's.
             mode: ``"rate"`` (next = previous due + every) or ``"delay"`` (next = end + every).
             grace: skip (and count) a run that would start more than ``grace`` seconds late.
@@ -313,8 +314,13 @@ class App:
             queue: the queue its runs go to; defaults to the task's. The workers that serve
                 the default queue keep every schedule (they promote due runs, as Celery beat
                 sends them); a run of another queue waits in that queue for its workers.
-            rate_limit, rate_burst, concurrency_limit, limit_by, limiter: limits of this
-                schedule's runs in place of the task's, as `Task.options` takes them.
+            rate_limit: starts per time over every worker (``"200/s"``). This and the four
+                below limit this schedule's runs in place of the task's limits (as a whole),
+                as `Task.options` takes them.
+            rate_burst: starts allowed at once after a pause.
+            concurrency_limit: runs at once.
+            limit_by: the argument whose value ``concurrency_limit`` counts per.
+            limiter: a budget declared with `App.limiter`.
         """
         item = Schedule(
             id, task, every, cron, args, kwargs or {}, priority, tz, mode, grace, jitter, queue,
