@@ -96,6 +96,10 @@ class Config:
     """drumbeat only: ``MIN:MAX``, each worker role a supervisor that autoscales."""
     task_sleep: float = 0.0
     """drumbeat only: seconds the task awaits after recording its start (a monitor's I/O)."""
+    cold: float = 0.0
+    """Seconds between the end of registration and the start of the system's processes: with
+    at least one interval, every schedule is due when they start (a deploy onto a filled
+    Redis)."""
 
     def drumbeat_flags(self) -> list[str]:
         flags = ["--processes", str(self.processes)] if self.processes else []
@@ -362,6 +366,7 @@ class Trial:
         memory0 = _used_memory(self.client)
         if s.register and not s.register_after_start:
             self.register()
+            time.sleep(self.cfg.cold)
         t_start = time.time()
         live = self.start()
         if s.register and s.register_after_start:
@@ -841,6 +846,9 @@ def header_lines(info: Mapping[str, Any], cfg: Config) -> list[str]:
     if cfg.task_sleep:
         lines.append(f"- task: records its start, then awaits `asyncio.sleep({cfg.task_sleep:g})` "
                      "(I/O standing in for a monitor's HTTP search)")  # fmt: skip
+    if cfg.cold:
+        lines.append(f"- cold start: the system's processes start {cfg.cold:g} s after the "
+                     "schedules were registered")  # fmt: skip
     if cfg.note:
         lines.append(f"- note: {cfg.note}")
     if info.get("sources"):
@@ -980,6 +988,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
         metavar="S",
         help="drumbeat alone: the task awaits S s once it recorded its start",
     )
+    p.add_argument("--cold", type=float, default=0.0, metavar="S",
+                   help="start the system's processes S s after registration ends (with S >= "
+                   "the interval, every schedule is due when they start)")  # fmt: skip
     p.add_argument("--out", type=Path, default=BENCH_DIR / "results", help="results directory")
     p.add_argument("--note", default="", help="free text recorded with the results")
     p.add_argument("--render", nargs="+", type=Path, metavar="JSON",
@@ -1005,7 +1016,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
     if a.processes and a.autoscale:
         p.error("--processes and --autoscale exclude each other")
     cfg = Config(systems, cases, duration, repeat, a.workers, a.concurrency, a.quick, a.note,
-                 a.processes, a.autoscale, a.task_sleep)  # fmt: skip
+                 a.processes, a.autoscale, a.task_sleep, a.cold)  # fmt: skip
     return a, cfg
 
 

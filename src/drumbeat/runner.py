@@ -110,7 +110,9 @@ def backoff_delay(task: Task[Any, Any], failures: int, rand: Callable[[], float]
 class _Slot:
     """A schedule's run under way: where its schedule goes once it ends (`next`)."""
 
-    __slots__ = ("cadence", "due", "gen", "grid", "manual", "now_ms", "schedule_id", "started")
+    __slots__ = (
+        "cadence", "due", "gen", "grid", "manual", "now_ms", "schedule_id", "start_ms", "started"
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -123,6 +125,7 @@ class _Slot:
         cadence: Cadence,
         now_ms: Callable[[], int],
         started: float,
+        start_ms: int,
     ) -> None:
         self.schedule_id = schedule_id
         self.due = due
@@ -134,6 +137,8 @@ class _Slot:
         self.now_ms = now_ms
         self.started = started
         """When the run began (`time.monotonic`)."""
+        self.start_ms = start_ms
+        """When the run began (Redis ms): a late one stands for the slots passed by then."""
 
     def next(self, outcome: str, error: str = "") -> RunDone:
         """The outcome of the run, ended now, and its schedule's next slot."""
@@ -141,7 +146,7 @@ class _Slot:
         if self.manual and grid > end:
             nxt = (grid, grid + jitter_ms(self.schedule_id, grid, cadence.jitter_ms), 0)
         else:
-            nxt = cadence.after_run(self.schedule_id, grid, end)
+            nxt = cadence.after_run(self.schedule_id, grid, end, self.start_ms)
         duration = round((time.monotonic() - self.started) * 1000)
         return RunDone(
             outcome, duration, self.gen, nxt[0], nxt[1], printable(error) if error else ""
@@ -423,7 +428,8 @@ class Runner:
             retry_at = start[0] + _UNREADABLE_RETRY_MS
             return RunDone("fail", 0, gen, retry_at, retry_at, error)
         slot = _Slot(job.id[_RUN_PREFIX_LEN:], due=due, grid=grid, gen=gen, manual=manual == "1",
-                     cadence=cadence, now_ms=now_ms, started=start[1])  # fmt: skip
+                     cadence=cadence, now_ms=now_ms, started=start[1],
+                     start_ms=start[0])  # fmt: skip
         return slot, task_name, args, kwargs, limits
 
     def _run_task(

@@ -6,8 +6,11 @@ Redis server's clock, so the math is property-tested on its own (``tests/unit/te
 Cadence rules:
 - **fixed rate** (default): runs sit on a grid ``phase + k * interval``; the next run is the
   previous grid slot + interval, however long the run took, so the cadence never drifts.
-- **coalescing**: when a run ends after later slots have passed (a long run, an outage, a pause),
-  the schedule runs once, at the latest passed slot, never once per missed slot.
+- **coalescing**: a run that starts late stands for every slot that passed before it started,
+  and for the next one too if that is less than half an interval away, so catching up (an
+  outage, a cold start) runs each schedule once, never once per missed slot nor twice in a row;
+  when a run ends after later slots have passed (a run longer than the interval), the schedule
+  runs once more at once, at the latest passed slot.
 - **fixed delay** (``mode="delay"``): the next run is the end of this one + interval.
 - **misfire grace**: a run that starts more than ``grace`` after its due time is skipped and
   counted instead of run late.
@@ -67,17 +70,27 @@ def first_slot(now_ms: int, interval_ms: int, phase: int) -> int:
     return phase + k * interval_ms
 
 
-def next_rate_slot(grid_ms: int, interval_ms: int, now_ms: int) -> tuple[int, int]:
-    """Next slot of a fixed-rate schedule whose run on slot ``grid_ms`` just ended at ``now``.
+def next_rate_slot(
+    grid_ms: int, interval_ms: int, now_ms: int, start_ms: int | None = None
+) -> tuple[int, int]:
+    """Next slot of a fixed-rate schedule whose run on slot ``grid_ms`` started at
+    ``start_ms`` (None: on time) and just ended at ``now``.
 
-    Returns ``(slot, coalesced)``: normally ``grid + interval``; if that has passed already,
-    the latest passed slot (due at once), with the number of slots skipped to get there.
+    Returns ``(slot, coalesced)``: normally ``grid + interval``. A run that started late
+    stands for the slots that passed before it started, and for the next one too when that is
+    less than half an interval after its start: catching up (a cold start with every schedule
+    due at once, an outage), each schedule runs once, not twice in a row. If the slot so found
+    has passed by the end of the run (a run longer than the interval), the latest passed slot,
+    due at once. ``coalesced`` counts the slots skipped.
     """
     nxt = grid_ms + interval_ms
-    if nxt > now_ms:
-        return nxt, 0
-    latest = grid_ms + ((now_ms - grid_ms) // interval_ms) * interval_ms
-    return latest, (latest - nxt) // interval_ms
+    if start_ms is not None and start_ms > grid_ms:
+        floor = start_ms + (interval_ms + 1) // 2
+        if nxt < floor:
+            nxt += -((nxt - floor) // interval_ms) * interval_ms  # the first slot >= floor
+    if nxt <= now_ms:
+        nxt = grid_ms + ((now_ms - grid_ms) // interval_ms) * interval_ms
+    return nxt, (nxt - grid_ms) // interval_ms - 1
 
 
 def is_misfire(due_ms: int, start_ms: int, grace_ms: int) -> bool:
@@ -197,16 +210,18 @@ class Cadence:
             grid = first_slot(now_ms, self.interval_ms, phase_ms(schedule_id, self.interval_ms))
         return grid, grid + jitter_ms(schedule_id, grid, self.jitter_ms)
 
-    def after_run(self, schedule_id: str, grid_ms: int, now_ms: int) -> tuple[int, int, int]:
-        """``(next grid slot, next due time, slots coalesced)`` once the run on ``grid_ms``
-        ended at ``now``."""
+    def after_run(
+        self, schedule_id: str, grid_ms: int, now_ms: int, start_ms: int | None = None
+    ) -> tuple[int, int, int]:
+        """``(next grid slot, next due time, slots coalesced)`` once the run on ``grid_ms``,
+        started at ``start_ms`` (None: on time), ended at ``now``."""
         if self.cron is not None:
             # Strictly after now: slots that passed during the run are covered by it.
             grid, skipped = next_cron(self.cron, self.tz, max(grid_ms, now_ms)), 0
         elif self.mode == "delay":
             grid, skipped = now_ms + self.interval_ms, 0
         else:
-            grid, skipped = next_rate_slot(grid_ms, self.interval_ms, now_ms)
+            grid, skipped = next_rate_slot(grid_ms, self.interval_ms, now_ms, start_ms)
         return grid, grid + jitter_ms(schedule_id, grid, self.jitter_ms), skipped
 
 

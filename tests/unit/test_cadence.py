@@ -69,6 +69,26 @@ def test_missed_slots_coalesce_into_one_run(interval: int, late: int, sid: str) 
         assert nxt == grid + interval and skipped == 0
 
 
+@given(interval=intervals, late=st.integers(0, 10**8), run=st.integers(0, 10**4), sid=ids)
+def test_a_late_start_stands_for_the_slots_passed_and_a_near_next_one(
+    interval: int, late: int, run: int, sid: str
+) -> None:
+    """Catching up (a cold start: every schedule due at once), a schedule runs once: its next
+    run is at least half an interval after this one's start, the first grid slot that is."""
+    cadence = Cadence(every=interval / 1000)
+    grid, _ = cadence.first_due(sid, NOW)
+    start = grid + late
+    end = start + min(run, interval // 4)  # a run shorter than the half interval
+    nxt, _, skipped = cadence.after_run(sid, grid, end, start)
+    floor = start + (interval + 1) // 2
+    assert (nxt - grid) % interval == 0 and nxt >= grid + interval
+    assert nxt >= floor, "a second run less than half an interval after a late one"
+    assert nxt - interval < max(floor, grid + interval), "a slot skipped that was not near"
+    assert skipped == (nxt - grid) // interval - 1
+    if late < interval // 2:
+        assert nxt == grid + interval, "a run on time (within half an interval) keeps the grid"
+
+
 @given(grid=st.integers(0, NOW), interval=intervals, now=st.integers(0, 2 * NOW))
 def test_next_rate_slot_is_latest_passed_or_next(grid: int, interval: int, now: int) -> None:
     slot, _ = next_rate_slot(grid, interval, now)
