@@ -64,6 +64,7 @@ SHARD_KEYS: dict[str, str] = {
     "stalled": "hash",
     "busy": "hash",
     "paused": "hash",
+    "pauses": "set",
 }
 
 #: The queue a job goes to unless its task or its call names another.
@@ -322,6 +323,12 @@ class Keys:
     def paused(self) -> str:
         """Schedule id -> the entry of a paused schedule kept as time slots (`where`: "p")."""
         return self.key("paused")
+
+    @property
+    def pauses(self) -> str:
+        """The names of the paused queues (`App.pause_queue`); every shard keeps a copy, which
+        its claims read."""
+        return self.key("pauses")
 
     @property
     def pending(self) -> str:

@@ -41,6 +41,8 @@ WHEEL_PREFIX = "w:"
 LIMIT_PREFIX = "l:"
 #: A claim's report of a queue due schedule runs go to whose keys it was not given.
 ROUTE_PREFIX = "q:"
+#: A claim's report of a queue it serves that is paused (`App.pause_queue`): ``p:<queue>``.
+PAUSE_PREFIX = "p:"
 #: In a shard's `tasks` table, ``#q<code>`` names the queue of a (task, queue) pair's code.
 ROUTE_FIELD = "#q"
 

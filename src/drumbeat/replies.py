@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .keys import DEFAULT_QUEUE
-from .protocol import LIMIT_PREFIX, ROUTE_PREFIX, WHEEL_PREFIX
+from .protocol import LIMIT_PREFIX, PAUSE_PREFIX, ROUTE_PREFIX, WHEEL_PREFIX
 
 if TYPE_CHECKING:
     from .slots import Claims
@@ -147,6 +147,9 @@ class ClaimResult:
     those due already)."""
     upcoming_asked: bool = True
     """False when the call asked for no upcoming buckets (`Scripts.claim`'s ``upcoming`` 0)."""
+    paused: list[str] = field(default_factory=list)
+    """The queues served that are paused (`App.pause_queue`): the claim took nothing of
+    theirs."""
 
 
 def parse_claim(raw: Any) -> ClaimResult:
@@ -154,6 +157,7 @@ def parse_claim(raw: Any) -> ClaimResult:
     buckets: list[int] = []
     limiters: list[str] = []
     routes: list[str] = []
+    paused: list[str] = []
     for b in raw[2]:
         if isinstance(b, int):
             buckets.append(b)
@@ -163,6 +167,8 @@ def parse_claim(raw: Any) -> ClaimResult:
                 limiters.append(text[len(LIMIT_PREFIX) :])
             elif text.startswith(ROUTE_PREFIX):
                 routes.append(text[len(ROUTE_PREFIX) :])
+            elif text.startswith(PAUSE_PREFIX):
+                paused.append(text[len(PAUSE_PREFIX) :])
             else:
                 buckets.append(int(text))
     # The markers as ZRANGEBYSCORE gave them, those due already (the claim's time is theirs)
@@ -194,6 +200,7 @@ def parse_claim(raw: Any) -> ClaimResult:
         routes,
         upcoming_at,
         raw[3] is not None,
+        paused,
     )
 
 

@@ -82,6 +82,8 @@ SCRIPT_NAMES = (
     "run_slots_now",
     "move_bucket_to_slots",
     "count_pending",
+    "pause_queue",
+    "resume_queue",
 )
 
 
@@ -168,7 +170,7 @@ class Scripts:
         # string operations in `Keys`, and the hot path passes dozens per call).
         k = keys
         self._claim_keys = (k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.lateness,
-                            k.tasks, k.progress)  # fmt: skip
+                            k.tasks, k.progress, k.pauses)  # fmt: skip
         self._claim_queue_keys: dict[str, tuple[str, str, str]] = {}
         self._finish_keys = (k.due, k.leases, k.owners, k.state, k.faults, k.wake, k.jobs)
         self._promote_keys = (k.due, k.ready, k.jobs, k.state, k.seq, k.wake, k.tasks, k.owners,
@@ -404,13 +406,27 @@ class Scripts:
 
     def count_pending(self, queues: Sequence[str], window_ms: int, limit: int) -> Call[list[int]]:
         """The work pending on this shard in ``queues`` (the default one first): [ready, due
-        within ``window_ms``, held, parked, ms until the first due one counted (-1: none)];
-        ``limit`` bounds the entries read from each `due`."""
+        within ``window_ms``, held, parked, ms until the first due one counted (-1: none), jobs
+        waiting in paused queues (not in the counts before)]; ``limit`` bounds the entries
+        read from each `due`."""
         k = self.k
-        keys = [k.leases, k.busy, k.parking]
+        keys = [k.leases, k.busy, k.parking, k.pauses]
         for queue in queues:
             keys += [k.ready_of(queue), k.due_of(queue)]
         return Call("count_pending", keys, [window_ms, limit, *queues], parse_ints)
+
+    def pause_queue(self, queue: str) -> Call[int]:
+        """Adds ``queue`` to this shard's copy of `pauses`; 1 if it was not paused there."""
+        return Call("pause_queue", [self.k.pauses], [queue], int)
+
+    def resume_queue(self, queue: str, wake: bool = True) -> Call[int]:
+        """Takes ``queue`` out of this shard's copy of `pauses` and, with ``wake``, wakes the
+        idle workers of that queue here; 1 if it was paused there."""
+        k = self.k
+        keys = [k.pauses]
+        if wake:
+            keys += [k.signals, k.ready_of(queue), k.wake_of(queue)]
+        return Call("resume_queue", keys, [queue], int)
 
     def find_schedules(
         self, buckets: Sequence[int], pattern: str, skip: int, limit: int
@@ -492,11 +508,12 @@ class Scripts:
         queues: Sequence[str] = (DEFAULT_QUEUE,),
     ) -> Call[Lent]:
         """Claims the best head of the ``queues``' `ready` keys if its priority is at least
-        ``min_priority``."""
+        ``min_priority`` (a paused queue's are passed over)."""
         k = self.k
-        keys = [k.jobs, k.state, k.owners, k.leases, k.fence, k.progress, k.lateness]
+        keys = [k.jobs, k.state, k.owners, k.leases, k.fence, k.progress, k.lateness, k.pauses]
         keys += [k.ready_of(queue) for queue in queues]
-        return Call("claim_urgent", keys, [worker, min_priority, lease_ms], parse_lent)
+        args: list[str | int] = [worker, min_priority, lease_ms, *queues]
+        return Call("claim_urgent", keys, args, parse_lent)
 
     def cancel(self, job_id: str, ttl_ms: int, queues: Sequence[str] = ()) -> Call[int]:
         """1 cancelled (it waited), 2 cancel requested (it runs), 0 nothing to cancel (or a

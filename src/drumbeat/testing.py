@@ -38,7 +38,9 @@ async def arun_until_idle(
     running or parked on a rate or concurrency limit, and no delayed job or retry comes due
     within what is left of ``timeout`` (one due later is left waiting, and not counted).
     Schedules waiting for their next run are not counted: a periodic schedule is never done,
-    so its runs are taken only while other work keeps the worker busy.
+    so its runs are taken only while other work keeps the worker busy. Nor are the jobs of a
+    paused queue (`App.pause_queue`): no worker takes them until it is resumed, so they are
+    left waiting (and logged at INFO), not waited for.
 
     Args:
         app: the app whose tasks to run.

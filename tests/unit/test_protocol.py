@@ -45,6 +45,7 @@ SHARED = [
     "PAUSED_AT",
     "LIMIT_PREFIX",
     "ROUTE_PREFIX",
+    "PAUSE_PREFIX",
     "ROUTE_FIELD",
     "PARKED_FIELD",
     "MARKERS_FIELD",

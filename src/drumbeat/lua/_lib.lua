@@ -306,6 +306,18 @@ end
 -- did not pass that queue's keys: the run stays in its bucket until a call that does.
 local ROUTE_PREFIX = 'q:'
 
+-- A claim's reply names each queue it serves that is paused ("p:<queue>", the name as
+-- `App.pause_queue` was given it: "default" for the default one), so the worker's time-slot
+-- lane holds schedule runs while the default queue is paused.
+local PAUSE_PREFIX = 'p:'
+
+-- The paused queues of a shard's `pauses` set (its copy), as a set of names.
+local function paused_set(pauses_key)
+  local paused = {}
+  for _, name in ipairs(redis.call('SMEMBERS', pauses_key)) do paused[name] = true end
+  return paused
+end
+
 -- The queues a script may route schedule runs to: `n` names from ARGV[name_at] on, each with
 -- its `ready` and `wake` keys from KEYS[key_at] on (two per queue), by name.
 local function routes_from(n, name_at, key_at)

@@ -11,26 +11,31 @@
 -- markers live in its `due`, and buckets are passed only when it is the first queue served; a
 -- run of a schedule routed to another queue goes to that queue's `ready` (its keys among the
 -- served queues' or the other queues passed), or stays in its bucket, reported "q:<queue>".
+-- A paused queue (in `pauses`) is not claimed from: its due jobs still move into its `ready`,
+-- where they wait, but nothing is popped, its wake key is not re-armed and its due times do
+-- not bound the worker's wait (so an idle worker does not spin on it); while the default
+-- queue is paused no schedule bucket is opened or reported. The reply names each served queue
+-- that is paused ("p:<queue>"), so the worker's time-slot lane holds its claims too.
 --
 -- KEYS[1] jobs (hash)    KEYS[2] state (hash)   KEYS[3] owners (hash)   KEYS[4] leases (zset)
 -- KEYS[5] fence (string) KEYS[6] seq (string)   KEYS[7] lateness (hash) KEYS[8] tasks (hash)
--- KEYS[9] progress (hash)
--- KEYS[7 + 3q] ready, KEYS[8 + 3q] due, KEYS[9 + 3q] wake (zsets) of the q-th served queue
--- KEYS[8 + 3n + 2r] ready, KEYS[9 + 3n + 2r] wake of the r-th other queue schedule runs may go
---          to (m of them)
--- KEYS[8 + 3n + 2m + 2i] wheel:<b> (zset), KEYS[9 + 3n + 2m + 2i] schedules:<b> (hash) of the
+-- KEYS[9] progress (hash) KEYS[10] pauses (set: the paused queues, this shard's copy)
+-- KEYS[8 + 3q] ready, KEYS[9 + 3q] due, KEYS[10 + 3q] wake (zsets) of the q-th served queue
+-- KEYS[9 + 3n + 2r] ready, KEYS[10 + 3n + 2r] wake of the r-th other queue schedule runs may
+--          go to (m of them)
+-- KEYS[9 + 3n + 2m + 2i] wheel:<b> (zset), KEYS[10 + 3n + 2m + 2i] schedules:<b> (hash) of the
 --          i-th passed bucket
 -- ARGV[1] worker id   ARGV[2] limit   ARGV[3] lease_ms   ARGV[4] most due entries to read
 -- ARGV[5] number of served queues (n)   ARGV[6] number of other queues (m)
 -- ARGV[7] most upcoming markers wanted (0: none, see upcoming_markers)
 -- ARGV[7 + q] the q-th served queue's name, then ARGV[7 + n + r] the r-th other queue's
 -- ARGV[7 + n + m + i] the i-th passed bucket number
--- Returns {now_ms, next_due_ms or -1, {due bucket numbers to promote, and due limiter markers
---          "l:<key name>"}, {{upcoming markers due already}, {later ones, each followed by
---          its ms}} (markers "w:<bucket>" or "l:<key name>") or false when none were wanted,
---          priority of the best job left in the
---          served `ready` keys or -1, then per
---          item: id, spec or false, attempt, stalls, token, priority, extra, saved progress or
+-- Returns {now_ms, next_due_ms or -1, {due bucket numbers to promote, due limiter markers
+--          "l:<key name>", and the served queues paused, "p:<queue>"}, {{upcoming markers due
+--          already}, {later ones, each followed by its ms}} (markers "w:<bucket>" or
+--          "l:<key name>") or false when none were wanted (nor while the default queue is
+--          paused), priority of the best job left in the served `ready` keys not paused or
+--          -1, then per item: id, spec or false, attempt, stalls, token, priority, extra, saved progress or
 --          false, then false or "<queue ('' for the default one)>|<ms it was first handed back
 --          for want of its task, or 0>" (false: the default queue, never handed back)}; for a
 --          schedule run the id is "s:<schedule id>", the spec "<task name>|<arguments and
@@ -76,21 +81,29 @@ end
 local now = now_ms()
 local limit = tonumber(ARGV[2])
 local nq, nr = tonumber(ARGV[5]), tonumber(ARGV[6])
-local queues, readies = {}, {}
-local routes = routes_from(nr, 8 + nq, 10 + 3 * nq)
+local queues, readies, buckets = {}, {}, {}
+local routes = routes_from(nr, 8 + nq, 11 + 3 * nq)
+-- One read of the shard's copy of `pauses` per claim (a set of a few names, mostly empty).
+local paused = paused_set(KEYS[10])
 for q = 1, nq do
-  queues[q] = {ready = KEYS[7 + 3 * q], due = KEYS[8 + 3 * q], wake = KEYS[9 + 3 * q]}
-  readies[q] = queues[q].ready
+  local name = ARGV[7 + q]
+  if name == '' then name = 'default' end
+  queues[q] = {ready = KEYS[8 + 3 * q], due = KEYS[9 + 3 * q], wake = KEYS[10 + 3 * q],
+               paused = paused[name]}
+  if paused[name] then
+    buckets[#buckets + 1] = PAUSE_PREFIX .. name
+  else
+    readies[#readies + 1] = queues[q].ready
+  end
   routes[ARGV[7 + q]] = queues[q]
 end
-local buckets = {}
 local k = {ready = queues[1].ready, jobs = KEYS[1], state = KEYS[2], owners = KEYS[3],
            leases = KEYS[4], fence = KEYS[5], seq = KEYS[6], tasks = KEYS[8],
            due = queues[1].due, progress = KEYS[9], routes = routes}
 local c = {worker = ARGV[1], now = now, lease_ms = tonumber(ARGV[3]),
            out = {now, -1, buckets, {}, -1}, lateness = {}}
 local passed, is_passed = {}, {}
-local before_buckets, before_args = 8 + 3 * nq + 2 * nr, 7 + nq + nr
+local before_buckets, before_args = 9 + 3 * nq + 2 * nr, 7 + nq + nr
 for i = 1, #ARGV - before_args do
   local b = ARGV[before_args + i]
   passed[i] = {b, KEYS[before_buckets + 2 * i], KEYS[before_buckets + 2 * i + 1]}
@@ -121,7 +134,8 @@ for q, queue in ipairs(queues) do
     local prefix = string.sub(member, 1, 2)
     if prefix == WHEEL_PREFIX then
       local bucket = string.sub(member, 3)
-      if is_passed[bucket] then  -- its runs are taken below, and its marker re-scored
+      if queue.paused then  -- schedules are the default queue's: its runs wait in the buckets
+      elseif is_passed[bucket] then  -- its runs are taken below, and its marker re-scored
         passed_due[bucket] = true
       else
         reportable[#reportable + 1] = {queue.due, member, bucket}
@@ -138,7 +152,7 @@ for q, queue in ipairs(queues) do
   -- When everything due fits in this worker's free slots and nothing else waits, it is claimed
   -- straight from `due`: the same result as promote-then-pop, without the detour through
   -- `ready` (one queue only: across queues, pop_queues decides the order).
-  direct = nq == 1 and #members > 0 and #members <= limit
+  direct = nq == 1 and not queue.paused and #members > 0 and #members <= limit
     and redis.call('ZCARD', queue.ready) == 0
   if #members > 0 then
     local raw = redis.call('HMGET', KEYS[2], unpack(members))
@@ -161,7 +175,9 @@ if not direct then pop_queues(k, c, readies, limit) end
 -- bucket's earliest due time), so when the read gave every due marker it is not opened: the
 -- worker passes buckets due a little after it sends the claim, and opening one early cost a
 -- read of the bucket for nothing. The worker keeps it in its list for its next claim.
-if read_all and #passed > 0 then
+if queues[1].paused then
+  passed = {}
+elseif read_all and #passed > 0 then
   local due_now = {}
   for _, b in ipairs(passed) do
     if passed_due[b[1]] then due_now[#due_now + 1] = b end
@@ -189,22 +205,28 @@ record_lateness(KEYS[7], now, c.lateness)
 
 -- One marker woke this worker; pass it on so work left behind does not wait for a timeout.
 local next_due = nil
+-- A paused queue's work neither wakes workers nor bounds their wait: they would claim at once
+-- and find nothing to take, again and again (resume_queue.lua wakes them).
 if nq == 1 then
-  c.out[5] = ready_priority(queues[1].ready)
-  if early or c.out[5] >= 0 then wake(queues[1].wake) end
-  local head = redis.call('ZRANGE', queues[1].due, '0', '0', 'WITHSCORES')
-  if head[2] then next_due = tonumber(head[2]) end
+  if not queues[1].paused then
+    c.out[5] = ready_priority(queues[1].ready)
+    if early or c.out[5] >= 0 then wake(queues[1].wake) end
+    local head = redis.call('ZRANGE', queues[1].due, '0', '0', 'WITHSCORES')
+    if head[2] then next_due = tonumber(head[2]) end
+  end
 else
   for q, queue in ipairs(queues) do
-    local p = ready_priority(queue.ready)
-    if p > c.out[5] then c.out[5] = p end
-    if p >= 0 or (early and q == 1) then wake(queue.wake) end
-    local head = redis.call('ZRANGE', queue.due, '0', '0', 'WITHSCORES')
-    if head[2] and (next_due == nil or tonumber(head[2]) < next_due) then
-      next_due = tonumber(head[2])
+    if not queue.paused then
+      local p = ready_priority(queue.ready)
+      if p > c.out[5] then c.out[5] = p end
+      if p >= 0 or (early and q == 1) then wake(queue.wake) end
+      local head = redis.call('ZRANGE', queue.due, '0', '0', 'WITHSCORES')
+      if head[2] and (next_due == nil or tonumber(head[2]) < next_due) then
+        next_due = tonumber(head[2])
+      end
     end
   end
 end
 if next_due then c.out[2] = next_due end
-c.out[4] = upcoming_markers(queues[1].due, now, tonumber(ARGV[7]))
+c.out[4] = upcoming_markers(queues[1].due, now, queues[1].paused and 0 or tonumber(ARGV[7]))
 return c.out

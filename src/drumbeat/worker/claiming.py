@@ -127,6 +127,10 @@ class Claimer:
         self._jobs_due: list[int | None] = [None] * len(self.shards)
         """Per shard, when its next job comes due, as its last claim of jobs said: a skipped
         claim must not forget it (a delayed job would wait out the idle block)."""
+        self._schedules_paused = [False] * len(self.shards)
+        """Per shard, whether its last claim said the default queue is paused: schedules are
+        its, so the time-slot lane claims no runs there meanwhile (resuming wakes this
+        worker, whose next claim says so)."""
 
     def now_ms(self) -> int:
         """Redis server time in ms, as last seen by a claim (worker clocks drift)."""
@@ -252,7 +256,7 @@ class Claimer:
                 if slotted:
                     self._quiet_if_empty(shard, took, result)
             due.append(self._jobs_due[shard] if slotted else result.next_due_ms)
-            if slotted and claimed < free:
+            if slotted and claimed < free and not self._schedules_paused[shard]:
                 took, slot_due, now_ms = await self._claim_slots(shard, free - claimed)
                 claimed += took
                 due.append(slot_due)
@@ -267,7 +271,7 @@ class Claimer:
     async def _after_wait(self, free: int, idle: ClaimResult) -> tuple[int, int, int | None]:
         """After the idle wait's claim left `ready` empty: claims the time slots only, if the
         worker has them (the wait's claim does not); returns as `_claim` does."""
-        if self.lane is None or 0 not in self.lane.held:
+        if self.lane is None or 0 not in self.lane.held or self._schedules_paused[0]:
             return 0, idle.now_ms, idle.next_due_ms
         took, slot_due, now_ms = await self._claim_slots(0, free)
         dues = [due for due in (idle.next_due_ms, slot_due) if due is not None]
@@ -301,6 +305,7 @@ class Claimer:
         last reply)."""
         assert self._link is not None
         s, took = self.settings, 0
+        self._schedules_paused[shard] = DEFAULT_QUEUE in result.paused
         self._keep_passed(shard, result)
         while True:
             self._clock_offset_ms = result.now_ms - int(time.time() * 1000)
