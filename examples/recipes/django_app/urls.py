@@ -1,0 +1,7 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from . import views
+
+urlpatterns = [path("signups", views.signup)]

@@ -1,0 +1,37 @@
+"""The recipes read their Redis as a user's app does, from ``DRUMBEAT_REDIS_URL`` (and
+``DRUMBEAT_NAMESPACE``) when their module is imported: each test module points them at the
+session's redis-server, on a namespace of its own, and imports them afresh."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import uuid
+from collections.abc import Iterator
+from types import ModuleType
+
+import pytest
+
+from tests.conftest import RedisServer
+
+
+@pytest.fixture(scope="module")
+def recipe_env(redis_server: RedisServer) -> Iterator[dict[str, str]]:
+    """The environment a recipe runs in; set in this process for the module's tests."""
+    env = {
+        "DRUMBEAT_REDIS_URL": redis_server.url,
+        "DRUMBEAT_NAMESPACE": f"r{uuid.uuid4().hex[:12]}",
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in env.items():
+            mp.setenv(name, value)
+        yield env
+
+
+def fresh_import(name: str) -> ModuleType:
+    """Imports ``name`` anew (and the modules of its package it imports), so a module-level App
+    reads the environment of this test module."""
+    package = name.rsplit(".", 1)[0] if name.count(".") > 2 else name
+    for loaded in [m for m in sys.modules if m == name or m.startswith(package + ".")]:
+        del sys.modules[loaded]
+    return importlib.import_module(name)
