@@ -1,4 +1,4 @@
-"""The README's screenshot of the dashboard's overview, taken after a real workload.
+"""The screenshot of the dashboard's overview in docs/dashboard.md, taken after a real workload.
 
     python -m bench.dashboard_screenshot [--seconds 240] [--out docs/img/dashboard-overview.png]
 
