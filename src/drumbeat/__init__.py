@@ -20,12 +20,13 @@ from .errors import (
     WorkerCrashed,
 )
 from .job import Job, JobStatus
+from .middleware import Enqueueing, Middleware
 from .resources import Resource, aresource, resource
 from .schedule import Cadence
 from .scheduler import Schedule, ScheduleInfo
 from .task import Bound, Options, Prepared, Task
 from .task_ref import TaskRef
-from .worker import Worker, run_worker
+from .worker import JobEnd, JobInfo, Worker, run_worker
 
 __version__ = "0.1.0"
 
@@ -36,14 +37,18 @@ __all__ = [
     "ConfigurationError",
     "Context",
     "DrumbeatError",
+    "Enqueueing",
     "EvictionPolicyWarning",
     "InvalidJob",
     "Job",
     "JobCancelled",
+    "JobEnd",
     "JobFailed",
+    "JobInfo",
     "JobNotFound",
     "JobStatus",
     "LeaseLost",
+    "Middleware",
     "Options",
     "PayloadTooLarge",
     "Prepared",

@@ -19,6 +19,14 @@ from .job import Job, encode_spec
 from .keys import DEFAULT_QUEUE, Keys, check_name, job_shard_of, new_job_id
 from .limits import Limit, Limits, argument_value, make_limit, make_limits
 from .resources import Hook, Register, Resources
+from .middleware import (
+    Enqueueing,
+    Middleware,
+    Producing,
+    check_header_size,
+    check_headers,
+    instances,
+)
 from .schedule import Mode
 from .scheduler import Schedule, ScheduleInfo, Scheduler, adrive, drive
 from .scripts import Call, Scripts
@@ -31,6 +39,7 @@ R = TypeVar("R")
 H = TypeVar("H", bound=Callable[[], Any])
 T = TypeVar("T")
 
+M = TypeVar("M", bound=Middleware | type[Middleware])
 
 class App:
     """A drumbeat application: where jobs go, and which tasks exist.
@@ -75,6 +84,9 @@ class App:
         self.shutdown_hooks: list[Callable[[], Any]] = []
         self.resources = Resources()
         self.scheduler = Scheduler(self)
+        self.middlewares: list[Middleware] = []
+        """The job middleware (`middleware`), in the order registered."""
+        self.producing = Producing()
         self.connections = connections.Connections(
             self.settings.url, embedded=self.settings.embedded
         )
@@ -211,6 +223,16 @@ class App:
         return self.resources.register(name, check=check, close=close)
 
     def get_task(self, name: str) -> Task[Any, Any]:
+    def middleware(self, mw: M) -> M:
+        """Register job middleware (a `drumbeat.Middleware` instance, or a subclass taking no
+        arguments; usable as a class decorator): its ``before_enqueue`` / ``after_enqueue``
+        run around each enqueue of this app, its ``before_run`` / ``after_run`` around each
+        run in this app's workers (``drumbeat worker`` included). See docs/middleware.md."""
+        for instance in instances([mw]):
+            self.middlewares.append(instance)
+            self.producing.add(instance)
+        return mw
+
         try:
             return self.tasks[name]
         except KeyError:
@@ -221,7 +243,12 @@ class App:
 
     def enqueue_many(self, jobs: Iterable[Prepared]) -> list[Job[Any]]:
         """Enqueue many jobs in one round trip per `Settings.batch_limit` jobs, pipelined."""
-        calls, positions = self._enqueue_calls(jobs)
+        return self.producing.around(lambda sent: self._enqueue_many(jobs, sent))
+
+    def _enqueue_many(
+        self, jobs: Iterable[Prepared], sent: list[Enqueueing] | None
+    ) -> list[Job[Any]]:
+        calls, positions = self._enqueue_calls(jobs, sent)
         if not calls:
             return []
         # The first call alone loads the script if Redis lacks it; the rest go in a pipeline.
@@ -241,7 +268,12 @@ class App:
 
     async def aenqueue_many(self, jobs: Iterable[Prepared]) -> list[Job[Any]]:
         """`enqueue_many` for async callers."""
-        calls, positions = self._enqueue_calls(jobs)
+        return await self.producing.aaround(lambda sent: self._aenqueue_many(jobs, sent))
+
+    async def _aenqueue_many(
+        self, jobs: Iterable[Prepared], sent: list[Enqueueing] | None
+    ) -> list[Job[Any]]:
+        calls, positions = self._enqueue_calls(jobs, sent)
         if not calls:
             return []
         client = await self.aredis()
@@ -300,6 +332,7 @@ class App:
         limit_by: str | None = None,
         limiter: str | None = None,
     ) -> None:
+        headers: Mapping[str, str] | None = None,
         """Create or update (by ``id``) a schedule that runs ``task`` periodically.
 
         Args:
@@ -322,9 +355,11 @@ class App:
             limit_by: the argument whose value ``concurrency_limit`` counts per.
             limiter: a budget declared with `App.limiter`.
         """
+            headers: headers every run carries (``current_job().headers``; str to str).
+                Producer middleware does not run for a schedule's runs (no enqueue makes them).
         item = Schedule(
             id, task, every, cron, args, kwargs or {}, priority, tz, mode, grace, jitter, queue,
-            rate_limit, rate_burst, concurrency_limit, limit_by, limiter,
+            rate_limit, rate_burst, concurrency_limit, limit_by, limiter, headers,
         )  # fmt: skip
         self.schedule_many([item])
 
@@ -349,10 +384,11 @@ class App:
         limit_by: str | None = None,
         limiter: str | None = None,
     ) -> None:
+        headers: Mapping[str, str] | None = None,
         """`schedule` for async callers."""
         item = Schedule(
             id, task, every, cron, args, kwargs or {}, priority, tz, mode, grace, jitter, queue,
-            rate_limit, rate_burst, concurrency_limit, limit_by, limiter,
+            rate_limit, rate_burst, concurrency_limit, limit_by, limiter, headers,
         )  # fmt: skip
         await self.aschedule_many([item])
 
@@ -573,9 +609,12 @@ class App:
             return zlib.crc32(key.encode()) % n
         return turn % n
 
-    def _enqueue_calls(self, jobs: Iterable[Prepared]) -> tuple[list[Call[Any]], list[list[int]]]:
+    def _enqueue_calls(
+        self, jobs: Iterable[Prepared], sent: list[Enqueueing] | None = None
+    ) -> tuple[list[Call[Any]], list[list[int]]]:
         """The enqueue calls of ``jobs`` and, per call, the positions of its jobs among them
-        (the replies are put back in the order given).
+        (the replies are put back in the order given); each job through the producer
+        middleware, noted in ``sent`` (None: the app has none).
 
         One call per run of jobs of one queue in one shard, at most `batch_limit` jobs each: a
         shard keeps the order of its jobs (the script writes to that queue's keys, and `seq`
@@ -599,13 +638,7 @@ class App:
                 _check_task_name(prepared.task)
             elif limits:
                 self.limits_of(limits, known, prepared.args, prepared.kwargs)
-            spec = encode_spec(
-                self.codec,
-                prepared.task,
-                encode_call(self.codec, prepared.args, prepared.kwargs, limit),
-                None if o.limits is None else o.limits.to_record(),
-            )
-            check_size(spec, limit, f"job of task {prepared.task!r}")
+            args_blob = encode_call(self.codec, prepared.args, prepared.kwargs, limit)
             queue = o.queue or self._queue_of(prepared.task)
             unique_ms = unique_ms_of(prepared, known)
             shard = self._job_shard_for(o.key, bool(limits), turn)
@@ -619,7 +652,7 @@ class App:
                 groups.append((queue, shard, [], []))
                 g = current[shard] = len(groups) - 1
             groups[g][2].extend(
-                (new_job_id(shard), spec, o.priority, o.delay_ms, o.at_ms, o.key or "", unique_ms)
+                (job_id, spec, o.priority, o.delay_ms, o.at_ms, o.key or "", unique_ms)
             )
             groups[g][3].append(i)
         calls = [self.job_scripts[shard].enqueue(items, queue) for queue, shard, items, _ in groups]
@@ -647,6 +680,17 @@ class _Decorator(Protocol):
 
 def _parsed(call: Call[T], reply: Any) -> T:
     """A pipelined reply: the call's result, or the error Redis answered with, raised."""
+            job_id, headers = new_job_id(shard), o.headers
+            if sent is not None:
+                sent.append(self.producing.start(job_id, prepared.task, queue, o.priority, headers))
+                headers = sent[-1].headers
+            what = f"job of task {prepared.task!r}"
+            if headers:  # checked again: middleware may have added to them
+                headers = check_headers(headers, what)
+                check_header_size(headers, self.settings.max_header_bytes, what)
+            record = None if o.limits is None else o.limits.to_record()
+            spec = encode_spec(self.codec, prepared.task, args_blob, record, headers)
+            check_size(spec, limit, what)
     if isinstance(reply, Exception):
         raise reply
     return call.parse(reply)

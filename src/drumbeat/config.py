@@ -87,6 +87,9 @@ class Settings:
     max_payload_bytes: int = 512 * 1024
     """Largest encoded job payload or result accepted."""
 
+    max_header_bytes: int = 4096
+    """Largest a job's headers may encode to (as compact JSON); past it the enqueue fails."""
+
     lease: float = 15.0
     """How long a claimed job is held without renewal before another worker may take it over."""
 
@@ -200,7 +203,7 @@ class Settings:
         check_handover_wait(self.handover_wait, self.ready_wait)
         if self.min_interval <= 0:
             raise ConfigurationError(f"min_interval must be > 0, got {self.min_interval!r}")
-        for name in ("max_payload_bytes", "schedule_shards", "job_shards"):
+        for name in ("max_payload_bytes", "max_header_bytes", "schedule_shards", "job_shards"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         check_concurrency(self.concurrency)

@@ -49,6 +49,9 @@ class Context:
     granted_ms: int | None = None
     """When this run's rate and concurrency limits granted its start (epoch ms, Redis clock;
     the worker waits for it when it is a few ms ahead); None for a run of an unlimited task."""
+    headers: dict[str, str] = field(default_factory=dict, hash=False)
+    """The job's headers (`Task.options(headers=...)`, producer middleware; a schedule run's:
+    its schedule's); {} when it has none. Kept through retries and hand-backs."""
 
 
 class _Unfrozen:
@@ -81,7 +84,8 @@ class Running:
             # plainly, then the object made a Context (same layout), cost a quarter of that.
             c: Any = _Unfrozen()  # the type checker cannot read slots copied from Context
             (c.job_id, c.task, c.attempt, c.token, c.priority, c.worker, c.schedule_id,
-             c.due_ms, c.progress, c.checkpoints, c.granted_ms) = self.fields  # fmt: skip
+             c.due_ms, c.progress, c.checkpoints, c.granted_ms,
+             c.headers) = self.fields  # fmt: skip
             c.__class__ = Context
             ctx = self._context = c
         return ctx

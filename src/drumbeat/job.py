@@ -6,8 +6,8 @@ import functools
 import json
 import math
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -54,6 +54,8 @@ class Spec:
     kwargs: dict[str, Any]
     limits: Any = None
     """The call's own limits (`limits.Limits.to_record`), or None: its task's."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """The job's headers (`Task.options(headers=...)`, producer middleware); {} if none."""
 
 
 def codec_of(data: bytes) -> Codec:
@@ -65,15 +67,26 @@ def codec_of(data: bytes) -> Codec:
     return CODECS["json"] if data[:1] == b"{" else CODECS["msgpack"]
 
 
-def encode_spec(codec: Codec, task: str, args_blob: bytes, limits: Any = None) -> bytes:
-    """The stored spec: ``{"t": task, "c": [args, kwargs]}``, arguments already encoded, and
-    ``"l"``: the call's own limits when it has them."""
+def encode_spec(
+    codec: Codec,
+    task: str,
+    args_blob: bytes,
+    limits: Any = None,
+    headers: Mapping[str, str] | None = None,
+) -> bytes:
+    """The stored spec: ``{"t": task, "c": [args, kwargs]}``, arguments already encoded,
+    ``"l"``: the call's own limits when it has them, ``"h"``: its headers when it has any (a
+    record without them, as earlier versions wrote, reads as no headers)."""
     if codec.name == "json":
         tail = b"}" if limits is None else b',"l":' + json.dumps(limits).encode() + b"}"
+        if headers:
+            tail = b',"h":' + json.dumps(headers, separators=(",", ":")).encode() + tail
         return _json_head(task) + args_blob + tail
     record = {"t": task, "c": codec.loads(args_blob)}
     if limits is not None:
         record["l"] = limits
+    if headers:
+        record["h"] = dict(headers)
     return codec.dumps(record)
 
 
@@ -102,7 +115,10 @@ def decode_spec(data: bytes) -> Spec:
             'malformed job record: expected {"t": task name, "c": [args list, kwargs dict]}, '
             f"got {str(raw)[:200]!r}"
         )
-    return Spec(raw["t"], call[0], call[1], raw.get("l"))
+    headers = raw.get("h")  # absent in records of earlier versions
+    return Spec(
+        raw["t"], call[0], call[1], raw.get("l"), headers if isinstance(headers, dict) else {}
+    )
 
 
 _NONE_OUTCOMES = {name: codec.dumps({"ok": True, "result": None}) for name, codec in CODECS.items()}

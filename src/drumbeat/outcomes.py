@@ -15,6 +15,8 @@ class Done:
 @dataclass(frozen=True, slots=True)
 class Again:
     delay_ms: int
+    error: str = ""
+    """Why it is retried (for the job hooks; not stored)."""
 
 
 @dataclass(frozen=True, slots=True)

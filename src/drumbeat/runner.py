@@ -40,7 +40,7 @@ from .outcomes import (
 )
 from .protocol import FIELD_SEP, RUN_PREFIX, RUN_STATE_FIELDS, RUN_STATE_SEP
 from .replies import Claimed
-from .schedule import Cadence, decode_schedule_spec, is_misfire, jitter_ms
+from .schedule import Cadence, decode_schedule_call, is_misfire, jitter_ms
 from .scheduler import Schedule
 
 if TYPE_CHECKING:
@@ -199,7 +199,7 @@ class Runner:
             checkpoints.is_async = task.is_async
         progress = decode_progress(job.progress)
         run = Running((job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
-                       None, None, progress, checkpoints, granted_ms))  # fmt: skip
+                       None, None, progress, checkpoints, granted_ms, spec.headers))  # fmt: skip
         token = _current.set(run)
         try:
             if task.is_async and task.config.timeout is None:  # the common case, inlined
@@ -326,7 +326,7 @@ class Runner:
         decoded = self._decode_run(job, named, (start_ms, started), now_ms)
         if isinstance(decoded, RunDone):
             return decoded
-        slot, task_name, args, kwargs, limits = decoded
+        slot, task_name, args, kwargs, limits, headers = decoded
         task = self._run_task(job, slot, start_ms, task_name)
         if isinstance(task, tuple):
             return slot.next(*task)
@@ -340,7 +340,8 @@ class Runner:
         if checkpoints is not None:
             checkpoints.is_async = task.is_async
         run = Running((job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
-                       slot.schedule_id, slot.due, None, checkpoints, granted_ms))  # fmt: skip
+                       slot.schedule_id, slot.due, None, checkpoints, granted_ms,
+                       headers))  # fmt: skip
         token = _current.set(run)
         try:
             if task.is_async and task.config.timeout is None:  # the common case, inlined
@@ -407,10 +408,10 @@ class Runner:
         named: Named | None,
         start: tuple[int, float],
         now_ms: Callable[[], int],
-    ) -> tuple[_Slot, bytes, list[Any], dict[str, Any], Any] | RunDone:
-        """A run's place in its schedule and its record's (task name, args, kwargs, limits);
-        a damaged record is reported (`RunDone`) and comes back later. ``start``: when the
-        run began, (Redis ms, `time.monotonic`)."""
+    ) -> tuple[_Slot, bytes, list[Any], dict[str, Any], Any, dict[str, str]] | RunDone:
+        """A run's place in its schedule and its record's (task name, args, kwargs, limits,
+        headers); a damaged record is reported (`RunDone`) and comes back later. ``start``:
+        when the run began, (Redis ms, `time.monotonic`)."""
         gen = -1
         try:
             # A fifth field, the first start of a run that stalled, is finish_runs' business.
@@ -422,7 +423,7 @@ class Runner:
             task_name, spec_blob = job.spec.split(_FIELD_SEP_BYTES, 1)
             if named is not None:
                 named.task_name = task_name.decode(errors="replace")
-            args, kwargs, cadence, limits = decode_schedule_spec(spec_blob)
+            args, kwargs, cadence, limits, headers = decode_schedule_call(spec_blob)
         except Exception as exc:
             error = f"unreadable schedule record: {type(exc).__name__}: {exc}"
             retry_at = start[0] + _UNREADABLE_RETRY_MS
@@ -430,7 +431,7 @@ class Runner:
         slot = _Slot(job.id[_RUN_PREFIX_LEN:], due=due, grid=grid, gen=gen, manual=manual == "1",
                      cadence=cadence, now_ms=now_ms, started=start[1],
                      start_ms=start[0])  # fmt: skip
-        return slot, task_name, args, kwargs, limits
+        return slot, task_name, args, kwargs, limits, headers
 
     def _run_task(
         self, job: Claimed, slot: _Slot, start_ms: int, task_name: bytes
@@ -539,7 +540,7 @@ class Runner:
                 except InvalidJob as exc:  # its own backoff function failed: say so
                     error = f"{error}; not retried: {exc}"
                     return self._bury(job, error, tb, now_ms, self._ttl_ms(task))
-            return Again(max(0, round(delay * 1000)))
+            return Again(max(0, round(delay * 1000)), error)
         return self._bury(job, error, tb, now_ms, self._ttl_ms(task))
 
     def _bury(

@@ -273,12 +273,17 @@ def encode_schedule_spec(
     kwargs: dict[str, Any],
     cadence: Cadence,
     limits: list[Any] | None = None,
+    *,
+    headers: dict[str, str] | None = None,
 ) -> bytes:
     """``[args, cadence]``, ``[args, cadence, kwargs]`` or, for a schedule with limits of its
-    own (`limits.Limits.to_record`), ``[args, cadence, kwargs, limits]``: the fewest elements
-    that hold it (a worker of an earlier version reads the first three and ignores the rest)."""
+    own (`limits.Limits.to_record`), ``[args, cadence, kwargs, limits]``, and for one with
+    headers ``[args, cadence, kwargs, limits or null, headers]``: the fewest elements that
+    hold it (a worker of an earlier version reads the first three and ignores the rest)."""
     wire = cadence.to_wire()
     compact: Any = wire["e"] if wire.keys() == {"e"} else wire
+    if headers:
+        return codec.dumps([args, compact, kwargs, limits, headers])
     if limits is not None:
         return codec.dumps([args, compact, kwargs, limits])
     return codec.dumps([args, compact, kwargs] if kwargs else [args, compact])
@@ -287,13 +292,23 @@ def encode_schedule_spec(
 def decode_schedule_spec(blob: bytes) -> tuple[list[Any], dict[str, Any], Cadence, Any]:
     """``(args, kwargs, cadence, limits)`` of a spec, ``limits`` None when the schedule has
     none of its own (JSON arrays start with ``[``; else msgpack)."""
+    return decode_schedule_call(blob)[:4]
+
+
+def decode_schedule_call(
+    blob: bytes,
+) -> tuple[list[Any], dict[str, Any], Cadence, Any, dict[str, str]]:
+    """`decode_schedule_spec` and the schedule's headers ({} when it has none, or they are
+    not a dict)."""
     raw = _json_array(blob) if blob[:1] == b"[" else CODECS["msgpack"].loads(blob)
     cadence = raw[1]
+    headers = raw[4] if len(raw) > 4 else None
     return (
         raw[0],
         raw[2] if len(raw) > 2 else {},
         Cadence.from_wire(cadence) if isinstance(cadence, dict) else _every(cadence),
         raw[3] if len(raw) > 3 else None,
+        headers if isinstance(headers, dict) else {},
     )
 
 

@@ -14,6 +14,7 @@ from redis.exceptions import NoScriptError
 
 from .errors import InvalidJob, UnknownTask
 from .keys import DEFAULT_QUEUE, WHEEL_BUCKETS, Keys, bucket_of
+from .middleware import check_header_size, check_headers
 from .protocol import ROUTE_FIELD
 from .schedule import (
     Cadence,
@@ -57,6 +58,8 @@ class Schedule:
     concurrency_limit: int | None = None
     limit_by: str | None = None
     limiter: str | None = None
+    headers: Mapping[str, str] | None = field(default=None, hash=False)
+    """Headers every run carries (``current_job().headers``, `JobInfo.headers`)."""
 
     @property
     def cadence(self) -> Cadence:
@@ -230,6 +233,7 @@ class Scheduler:
                 dict(s.kwargs),
                 cadence,
                 None if limits is None else limits.to_record(),
+                headers=self._headers(s),
             )
             grid, due = cadence.first_due(s.id, now_ms)
             # Limited or routed: in the jobs' shard, with the limiter keys and the queues.
@@ -315,6 +319,14 @@ class Scheduler:
         for schedule_id in ids:
             out[self.shard_of(check_schedule_id(schedule_id))].append(schedule_id)
         return out
+
+    def _headers(self, s: Schedule) -> dict[str, str] | None:
+        """A schedule's headers, checked (None when it has none)."""
+        if not s.headers:
+            return None
+        headers = check_headers(s.headers, f"schedule {s.id!r}")
+        check_header_size(headers, self.app.settings.max_header_bytes, f"schedule {s.id!r}")
+        return headers
 
     def _task(self, task: Task[Any, Any] | str) -> Task[Any, Any]:
         if isinstance(task, Task):

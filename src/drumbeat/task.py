@@ -14,6 +14,7 @@ from .errors import InvalidJob
 from .job import Job
 from .keys import DEFAULT_QUEUE, check_name
 from .limits import Limits, make_limits
+from .middleware import check_headers
 from .protocol import MAX_PRIORITY as MAX_PRIORITY  # noqa: PLC0414 (the CLI imports it here)
 from .protocol import MIN_PRIORITY as MIN_PRIORITY  # noqa: PLC0414 (the CLI imports it here)
 
@@ -47,6 +48,9 @@ class Options:
     unique_for: float | None = None
     """Seconds from this enqueue during which ``key`` stays taken, even after the job ended;
     ``None``: its task's (0: only while the job lives)."""
+    headers: Mapping[str, str] | None = field(default=None, hash=False)
+    """Metadata the job carries (str to str, `Settings.max_header_bytes` at most), read as
+    ``current_job().headers``; producer middleware may add to them."""
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -68,6 +72,11 @@ class Options:
                 )
             if self.delay:
                 raise InvalidJob("pass either delay= or at=, not both")
+        if self.headers is not None:
+            object.__setattr__(self, "headers", check_headers(self.headers, "options"))
+        self._check_dedup()
+
+    def _check_dedup(self) -> None:
         if self.key is not None:
             try:
                 check_name(self.key, "dedup key")
@@ -264,11 +273,14 @@ class Task(Generic[P, R]):
         concurrency_limit: int | None = None,
         limit_by: str | None = None,
         limiter: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Bound[P, R]:
         """Per-call options. A limit given here replaces the task's for this call: the rate
         options together, ``concurrency_limit``, ``limit_by`` and ``limiter`` each on its own
         (the others stay the task's). ``unique_for`` (seconds, with ``key``): the key stays
-        taken that long from this enqueue, even after the job ended; default the task's."""
+        taken that long from this enqueue, even after the job ended; default the task's.
+        ``headers``: metadata the job carries (str to str), read in the task as
+        ``drumbeat.current_job().headers``."""
         prio = self.config.priority if priority is None else priority
         q = self.config.queue if queue is None else queue
         limits = self.call_limits(
@@ -280,7 +292,7 @@ class Task(Generic[P, R]):
             limiter=limiter,
         )
         options = Options(priority=prio, delay=delay, at=at, key=key, queue=q, limits=limits,
-                          unique_for=unique_for)  # fmt: skip
+                          unique_for=unique_for, headers=headers)  # fmt: skip
         return Bound(self, options)
 
     def call_limits(

@@ -3,6 +3,7 @@ per-call options as `Task.options` and its arguments kept apart from them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
@@ -82,6 +83,7 @@ class TaskRef(Generic[P, R]):
         concurrency_limit: int | None = None,
         limit_by: str | None = None,
         limiter: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Bound[P, R]:
         """Per-call options, as `Task.options` takes them. Limits need the task registered
         here: a call's limits replace its task's as a whole in the job's record, and a process
@@ -114,6 +116,7 @@ class TaskRef(Generic[P, R]):
             queue=self.queue if queue is None else queue,
             limits=limits,
             unique_for=unique_for,
+            headers=headers,
         )
         return Bound(self, options)
 

@@ -16,9 +16,10 @@ from drumbeat.task import TaskConfig
 def test_public_names_are_pinned() -> None:
     assert sorted(drumbeat.__all__) == [
         "App", "Bound", "Cadence", "ConfigurationError", "Context", "DrumbeatError",
-        "EvictionPolicyWarning", "InvalidJob", "Job", "JobCancelled", "JobFailed", "JobNotFound",
-        "JobStatus",
-        "LeaseLost", "Options", "PayloadTooLarge", "Prepared", "Resource", "ResultTimeout", "Retry",
+        "Enqueueing", "EvictionPolicyWarning", "InvalidJob", "Job", "JobCancelled", "JobEnd",
+        "JobFailed", "JobInfo", "JobNotFound", "JobStatus",
+        "LeaseLost", "Middleware", "Options", "PayloadTooLarge", "Prepared", "Resource",
+        "ResultTimeout", "Retry",
         "Schedule", "ScheduleInfo", "SerializationError", "Settings", "Task", "TaskRef",
         "UnknownTask", "Worker", "WorkerCrashed", "acheckpoint", "aresource", "checkpoint",
         "current_job", "resource", "run_worker",

@@ -52,7 +52,7 @@ def _thing_resource(**more: Any) -> tuple[Resources, Resource[Thing]]:
 
 def _in_job(fn: Callable[[], Any], n: int = 1) -> Any:
     """Runs ``fn`` as the runner runs a task: in a context whose current job is a new run."""
-    job = Running((f"job{n}", "t", 1, n, 0, "w", None, None, None, None, None))
+    job = Running((f"job{n}", "t", 1, n, 0, "w", None, None, None, None, None, {}))
 
     def run() -> Any:
         _current.set(job)

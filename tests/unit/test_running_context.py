@@ -10,7 +10,7 @@ import pytest
 from drumbeat import Context, current_job
 from drumbeat.context import Running, _current
 
-FIELDS = ("s:a", "tasks.ping", 1, 41, 5, "w1", "a", 1000, ("done", 3), None, 1234)
+FIELDS = ("s:a", "tasks.ping", 1, 41, 5, "w1", "a", 1000, ("done", 3), None, 1234, {"h": "1"})
 
 
 def test_a_run_makes_its_context_when_first_asked_then_gives_the_same_one() -> None:
@@ -28,6 +28,7 @@ def test_a_run_makes_its_context_when_first_asked_then_gives_the_same_one() -> N
     with pytest.raises(dataclasses.FrozenInstanceError):
         first.attempt = 2  # type: ignore[misc]
     assert (first.job_id, first.token, first.schedule_id, first.due_ms) == ("s:a", 41, "a", 1000)
+    assert first.headers == {"h": "1"}
 
 
 def test_outside_a_run_there_is_no_current_job() -> None:

@@ -14,7 +14,7 @@
 - `link`, `waiter`: the hand-driven connections of the hot path.
 """
 
-from .hooks import Hooks, JobEnd
+from .hooks import Hooks, JobEnd, JobInfo
 from .process import Worker, run_worker
 
-__all__ = ["Hooks", "JobEnd", "Worker", "run_worker"]
+__all__ = ["Hooks", "JobEnd", "JobInfo", "Worker", "run_worker"]

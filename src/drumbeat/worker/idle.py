@@ -14,7 +14,7 @@ from drumbeat import connections
 from drumbeat.errors import NotIdle
 from drumbeat.keys import DEFAULT_QUEUE
 
-from .hooks import JobEnd
+from .hooks import JobEnd, JobInfo
 from .process import Worker, tune_gc
 from .recycling import Budget
 
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     import redis.asyncio as aredis
 
     from drumbeat.app import App
-    from drumbeat.replies import Claimed
 
 log = logging.getLogger("drumbeat.worker")
 
@@ -105,7 +104,7 @@ class Runs:
         worker.hooks.before_job.append(self._before)
         worker.hooks.after_job.append(self._after)
 
-    def _before(self, job: Claimed) -> None:
+    def _before(self, job: JobInfo) -> None:
         self.started += 1
 
     def _after(self, end: JobEnd) -> None:

@@ -87,6 +87,8 @@ class Worker:
         self.hooks.on_start[:0] = app.startup_hooks
         self.hooks.on_stop.extend(app.shutdown_hooks)
         self.hooks.on_stop.append(app.resources.aclose)  # last: the hooks may still use them
+        # The app's job middleware (`App.middleware`) around the hooks given here.
+        self.hooks.adopt(app.middlewares)
         self.started_ms = int(time.time() * 1000)
         self.cpu = CpuMeter()
         # Every shard this worker serves: the job shards first (the main one first), then

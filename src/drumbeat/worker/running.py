@@ -25,7 +25,7 @@ from drumbeat.replies import Claimed
 from drumbeat.runner import Runner
 
 from .claims import Claim, ClaimKey, ClaimTable
-from .hooks import Hooks, JobEnd
+from .hooks import Hooks, JobEnd, JobInfo
 from .settling import Settler
 
 if TYPE_CHECKING:
@@ -41,6 +41,12 @@ _END_NAMES: dict[type[Outcome], str] = {
 
 def _end_name(outcome: Outcome) -> str:
     return outcome.outcome if isinstance(outcome, RunDone) else _END_NAMES[type(outcome)]
+
+
+def _end_error(outcome: Outcome | None) -> str:
+    if isinstance(outcome, Again | RunDone):
+        return outcome.error
+    return outcome.reason if isinstance(outcome, Bury) else ""
 
 
 class Runs:
@@ -79,13 +85,14 @@ class Runs:
 
     async def _run(self, claim: Claim) -> None:
         job, hooks, started = claim.job, self.hooks, time.monotonic()
-        end = "crashed"
+        end, info = "crashed", None
         outcome: Outcome | None = None  # named for the hooks only: `end` is made when they run
         if self.control is not None:
             claim.control = self.control(claim)
         try:
             if hooks.per_job:
-                await hooks.before(job)
+                info = JobInfo(job)
+                await hooks.before(info)
             try:
                 outcome = await self.runner.run(job, self.now_ms, claim.control, claim)
             except asyncio.CancelledError:
@@ -114,7 +121,9 @@ class Runs:
                 await self.release(claim.shard, job.id, job.token, claim.held_limits)
             if hooks.per_job:
                 end = end if outcome is None else _end_name(outcome)
-                await hooks.after(JobEnd(job, end, time.monotonic() - started))
+                error = "the worker failed running it" if end == "crashed" else _end_error(outcome)
+                info = info or JobInfo(job)  # a hook added while it ran
+                await hooks.after(JobEnd(info, end, time.monotonic() - started, error))
 
     def cancel(self, job_id: str) -> None:
         """`Job.cancel` of a job this worker may be running (a signal, or the heartbeat)."""
