@@ -54,6 +54,10 @@ class Pending:
     """Jobs waiting for a rate or concurrency limit."""
     next_due: float | None = None
     """Seconds until the first of ``due`` comes due (None: none)."""
+    paused: int = 0
+    """Jobs of paused queues (`App.pause_queue`): ready, due within the window or parked. Not
+    pending: no worker takes them until their queue is resumed, so waiting for them could only
+    time out."""
 
     @property
     def idle(self) -> bool:
@@ -63,7 +67,10 @@ class Pending:
         due = f"{self.due} delayed or retrying"
         if self.next_due is not None:
             due += f" (the first due in {self.next_due:.1f} s)"
-        return f"{self.ready} ready, {self.running} running, {due}, {self.parked} parked"
+        text = f"{self.ready} ready, {self.running} running, {due}, {self.parked} parked"
+        if self.paused:
+            text += f" ({self.paused} more wait in paused queues, not counted)"
+        return text
 
 
 async def pending(worker: Worker, client: aredis.Redis, window: float) -> Pending:
@@ -91,6 +98,7 @@ async def pending(worker: Worker, client: aredis.Redis, window: float) -> Pendin
         running=max(sum(r[2] for r in replies), len(worker.table)),
         parked=sum(r[3] for r in replies),
         next_due=min(firsts) / 1000 if firsts else None,
+        paused=sum(r[5] for r in replies),
     )
 
 
@@ -143,6 +151,8 @@ async def until_idle(
             # Each shard is read atomically, but not all at once: a run ending between two
             # reads may have moved work into a shard read before. Such a run shows here.
             if left.idle and before == (runs.started, runs.ran, len(worker.table)):
+                if left.paused:
+                    log.info("idle: %d jobs wait in paused queues", left.paused)
                 break
             if deadline is not None and loop.time() >= deadline:
                 # At once: a job that hangs must not hold the caller for the shutdown grace.
