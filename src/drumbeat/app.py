@@ -13,13 +13,11 @@ import redis.asyncio as redis_async
 from redis.exceptions import NoScriptError
 
 from . import connections, slot_reads, slot_store
-from .admin import pausing
 from .config import Settings
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .job import Job, encode_spec
 from .keys import DEFAULT_QUEUE, Keys, check_name, job_shard_of, new_job_id
 from .limits import Limit, Limits, argument_value, make_limit, make_limits
-from .resources import Hook, Register, Resources
 from .middleware import (
     Enqueueing,
     Middleware,
@@ -28,6 +26,7 @@ from .middleware import (
     check_headers,
     instances,
 )
+from .resources import Hook, Register, Resources
 from .schedule import Mode
 from .scheduler import Schedule, ScheduleInfo, Scheduler, adrive, drive
 from .scripts import Call, Scripts
@@ -39,8 +38,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 H = TypeVar("H", bound=Callable[[], Any])
 T = TypeVar("T")
-
 M = TypeVar("M", bound=Middleware | type[Middleware])
+
 
 class App:
     """A drumbeat application: where jobs go, and which tasks exist.
@@ -84,10 +83,10 @@ class App:
         self.startup_hooks: list[Callable[[], Any]] = []
         self.shutdown_hooks: list[Callable[[], Any]] = []
         self.resources = Resources()
-        self.scheduler = Scheduler(self)
         self.middlewares: list[Middleware] = []
         """The job middleware (`middleware`), in the order registered."""
         self.producing = Producing()
+        self.scheduler = Scheduler(self)
         self.connections = connections.Connections(
             self.settings.url, embedded=self.settings.embedded
         )
@@ -223,7 +222,6 @@ class App:
         anew; closed when the worker stops, after the ``on_shutdown`` hooks."""
         return self.resources.register(name, check=check, close=close)
 
-    def get_task(self, name: str) -> Task[Any, Any]:
     def middleware(self, mw: M) -> M:
         """Register job middleware (a `drumbeat.Middleware` instance, or a subclass taking no
         arguments; usable as a class decorator): its ``before_enqueue`` / ``after_enqueue``
@@ -234,6 +232,7 @@ class App:
             self.producing.add(instance)
         return mw
 
+    def get_task(self, name: str) -> Task[Any, Any]:
         try:
             return self.tasks[name]
         except KeyError:
@@ -332,8 +331,8 @@ class App:
         concurrency_limit: int | None = None,
         limit_by: str | None = None,
         limiter: str | None = None,
-    ) -> None:
         headers: Mapping[str, str] | None = None,
+    ) -> None:
         """Create or update (by ``id``) a schedule that runs ``task`` periodically.
 
         Args:
@@ -355,9 +354,9 @@ class App:
             concurrency_limit: runs at once.
             limit_by: the argument whose value ``concurrency_limit`` counts per.
             limiter: a budget declared with `App.limiter`.
-        """
             headers: headers every run carries (``current_job().headers``; str to str).
                 Producer middleware does not run for a schedule's runs (no enqueue makes them).
+        """
         item = Schedule(
             id, task, every, cron, args, kwargs or {}, priority, tz, mode, grace, jitter, queue,
             rate_limit, rate_burst, concurrency_limit, limit_by, limiter, headers,
@@ -384,8 +383,8 @@ class App:
         concurrency_limit: int | None = None,
         limit_by: str | None = None,
         limiter: str | None = None,
-    ) -> None:
         headers: Mapping[str, str] | None = None,
+    ) -> None:
         """`schedule` for async callers."""
         item = Schedule(
             id, task, every, cron, args, kwargs or {}, priority, tz, mode, grace, jitter, queue,
@@ -564,34 +563,6 @@ class App:
         names = {_decoded(q) for q in stored} | set(self.queues())
         return sorted(names, key=lambda q: (q != DEFAULT_QUEUE, q))
 
-    # -- pausing queues (the logic: admin/pausing.py) --------------------------------------------
-
-    def pause_queue(self, queue: str) -> bool:
-        """Pause ``queue`` for every worker: its jobs (and, for the default queue, schedule
-        runs) wait, keeping their order, until `resume_queue`; running ones finish, and new
-        enqueues are accepted. Returns False if it was paused already."""
-        return pausing.pause_queue(self, queue)
-
-    async def apause_queue(self, queue: str) -> bool:
-        """`pause_queue` for async callers."""
-        return await pausing.apause_queue(self, queue)
-
-    def resume_queue(self, queue: str) -> bool:
-        """Resume a paused queue (its idle workers wake at once); False if it was not paused."""
-        return pausing.resume_queue(self, queue)
-
-    async def aresume_queue(self, queue: str) -> bool:
-        """`resume_queue` for async callers."""
-        return await pausing.aresume_queue(self, queue)
-
-    def paused_queues(self) -> list[str]:
-        """The paused queues, the default one first."""
-        return pausing.paused_queues(self)
-
-    async def apaused_queues(self) -> list[str]:
-        """`paused_queues` for async callers."""
-        return await pausing.apaused_queues(self)
-
     def job_shard(self, job_id: str) -> tuple[Keys, Scripts]:
         """The keys and scripts of the job shard ``job_id`` names (its id says which)."""
         k = job_shard_of(job_id)
@@ -680,6 +651,17 @@ class App:
             if g is None or groups[g][0] != queue or len(groups[g][3]) >= batch:
                 groups.append((queue, shard, [], []))
                 g = current[shard] = len(groups) - 1
+            job_id, headers = new_job_id(shard), o.headers
+            if sent is not None:
+                sent.append(self.producing.start(job_id, prepared.task, queue, o.priority, headers))
+                headers = sent[-1].headers
+            what = f"job of task {prepared.task!r}"
+            if headers:  # checked again: middleware may have added to them
+                headers = check_headers(headers, what)
+                check_header_size(headers, self.settings.max_header_bytes, what)
+            record = None if o.limits is None else o.limits.to_record()
+            spec = encode_spec(self.codec, prepared.task, args_blob, record, headers)
+            check_size(spec, limit, what)
             groups[g][2].extend(
                 (job_id, spec, o.priority, o.delay_ms, o.at_ms, o.key or "", unique_ms)
             )
@@ -709,17 +691,6 @@ class _Decorator(Protocol):
 
 def _parsed(call: Call[T], reply: Any) -> T:
     """A pipelined reply: the call's result, or the error Redis answered with, raised."""
-            job_id, headers = new_job_id(shard), o.headers
-            if sent is not None:
-                sent.append(self.producing.start(job_id, prepared.task, queue, o.priority, headers))
-                headers = sent[-1].headers
-            what = f"job of task {prepared.task!r}"
-            if headers:  # checked again: middleware may have added to them
-                headers = check_headers(headers, what)
-                check_header_size(headers, self.settings.max_header_bytes, what)
-            record = None if o.limits is None else o.limits.to_record()
-            spec = encode_spec(self.codec, prepared.task, args_blob, record, headers)
-            check_size(spec, limit, what)
     if isinstance(reply, Exception):
         raise reply
     return call.parse(reply)
