@@ -13,6 +13,7 @@ import redis.asyncio as redis_async
 from redis.exceptions import NoScriptError
 
 from . import connections, slot_reads, slot_store
+from .admin import pausing
 from .config import Settings
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .job import Job, encode_spec
@@ -562,6 +563,34 @@ class App:
     def _with_local(self, stored: Any) -> list[str]:
         names = {_decoded(q) for q in stored} | set(self.queues())
         return sorted(names, key=lambda q: (q != DEFAULT_QUEUE, q))
+
+    # -- pausing queues (the logic: admin/pausing.py) --------------------------------------------
+
+    def pause_queue(self, queue: str) -> bool:
+        """Pause ``queue`` for every worker: its jobs (and, for the default queue, schedule
+        runs) wait, keeping their order, until `resume_queue`; running ones finish, and new
+        enqueues are accepted. Returns False if it was paused already."""
+        return pausing.pause_queue(self, queue)
+
+    async def apause_queue(self, queue: str) -> bool:
+        """`pause_queue` for async callers."""
+        return await pausing.apause_queue(self, queue)
+
+    def resume_queue(self, queue: str) -> bool:
+        """Resume a paused queue (its idle workers wake at once); False if it was not paused."""
+        return pausing.resume_queue(self, queue)
+
+    async def aresume_queue(self, queue: str) -> bool:
+        """`resume_queue` for async callers."""
+        return await pausing.aresume_queue(self, queue)
+
+    def paused_queues(self) -> list[str]:
+        """The paused queues, the default one first."""
+        return pausing.paused_queues(self)
+
+    async def apaused_queues(self) -> list[str]:
+        """`paused_queues` for async callers."""
+        return await pausing.apaused_queues(self)
 
     def job_shard(self, job_id: str) -> tuple[Keys, Scripts]:
         """The keys and scripts of the job shard ``job_id`` names (its id says which)."""
