@@ -12,7 +12,7 @@ import pytest
 import redis
 
 import drumbeat
-from drumbeat.testing import arun_until_idle, run_until_idle
+from drumbeat.testing import run_until_idle
 from tests.conftest import RedisServer, running_worker
 from tests.helpers import commands, wait_for_async
 
@@ -113,7 +113,7 @@ async def test_a_running_job_finishes_and_its_retry_waits(async_app: drumbeat.Ap
         waiting = await slow.aenqueue(False)
         release.set()
         # The run under way ends (it fails once: its retry goes back to the queue and waits).
-        await wait_for_async(lambda: first.astatus(), lambda s: s != "running",
+        await wait_for_async(first.astatus, lambda s: s != "running",
                              message="the running job settled")  # fmt: skip
         # A job of another queue runs after that: the worker claimed meanwhile, and took
         # nothing of the paused queue.

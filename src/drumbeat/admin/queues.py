@@ -3,6 +3,7 @@ autoscaler read them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,7 @@ from drumbeat.protocol import (
 )
 
 from ._replies import int_or_none, pairs, text, time_ms
+from .pausing import paused_queues
 
 if TYPE_CHECKING:
     import redis
@@ -108,6 +110,8 @@ class QueueCounts:
     delayed: int
     parked: int = 0
     """Its jobs parked on a limiter key."""
+    paused: bool = False
+    """Whether it is paused (`App.pause_queue`): no worker takes its jobs."""
 
     @property
     def ready(self) -> int:
@@ -124,14 +128,16 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
     """Counts per priority level, delayed, running (with leases), dead and live workers.
 
     Summed over every shard the workers claim from (the jobs' shard, and the schedule shards
-    when there are several), and per queue. Three round trips: the queues (`App.known_queues`),
-    the counts, the lease listings and the workers (a transaction when there is one shard), and
-    the owners of the listed leases. Parked jobs, and the limiter markers left out of
+    when there are several), and per queue (a paused one listed even before any job was sent
+    to it). Four round trips: the queues (`App.known_queues`), the paused ones, the counts,
+    the lease listings and the workers (a transaction when there is one shard), and the
+    owners of the listed leases. Parked jobs, and the limiter markers left out of
     "delayed", are read from each shard's `parking` counters, not counted by a scan.
     """
     shards = _claimed_shards(app)
     client = app.redis
-    others = [q for q in app.known_queues() if q != DEFAULT_QUEUE]
+    paused = paused_queues(app)
+    others = [q for q in dict.fromkeys([*app.known_queues(), *paused]) if q != DEFAULT_QUEUE]
     levels = range(MIN_PRIORITY, MAX_PRIORITY + 1)
     limit = max(0, running_limit)
     with connections.pipeline(client, transaction=len(shards) == 1) as pipe:
@@ -163,6 +169,7 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
         for i in range(len(app.job_keys))
     ]
     queues += [_parked(_summed(parts), parking) for parts in zip(*per_shard, strict=True)]
+    queues = [dataclasses.replace(q, paused=q.name in paused) for q in queues]
     counts = [sum(q.ready_by_priority[p] for q in queues) for p in levels]
     delayed = sum(q.delayed for q in queues)
     at += len(app.job_keys) * width

@@ -335,8 +335,9 @@ def status(
         json_option(
             '{"namespace", "now_ms", "now_at", "queue": {"ready", "ready_by_priority": [10 '
             'counts, index = priority], "delayed", "parked", "running", "dead"}, "queues": '
-            '[{"name", "ready", "ready_by_priority", "delayed", "parked"}], "running": [{"id", '
-            '"worker", "claimed_ms", "claimed_at", "lease_deadline_ms", "lease_deadline_at"}], '
+            '[{"name", "ready", "ready_by_priority", "delayed", "parked", "paused"}], "running": '
+            '[{"id", "worker", "claimed_ms", "claimed_at", "lease_deadline_ms", '
+            '"lease_deadline_at"}], '
             '"workers": [{"id", "host", "pid", "concurrency", "running", "processed", '
             '"started_ms", "started_at", "heartbeat_ms", "heartbeat_at"}], "silent_workers", '
             '"schedules": {"total", "shards", "runs_last_minute", "lateness_p50_ms", '
@@ -456,7 +457,9 @@ def redis_command(
 # Imported last: these modules use the helpers above (`worker` registers its command).
 from drumbeat.cli import worker as _worker_command  # noqa: E402, F401
 from drumbeat.cli.dead import dead_cli  # noqa: E402
+from drumbeat.cli.queues import queues_cli  # noqa: E402
 from drumbeat.cli.schedules import schedules_cli  # noqa: E402
 
 cli.add_typer(dead_cli, name="dead")
+cli.add_typer(queues_cli, name="queues")
 cli.add_typer(schedules_cli, name="schedules")

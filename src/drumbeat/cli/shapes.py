@@ -23,6 +23,7 @@ __all__ = [
     "autoscale_json",
     "dead_letters_json",
     "emit",
+    "queues_json",
     "schedule_json",
     "status_json",
     "supervisors_json",
@@ -137,6 +138,22 @@ def supervisors_json(signal: Signal) -> list[dict[str, Any]]:
     ]
 
 
+def queues_json(stats: admin.QueueStats) -> list[dict[str, Any]]:
+    """Per queue (``drumbeat status`` and ``drumbeat queues ls``): its counts, and whether it
+    is paused."""
+    return [
+        {
+            "name": queue.name,
+            "ready": queue.ready,
+            "ready_by_priority": list(queue.ready_by_priority),
+            "delayed": queue.delayed,
+            "parked": queue.parked,
+            "paused": queue.paused,
+        }
+        for queue in stats.queues
+    ]
+
+
 def status_json(
     namespace: str,
     stats: admin.QueueStats,
@@ -162,16 +179,7 @@ def status_json(
             "running": stats.running_total,
             "dead": stats.dead,
         },
-        "queues": [
-            {
-                "name": queue.name,
-                "ready": queue.ready,
-                "ready_by_priority": list(queue.ready_by_priority),
-                "delayed": queue.delayed,
-                "parked": queue.parked,
-            }
-            for queue in stats.queues
-        ],
+        "queues": queues_json(stats),
         "running": [
             {
                 "id": job.id,

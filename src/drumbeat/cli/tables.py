@@ -158,14 +158,15 @@ def priority_table(stats: admin.QueueStats) -> Table:
 
 
 def queues_table(stats: admin.QueueStats) -> Table:
-    """Per queue: ready jobs per priority level (highest first; empty levels left out), and
-    the delayed and the parked ones (waiting for a limit)."""
+    """Per queue: ready jobs per priority level (highest first; empty levels left out), the
+    delayed and the parked ones (waiting for a limit), and whether it is paused."""
     table = Table(title="Queues", title_justify="left")
     table.add_column("queue")
     table.add_column("ready", justify="right")
     table.add_column("by priority (high to low)")
     table.add_column("delayed", justify="right")
     table.add_column("parked", justify="right")
+    table.add_column("state")
     for queue in stats.queues:
         levels = [
             f"{p}: {queue.ready_by_priority[p]}"
@@ -178,6 +179,7 @@ def queues_table(stats: admin.QueueStats) -> Table:
             ", ".join(levels) or "-",
             str(queue.delayed),
             str(queue.parked),
+            "[yellow]paused[/]" if queue.paused else "active",
         )
     return table
 
@@ -234,7 +236,7 @@ def workers_table(stats: admin.QueueStats, *, wide: bool = False) -> Table:
 def status_tables(stats: admin.QueueStats, *, wide: bool = False) -> list[Table]:
     """Everything ``drumbeat status`` shows, in order; listings that are empty are left out."""
     tables = [summary_table(stats), priority_table(stats)]
-    if len(stats.queues) > 1:
+    if len(stats.queues) > 1 or any(q.paused for q in stats.queues):
         tables.append(queues_table(stats))
     if stats.running:
         tables.append(running_table(stats, wide=wide))
