@@ -22,6 +22,7 @@ from .middleware import Enqueueing, Middleware
 from .worker.hooks import JobEnd, JobInfo
 
 SYSTEM = "drumbeat"
+_NO_PARENT = context.Context()  # a run whose job has no headers starts a trace
 _KEY = "otel"  # in Enqueueing.notes and JobInfo.notes: (span, context token)
 
 
@@ -72,8 +73,12 @@ class Tracing(Middleware):
 
     def before_run(self, job: JobInfo) -> None:
         headers = job.headers
-        parent = propagate.extract(headers) if headers else context.Context()
-        producer = trace.get_current_span(parent).get_span_context()
+        links = None
+        parent = _NO_PARENT
+        if headers:
+            parent = propagate.extract(headers)
+            producer = trace.get_current_span(parent).get_span_context()
+            links = [Link(producer)] if producer.is_valid else None
         attributes: dict[str, Any] = {
             "messaging.system": SYSTEM,
             "messaging.operation.type": "process",
@@ -93,15 +98,18 @@ class Tracing(Middleware):
             context=parent,
             kind=SpanKind.CONSUMER,
             attributes=attributes,
-            links=[Link(producer)] if producer.is_valid else None,
+            links=links,
         )
         # Current for the task: the runner runs it in this asyncio task's context (a sync
-        # task in a copy of it), so spans the task starts are children of this one.
-        token = context.attach(trace.set_span_in_context(span, parent))
+        # task in a copy of it), so spans the task starts are children of this one. A span
+        # with no valid context (no SDK: a no-op) would parent nothing: not attached.
+        token = None
+        if span.get_span_context().is_valid:
+            token = context.attach(trace.set_span_in_context(span, parent))
         job.notes[_KEY] = (span, token)
 
     def after_run(self, end: JobEnd) -> None:
-        held: tuple[Span, object] | None = end.job.notes.pop(_KEY, None)
+        held: tuple[Span, object | None] | None = end.job.notes.pop(_KEY, None)
         if held is None:
             return
         span, token = held
@@ -109,7 +117,8 @@ class Tracing(Middleware):
         if end.failed:
             span.set_status(StatusCode.ERROR, end.error or end.outcome)
         span.end()
-        context.detach(token)  # type: ignore[arg-type]  # the token attach returned
+        if token is not None:
+            context.detach(token)  # type: ignore[arg-type]  # the token attach returned
 
 
 def instrument(app: App, tracer_provider: TracerProvider | None = None) -> Tracing:

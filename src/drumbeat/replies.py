@@ -110,6 +110,9 @@ class Claimed:
     never handed back for want of its task); read through `queue` and `unknown_ms`."""
     slot_run: SlotRun | None = None
     """Set for a run claimed from the time slots (`slots.py`), which has no lease of its own."""
+    decoded: Any = None
+    """A job's record (`job.Spec`) once decoded: a job hook that read it leaves it for the
+    runner, so a run decodes its record once."""
 
     @property
     def queue(self) -> str:

@@ -223,7 +223,7 @@ class Runner:
         try:
             if job.spec is None:
                 raise SerializationError("no job record: a foreign or corrupt entry in the queue")
-            spec = decode_spec(job.spec)
+            spec = job.decoded if job.decoded is not None else decode_spec(job.spec)
             if named is not None:
                 named.task_name = spec.task
             task = self.app.get_task(spec.task)
