@@ -1,7 +1,7 @@
 """The dashboard's app: the guard in front of every route, the Overview and Dead-letters pages
 (server-rendered with Jinja2, autoescaped), the JSON they show (``/api/...``, the shapes
-``--json`` prints in the CLI), ``/metrics``, login, and the dead-letter actions (POST with a
-CSRF token). The Jobs and Schedules pages live in `jobs` and `schedules`, the overview's
+``--json`` prints in the CLI), ``/metrics``, login, and the dead-letter and queue actions (POST
+with a CSRF token). The Jobs and Schedules pages live in `jobs` and `schedules`, the overview's
 charts in `charts`. Reads run in a worker thread, so a slow Redis never stalls the event loop.
 """
 
@@ -68,6 +68,7 @@ def overview_json(app: App) -> dict[str, Any]:
     )
     out["queues"] = {q: list(counts) for q, counts in admin.ready_by_queue(stats).items()}
     out["parked_by_queue"] = {q.name: q.parked for q in stats.queues}
+    out["paused_queues"] = [q.name for q in stats.queues if q.paused]
     out["charts"] = charts.series_json(app)
     return out
 
@@ -195,6 +196,27 @@ class Pages:
         verb = "requeued" if action == "retry" else "purged"
         return RedirectResponse(f"/dead?done={quote(f'{done} {verb}')}", status_code=303)
 
+    async def queue_action(self, request: Request) -> Response:
+        """Pauses or resumes the queue the form names (`App.pause_queue`)."""
+        action = request.path_params["action"]
+        if action not in ("pause", "resume"):
+            return JSONResponse({"error": "expected /queues/pause or /queues/resume"}, 404)
+        form = await request.form()
+        refused = self.csrf_refused(request, form)
+        if refused is not None:
+            return refused
+        queue = form.get("queue")
+        if not isinstance(queue, str) or not queue:
+            return JSONResponse({"error": "give queue=<queue name>"}, 400)
+        apply = self.app.pause_queue if action == "pause" else self.app.resume_queue
+        try:
+            changed = await run_in_threadpool(apply, queue)
+        except ValueError as exc:  # a name the key schema refuses
+            return JSONResponse({"error": str(exc)}, 400)
+        if "application/json" in request.headers.get("accept", ""):
+            return JSONResponse({"queue": queue, action: changed})
+        return RedirectResponse("/", status_code=303)
+
     def csrf_refused(self, request: Request, form: FormData) -> Response | None:
         """Every action checks the CSRF token the pages embed (form field or header)."""
         given = request.headers.get(CSRF_HEADER) or form.get(CSRF_FIELD, "")
@@ -234,6 +256,7 @@ def create_app(app: App, guard: Guard) -> Starlette:
         Route("/", pages.overview),
         Route("/dead", pages.dead),
         Route("/dead/{action:str}", pages.dead_action, methods=["POST"]),
+        Route("/queues/{action:str}", pages.queue_action, methods=["POST"]),
         Route("/api/overview", pages.api_overview),
         Route("/api/dead", pages.api_dead),
         Route("/metrics", pages.prometheus),
