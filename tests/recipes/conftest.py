@@ -29,9 +29,7 @@ def recipe_env(redis_server: RedisServer) -> Iterator[dict[str, str]]:
 
 
 def fresh_import(name: str) -> ModuleType:
-    """Imports ``name`` anew (and the modules of its package it imports), so a module-level App
-    reads the environment of this test module."""
-    package = name.rsplit(".", 1)[0] if name.count(".") > 2 else name
-    for loaded in [m for m in sys.modules if m == name or m.startswith(package + ".")]:
-        del sys.modules[loaded]
+    """Imports module ``name`` anew, so its module-level App reads the environment of this test
+    (the modules it imports stay as they are: Django's models register once per process)."""
+    sys.modules.pop(name, None)
     return importlib.import_module(name)

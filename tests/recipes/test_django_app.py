@@ -4,6 +4,7 @@ SQLite database."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -12,7 +13,6 @@ import pytest
 
 from drumbeat import admin
 from drumbeat.testing import run_until_idle
-from tests.recipes.conftest import fresh_import
 
 
 class Refused(Exception):
@@ -29,13 +29,15 @@ def django_project(
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RECIPE_DJANGO_DB", str(database))
         mp.setenv("DJANGO_SETTINGS_MODULE", "examples.recipes.django_app.settings")
-        worker = fresh_import("examples.recipes.django_app.worker")  # django.setup() first
+        # django.setup(), then the tasks: their App reads the environment set above.
+        worker = importlib.import_module("examples.recipes.django_app.worker")
         from django.conf import settings
         from django.core.management import call_command
 
         assert settings.DATABASES["default"]["NAME"] == str(database), (
             "Django was set up earlier in this process, on another database"
         )
+        assert worker.jobs.settings.namespace == recipe_env["DRUMBEAT_NAMESPACE"]
         call_command("migrate", verbosity=0)
         yield worker
         worker.jobs.close()

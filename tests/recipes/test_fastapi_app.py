@@ -1,8 +1,6 @@
 """examples/recipes/fastapi_app.py: a request enqueues (``aenqueue``), the App opens and closes in
 the lifespan, and a worker runs the job. The requests go through httpx's ASGI transport inside
-the app's own lifespan (Starlette's TestClient now warns about httpx). The suite fails a test
-that leaves a client unclosed (tests/conftest.py), so these also check that the lifespan's
-shutdown closes the App's."""
+the app's own lifespan (Starlette's TestClient now warns about httpx)."""
 
 from __future__ import annotations
 
@@ -70,3 +68,26 @@ async def test_the_lifespan_fails_the_start_up_when_redis_is_unreachable(
                 pass
     finally:
         await recipe.jobs.aclose()
+
+
+async def test_the_lifespan_closes_the_connections_it_opened(
+    recipe_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = "recipe-lifespan"  # redis-py names each connection of the URL's clients so
+    monkeypatch.setenv(
+        "DRUMBEAT_REDIS_URL", f"{recipe_env['DRUMBEAT_REDIS_URL']}?client_name={name}"
+    )
+    recipe = fresh_import("examples.recipes.fastapi_app")
+    observer = redis.Redis.from_url(recipe_env["DRUMBEAT_REDIS_URL"])
+
+    def named() -> int:
+        return sum(c["name"] == name for c in observer.client_list())
+
+    try:
+        async with serving(recipe) as client:
+            await client.post("/signups", json={"email": "edsger@example.com"})
+            assert named() >= 1, "the requests' client is not the one the lifespan closes"
+        assert named() == 0, "the lifespan's shutdown left the App's connections open"
+    finally:
+        await recipe.jobs.aclose()
+        observer.close()
