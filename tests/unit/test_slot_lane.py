@@ -56,3 +56,20 @@ def test_claims_are_paced_unless_the_next_slot_was_due_by_the_last() -> None:
     assert lane.next_due(0, reply) == 999, "a slot due by the last claim is claimed at once"
     lane._upcoming[0] = [1300]
     assert lane.next_due(0, reply) == 1300
+
+
+def test_a_backlog_is_claimed_from_a_stretch_at_random_not_from_its_head() -> None:
+    """Every worker's list names the same oldest due slots: claims that all passed its head
+    found them taken by one of them (cold start, 100,000 schedules due: 11k runs/s drained)."""
+    due = list(range(1000, 1128))  # a full list of due slots, 1 entry each lately
+    starts = set()
+    for _ in range(20):
+        lane = _lane(list(due))
+        passed = _passed(lane, room=5, now_ms=2000)
+        assert len(passed) == 5 + 2, "the room's slots and the spare ones"
+        assert passed == due[due.index(passed[0]) : due.index(passed[0]) + 7], "a stretch"
+        assert sorted(lane._upcoming[0] + passed) == due, "the rest stays known"
+        starts.add(passed[0])
+    assert len(starts) > 1, "every claim passed the same slots"
+    lane = _lane([1000, 1001, 1002, 1003, 1200])
+    assert _passed(lane, room=100, now_ms=1010) == [1000, 1001, 1002, 1003], "no backlog: all"
