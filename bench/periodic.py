@@ -364,12 +364,15 @@ class Trial:
         """Registers, starts, measures the window, stops; returns the window."""
         s, case, out, m = self.spec, self.case, self.out, self.out.metrics
         memory0 = _used_memory(self.client)
-        if s.register and not s.register_after_start:
+        # A cold start registers first whatever the system's habit (drumbeat's worker starts
+        # first, as a deploy's would, then the schedules are registered).
+        before = s.register and (not s.register_after_start or self.cfg.cold > 0)
+        if before:
             self.register()
             time.sleep(self.cfg.cold)
         t_start = time.time()
         live = self.start()
-        if s.register and s.register_after_start:
+        if s.register and not before:
             memory0 = _used_memory(self.client)
             self.register()
         t_ready = time.time()
