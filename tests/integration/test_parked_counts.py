@@ -85,7 +85,7 @@ async def test_status_counts_parked_jobs_per_queue_and_markers_as_nothing(
         text = (await asyncio.to_thread(ok, "status", APP)).stdout
         assert row(text, "parked (waiting for a limit)")[1] == "3"
         assert row(text, "due later (delayed jobs, next runs)")[1] == "0"
-        assert row(text, "builds")[-2:] == ["0", "1"], "builds: delayed 0, parked 1"
+        assert row(text, "builds")[-3:] == ["0", "1", "active"], "builds: delayed 0, parked 1"
 
         gauges = await asyncio.to_thread(_gauges, lapp)
         assert gauges["drumbeat_queue_parked", (("queue", "default"),)] == 2

@@ -513,6 +513,7 @@ class Claimer:
             for pop in pops:  # not awaited: a cancel may be swallowed (`cancel_block`)
                 if not pop.done():
                     pop.cancel()
+                    self._dropped.add(pop)
                     pop.add_done_callback(self._give_back)
 
     def _wake_keys(self) -> list[str]:
