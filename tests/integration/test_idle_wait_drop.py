@@ -71,3 +71,19 @@ async def test_a_marker_taken_by_a_dropped_pop_is_put_back(app: drumbeat.App) ->
     finally:
         await claimer.close()
         await client.aclose()
+
+
+async def test_a_short_wait_arms_no_pop_and_a_long_one_does(app: drumbeat.App) -> None:
+    """Claims paced a few ms apart (slots coming due) wait that long between them: a pop armed
+    for each was dropped at the next claim, costing its connection every time (a reconnect
+    every few ms: 70 of the 70.8 CPU-s a 1.18-CPU host had at 100,000 schedules every 5 s)."""
+    claimer, client = await _claimer(app)
+    try:
+        now = claimer.now_ms()
+        await claimer._wait_for_work(1, now, now + 5)
+        assert claimer._block is None, "a 5-ms wait armed a pop"
+        await claimer._wait_for_work(1, now, now + 200)
+        assert claimer._block is not None, "a 200-ms wait should arm one (jobs wake it)"
+    finally:
+        await claimer.close()
+        await client.aclose()

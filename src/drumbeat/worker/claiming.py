@@ -55,6 +55,8 @@ _UPCOMING_SLACK_MS = 5
 # as a time-slot claim of 30 runs, and this process a round trip. A job enqueued meanwhile
 # (priority 0: those above signal) waits this much longer to start.
 _JOBS_QUIET_S = 0.02
+# An idle wait shorter than this (s) arms no pop on the wake keys (`_wait_for_work`).
+_SHORT_WAIT_S = 0.05
 # How long dropping the outstanding idle wait waits for its pop to end (s): see `cancel_block`.
 _CANCEL_WAIT_S = 0.01
 # A claim asks for a new list of upcoming buckets only when what is left of the last one ends
@@ -403,6 +405,13 @@ class Claimer:
         ):
             return await self._wait_then_claim(free)
         if self._block is None or self._block.done():
+            if timeout < _SHORT_WAIT_S:
+                # Claims paced a few ms apart (slots coming due): a pop armed for so short a
+                # wait is mostly dropped when the next claim fills the slots, and each drop
+                # costs its connection, made again for the next pop. A job sent meanwhile
+                # waits for the next claim, this long at most.
+                await asyncio.sleep(timeout)
+                return None
             self._block = asyncio.ensure_future(self._pop_any())
         stop = asyncio.ensure_future(self.stopping.wait())
         await asyncio.wait({self._block, stop}, timeout=timeout, return_when="FIRST_COMPLETED")
