@@ -70,8 +70,7 @@ class Signal:
     """Jobs and runs waiting in `ready`, indexed by priority 0..9."""
     due_now: int
     """Entries of `due` past their time, not yet promoted: delayed jobs, and schedule buckets
-    with runs due (one entry per bucket, however many runs it holds); with the time slots,
-    the due slots (one each, however many runs they hold)."""
+    with runs due (one entry per bucket, however many runs it holds); and `due_runs`."""
     lag_ms: int
     """How long the oldest of those has waited (0 when none)."""
     running: int
@@ -87,6 +86,15 @@ class Signal:
     lateness_p99_ms: float | None = None
     """Schedule runs' start lateness p99 over the last `RECENT_WINDOWS` windows."""
     supervisors: tuple[SupervisorInfo, ...] = ()
+    due_runs: int = 0
+    """Schedule runs due in the time slots and not claimed yet (estimated from the due slots
+    and the runs a slot holds on average; exact when every slot is due)."""
+
+    @property
+    def waiting_for_slots(self) -> bool:
+        """Due schedule runs wait while every slot of the live workers is busy: more slots
+        (processes, or concurrency) would start them sooner."""
+        return self.due_runs > 0 and self.slots > 0 and self.busy >= self.slots
 
     @property
     def ready(self) -> int:
@@ -160,7 +168,7 @@ def parse_signal(replies: Sequence[Any]) -> Signal:
     """A `Signal` from the replies of `signal_calls`, in their order."""
     now_ms = int(replies[0][0])
     counts = [0] * (MAX_PRIORITY - MIN_PRIORITY + 1)
-    due_now = running = 0
+    due_now = running = due_runs = 0
     earliest: int | None = None
     lateness: dict[str, str] = {}
     for i, raw in enumerate(replies):
@@ -169,6 +177,7 @@ def parse_signal(replies: Sequence[Any]) -> Signal:
         if int(raw[3]) >= 0:
             earliest = int(raw[3]) if earliest is None else min(earliest, int(raw[3]))
         running += int(raw[4])
+        due_runs += int(raw[8])
         flat = raw[5]
         for k in range(0, len(flat), 2):  # shards' windows line up: prefix slots by shard
             name = text(flat[k])
@@ -201,6 +210,7 @@ def parse_signal(replies: Sequence[Any]) -> Signal:
         cpu=cpu,
         lateness_p99_ms=late.p99_ms,
         supervisors=supervisors,
+        due_runs=due_runs,
     )
 
 

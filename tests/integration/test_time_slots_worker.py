@@ -536,11 +536,39 @@ async def test_the_scale_signal_sees_time_slot_runs_waiting(
     async def tick() -> None: ...
 
     app.schedule_many([drumbeat.Schedule(f"w{i}", tick, every=1) for i in range(20)])
-    # No worker: within a second every schedule's first slot is due and waits.
+    # No worker: within a second every schedule's first slot is due and waits. Every slot
+    # due, the estimate (due slots x runs per slot) is exact: runs, not slots.
     sig = await wait_for_async(
         lambda: asyncio.to_thread(read_signal, app),
-        until=lambda s: s.due_now >= 1 and s.lag_ms > 100,
-        message="due slots, and how long the oldest has waited (the schedule lag)",
+        until=lambda s: s.due_runs == 20,
+        message="the 20 runs due, counted as runs (not as the slots that hold them)",
     )
-    assert sig.backlog >= 1
+    assert sig.backlog == 20 and sig.lag_ms > 0, sig
+    assert not sig.waiting_for_slots, "no worker: no slots to wait for"
     await app.aclose()
+
+
+async def test_the_scale_signal_says_when_due_runs_wait_for_free_slots(
+    redis_url: str, namespace: str
+) -> None:
+    app = _app(redis_url, namespace)
+    gate = asyncio.Event()
+
+    @app.task
+    async def hold() -> None:
+        await gate.wait()
+
+    app.schedule_many([drumbeat.Schedule(f"h{i}", hold, every=1) for i in range(10)])
+    try:
+        async with running_worker(app, concurrency=1):
+            # One slot, held by the first run: the other nine come due and wait for it.
+            sig = await wait_for_async(
+                lambda: asyncio.to_thread(read_signal, app),
+                until=lambda s: s.due_runs >= 9 and s.busy == 1,
+                message="nine runs due behind the one that holds the only slot",
+            )
+            assert sig.waiting_for_slots and sig.slots == 1, sig
+            gate.set()
+    finally:
+        gate.set()
+        await app.aclose()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from drumbeat.autoscale import CompletionRate, Policy, Signal, SupervisorInfo, plan
+from drumbeat.cli.tables import due_runs_text
 
 
 def signal(
@@ -181,3 +183,22 @@ def test_no_scale_down_while_the_policy_sees_a_plan_that_would_flap() -> None:
     for t in range(1, 20):
         target = mine(four, live=4, slots=40, concurrency=10, rate=20.0)
         assert p.step(float(t), target, "steady") == 4, f"retired at {t} s into a flap"
+
+
+def test_status_says_what_holds_the_schedule_runs_due() -> None:
+    """`drumbeat status` names why due runs wait: no worker, every slot busy, or catching up."""
+
+    def due(running: int, slots: int) -> Signal:
+        sig = signal(running=running, slots=slots, due_now=1200, lag_ms=340)
+        return dataclasses.replace(sig, due_runs=1200)
+
+    assert due_runs_text(signal()) == "0"
+    assert due_runs_text(due(0, 0)).endswith("no live worker")
+    busy = due(200, 200)
+    assert busy.waiting_for_slots
+    assert due_runs_text(busy) == (
+        "~1,200, the oldest 340ms late; every worker slot busy (200 of 200): waiting for free slots"
+    )
+    free = due(150, 200)
+    assert not free.waiting_for_slots
+    assert due_runs_text(free).endswith("50 of 200 worker slots free: catching up")

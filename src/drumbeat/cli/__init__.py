@@ -364,7 +364,7 @@ def status(
     tables = status_tables(stats, wide=wide)
     if signal.supervisors:
         tables.append(supervisors_table(signal, wide=wide))
-    for table in [*tables, schedule_table(schedules)]:
+    for table in [*tables, schedule_table(schedules, signal)]:
         print_table(table, wide=wide)
 
 

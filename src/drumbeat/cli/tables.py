@@ -245,8 +245,9 @@ def status_tables(stats: admin.QueueStats, *, wide: bool = False) -> list[Table]
     return tables
 
 
-def schedule_table(stats: admin.ScheduleStats) -> Table:
-    """Schedules and how late their runs started over the last minute (for ``status``).
+def schedule_table(stats: admin.ScheduleStats, signal: Signal | None = None) -> Table:
+    """Schedules and how late their runs started over the last minute (for ``status``); with
+    the autoscale ``signal``, the runs due and not started, and why they wait.
 
     Percentiles are upper bounds of the histogram bin they fall in (hence the ``≤``).
     """
@@ -262,7 +263,23 @@ def schedule_table(stats: admin.ScheduleStats) -> Table:
     else:
         lateness = "-"
     table.add_row("lateness p50 / p99 / max", lateness)
+    if signal is not None:
+        table.add_row("runs due, not started", due_runs_text(signal))
     return table
+
+
+def due_runs_text(signal: Signal) -> str:
+    """How many schedule runs are due and not claimed yet, and what holds them."""
+    if not signal.due_runs:
+        return "0"
+    late = fmt_ms(signal.lag_ms)
+    if signal.slots == 0:
+        why = "no live worker"
+    elif signal.waiting_for_slots:
+        why = f"every worker slot busy ({signal.busy} of {signal.slots}): waiting for free slots"
+    else:
+        why = f"{signal.slots - signal.busy} of {signal.slots} worker slots free: catching up"
+    return f"~{signal.due_runs:,}, the oldest {late} late; {why}"
 
 
 def supervisors_table(signal: Signal, *, wide: bool = False) -> Table:

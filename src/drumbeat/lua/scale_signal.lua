@@ -9,20 +9,24 @@
 --
 -- KEYS[1] leases (zset)  KEYS[2] lateness (hash)  KEYS[3] workers (zset)
 -- KEYS[4] workerinfo (hash)  KEYS[5] supervisors (zset)  KEYS[6] supervisorinfo (hash)
--- KEYS[7] parking (hash)  KEYS[8] slots (zset: the time slots' non-empty slots, whose due
--- ones count as due entries, one each, however many runs they hold)  KEYS[9] busy (hash: the
--- time-slot runs each worker process incarnation holds, which hold no lease)
--- KEYS[8 + 2q] ready (zset), KEYS[9 + 2q] due (zset) of the q-th queue counted
+-- KEYS[7] parking (hash)  KEYS[8] slots (zset: the time slots' non-empty slots)  KEYS[9] busy
+-- (hash: the time-slot runs each worker process incarnation holds, which hold no lease)
+-- KEYS[10] where (hash: every schedule the time slots keep)  KEYS[11] paused (hash)
+-- KEYS[10 + 2q] ready (zset), KEYS[11 + 2q] due (zset) of the q-th queue counted
 -- ARGV[1] worker ttl ms  ARGV[2] 1: read the registrations too
 -- ARGV[3] lateness windows to read (the latest ones)
 -- ARGV[3 + q] the q-th queue's name ("default" for the default one)
 -- Returns {now ms, {ready count at priority 0, ..., at priority 9}, entries of `due` at or
---          before now (limiter markers left out), the earliest of their scores, else the
---          earliest `due` score, or -1, leases and time-slot runs held, {lateness of the windows read: field,
---          value, ... as HGETALL gives them, of the fields that exist},
---          {worker id, info, ...} of workers beating within the ttl,
---          {supervisor id, expiry ms, info, ...} of supervisors whose registration holds}
--- (ready and due summed over the queues)
+--          before now (limiter markers left out) plus the schedule runs due in the time slots,
+--          the earliest of their scores, else the earliest `due` score, or -1, leases and
+--          time-slot runs held, {lateness of the windows read: field, value, ... as HGETALL
+--          gives them, of the fields that exist}, {worker id, info, ...} of workers beating
+--          within the ttl, {supervisor id, expiry ms, info, ...} of supervisors whose
+--          registration holds, the schedule runs due in the time slots}
+-- (ready and due summed over the queues). The runs due in the time slots are estimated: the due
+-- slots times the runs a slot holds on average (the schedules waiting in a slot, over the
+-- slots), at least one each; exact when every slot is due (a cold start). Counting them
+-- exactly would read every due slot, whose keys a script cannot name before it runs.
 local SIGNAL_SCAN = 1000
 local now = now_ms()
 local counts = {}
@@ -31,8 +35,8 @@ local due_now, earliest = 0, -1
 local function seen_due(score)
   if score and (earliest < 0 or score < earliest) then earliest = score end
 end
-for q = 1, (#KEYS - 9) / 2 do
-  local ready, due = KEYS[8 + 2 * q], KEYS[9 + 2 * q]
+for q = 1, (#KEYS - 11) / 2 do
+  local ready, due = KEYS[10 + 2 * q], KEYS[11 + 2 * q]
   for p = 0, MAX_PRIORITY do
     local base = ready_score(p, 0)
     counts[p + 1] = counts[p + 1] + redis.call('ZCOUNT', ready, string.format('%.0f', base),
@@ -62,13 +66,20 @@ for q = 1, (#KEYS - 9) / 2 do
   due_now = due_now + n
   seen_due(first)
 end
-due_now = due_now + redis.call('ZCOUNT', KEYS[8], '-inf', now)
+local busy, slot_runs = redis.call('ZCOUNT', KEYS[1], '-inf', '(+inf'), 0  -- not LEASES_KEEP
+for _, held in ipairs(redis.call('HVALS', KEYS[9])) do
+  slot_runs = slot_runs + math.max(0, tonumber(held) or 0)
+end
+busy = busy + slot_runs
+local due_slots, due_runs = redis.call('ZCOUNT', KEYS[8], '-inf', now), 0
+if due_slots > 0 then
+  local waiting = redis.call('HLEN', KEYS[10]) - redis.call('HLEN', KEYS[11]) - slot_runs
+  due_runs = math.max(due_slots,
+    math.floor(due_slots * waiting / redis.call('ZCARD', KEYS[8]) + 0.5))
+end
+due_now = due_now + due_runs
 local slot_head = redis.call('ZRANGE', KEYS[8], '0', '0', 'WITHSCORES')
 seen_due(slot_head[2] and tonumber(slot_head[2]))
-local busy = redis.call('ZCOUNT', KEYS[1], '-inf', '(+inf')  -- not LEASES_KEEP
-for _, held in ipairs(redis.call('HVALS', KEYS[9])) do
-  busy = busy + math.max(0, tonumber(held) or 0)
-end
 -- Only the windows asked for: the ring holds LATENESS_WINDOWS of them (thousands of fields), and
 -- a look every scale_interval must not cost Redis a read of them all.
 local lateness, fields = {}, {}
@@ -96,4 +107,4 @@ if ARGV[2] == '1' then
     supervisors[#supervisors + 1] = redis.call('HGET', KEYS[6], sups[i]) or ''
   end
 end
-return {now, counts, due_now, earliest, busy, lateness, workers, supervisors}
+return {now, counts, due_now, earliest, busy, lateness, workers, supervisors, due_runs}
