@@ -165,14 +165,14 @@ def test_the_pause_holds_for_a_worker_started_after_it_on_every_shard(
         jobs = [later.enqueue("build") for _ in range(6)]
         assert len({job.id.partition(".")[2] for job in jobs}) > 1  # spread over job shards
         for k in [*later.job_keys, *later.scheduler.apart]:  # a copy in every shard
-            assert later.redis.smembers(k.pauses) == {b"builds"}
+            assert set(later.redis.smembers(k.pauses)) == {b"builds"}  # a list on redis-py 5
         # A worker of another App object (as another process would be): it claims nothing.
         assert run_until_idle(later, timeout=10) == 0
         assert later.paused_queues() == ["builds"]
         assert {job.status() for job in jobs} == {"queued"}
         later.resume_queue("builds")
         for k in [*later.job_keys, *later.scheduler.apart]:
-            assert later.redis.smembers(k.pauses) == set()
+            assert not later.redis.smembers(k.pauses)
         assert run_until_idle(later, timeout=10) == 6
     finally:
         pausing.close()
