@@ -10,7 +10,8 @@ that with hysteresis.
 The rule (README and docs/deploy.md say the same):
 
 - slots needed, over the namespace = jobs running (leases held) + the backlog the slots cannot
-  start within one scale interval: ``ready + due-but-unpromoted - completions/s * interval``;
+  start within one scale interval: ``ready + due-but-unpromoted - completions/s * interval``
+  (paused queues' jobs left out: no worker takes them);
 - processes needed, over every supervisor = ``ceil((slots needed - slots of workers no
   supervisor runs) / concurrency)``; under pressure (the oldest unpromoted due entry waited
   longer than one interval and is waiting longer than at the last look, or the lateness p99 of
@@ -185,12 +186,14 @@ def describe(signal: Signal, p: Plan, rate: float | None, pressure: str | None) 
     levels = [f"p{i} {n}" for i, n in reversed(list(enumerate(signal.ready_by_priority))) if n]
     ready = f"{signal.ready} ready" + (f" ({', '.join(levels[:3])})" if levels else "")
     due = f", {signal.due_now} due unclaimed (lag {signal.lag_ms} ms)" if signal.due_now else ""
+    held = f", {signal.paused} in paused queues" if signal.paused else ""
     done = "?" if rate is None else f"{rate:.0f}"
     why = f"; {pressure}" if pressure else ""
     over = signal.running - signal.busy
     extra = f" (+{over} leases past them: lent slots or gone workers)" if over else ""
     return (
-        f"{ready}{due}, {signal.busy} of {signal.slots} slots busy{extra}, {done} jobs/s done, "
+        f"{ready}{due}{held}, {signal.busy} of {signal.slots} slots busy{extra}, "
+        f"{done} jobs/s done, "
         f"cpu {signal.cpu:.2f} of {signal.workers} workers{why}"
         f" → {p.processes} processes in all, {p.mine} here (share {p.share})"
     )

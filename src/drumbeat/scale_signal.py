@@ -67,7 +67,7 @@ class Signal:
 
     now_ms: int
     ready_by_priority: tuple[int, ...]
-    """Jobs and runs waiting in `ready`, indexed by priority 0..9."""
+    """Jobs and runs waiting in `ready`, indexed by priority 0..9 (of queues not paused)."""
     due_now: int
     """Entries of `due` past their time, not yet promoted: delayed jobs, and schedule buckets
     with runs due (one entry per bucket, however many runs it holds); and `due_runs`."""
@@ -89,6 +89,10 @@ class Signal:
     due_runs: int = 0
     """Schedule runs due in the time slots and not claimed yet (estimated from the due slots
     and the runs a slot holds on average; exact when every slot is due)."""
+    paused: int = 0
+    """Jobs that wait in paused queues (ready, or due): no part of the backlog, since no worker
+    takes them until their queue is resumed; with the schedule runs due while the default queue
+    is paused."""
 
     @property
     def waiting_for_slots(self) -> bool:
@@ -168,7 +172,7 @@ def parse_signal(replies: Sequence[Any]) -> Signal:
     """A `Signal` from the replies of `signal_calls`, in their order."""
     now_ms = int(replies[0][0])
     counts = [0] * (MAX_PRIORITY - MIN_PRIORITY + 1)
-    due_now = running = due_runs = 0
+    due_now = running = due_runs = paused = 0
     earliest: int | None = None
     lateness: dict[str, str] = {}
     for i, raw in enumerate(replies):
@@ -178,6 +182,7 @@ def parse_signal(replies: Sequence[Any]) -> Signal:
             earliest = int(raw[3]) if earliest is None else min(earliest, int(raw[3]))
         running += int(raw[4])
         due_runs += int(raw[8])
+        paused += int(raw[9])
         flat = raw[5]
         for k in range(0, len(flat), 2):  # shards' windows line up: prefix slots by shard
             name = text(flat[k])
@@ -211,6 +216,7 @@ def parse_signal(replies: Sequence[Any]) -> Signal:
         lateness_p99_ms=late.p99_ms,
         supervisors=supervisors,
         due_runs=due_runs,
+        paused=paused,
     )
 
 

@@ -538,7 +538,7 @@ class Scripts:
         windows."""
         k = self.k
         keys = [k.leases, k.lateness, k.workers, k.workerinfo, k.supervisors, k.supervisorinfo]
-        keys += [k.parking, k.slots, k.busy, k.where, k.paused]
+        keys += [k.parking, k.slots, k.busy, k.where, k.paused, k.pauses]
         for queue in queues:
             keys += [k.ready_of(queue), k.due_of(queue)]
         args: list[str | int] = [worker_ttl_ms, int(registrations), windows, *queues]

@@ -232,3 +232,59 @@ def test_the_signal_reads_only_the_recent_lateness_windows(app: drumbeat.App) ->
                              windows=RECENT_WINDOWS)  # fmt: skip
     assert whole.runs == 5 + 90 + 5 + 89
     assert sig.lateness_p99_ms == whole.p99_ms
+
+
+async def test_a_paused_queues_jobs_are_no_backlog_to_scale_for(
+    own_redis: RedisServer, namespace: str
+) -> None:
+    """No worker takes a paused queue's jobs: more processes would not help. They are counted
+    apart (`Signal.paused`), ready or due, and the autoscaler sizes the pool without them."""
+    app = drumbeat.App(own_redis.url, namespace=namespace)
+
+    @app.task(queue="builds")
+    def build() -> None: ...
+
+    @app.task
+    def mail() -> None: ...
+
+    try:
+        assert await app.apause_queue("builds")
+        for _ in range(6):
+            await build.options(priority=2).aenqueue()
+        await build.options(delay=0.001).aenqueue()
+        await mail.aenqueue()
+        await asyncio.sleep(0.05)  # the delayed build is due now, not yet promoted
+        sig = read_signal(app)
+        assert (sig.ready, sig.due_now, sig.lag_ms, sig.paused) == (1, 0, 0, 7), sig
+        scaler = Autoscaler(app, minimum=1, maximum=8, concurrency=1)
+        assert scaler.look(live=1, desired=1, retiring=0, now=0.0) == 1
+        assert scaler.last is not None and scaler.last.paused == 7
+        p = plan(scaler.last, me=scaler.id, minimum=1, maximum=8, live=1, slots=1,
+                 concurrency=1, rate=None, interval=1.0)  # fmt: skip
+        text = describe(scaler.last, p, None, None)
+        assert text.startswith("1 ready (p0 1), 7 in paused queues, 0 of 0 slots busy"), text
+        assert await app.aresume_queue("builds")
+        assert scaler.look(live=1, desired=1, retiring=0, now=1.0) == 8, "resumed: 8 to run"
+        assert read_signal(app).paused == 0
+        scaler.close()
+    finally:
+        await app.aclose()
+
+
+async def test_schedule_runs_are_no_backlog_while_the_default_queue_is_paused(
+    app: drumbeat.App,
+) -> None:
+    @app.task
+    async def tick() -> None: ...
+
+    await app.apause_queue("default")
+    app.schedule_many([drumbeat.Schedule(f"p{i}", tick, every=1) for i in range(5)])
+    sig = await wait_for_async(
+        lambda: asyncio.to_thread(read_signal, app),
+        until=lambda s: s.paused == 5,
+        message="the 5 runs due, held by the paused default queue",
+    )
+    assert (sig.backlog, sig.due_runs, sig.lag_ms) == (0, 0, 0), sig
+    await app.aresume_queue("default")
+    sig = read_signal(app)
+    assert (sig.due_runs, sig.paused) == (5, 0) and sig.backlog == 5, sig

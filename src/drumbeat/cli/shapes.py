@@ -105,6 +105,7 @@ def autoscale_json(signal: Signal, concurrency: int) -> dict[str, Any]:
         "schedule_runs_due": signal.due_runs,
         "schedule_lag_ms": signal.lag_ms,
         "waiting_for_slots": signal.waiting_for_slots,
+        "paused": signal.paused,
         "lateness_p99_ms": signal.lateness_p99_ms,
         "running": signal.running,
         "slots": signal.slots,
