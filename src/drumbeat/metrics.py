@@ -142,9 +142,15 @@ class AppCollector(Collector):
             "drumbeat_queue_parked", "Jobs parked on a limiter key, waiting for a rate or "
             "concurrency limit, per queue.", labels=["queue"],
         )  # fmt: skip
+        paused = GaugeMetricFamily(
+            "drumbeat_queue_paused", "1 while the queue is paused (no worker takes its jobs), "
+            "else 0, per queue.", labels=["queue"],
+        )  # fmt: skip
         for waiting in stats.queues:
             parked.add_metric([waiting.name], waiting.parked)
+            paused.add_metric([waiting.name], int(waiting.paused))
         yield parked
+        yield paused
         yield GaugeMetricFamily(
             "drumbeat_jobs_running", "Jobs under a lease (running now).", value=stats.running_total
         )

@@ -193,3 +193,21 @@ async def test_schedules_are_counted_over_every_shard_and_after_a_script_flush(
         assert value(scrape(app), "drumbeat_schedules") == 500
     finally:
         await app.aclose()
+
+
+async def test_a_gauge_says_which_queues_are_paused(app: drumbeat.App) -> None:
+    @app.task(queue="builds")
+    def build() -> None: ...
+
+    await build.aenqueue()
+    await app.apause_queue("mail")  # paused before any job was sent to it
+    samples = scrape(app)
+    paused = {labels: v for (name, labels), v in samples.items() if name == "drumbeat_queue_paused"}
+    assert paused == {
+        (("queue", q),): 1.0 if q == "mail" else 0.0 for q in ("default", "builds", "mail")
+    }
+    await app.apause_queue("default")
+    await app.aresume_queue("mail")
+    samples = scrape(app)
+    assert value(samples, "drumbeat_queue_paused", queue="default") == 1
+    assert value(samples, "drumbeat_queue_paused", queue="mail") == 0
