@@ -26,6 +26,7 @@ import drumbeat
 from drumbeat import admin, embedded
 from drumbeat.cli import cli
 from drumbeat.job import decode_spec
+from drumbeat.testing import run_until_idle
 from tests.conftest import _free_port, running_worker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,6 +153,21 @@ async def test_enqueue_with_key_reports_the_existing_job(cli_env: None, app: dru
     assert again.stdout.strip() == first.stdout.strip()
     assert "already queued" in again.stderr
     assert admin.queue_stats(app).ready == 1
+
+
+def test_enqueue_unique_for_keeps_the_key_taken_after_the_job_ended(
+    cli_env: None, namespace: str
+) -> None:
+    first = ok("enqueue", APP, "add", "[1]", "--key", "daily", "--unique-for", "60")
+    brief = ok("enqueue", APP, "add", "[1]", "--key", "brief").stdout.strip()
+    cli_app = sys.modules[MODULE].app
+    assert run_until_idle(cli_app, timeout=10) == 2
+    again = ok("enqueue", APP, "add", "[2]", "--key", "daily")
+    assert again.stdout.strip() == first.stdout.strip(), "the window holds the key"
+    assert "its unique_for window is open" in again.stderr
+    assert ok("enqueue", APP, "add", "[2]", "--key", "brief").stdout.strip() != brief
+    assert admin.queue_stats(cli_app).ready == 1, "a key without a window is free once done"
+    assert_clean_error(run("enqueue", APP, "add", "[1]", "--unique-for", "5"), 2, "needs key=")
 
 
 async def test_enqueue_bad_input_exits_2_with_a_message(cli_env: None, app: drumbeat.App) -> None:

@@ -271,6 +271,16 @@ def enqueue(
         str | None,
         typer.Option("--key", "-k", help="Dedup key: no second job while one with it is live."),
     ] = None,
+    unique_for: Annotated[
+        float | None,
+        typer.Option(
+            "--unique-for",
+            metavar="SECONDS",
+            min=0,
+            help="With --key: the key stays taken this long from now, even after the job ended "
+            "(default: the task's unique_for, else only while the job lives).",
+        ),
+    ] = None,
     unregistered: Annotated[
         bool,
         typer.Option(
@@ -289,18 +299,19 @@ def enqueue(
         args, kwargs = _call_arguments(args_json, kwargs_json)
     with _opened(app_spec) as app:
         if unregistered and task not in app.tasks:
-            options = Options(priority=priority or 0, delay=delay, key=key)
+            options = Options(priority=priority or 0, delay=delay, key=key, unique_for=unique_for)
             job = app.enqueue_many([Prepared(task, args, kwargs, options)])[0]
         else:
             registered = resolve_task(app, task)
-            job = registered.options(priority=priority, delay=delay, key=key).enqueue(
-                *args, **kwargs
+            bound = registered.options(
+                priority=priority, delay=delay, key=key, unique_for=unique_for
             )
+            job = bound.enqueue(*args, **kwargs)
     typer.echo(job.id)
     if not job.created:
         _err().print(
-            f"[yellow]note:[/] a job with key {escape(repr(key))} is already queued or running; "
-            "that is its id, and nothing new was enqueued",
+            f"[yellow]note:[/] a job with key {escape(repr(key))} is already queued or running, "
+            "or its unique_for window is open; that is its id, and nothing new was enqueued",
             soft_wrap=True,
         )
 
