@@ -7,7 +7,7 @@ reads the `Signal` (`scale_signal.lua` on every shard workers claim from; see sc
 `plan` (pure) turns a signal into the processes this supervisor should run; `Policy` applies
 that with hysteresis.
 
-The rule (README and docs/deploy.md say the same):
+The rule (docs/deploy.md, "How `--autoscale MIN:MAX` decides", says the same for users):
 
 - slots needed, over the namespace = jobs running (leases held) + the backlog the slots cannot
   start within one scale interval: ``ready + due-but-unpromoted - completions/s * interval``
