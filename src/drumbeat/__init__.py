@@ -24,7 +24,7 @@ from .middleware import Enqueueing, Middleware
 from .resources import Resource, aresource, resource
 from .schedule import Cadence
 from .scheduler import Schedule, ScheduleInfo
-from .task import Bound, Options, Prepared, Task
+from .task import Bound, CallOptions, Options, Prepared, Task
 from .task_ref import TaskRef
 from .worker import JobEnd, JobInfo, Worker, run_worker
 
@@ -34,6 +34,7 @@ __all__ = [
     "App",
     "Bound",
     "Cadence",
+    "CallOptions",
     "ConfigurationError",
     "Context",
     "DrumbeatError",

@@ -8,7 +8,7 @@ import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypedDict, TypeVar, Unpack
 
 from .errors import InvalidJob
 from .job import Job
@@ -96,6 +96,61 @@ class Options:
     @property
     def at_ms(self) -> int:
         return 0 if self.at is None else max(1, round(self.at.timestamp() * 1000))
+
+
+class CallOptions(TypedDict, total=False):
+    """The per-call options `Task.options` and `TaskRef.options` take, by keyword; each left
+    out (or None) is its task's. A limit given replaces the task's for this call: the rate
+    options together, ``concurrency_limit``, ``limit_by`` and ``limiter`` each on its own (the
+    others stay the task's); each as `TaskConfig` has it."""
+
+    priority: int | None
+    """0..9, higher runs first."""
+    delay: float
+    """Seconds to wait before it may run."""
+    at: datetime | None
+    """When it may run (timezone-aware), in place of ``delay``."""
+    key: str | None
+    """Dedup key: no second job while one with it is queued or running."""
+    queue: str | None
+    unique_for: float | None
+    """Seconds (with ``key``) the key stays taken from this enqueue, even after the job ended."""
+    headers: Mapping[str, str] | None
+    """Metadata the job carries (str to str), read in the task as
+    ``drumbeat.current_job().headers``."""
+    rate_limit: str | None
+    rate_burst: int | None
+    concurrency_limit: int | None
+    limit_by: str | None
+    limiter: str | None
+
+
+LIMIT_OPTIONS = ("rate_limit", "rate_burst", "concurrency_limit", "limit_by", "limiter")
+"""The options of `CallOptions` that are limits."""
+
+
+def call_options(
+    given: CallOptions, what: str, priority: int, queue: str, limits: Limits | None
+) -> Options:
+    """The `Options` of a call (``what`` names it in errors): ``given`` over a task's
+    ``priority`` and ``queue``, with its checked ``limits``."""
+    unknown = given.keys() - CallOptions.__optional_keys__
+    if unknown:
+        raise TypeError(
+            f"{what} got unexpected options {', '.join(sorted(unknown))}; expected some of "
+            f"{', '.join(sorted(CallOptions.__optional_keys__))}"
+        )
+    p, q = given.get("priority"), given.get("queue")
+    return Options(
+        priority=priority if p is None else p,
+        delay=given.get("delay", 0.0),
+        at=given.get("at"),
+        key=given.get("key"),
+        queue=queue if q is None else q,
+        limits=limits,
+        unique_for=given.get("unique_for"),
+        headers=given.get("headers"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,60 +314,24 @@ class Task(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<Task {self.name}>"
 
-    def options(
-        self,
-        *,
-        priority: int | None = None,
-        delay: float = 0.0,
-        at: datetime | None = None,
-        key: str | None = None,
-        queue: str | None = None,
-        unique_for: float | None = None,
-        rate_limit: str | None = None,
-        rate_burst: int | None = None,
-        concurrency_limit: int | None = None,
-        limit_by: str | None = None,
-        limiter: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Bound[P, R]:
-        """Per-call options. A limit given here replaces the task's for this call: the rate
-        options together, ``concurrency_limit``, ``limit_by`` and ``limiter`` each on its own
-        (the others stay the task's). ``unique_for`` (seconds, with ``key``): the key stays
-        taken that long from this enqueue, even after the job ended; default the task's.
-        ``headers``: metadata the job carries (str to str), read in the task as
-        ``drumbeat.current_job().headers``."""
-        prio = self.config.priority if priority is None else priority
-        q = self.config.queue if queue is None else queue
-        limits = self.call_limits(
-            f"{self.name}.options(...)",
-            rate_limit=rate_limit,
-            rate_burst=rate_burst,
-            concurrency_limit=concurrency_limit,
-            limit_by=limit_by,
-            limiter=limiter,
+    def options(self, **given: Unpack[CallOptions]) -> Bound[P, R]:
+        """Per-call options (`CallOptions`); ``unique_for`` defaults to the task's."""
+        what = f"{self.name}.options(...)"
+        limits = self.call_limits(what, **given)
+        return Bound(
+            self, call_options(given, what, self.config.priority, self.config.queue, limits)
         )
-        options = Options(priority=prio, delay=delay, at=at, key=key, queue=q, limits=limits,
-                          unique_for=unique_for, headers=headers)  # fmt: skip
-        return Bound(self, options)
 
-    def call_limits(
-        self,
-        what: str,
-        *,
-        rate_limit: str | None = None,
-        rate_burst: int | None = None,
-        concurrency_limit: int | None = None,
-        limit_by: str | None = None,
-        limiter: str | None = None,
-    ) -> Limits | None:
-        """The limits of a call (or a schedule) that gives some of its own, checked; None when
-        it gives none (its task's apply). The rate options replace the task's together,
-        ``concurrency_limit``, ``limit_by`` and ``limiter`` each on its own."""
-        given = (rate_limit, rate_burst, concurrency_limit, limit_by, limiter)
-        if all(v is None for v in given):
+    def call_limits(self, what: str, **given: Unpack[CallOptions]) -> Limits | None:
+        """The limits of a call (or a schedule) that gives some of its own, checked (the other
+        options are not read); None when it gives none (its task's apply)."""
+        rate_limit, rate_burst = given.get("rate_limit"), given.get("rate_burst")
+        if all(given.get(name) is None for name in LIMIT_OPTIONS):
             return None
         c = self.config
         rated = rate_limit is not None or rate_burst is not None
+        concurrency_limit, limit_by = given.get("concurrency_limit"), given.get("limit_by")
+        limiter = given.get("limiter")
         return make_limits(
             what=what,
             rate_limit=rate_limit if rated else c.rate_limit,

@@ -3,14 +3,12 @@ per-call options as `Task.options` and its arguments kept apart from them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, Unpack
 
 from .errors import InvalidJob
 from .job import Job
 from .keys import DEFAULT_QUEUE, check_name
-from .task import Bound, Options, Prepared, Task
+from .task import LIMIT_OPTIONS, Bound, CallOptions, Options, Prepared, Task, call_options
 
 if TYPE_CHECKING:
     from .app import App
@@ -69,56 +67,21 @@ class TaskRef(Generic[P, R]):
         where = "registered here" if self.task is not None else "not registered here"
         return f"<TaskRef {self.name} ({where}) queue={self.queue} priority={self.priority}>"
 
-    def options(
-        self,
-        *,
-        priority: int | None = None,
-        delay: float = 0.0,
-        at: datetime | None = None,
-        key: str | None = None,
-        queue: str | None = None,
-        unique_for: float | None = None,
-        rate_limit: str | None = None,
-        rate_burst: int | None = None,
-        concurrency_limit: int | None = None,
-        limit_by: str | None = None,
-        limiter: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Bound[P, R]:
-        """Per-call options, as `Task.options` takes them. Limits need the task registered
-        here: a call's limits replace its task's as a whole in the job's record, and a process
-        that does not know the task cannot fill in the ones not given."""
+    def options(self, **given: Unpack[CallOptions]) -> Bound[P, R]:
+        """Per-call options (`CallOptions`), as `Task.options` takes them. Limits need the task
+        registered here: a call's limits replace its task's as a whole in the job's record, and
+        a process that does not know the task cannot fill in the ones not given."""
+        what = f"task_ref({self.name!r}).options(...)"
         limits = None
-        given = {"rate_limit": rate_limit, "rate_burst": rate_burst,
-                 "concurrency_limit": concurrency_limit, "limit_by": limit_by,
-                 "limiter": limiter}  # fmt: skip
-        if any(v is not None for v in given.values()):
-            if self.task is None:
-                named = ", ".join(k for k, v in given.items() if v is not None)
-                raise InvalidJob(
-                    f"{named} by name needs task {self.name!r} registered in this process (its "
-                    "limits are merged with the call's here); import its module, or set its "
-                    "limits on its definition"
-                )
-            limits = self.task.call_limits(
-                f"task_ref({self.name!r}).options(...)",
-                rate_limit=rate_limit,
-                rate_burst=rate_burst,
-                concurrency_limit=concurrency_limit,
-                limit_by=limit_by,
-                limiter=limiter,
+        if self.task is not None:
+            limits = self.task.call_limits(what, **given)
+        elif named := [k for k in LIMIT_OPTIONS if given.get(k) is not None]:
+            raise InvalidJob(
+                f"{', '.join(named)} by name needs task {self.name!r} registered in this "
+                "process (its limits are merged with the call's here); import its module, or "
+                "set its limits on its definition"
             )
-        options = Options(
-            priority=self.priority if priority is None else priority,
-            delay=delay,
-            at=at,
-            key=key,
-            queue=self.queue if queue is None else queue,
-            limits=limits,
-            unique_for=unique_for,
-            headers=headers,
-        )
-        return Bound(self, options)
+        return Bound(self, call_options(given, what, self.priority, self.queue, limits))
 
     def prepare(self, *args: P.args, **kwargs: P.kwargs) -> Prepared:
         """A job for `App.enqueue_many`, with this reference's defaults."""

@@ -15,7 +15,7 @@ from drumbeat.task import TaskConfig
 
 def test_public_names_are_pinned() -> None:
     assert sorted(drumbeat.__all__) == [
-        "App", "Bound", "Cadence", "ConfigurationError", "Context", "DrumbeatError",
+        "App", "Bound", "Cadence", "CallOptions", "ConfigurationError", "Context", "DrumbeatError",
         "Enqueueing", "EvictionPolicyWarning", "InvalidJob", "Job", "JobCancelled", "JobEnd",
         "JobFailed", "JobInfo", "JobNotFound", "JobStatus",
         "LeaseLost", "Middleware", "Options", "PayloadTooLarge", "Prepared", "Resource",
