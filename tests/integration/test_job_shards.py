@@ -13,6 +13,7 @@ import redis
 import drumbeat
 from drumbeat import admin, autoscale
 from drumbeat.keys import job_shard_of
+from drumbeat.testing import arun_until_idle
 from tests.conftest import running_worker
 from tests.helpers import leased, wait_for_async
 
@@ -107,16 +108,15 @@ async def test_dead_letters_retry_purge_and_cancel_across_shards(sharded: drumbe
 
     failing = [await fail.aenqueue(n) for n in range(6)]
     assert len({job_shard_of(job.id) for job in failing}) == SHARDS
-    async with running_worker(sharded, concurrency=4):
-        await wait_for_async(lambda: admin.dead_count(sharded) == 6,
-                             message="every failed job should be dead-lettered")  # fmt: skip
-        listed = admin.dead_letters(sharded, limit=10)
-        assert {d.id for d in listed} == {job.id for job in failing}
-        assert [d.died_ms for d in listed] == sorted((d.died_ms for d in listed), reverse=True)
-        assert admin.dead_letters(sharded, limit=4) == listed[:4], "the newest over all shards"
-        assert admin.retry_dead(sharded, None) == 6, "every shard's dead letters requeued"
-        await wait_for_async(lambda: admin.dead_count(sharded) == 6,
-                             message="they fail again")  # fmt: skip
+    assert await arun_until_idle(sharded, concurrency=4) == 6
+    assert admin.dead_count(sharded) == 6, "every failed job is dead-lettered"
+    listed = admin.dead_letters(sharded, limit=10)
+    assert {d.id for d in listed} == {job.id for job in failing}
+    assert [d.died_ms for d in listed] == sorted((d.died_ms for d in listed), reverse=True)
+    assert admin.dead_letters(sharded, limit=4) == listed[:4], "the newest over all shards"
+    assert admin.retry_dead(sharded, None) == 6, "every shard's dead letters requeued"
+    assert await arun_until_idle(sharded, concurrency=4) == 6
+    assert admin.dead_count(sharded) == 6, "they fail again"
     in_two = [j.id for j in failing if job_shard_of(j.id) == 2]
     assert admin.purge_dead(sharded, in_two) == len(in_two), "purged in the shard each id names"
     assert admin.purge_dead(sharded, None) == 6 - len(in_two)

@@ -20,6 +20,7 @@ from drumbeat.job import decode_spec
 from drumbeat.keys import bucket_of
 from drumbeat.replies import Claimed
 from drumbeat.scripts import SOURCES
+from drumbeat.testing import arun_until_idle
 from drumbeat.worker.limiting import Gate
 from tests.conftest import RedisServer, running_worker
 from tests.helpers import wait_for_async
@@ -170,8 +171,7 @@ async def test_a_named_limiter_is_shared_by_its_tasks(lapp: drumbeat.App, r: red
         await work()
 
     await lapp.aenqueue_many([t.prepare() for _ in range(10) for t in (fetch_a, fetch_b)])
-    async with running_worker(lapp, concurrency=8):
-        await wait_for_async(lambda: done == 20, message="all 20 jobs should run", timeout=20)
+    assert await arun_until_idle(lapp, concurrency=8, timeout=20) == 20
     assert peak == 2, f"at most 2 runs of the shared limiter at once, saw {peak}"
     assert r.zcard(lapp.keys.permits("n:shop")) == 0
 
@@ -252,11 +252,8 @@ async def test_a_hand_back_releases_the_permit(lapp: drumbeat.App, r: redis.Redi
     assert r.zcard(lapp.keys.parked(key)) == 0
     assert await first.astatus() == "queued", "the first job should be handed back"
     assert second.id in permits or await second.astatus() == "complete"
-    async with running_worker(lapp, concurrency=2):
-        await wait_for_async(
-            lambda: sorted(started) == ["first", "first", "second"],
-            message="both jobs run on the next worker",
-        )
+    assert await arun_until_idle(lapp, concurrency=2) == 2, "both run on the next worker"
+    assert sorted(started) == ["first", "first", "second"]
 
 
 async def test_parked_jobs_keep_priority_and_order_and_can_be_cancelled(
@@ -477,9 +474,7 @@ async def test_a_run_knows_the_start_its_rate_limit_granted(lapp: drumbeat.App) 
 
     n = 20
     await lapp.aenqueue_many([tick.prepare(i) for i in range(n)] + [free.prepare()])
-    async with running_worker(lapp, concurrency=8):
-        await wait_for_async(lambda: len(granted) == n + 1, message="every job should run",
-                             timeout=30)  # fmt: skip
+    assert await arun_until_idle(lapp, concurrency=8, timeout=30) == n + 1
     assert granted.pop(-1) is None, "an unlimited run has no granted start"
     times = sorted(t for t in granted.values() if t is not None)
     assert len(times) == n, f"every rate-limited run should know its grant: {granted}"

@@ -14,6 +14,7 @@ import redis
 import drumbeat
 from drumbeat.protocol import MAX_PRIORITY, PRIORITY_SPAN
 from drumbeat.scripts import Call
+from drumbeat.testing import arun_until_idle
 from tests.conftest import RedisServer, reap_call, running_worker
 from tests.helpers import blocked_in, commands, entries, leased, wait_for_async
 
@@ -41,10 +42,7 @@ async def test_strict_priority_and_fifo_within_a_level(app: drumbeat.App) -> Non
     await app.aenqueue_many(
         [record.options(priority=p).prepare(p, i) for i, (p, _) in enumerate(plan)]
     )
-    async with running_worker(app, concurrency=1):
-        await wait_for_async(
-            lambda: len(order), lambda n: n >= len(plan), message="every job should run"
-        )
+    assert await arun_until_idle(app, concurrency=1) == len(plan)
     prios = [p for p, _ in order]
     assert prios == sorted(prios, reverse=True)
     for level in {p for p, _ in plan}:
@@ -468,9 +466,9 @@ async def test_an_ack_redis_refuses_lets_the_lease_go_and_the_worker_goes_on(
 
     good_complete = app.scripts.complete
 
-    def broken_complete(items: Any) -> Call[list[int]]:
+    def broken_complete(items: Any, *args: Any, **kwargs: Any) -> Call[list[int]]:
         # A script error (here: the call names no keys), as a bug in a script would give.
-        call = good_complete(items)
+        call = good_complete(items, *args, **kwargs)
         return Call(call.name, [], call.args, call.parse)
 
     monkeypatch.setattr(app.scripts, "complete", broken_complete)
