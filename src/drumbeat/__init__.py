@@ -27,6 +27,7 @@ from .scheduler import Schedule, ScheduleInfo
 from .task import Bound, CallOptions, Options, Prepared, Task
 from .task_ref import TaskRef
 from .worker import JobEnd, JobInfo, Worker, run_worker
+from .workflows import Dependency, UnknownDependency
 
 __version__ = "0.1.0"
 
@@ -37,6 +38,7 @@ __all__ = [
     "CallOptions",
     "ConfigurationError",
     "Context",
+    "Dependency",
     "DrumbeatError",
     "Enqueueing",
     "EvictionPolicyWarning",
@@ -62,6 +64,7 @@ __all__ = [
     "Settings",
     "Task",
     "TaskRef",
+    "UnknownDependency",
     "UnknownTask",
     "Worker",
     "WorkerCrashed",

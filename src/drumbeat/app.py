@@ -34,6 +34,7 @@ from .scripts import Call, Scripts
 from .serialization import CODECS, Codec, check_size, encode_call
 from .task import Backoff, ErrorClasses, Prepared, Task, TaskConfig, unique_ms_of
 from .task_ref import TaskRef
+from .workflows import chain_steps, check_dependent, refused, shard_of_dependent
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -253,7 +254,10 @@ class App:
         if not calls:
             return []
         # The first call alone loads the script if Redis lacks it; the rest go in a pipeline.
-        results = [self._run_direct(calls[0])]
+        try:
+            results = [self._run_direct(calls[0])]
+        except redis.ResponseError as exc:
+            raise refused(exc) from None
         if len(calls) > 1:
             with self.redis.pipeline(transaction=False) as pipe:
                 for call in calls[1:]:
@@ -278,7 +282,10 @@ class App:
         if not calls:
             return []
         client = await self.aredis()
-        results = [await calls[0].arun(client)]
+        try:
+            results = [await calls[0].arun(client)]
+        except redis.ResponseError as exc:
+            raise refused(exc) from None
         if len(calls) > 1:
             async with client.pipeline(transaction=False) as pipe:
                 for call in calls[1:]:
@@ -305,6 +312,17 @@ class App:
         ``.prepare`` as a `Task` has them; ``queue`` and ``priority``: its defaults when it is
         not registered here (`TaskRef`)."""
         return TaskRef(self, name, queue=queue, priority=priority)
+
+    def chain(self, steps: Iterable[Prepared]) -> list[Job[Any]]:
+        """Enqueues ``steps`` so that each runs once the one before it completed (a step
+        dead-lettered or cancelled dead-letters the rest); returns their jobs, in order. A
+        step does not receive the previous one's result: it reads it as
+        ``current_job().dependencies[0].result()`` (docs/workflows.md)."""
+        return self.enqueue_many(chain_steps(self, list(steps)))
+
+    async def achain(self, steps: Iterable[Prepared]) -> list[Job[Any]]:
+        """`chain` for async callers."""
+        return await self.aenqueue_many(chain_steps(self, list(steps)))
 
     def _by_name(self, task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Prepared:
         known = self.tasks.get(task)
@@ -650,7 +668,8 @@ class App:
         orders them). A call's unkeyed jobs share one shard, and once their batch is full the
         next batch goes to the next shard: batches spread; keyed ones go where their keys hash
         to, each shard's in as few calls as its queues allow."""
-        groups: list[tuple[str, int, list[str | bytes | int], list[int]]] = []
+        # (queue, shard, items, positions, whether its jobs wait for others: enqueue_after)
+        groups: list[tuple[str, int, list[str | bytes | int], list[int], bool]] = []
         current: dict[int, int] = {}  # shard -> its group being filled
         limit, batch = self.settings.max_payload_bytes, self.settings.batch_limit
         turn = next(self._turn)
@@ -670,17 +689,18 @@ class App:
             args_blob = encode_call(self.codec, prepared.args, prepared.kwargs, limit)
             queue = o.queue or self._queue_of(prepared.task)
             unique_ms = unique_ms_of(prepared, known)
-            shard = self._job_shard_for(o.key, bool(limits), turn)
+            shard, after, pinned = self._dependent_shard(prepared, unique_ms, bool(limits), turn)
             g = current.get(shard)
-            spread = len(self.job_keys) > 1 and o.key is None and not limits
+            spread = len(self.job_keys) > 1 and o.key is None and not limits and not pinned
             if spread and g is not None and len(groups[g][3]) >= batch:
                 turn = next(self._turn)  # a full batch of unkeyed jobs: the next shard's turn
                 shard = self._job_shard_for(None, False, turn)
                 g = current.get(shard)
-            if g is None or groups[g][0] != queue or len(groups[g][3]) >= batch:
-                groups.append((queue, shard, [], []))
+            if (g is None or groups[g][0] != queue or len(groups[g][3]) >= batch
+                    or groups[g][4] != after):  # fmt: skip
+                groups.append((queue, shard, [], [], after))
                 g = current[shard] = len(groups) - 1
-            job_id, headers = new_job_id(shard), o.headers
+            job_id, headers = o.job_id or new_job_id(shard), o.headers
             if sent is not None:
                 sent.append(self.producing.start(job_id, prepared.task, queue, o.priority, headers))
                 headers = sent[-1].headers
@@ -689,14 +709,47 @@ class App:
                 headers = check_headers(headers, what)
                 check_header_size(headers, self.settings.max_header_bytes, what)
             record = None if o.limits is None else o.limits.to_record()
-            spec = encode_spec(self.codec, prepared.task, args_blob, record, headers)
+            deps = [job for job, _ in o.depends_on]
+            spec = encode_spec(self.codec, prepared.task, args_blob, record, headers, deps=deps)
             check_size(spec, limit, what)
-            groups[g][2].extend(
-                (job_id, spec, o.priority, o.delay_ms, o.at_ms, o.key or "", unique_ms)
-            )
+            if after:
+                groups[g][2].extend((job_id, spec, o.priority, o.key or "", len(deps)))
+                groups[g][2].extend(f"{int(fails)}{job}" for job, fails in o.depends_on)
+            else:
+                groups[g][2].extend(
+                    (job_id, spec, o.priority, o.delay_ms, o.at_ms, o.key or "", unique_ms)
+                )
             groups[g][3].append(i)
-        calls = [self.job_scripts[shard].enqueue(items, queue) for queue, shard, items, _ in groups]
-        return calls, [positions for *_, positions in groups]
+        ttl_ms = round(self.settings.result_ttl * 1000)
+        calls = [
+            self.job_scripts[shard].enqueue_after(items, queue, ttl_ms)
+            if after
+            else self.job_scripts[shard].enqueue(items, queue)
+            for queue, shard, items, _, after in groups
+        ]
+        return calls, [positions for _, _, _, positions, _ in groups]
+
+    def _dependent_shard(
+        self, prepared: Prepared, unique_ms: int, limited: bool, turn: int
+    ) -> tuple[int, bool, bool]:
+        """(shard, whether it goes through enqueue_after.lua, whether its shard is fixed) of a
+        new job: a job with dependencies, or a chain's step (its id given), goes where they
+        are; any other where `_job_shard_for` says."""
+        o = prepared.options
+        if o.job_id is None and not o.depends_on:
+            return self._job_shard_for(o.key, limited, turn), False, False
+        if o.job_id is not None:
+            shard = job_shard_of(o.job_id)
+        elif o.key is None and not limited:
+            shard = job_shard_of(o.depends_on[0][0])
+        else:
+            shard = self._job_shard_for(o.key, limited, turn)
+        if shard >= len(self.job_keys):
+            raise InvalidJob(f"job shard {shard} is beyond Settings.job_shards here")
+        if not o.depends_on:  # a chain's first step: with enqueue_after only if it may
+            return shard, not (o.delay or o.at is not None or unique_ms), True
+        check_dependent(prepared, unique_ms)
+        return shard_of_dependent(prepared, shard), True, True
 
     def _queue_of(self, task: str) -> str:
         known = self.tasks.get(task)
@@ -721,7 +774,7 @@ class _Decorator(Protocol):
 def _parsed(call: Call[T], reply: Any) -> T:
     """A pipelined reply: the call's result, or the error Redis answered with, raised."""
     if isinstance(reply, Exception):
-        raise reply
+        raise refused(reply)
     return call.parse(reply)
 
 

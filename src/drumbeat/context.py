@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .job import Job
 
 
 class Checkpoints(Protocol):
@@ -52,6 +55,9 @@ class Context:
     headers: dict[str, str] = field(default_factory=dict, hash=False)
     """The job's headers (`Task.options(headers=...)`, producer middleware; a schedule run's:
     its schedule's); {} when it has none. Kept through retries and hand-backs."""
+    dependencies: tuple[Job[Any], ...] = ()
+    """The jobs it waited for (`Task.options(depends_on=...)`; a chain's step: the step
+    before it), in the order given; read a result with ``dependencies[0].result()``."""
 
 
 class _Unfrozen:
@@ -85,7 +91,9 @@ class Running:
             c: Any = _Unfrozen()  # the type checker cannot read slots copied from Context
             (c.job_id, c.task, c.attempt, c.token, c.priority, c.worker, c.schedule_id,
              c.due_ms, c.progress, c.checkpoints, c.granted_ms,
-             c.headers) = self.fields  # fmt: skip
+             c.headers) = self.fields[:12]  # fmt: skip
+            # A job's run passes its dependencies after them; a schedule's run has none.
+            c.dependencies = self.fields[12] if len(self.fields) > 12 else ()
             c.__class__ = Context
             ctx = self._context = c
         return ctx

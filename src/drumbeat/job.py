@@ -28,6 +28,7 @@ R = TypeVar("R")
 # is made for waits of up to this long.
 _LONGEST_BLOCK = MAX_BLOCK
 _WATCH_MARGIN_MS = 5_000
+_WAITING_BLOCK = 1.0
 
 
 class JobStatus(StrEnum):
@@ -35,6 +36,8 @@ class JobStatus(StrEnum):
     """Waiting in `ready` for a free slot."""
     SCHEDULED = "scheduled"
     """Waiting in `due` for its time: delayed, or backing off before a retry."""
+    WAITING = "waiting"
+    """Waiting for its dependencies to end (`Task.options(depends_on=...)`), in no queue."""
     RUNNING = "running"
     COMPLETE = "complete"
     DEAD = "dead"
@@ -56,6 +59,8 @@ class Spec:
     """The call's own limits (`limits.Limits.to_record`), or None: its task's."""
     headers: dict[str, str] = field(default_factory=dict)
     """The job's headers (`Task.options(headers=...)`, producer middleware); {} if none."""
+    deps: tuple[str, ...] = ()
+    """The ids of the jobs it depended on (`Task.options(depends_on=...)`); () if none."""
 
 
 def codec_of(data: bytes) -> Codec:
@@ -73,20 +78,27 @@ def encode_spec(
     args_blob: bytes,
     limits: Any = None,
     headers: Mapping[str, str] | None = None,
+    *,
+    deps: Sequence[str] = (),
 ) -> bytes:
     """The stored spec: ``{"t": task, "c": [args, kwargs]}``, arguments already encoded,
     ``"l"``: the call's own limits when it has them, ``"h"``: its headers when it has any (a
-    record without them, as earlier versions wrote, reads as no headers)."""
+    record without them, as earlier versions wrote, reads as no headers), ``"d"``: the ids of
+    its dependencies when it has any."""
     if codec.name == "json":
         tail = b"}" if limits is None else b',"l":' + json.dumps(limits).encode() + b"}"
         if headers:
             tail = b',"h":' + json.dumps(headers, separators=(",", ":")).encode() + tail
+        if deps:
+            tail = b',"d":' + json.dumps(list(deps), separators=(",", ":")).encode() + tail
         return _json_head(task) + args_blob + tail
     record = {"t": task, "c": codec.loads(args_blob)}
     if limits is not None:
         record["l"] = limits
     if headers:
         record["h"] = dict(headers)
+    if deps:
+        record["d"] = list(deps)
     return codec.dumps(record)
 
 
@@ -116,8 +128,14 @@ def decode_spec(data: bytes) -> Spec:
             f"got {str(raw)[:200]!r}"
         )
     headers = raw.get("h")  # absent in records of earlier versions
+    deps = raw.get("d")
     return Spec(
-        raw["t"], call[0], call[1], raw.get("l"), headers if isinstance(headers, dict) else {}
+        raw["t"],
+        call[0],
+        call[1],
+        raw.get("l"),
+        headers if isinstance(headers, dict) else {},
+        tuple(d for d in deps if isinstance(d, str)) if isinstance(deps, list) else (),
     )
 
 
@@ -267,7 +285,7 @@ class Job(Generic[R]):
             found = scripts.job_status(self.id, _watch_ms(deadline)).run(client)
             if (value := _settled(self.id, found)) is not _PENDING:
                 return value  # type: ignore[no-any-return]
-            wait = _next_wait(deadline, self.id, timeout)
+            wait = _next_wait(deadline, self.id, timeout, found.status)
             # BLMOVE onto the same list: the marker stays for every other waiter.
             # (Redis 6+ takes fractional seconds; redis-py's annotation says int.)
             blocking.blmove(done, done, wait, "RIGHT", "LEFT")  # type: ignore[arg-type]
@@ -282,7 +300,7 @@ class Job(Generic[R]):
             found = await scripts.job_status(self.id, _watch_ms(deadline)).arun(client)
             if (value := _settled(self.id, found)) is not _PENDING:
                 return value  # type: ignore[no-any-return]
-            wait = _next_wait(deadline, self.id, timeout)
+            wait = _next_wait(deadline, self.id, timeout, found.status)
             await blocking.blmove(done, done, wait, "RIGHT", "LEFT")  # type: ignore[arg-type]
 
 
@@ -331,10 +349,16 @@ def _watch_ms(deadline: float | None) -> int:
     return math.ceil(max(0.0, min(left, _LONGEST_BLOCK)) * 1000) + _WATCH_MARGIN_MS
 
 
-def _next_wait(deadline: float | None, job_id: str, timeout: float | None) -> float:
+def _next_wait(
+    deadline: float | None, job_id: str, timeout: float | None, status: str = ""
+) -> float:
+    # A job waiting for its dependencies may be dead-lettered with one of them by a script
+    # that cannot name its `done` list (it learns of it only then): its status is read again
+    # each second instead.
+    longest = _WAITING_BLOCK if status == "waiting" else _LONGEST_BLOCK
     if deadline is None:
-        return _LONGEST_BLOCK
+        return longest
     left = deadline - time.monotonic()
     if left <= 0:
         raise ResultTimeout(f"job {job_id} did not finish within {timeout} s")
-    return min(left, _LONGEST_BLOCK)
+    return min(left, longest)

@@ -65,6 +65,10 @@ SHARD_KEYS: dict[str, str] = {
     "busy": "hash",
     "paused": "hash",
     "pauses": "set",
+    "deps": "hash",
+    "dependents": "hash",
+    "edges": "hash",
+    "freed": "zset",
 }
 
 #: The queue a job goes to unless its task or its call names another.
@@ -382,6 +386,26 @@ class Keys:
     @property
     def cancels(self) -> str:
         return self.key("cancels")
+
+    @property
+    def deps(self) -> str:
+        """Jobs waiting for their dependencies: how many are left (workflows)."""
+        return self.key("deps")
+
+    @property
+    def dependents(self) -> str:
+        """How many dependents each job has (their edges are in `edges`)."""
+        return self.key("dependents")
+
+    @property
+    def edges(self) -> str:
+        """The dependents of each job, one field each: ``<job id>|<i>``."""
+        return self.key("edges")
+
+    @property
+    def freed(self) -> str:
+        """Dependents released into a queue whose keys their releaser lacked (reap moves them)."""
+        return self.key("freed")
 
     @property
     def supervisors(self) -> str:

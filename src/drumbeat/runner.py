@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .context import Checkpoints, Running, _current
 from .errors import Interrupted, InvalidJob, Retry, SerializationError, UnknownTask
 from .job import (
+    Job,
     Spec,
     decode_progress,
     decode_spec,
@@ -198,8 +199,10 @@ class Runner:
         if checkpoints is not None:
             checkpoints.is_async = task.is_async
         progress = decode_progress(job.progress)
+        deps: tuple[Job[Any], ...] = tuple(Job(self.app, d) for d in spec.deps)
         run = Running((job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
-                       None, None, progress, checkpoints, granted_ms, spec.headers))  # fmt: skip
+                       None, None, progress, checkpoints, granted_ms, spec.headers,
+                       deps))  # fmt: skip
         token = _current.set(run)
         try:
             if task.is_async and task.config.timeout is None:  # the common case, inlined

@@ -42,6 +42,7 @@ T = TypeVar("T")
 
 SCRIPT_NAMES = (
     "enqueue",
+    "enqueue_after",
     "claim",
     "complete",
     "retry",
@@ -124,7 +125,9 @@ def _with_lib(body: str, lib: dict[str, str]) -> str:
 
 def _load_sources() -> dict[str, str]:
     lua = resources.files("drumbeat") / "lua"
+    # The workflow helpers after _lib.lua's, which they use.
     lib = _definitions((lua / "_lib.lua").read_text())
+    lib.update(_definitions((lua / "_workflows.lua").read_text()))
     return {name: _with_lib((lua / f"{name}.lua").read_text(), lib) for name in SCRIPT_NAMES}
 
 
@@ -236,14 +239,27 @@ class Scripts:
         args += [*others, *buckets]
         return Call("claim", keys, args, parse_claim)
 
-    def complete(self, items: Sequence[tuple[str, int, bytes, int, str]]) -> Call[list[int]]:
-        """Items are (id, token, outcome, ttl_ms, dedup key as claimed: `Claimed.extra`)."""
+    def complete(
+        self,
+        items: Sequence[tuple[str, int, bytes, int, str]],
+        queues: Sequence[str] = (DEFAULT_QUEUE,),
+        *,
+        cancelled: bool = False,
+        ttl_ms: int = 0,
+    ) -> Call[list[int]]:
+        """Items are (id, token, outcome, ttl_ms, dedup key as claimed: `Claimed.extra`).
+        Their dependents are released into ``queues`` at once (into `freed` if theirs is not
+        among them); ``cancelled``: the jobs were cancelled, so their dependents are
+        dead-lettered (with an outcome kept ``ttl_ms``) unless they allow it."""
         k = self.k
         keys = [k.leases, k.owners, k.jobs, k.state, k.uniq, k.results, k.expires, k.waiting]
         keys += [k.progress, k.cancels] + [k.done(i[0]) for i in items]
-        args: list[str | bytes] = []
-        for job_id, token, outcome, ttl_ms, dedup_key in items:
-            args += [f"{job_id}|{token}|{ttl_ms}|{dedup_key}", outcome]
+        names = self._workflow_names(queues)
+        keys += self._workflow_keys(names)
+        args: list[str | bytes] = ["cancelled" if cancelled else "ok", str(ttl_ms)]
+        args += [str(len(names)), *names]
+        for job_id, token, outcome, job_ttl_ms, dedup_key in items:
+            args += [f"{job_id}|{token}|{job_ttl_ms}|{dedup_key}", outcome]
         return Call("complete", keys, args, parse_ints)
 
     def retry(
@@ -254,12 +270,45 @@ class Scripts:
         keys = [k.leases, k.owners, k.due_of(queue), k.wake_of(queue), k.signals]
         return Call("retry", keys, [x for item in items for x in item], parse_ints)
 
-    def bury(self, items: Sequence[tuple[str, int, bytes, int]]) -> Call[list[int]]:
-        """Items are (id, token, error record, ttl_ms)."""
+    def bury(
+        self,
+        items: Sequence[tuple[str, int, bytes, int]],
+        queues: Sequence[str] = (DEFAULT_QUEUE,),
+        *,
+        ttl_ms: int = 0,
+    ) -> Call[list[int]]:
+        """Items are (id, token, error record, ttl_ms). Their dependents are dead-lettered
+        (outcome kept ``ttl_ms``), or released into ``queues`` where they allow the failure."""
         k = self.k
         keys = [k.leases, k.owners, k.state, k.uniq, k.dead, k.errors, k.results, k.expires]
         keys += [k.waiting, k.cancels] + [k.done(i[0]) for i in items]
-        return Call("bury", keys, [x for item in items for x in item], parse_ints)
+        names = self._workflow_names(queues)
+        keys += self._workflow_keys(names)
+        args: list[str | bytes | int] = [ttl_ms, len(names), *names]
+        return Call("bury", keys, args + [x for item in items for x in item], parse_ints)
+
+    def enqueue_after(
+        self, groups: Sequence[str | bytes | int], queue: str = DEFAULT_QUEUE, ttl_ms: int = 0
+    ) -> Call[list[Enqueued]]:
+        """Jobs of one queue that wait for others (enqueue_after.lua): per job its id, spec,
+        priority, dedup key, n, then n dependencies ("<1 may fail, else 0><job id>")."""
+        k = self.k
+        keys = [k.jobs, k.seq, k.queues, *self._workflow_keys([_queue_name(queue)])]
+        return Call("enqueue_after", keys, [_queue_arg(queue), ttl_ms, *groups], parse_enqueue)
+
+    @staticmethod
+    def _workflow_names(queues: Sequence[str]) -> list[str]:
+        """The queue names whose keys a settle gets: the default queue first, each once."""
+        return [DEFAULT_QUEUE, *_others(queues)]
+
+    def _workflow_keys(self, names: Sequence[str]) -> list[str]:
+        """The keys _workflows.lua's `workflow_keys` reads, then each queue's ready and wake."""
+        k = self.k
+        keys = [k.deps, k.dependents, k.edges, k.freed, k.dead, k.errors, k.results, k.expires]
+        keys += [k.state, k.uniq, k.signals]
+        for name in names:
+            keys += [k.ready_of(name), k.wake_of(name)]
+        return keys
 
     def extend_leases(
         self, worker: str, lease_ms: int, info: bytes, owned: Sequence[tuple[str, int]]
@@ -369,6 +418,7 @@ class Scripts:
             max_stalls, limit, dead_ttl_ms, worker_ttl_ms, result_ttl_ms, int(take_over),
         ]  # fmt: skip
         args += others
+        keys += self._workflow_keys([DEFAULT_QUEUE, *others])
         return Call("reap", keys, args, parse_reap)
 
     def job_status(
@@ -382,6 +432,7 @@ class Scripts:
         others = _others(queues)
         for queue in others:
             keys += [k.ready_of(queue), k.due_of(queue)]
+        keys.append(k.deps)
         return Call("job_status", keys, [job_id, wait_ms, *others], parse_status)
 
     def revive(self, ids: Sequence[str], queues: Sequence[str] = ()) -> Call[int]:
@@ -524,6 +575,7 @@ class Scripts:
         others = _others(queues)
         for queue in others:
             keys += [k.ready_of(queue), k.due_of(queue)]
+        keys += self._workflow_keys([DEFAULT_QUEUE, *others])
         return Call("cancel", keys, [job_id, ttl_ms, *others], int)
 
     def scale_signal(
@@ -596,6 +648,11 @@ class Scripts:
 def _queue_arg(queue: str) -> str:
     """A queue's name as scripts store it in a job's state: empty for the default queue."""
     return "" if queue == DEFAULT_QUEUE else queue
+
+
+def _queue_name(queue: str) -> str:
+    """A queue's name as `Keys.ready_of` takes it (the default queue's is ``default``)."""
+    return queue or DEFAULT_QUEUE
 
 
 def _others(queues: Sequence[str]) -> list[str]:

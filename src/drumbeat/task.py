@@ -17,6 +17,7 @@ from .limits import Limits, make_limits
 from .middleware import check_headers
 from .protocol import MAX_PRIORITY as MAX_PRIORITY  # noqa: PLC0414 (the CLI imports it here)
 from .protocol import MIN_PRIORITY as MIN_PRIORITY  # noqa: PLC0414 (the CLI imports it here)
+from .workflows import DependsOn, dependencies
 
 if TYPE_CHECKING:
     from .app import App
@@ -51,6 +52,10 @@ class Options:
     headers: Mapping[str, str] | None = field(default=None, hash=False)
     """Metadata the job carries (str to str, `Settings.max_header_bytes` at most), read as
     ``current_job().headers``; producer middleware may add to them."""
+    depends_on: tuple[tuple[str, bool], ...] = ()
+    """Jobs it waits for, as (job id, may fail) pairs (`workflows.dependencies`)."""
+    job_id: str | None = field(default=None, repr=False)
+    """The id it gets (a chain names its steps before it sends them); None: a new one."""
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -123,6 +128,9 @@ class CallOptions(TypedDict, total=False):
     concurrency_limit: int | None
     limit_by: str | None
     limiter: str | None
+    depends_on: DependsOn | None
+    """Jobs (handles or ids, or `drumbeat.Dependency`) it waits for, holding no slot: it runs
+    once every one of them completed (docs/workflows.md)."""
 
 
 LIMIT_OPTIONS = ("rate_limit", "rate_burst", "concurrency_limit", "limit_by", "limiter")
@@ -150,6 +158,7 @@ def call_options(
         limits=limits,
         unique_for=given.get("unique_for"),
         headers=given.get("headers"),
+        depends_on=dependencies(given.get("depends_on")),
     )
 
 

@@ -15,13 +15,15 @@ from drumbeat.task import TaskConfig
 
 def test_public_names_are_pinned() -> None:
     assert sorted(drumbeat.__all__) == [
-        "App", "Bound", "Cadence", "CallOptions", "ConfigurationError", "Context", "DrumbeatError",
-        "Enqueueing", "EvictionPolicyWarning", "InvalidJob", "Job", "JobCancelled", "JobEnd",
+        "App", "Bound", "Cadence", "CallOptions", "ConfigurationError", "Context", "Dependency",
+        "DrumbeatError", "Enqueueing", "EvictionPolicyWarning", "InvalidJob", "Job",
+        "JobCancelled", "JobEnd",
         "JobFailed", "JobInfo", "JobNotFound", "JobStatus",
         "LeaseLost", "Middleware", "Options", "PayloadTooLarge", "Prepared", "Resource",
         "ResultTimeout", "Retry",
         "Schedule", "ScheduleInfo", "SerializationError", "Settings", "Task", "TaskRef",
-        "UnknownTask", "Worker", "WorkerCrashed", "acheckpoint", "aresource", "checkpoint",
+        "UnknownDependency", "UnknownTask", "Worker", "WorkerCrashed", "acheckpoint",
+        "aresource", "checkpoint",
         "current_job", "resource", "run_worker",
     ]  # fmt: skip
     for name in drumbeat.__all__:

@@ -11,6 +11,10 @@
 -- KEYS[15] parking (hash: a parked job cancelled is counted off its queue's parked jobs)
 -- KEYS[14 + 2q] ready (zset), KEYS[15 + 2q] due (zset) of the q-th other queue (KEYS[1] and
 --          KEYS[2] are the default queue's)
+-- KEYS[15 + 2q + 1..] the workflow keys (_workflows.lua: workflow_keys), with the ready and
+--          wake keys of the default queue and each other queue: a job waiting for its
+--          dependencies (`deps`) is cancelled at once too, and the dependents of a job
+--          cancelled here are dead-lettered (or released, where they allow it) in this call
 -- ARGV[1] job id  ARGV[2] outcome ttl ms  ARGV[2 + q] the q-th other queue's name
 -- Returns 1 cancelled (it was waiting), 2 cancel requested (it is running), 0 nothing to
 --         cancel (finished, dead, a schedule's run, or unknown)
@@ -18,19 +22,23 @@ local id = ARGV[1]
 if run_schedule_id(id) then return 0 end
 local names, ready, due = {'default'}, KEYS[1], KEYS[2]
 for q = 1, #ARGV - 2 do names[q + 1] = ARGV[2 + q] end
+local w = workflow_keys(15 + 2 * (#names - 1), names, tonumber(ARGV[2]))
 local raw = redis.call('HGET', KEYS[5], id)
 local q = queue_index(names, parse_state(raw).queue)
 if q and q > 1 then ready, due = KEYS[14 + 2 * (q - 1)], KEYS[15 + 2 * (q - 1)] end
 local leased = redis.call('ZSCORE', KEYS[3], id)
-local parked = raw and q and not leased and not redis.call('ZSCORE', KEYS[14], id)
+local waits = raw and (redis.call('HDEL', w.deps, id) == 1 or redis.call('ZREM', w.freed, id) == 1)
+local parked = raw and q and not waits and not leased and not redis.call('ZSCORE', KEYS[14], id)
   and not redis.call('ZSCORE', ready, id) and not redis.call('ZSCORE', due, id)
-if q and (parked or redis.call('ZREM', ready, id) == 1 or redis.call('ZREM', due, id) == 1) then
+if waits or (q and (parked or redis.call('ZREM', ready, id) == 1
+                    or redis.call('ZREM', due, id) == 1)) then
   if parked then count_parking(KEYS[15], PARKED_FIELD, names[q], -1) end
-  local ttl_ms = tonumber(ARGV[2])
+  local ttl_ms, now = tonumber(ARGV[2]), now_ms()
   local k = {uniq = KEYS[6], jobs = KEYS[4], state = KEYS[5], progress = KEYS[11],
              results = KEYS[7], expires = KEYS[8]}
-  end_cancelled(k, id, parse_state(redis.call('HGET', KEYS[5], id)), now_ms(), ttl_ms)
+  end_cancelled(k, id, parse_state(redis.call('HGET', KEYS[5], id)), now, ttl_ms)
   if ttl_ms > 0 and redis.call('ZREM', KEYS[9], id) == 1 then announce(KEYS[13], 0, ttl_ms) end
+  settle_ended(w, {id}, DEP_CANCELLED, now)
   return 1
 end
 if leased then

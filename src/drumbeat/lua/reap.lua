@@ -17,6 +17,10 @@
 -- ARGV[6] 1 to take over the jobs of expired leases, 0 to leave them for now (just after a slot
 --         migration, during which no lease could be renewed: see worker/housekeeping.py)
 -- ARGV[6 + i] the i-th other queue's name
+-- KEYS[17 + 2q + 1..] the workflow keys (_workflows.lua: workflow_keys), with the ready and
+--          wake keys of the default queue and each other queue: the dependents of a job
+--          dead-lettered or cancelled here are settled in this call, and dependents released
+--          into a queue their releaser had no keys of (`freed`) move to their queue's `ready`
 -- A job of a queue not given (registered after the caller read `queues`) is left for the next
 -- sweep.
 -- Returns {requeued count, 1 if any sweep hit `limit` (call again) else 0, then the ids
@@ -30,6 +34,8 @@ local names, readies, wakes, before = {'default'}, {KEYS[4]}, {KEYS[11]}, {}
 for i = 1, #ARGV - 6 do
   names[i + 1], readies[i + 1], wakes[i + 1] = ARGV[6 + i], KEYS[16 + 2 * i], KEYS[17 + 2 * i]
 end
+local w = workflow_keys(17 + 2 * (#names - 1), names, tonumber(ARGV[5]))
+local ended = {[DEP_FAILED] = {}, [DEP_CANCELLED] = {}}
 
 local expired = {}
 if ARGV[6] == '1' then
@@ -56,6 +62,7 @@ for _, id in ipairs(expired) do
                  results = KEYS[8], expires = KEYS[9]}
       end_cancelled(k, id, s, now, tonumber(ARGV[5]))
       out[#out + 1] = id
+      ended[DEP_CANCELLED][#ended[DEP_CANCELLED] + 1] = id
     elseif s.stalls > max_stalls and not run_schedule_id(id) then
       release_key(KEYS[7], id, s.key)
       local err = cjson.encode({
@@ -69,6 +76,7 @@ for _, id in ipairs(expired) do
         redis.call('ZADD', KEYS[9], now + ttl_ms, id)
       end
       out[#out + 1] = id
+      ended[DEP_FAILED][#ended[DEP_FAILED] + 1] = id
     else
       if not before[q] then before[q] = ready_priority(readies[q]) end
       redis.call('ZADD', readies[q], ready_score(s.priority, s.seq), id)
@@ -82,6 +90,23 @@ for q, was in pairs(before) do
 end
 
 if #expired == limit then out[2] = 1 end
+
+for how, ids in pairs(ended) do
+  settle_ended(w, ids, how, now)
+  for _, buried in ipairs(w.buried) do out[#out + 1] = buried end
+  w.buried = {}
+end
+local freed = redis.call('ZRANGEBYSCORE', w.freed, '-inf', '+inf', 'LIMIT', '0', ARGV[2])
+for _, id in ipairs(freed) do
+  local raw = redis.call('HGET', w.state, id)
+  if not raw then
+    redis.call('ZREM', w.freed, id)
+  elseif queue_index(names, parse_state(raw).queue) then
+    redis.call('ZREM', w.freed, id)
+    release_dependent(w, id, now)
+  end
+end
+settle_ended(w, {}, DEP_OK, now)
 
 local stale = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now, 'LIMIT', '0', ARGV[2])
 if #stale > 0 then

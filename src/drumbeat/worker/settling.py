@@ -69,11 +69,18 @@ def _unknown_wait(settings: Settings) -> tuple[int, int]:
     return least, max(least, min(10_000, grace_ms // 10))
 
 
+def _ttl(settings: Settings) -> int:
+    """Ms the outcome of a dependent dead-lettered with its dependency is kept."""
+    return round(settings.result_ttl * 1000)
+
+
 KINDS: dict[type[Outcome], Kind] = {
+    # Ends of jobs go one call per queue: a dependent of the same queue is released at once
+    # (one of another queue within a `maintenance_interval`, by reap.lua; docs/workflows.md).
     Done: Kind(
-        "ack", lambda s, q, cfg: s.complete,
+        "ack", lambda s, q, cfg: lambda items: s.complete(items, (q,), ttl_ms=_ttl(cfg)),
         lambda j, o: (j.id, j.token, o.outcome, o.ttl_ms, j.extra),
-        lambda o: (1, 0),
+        lambda o: (1, 0), by_queue=True,
     ),
     Again: Kind(
         "retry", lambda s, q, cfg: lambda items: s.retry(items, q),
@@ -81,14 +88,15 @@ KINDS: dict[type[Outcome], Kind] = {
         lambda o: (0, 0), by_queue=True,
     ),
     Bury: Kind(
-        "dead-letter", lambda s, q, cfg: s.bury,
+        "dead-letter", lambda s, q, cfg: lambda items: s.bury(items, (q,), ttl_ms=_ttl(cfg)),
         lambda j, o: (j.id, j.token, o.record, o.ttl_ms),
-        lambda o: (0, 1),
+        lambda o: (0, 1), by_queue=True,
     ),
     Cancelled: Kind(
-        "cancel", lambda s, q, cfg: s.complete,
+        "cancel",
+        lambda s, q, cfg: lambda items: s.complete(items, (q,), cancelled=True, ttl_ms=_ttl(cfg)),
         lambda j, o: (j.id, j.token, o.record, o.ttl_ms, j.extra),
-        lambda o: (0, 0),
+        lambda o: (0, 0), by_queue=True,
     ),
     HandBack: Kind(
         "hand-back", lambda s, q, cfg: lambda items: s.handback(items, q),

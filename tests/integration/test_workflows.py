@@ -1,0 +1,306 @@
+"""Workflows: jobs that wait for other jobs (``options(depends_on=...)``) and chains of them,
+on a real Redis and a real worker (docs/workflows.md)."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import pytest
+import redis
+
+import drumbeat
+from drumbeat import Dependency, JobStatus, current_job
+from drumbeat.errors import JobFailed
+from drumbeat.job import encode_success
+from drumbeat.testing import arun_until_idle
+from tests.conftest import reap_call
+
+
+def _claim(app: drumbeat.App, r: redis.Redis, worker: str = "w") -> Any:
+    return app.scripts.claim(worker, 1, 10_000, 100).run(r).jobs
+
+
+def _ack(app: drumbeat.App, r: redis.Redis, claimed: Any, value: Any = None) -> list[int]:
+    outcome = encode_success(app.codec, value, 1 << 20)
+    return app.scripts.complete([(claimed.id, claimed.token, outcome, 60_000, "")]).run(r)
+
+
+async def test_a_dependent_runs_after_its_dependencies_with_their_handles(
+    app: drumbeat.App,
+) -> None:
+    order: list[str] = []
+    seen: list[Any] = []
+
+    @app.task
+    async def step(name: str) -> str:
+        order.append(name)
+        return name.upper()
+
+    @app.task
+    async def join() -> None:
+        order.append("join")
+        seen.extend([await d.aresult(timeout=1) for d in current_job().dependencies])
+
+    a, b = await step.aenqueue("a"), await step.aenqueue("b")
+    # Enqueued first in line and at a higher priority: it still waits.
+    last = await join.options(depends_on=[a, b.id], priority=9).aenqueue()
+    assert await last.astatus() is JobStatus.WAITING
+    await arun_until_idle(app)
+    assert order[-1] == "join" and sorted(order[:2]) == ["a", "b"]
+    assert seen == ["A", "B"]
+    assert await last.astatus() is JobStatus.COMPLETE
+
+
+async def test_a_failed_dependency_dead_letters_its_dependents_at_once_naming_it(
+    app: drumbeat.App,
+) -> None:
+    ran: list[str] = []
+
+    @app.task
+    async def boom() -> None:
+        raise RuntimeError("no")
+
+    @app.task
+    async def after(name: str) -> None:
+        ran.append(name)
+
+    failing = await boom.aenqueue()
+    child = await after.options(depends_on=failing).aenqueue("child")
+    grandchild = await after.options(depends_on=[child]).aenqueue("grandchild")
+    tolerant = await after.options(depends_on=Dependency(failing, allow_failure=True)).aenqueue(
+        "tolerant"
+    )
+    await arun_until_idle(app)
+    assert ran == ["tolerant"]
+    with pytest.raises(JobFailed, match=f"dependency {failing.id} failed"):
+        await child.aresult(timeout=1)
+    with pytest.raises(JobFailed, match=f"dependency {child.id} failed"):
+        await grandchild.aresult(timeout=1)
+    assert await grandchild.astatus() is JobStatus.DEAD
+    assert await tolerant.astatus() is JobStatus.COMPLETE
+
+
+async def test_allow_failure_is_per_dependency(app: drumbeat.App) -> None:
+    @app.task
+    async def boom() -> None:
+        raise RuntimeError("no")
+
+    @app.task
+    async def fine() -> None: ...
+
+    bad, good = await boom.aenqueue(), await fine.aenqueue()
+    may_fail = await fine.options(
+        depends_on=[Dependency([bad], allow_failure=True), good]
+    ).aenqueue()
+    must_not = await fine.options(
+        depends_on=[Dependency([good], allow_failure=True), bad]
+    ).aenqueue()
+    await arun_until_idle(app)
+    assert await may_fail.astatus() is JobStatus.COMPLETE
+    with pytest.raises(JobFailed, match=f"dependency {bad.id} failed"):
+        await must_not.aresult(timeout=1)
+
+
+async def test_cancelling_waiting_jobs_and_dependencies(app: drumbeat.App) -> None:
+    @app.task
+    async def work() -> None: ...
+
+    # A dependency cancelled while queued: its dependent is dead-lettered, naming it.
+    first = await work.aenqueue()
+    waiting = await work.options(depends_on=first).aenqueue()
+    assert await first.acancel()
+    with pytest.raises(JobFailed, match=f"dependency {first.id} was cancelled"):
+        await waiting.aresult(timeout=1)
+    # A waiting dependent cancelled: cancelled at once, and so its own dependent fails; its
+    # dependency runs, and releases nothing.
+    second = await work.aenqueue()
+    middle = await work.options(depends_on=second).aenqueue()
+    last = await work.options(depends_on=middle).aenqueue()
+    assert await middle.acancel()
+    assert await middle.astatus() is JobStatus.CANCELLED
+    assert await last.astatus() is JobStatus.DEAD
+    assert await arun_until_idle(app) == 1
+    assert await second.astatus() is JobStatus.COMPLETE
+
+
+async def test_dependencies_that_already_ended_count_at_once(app: drumbeat.App) -> None:
+    @app.task
+    async def work(fail: bool = False) -> None:
+        if fail:
+            raise RuntimeError("no")
+
+    done, dead = await work.aenqueue(), await work.aenqueue(True)
+    await arun_until_idle(app)
+    ready = await work.options(depends_on=done).aenqueue()
+    assert await ready.astatus() is JobStatus.QUEUED
+    failed = await work.options(depends_on=[done, dead]).aenqueue()
+    with pytest.raises(JobFailed, match=f"dependency {dead.id} failed"):
+        await failed.aresult(timeout=1)
+    allowed = await work.options(depends_on=Dependency([dead], allow_failure=True)).aenqueue()
+    assert await allowed.astatus() is JobStatus.QUEUED
+    assert await arun_until_idle(app) == 2
+
+
+async def test_an_unknown_or_forgotten_dependency_is_refused_and_nothing_written(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    @app.task(result_ttl=0)
+    async def forgetful() -> None: ...
+
+    @app.task
+    async def work() -> None: ...
+
+    gone = await forgetful.aenqueue()
+    await arun_until_idle(app)
+    for unknown in ("0" * 32, gone.id):
+        with pytest.raises(drumbeat.UnknownDependency, match=unknown):
+            await work.options(depends_on=unknown).aenqueue()
+    assert r.hlen(app.keys.jobs) <= 1  # only the `~` field: nothing was written
+    with pytest.raises(drumbeat.InvalidJob, match="delay"):
+        work.options(depends_on=gone, delay=1).prepare()
+        await work.options(depends_on=gone, delay=1).aenqueue()
+    with pytest.raises(drumbeat.InvalidJob, match="schedule's run"):
+        work.options(depends_on="s:nightly")
+
+
+def test_sync_enqueue_many_and_task_ref_take_depends_on(redis_url: str, namespace: str) -> None:
+    app = drumbeat.App(redis_url, namespace=namespace)
+    try:
+
+        @app.task
+        def work(n: int) -> int:
+            return n
+
+        first = work.enqueue(1)
+        by_name = app.task_ref(work.name).options(depends_on=[first]).prepare(2)
+        plain = work.options(depends_on=first).prepare(3)
+        jobs = app.enqueue_many([by_name, plain])
+        assert [j.status() for j in jobs] == [JobStatus.WAITING] * 2
+        drumbeat.testing.run_until_idle(app)
+        assert [j.result(timeout=1) for j in jobs] == [2, 3]
+    finally:
+        app.close()
+
+
+async def test_a_stale_ack_releases_nothing(app: drumbeat.App, r: redis.Redis) -> None:
+    @app.task
+    async def work() -> None: ...
+
+    dep = await work.aenqueue()
+    dependent = await work.options(depends_on=dep).aenqueue()
+    first = _claim(app, r, "a")[0]
+    r.zadd(app.keys.leases, {dep.id: 1})  # its lease lapses: another worker takes the job
+    assert reap_call(app).run(r).requeued == 1
+    second = _claim(app, r, "b")[0]
+    assert _ack(app, r, first) == [0]  # fenced off: the dependent still waits
+    assert await dependent.astatus() is JobStatus.WAITING
+    assert _ack(app, r, second) == [1]
+    assert await dependent.astatus() is JobStatus.QUEUED
+    assert _ack(app, r, second) == [0]  # an ack sent again releases nothing twice
+    assert r.zcard(app.keys.ready) == 1
+
+
+async def test_a_dependency_dead_lettered_by_its_stalls_settles_its_dependents(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    @app.task
+    async def work() -> None: ...
+
+    dep = await work.aenqueue()
+    strict = await work.options(depends_on=dep).aenqueue()
+    tolerant = await work.options(depends_on=Dependency(dep, allow_failure=True)).aenqueue()
+    _claim(app, r)
+    r.zadd(app.keys.leases, {dep.id: 1})
+    reaped = reap_call(app, max_stalls=0).run(r)
+    assert dep.id in reaped.buried and strict.id in reaped.buried
+    assert await strict.astatus() is JobStatus.DEAD
+    assert await tolerant.astatus() is JobStatus.QUEUED
+
+
+async def test_a_dependent_of_another_queue_is_released_by_housekeeping(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    ran: list[str] = []
+
+    @app.task
+    async def build() -> None:
+        ran.append("build")
+
+    @app.task(queue="publish")
+    async def publish() -> None:
+        ran.append("publish")
+
+    dep = await build.aenqueue()
+    dependent = await publish.options(depends_on=dep).aenqueue()
+    await arun_until_idle(app, queues=["default"])
+    # Released into a queue the worker that completed its dependency had no keys of.
+    assert r.zscore(app.keys.freed, dependent.id) is not None
+    reap_call(app, **{}).run(r)  # the default queue only: it stays
+    assert r.zscore(app.keys.freed, dependent.id) is not None
+    app.scripts.reap(max_stalls=3, limit=100, dead_ttl_ms=60_000, worker_ttl_ms=60_000,
+                     result_ttl_ms=60_000, queues=["publish"]).run(r)  # fmt: skip
+    assert await dependent.astatus() is JobStatus.QUEUED
+    await arun_until_idle(app, queues=["publish"])
+    assert ran == ["build", "publish"]
+
+
+async def test_dependencies_in_another_job_shard_are_refused(
+    redis_url: str, namespace: str
+) -> None:
+    app = drumbeat.App(redis_url, namespace=namespace, job_shards=2)
+    try:
+
+        @app.task
+        async def work() -> None: ...
+
+        jobs = await app.aenqueue_many([work.prepare(), work.prepare()] * 300)
+        by_shard = {drumbeat.keys.job_shard_of(j.id): j for j in jobs}
+        assert set(by_shard) == {0, 1}
+        dependent = await work.options(depends_on=by_shard[1]).aenqueue()
+        assert dependent.id.endswith(".1")  # it goes to its dependency's shard
+        with pytest.raises(drumbeat.InvalidJob, match="share a job shard"):
+            await work.options(depends_on=[by_shard[0], by_shard[1]]).aenqueue()
+        # A dedup key places a job in the shard it hashes to: here the other one.
+        key = next(f"k{i}" for i in range(100) if zlib.crc32(f"k{i}".encode()) % 2 == 0)
+        with pytest.raises(drumbeat.InvalidJob, match="share a job shard"):
+            await work.options(depends_on=by_shard[1], key=key).aenqueue()
+    finally:
+        await app.aclose()
+
+
+async def test_a_chain_runs_its_steps_in_order(app: drumbeat.App) -> None:
+    order: list[int] = []
+
+    @app.task
+    async def step(n: int) -> int:
+        deps = current_job().dependencies
+        before = await deps[0].aresult(timeout=1) if deps else 0
+        order.append(n)
+        return before + n
+
+    jobs = await app.achain([step.prepare(1), step.options(priority=9).prepare(2), step.prepare(3)])
+    assert [await j.astatus() for j in jobs] == [
+        JobStatus.QUEUED, JobStatus.WAITING, JobStatus.WAITING,
+    ]  # fmt: skip
+    await arun_until_idle(app)
+    assert order == [1, 2, 3]
+    assert await jobs[-1].aresult(timeout=1) == 6
+
+
+def test_a_failed_step_dead_letters_the_rest_of_its_chain(redis_url: str, namespace: str) -> None:
+    app = drumbeat.App(redis_url, namespace=namespace)
+    try:
+
+        @app.task
+        def step(n: int) -> None:
+            if n == 2:
+                raise RuntimeError("step two")
+
+        jobs = app.chain([step.prepare(1), step.prepare(2), step.prepare(3), step.prepare(4)])
+        drumbeat.testing.run_until_idle(app)
+        assert [j.status() for j in jobs] == ["complete", "dead", "dead", "dead"]
+        with pytest.raises(JobFailed, match=f"dependency {jobs[2].id} failed"):
+            jobs[3].result(timeout=1)
+    finally:
+        app.close()
