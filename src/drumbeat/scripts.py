@@ -168,6 +168,9 @@ class Scripts:
 
     def __init__(self, keys: Keys) -> None:
         self.k = keys
+        self.release_into: tuple[str, ...] = ()
+        """Queues whose keys complete and bury get besides those asked for (a worker's: the
+        queues it serves), so the dependents they release go straight to their `ready`."""
         self._enqueue_keys: dict[str, tuple[str, ...]] = {}
         # The keys a worker passes on every claim and settle, named once (each name is a few
         # string operations in `Keys`, and the hot path passes dozens per call).
@@ -254,7 +257,7 @@ class Scripts:
         k = self.k
         keys = [k.leases, k.owners, k.jobs, k.state, k.uniq, k.results, k.expires, k.waiting]
         keys += [k.progress, k.cancels] + [k.done(i[0]) for i in items]
-        names = self._workflow_names(queues)
+        names = self._workflow_names([*queues, *self.release_into])
         keys += self._workflow_keys(names)
         args: list[str | bytes] = ["cancelled" if cancelled else "ok", str(ttl_ms)]
         args += [str(len(names)), *names]
@@ -282,7 +285,7 @@ class Scripts:
         k = self.k
         keys = [k.leases, k.owners, k.state, k.uniq, k.dead, k.errors, k.results, k.expires]
         keys += [k.waiting, k.cancels] + [k.done(i[0]) for i in items]
-        names = self._workflow_names(queues)
+        names = self._workflow_names([*queues, *self.release_into])
         keys += self._workflow_keys(names)
         args: list[str | bytes | int] = [ttl_ms, len(names), *names]
         return Call("bury", keys, args + [x for item in items for x in item], parse_ints)

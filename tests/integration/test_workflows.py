@@ -3,11 +3,15 @@ on a real Redis and a real worker (docs/workflows.md)."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 import zlib
 from typing import Any
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import drumbeat
 from drumbeat import Dependency, JobStatus, current_job
@@ -302,5 +306,90 @@ def test_a_failed_step_dead_letters_the_rest_of_its_chain(redis_url: str, namesp
         assert [j.status() for j in jobs] == ["complete", "dead", "dead", "dead"]
         with pytest.raises(JobFailed, match=f"dependency {jobs[2].id} failed"):
             jobs[3].result(timeout=1)
+    finally:
+        app.close()
+
+
+async def test_a_worker_releases_dependents_into_every_queue_it_serves(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    ran: list[str] = []
+
+    @app.task(queue="build")
+    async def build() -> None:
+        ran.append("build")
+
+    @app.task(queue="publish")
+    async def publish() -> None:
+        ran.append("publish")
+
+    dependent = await publish.options(depends_on=await build.aenqueue()).aenqueue()
+    # One drain: the dependent goes straight to its queue's `ready`, not through `freed`.
+    assert await arun_until_idle(app, queues=["build", "publish"]) == 2
+    assert ran == ["build", "publish"]
+    assert await dependent.astatus() is JobStatus.COMPLETE
+    assert r.zcard(app.keys.freed) == 0
+
+
+@st.composite
+def _graphs(draw: st.DrawFn) -> list[tuple[bool, list[tuple[int, bool]]]]:
+    """Small DAGs: job i (fails or not) depends on some jobs before it, each maybe allowed to
+    fail."""
+    n = draw(st.integers(min_value=1, max_value=8))
+    return [
+        (
+            draw(st.booleans()),
+            draw(st.lists(st.tuples(st.integers(0, i - 1), st.booleans()), max_size=3))
+            if i
+            else [],
+        )
+        for i in range(n)
+    ]
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(graph=_graphs())
+def test_random_graphs_run_each_job_after_its_dependencies_and_end_every_job(
+    redis_url: str, graph: list[tuple[bool, list[tuple[int, bool]]]]
+) -> None:
+    app = drumbeat.App(redis_url, namespace="g" + uuid.uuid4().hex[:12])
+    events: list[tuple[str, int]] = []
+    try:
+
+        @app.task
+        async def node(i: int, fail: bool) -> None:
+            events.append(("start", i))
+            await asyncio.sleep(0)
+            events.append(("end", i))
+            if fail:
+                raise RuntimeError(f"node {i}")
+
+        jobs: list[drumbeat.Job[Any]] = []
+        for i, (fail, deps) in enumerate(graph):
+            depends_on = [Dependency(jobs[d], allow_failure=allowed) for d, allowed in deps]
+            jobs.append(node.options(depends_on=depends_on).enqueue(i, fail))
+        drumbeat.testing.run_until_idle(app, concurrency=4)
+
+        # What should happen: a job runs unless a dependency it does not allow to fail did not
+        # complete; it completes if it ran and does not fail.
+        ran, ok = [False] * len(graph), [False] * len(graph)
+        for i, (fail, deps) in enumerate(graph):
+            allowed = {d: True for d, a in deps if a}
+            ran[i] = all(ok[d] or allowed.get(d, False) for d, _ in deps)
+            ok[i] = ran[i] and not fail
+        started = [i for kind, i in events if kind == "start"]
+        assert sorted(started) == [i for i in range(len(graph)) if ran[i]]
+        for i, (_, deps) in enumerate(graph):
+            if ran[i]:
+                start = events.index(("start", i))
+                for d, _ in deps:  # one that never ran was dead-lettered before it
+                    if ran[d]:
+                        assert events.index(("end", d)) < start, f"{i} started before {d} ended"
+        statuses = [j.status() for j in jobs]
+        assert statuses == [JobStatus.COMPLETE if k else JobStatus.DEAD for k in ok]
     finally:
         app.close()

@@ -111,6 +111,8 @@ class Worker:
         self._crashed: str | None = None
         self.runner = Runner(app, self.id, self.executor)
         self.settler = Settler(self.shards, self.table, self.settings)
+        for shard in self.shards[:jobs]:  # its settles release dependents into what it serves
+            shard.release_into = tuple(self.queues)
         self.runs = Runs(self.table, self.runner, self.settler, self.hooks)
         self.claimer = Claimer(
             worker_id=self.id, shards=self.shards, settings=self.settings, table=self.table,
