@@ -171,7 +171,7 @@ class Drumbeat:
 
     def __init__(self) -> None:
         from drumbeat.keys import Keys
-        from drumbeat.slots import Claims, SlotScripts
+        from drumbeat.schedules.slots import Claims, SlotScripts
 
         self.keys = Keys(NAMESPACE)
         self.s = SlotScripts(self.keys)
@@ -182,7 +182,7 @@ class Drumbeat:
         """Claims every entry of ``slots``, passing those with room for it, and reads the lots
         in the same round trip, as a worker does."""
         from drumbeat.scripts import SOURCES
-        from drumbeat.slots import read_lot
+        from drumbeat.schedules.slots import read_lot
 
         r.script_load(SOURCES["claim_slots"])  # sent as EVALSHA in a pipeline below
         out: list = []
@@ -212,7 +212,7 @@ class Drumbeat:
         """Settles ``claimed`` runs (each a success of 1 ms), BATCH a call, each schedule's next
         entry built by the worker's `settled_record` into the slot ``to_slot`` names; each
         call drops the claim lists found all settled before it."""
-        from drumbeat.slots import Settled, settled_record
+        from drumbeat.schedules.slots import Settled, settled_record
 
         for lo in range(0, len(claimed), BATCH):
             runs = []

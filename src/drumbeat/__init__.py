@@ -23,7 +23,7 @@ from .job import Job, JobStatus
 from .middleware import Enqueueing, Middleware
 from .resources import Resource, aresource, resource
 from .schedule import Cadence
-from .scheduler import Schedule, ScheduleInfo
+from .schedules import Schedule, ScheduleInfo
 from .task import Bound, CallOptions, Options, Prepared, Task
 from .task_ref import TaskRef
 from .worker import JobEnd, JobInfo, Worker, run_worker

@@ -12,7 +12,7 @@ import redis
 import redis.asyncio as redis_async
 from redis.exceptions import NoScriptError
 
-from . import connections, slot_reads, slot_store
+from . import connections
 from .admin import pausing
 from .config import Settings
 from .errors import ConfigurationError, InvalidJob, UnknownTask
@@ -29,7 +29,8 @@ from .middleware import (
 )
 from .resources import Hook, Register, Resources
 from .schedule import Mode
-from .scheduler import Schedule, ScheduleInfo, Scheduler, adrive, drive
+from .schedules import Schedule, ScheduleInfo, ScheduleStore
+from .schedules.store import anow_ms, now_ms
 from .scripts import Call, Scripts
 from .serialization import CODECS, Codec, check_size, encode_call
 from .task import Backoff, ErrorClasses, Prepared, Task, TaskConfig, unique_ms_of
@@ -88,7 +89,8 @@ class App:
         self.middlewares: list[Middleware] = []
         """The job middleware (`middleware`), in the order registered."""
         self.producing = Producing()
-        self.scheduler = Scheduler(self)
+        self.scheduler = ScheduleStore(self)
+        """The schedule store (`schedules.ScheduleStore`)."""
         self.connections = connections.Connections(
             self.settings.url, embedded=self.settings.embedded
         )
@@ -412,131 +414,67 @@ class App:
         await self.aschedule_many([item])
 
     def schedule_many(self, schedules: Iterable[Schedule]) -> list[int]:
-        """Upsert many schedules, one script call per 500 per shard, pipelined.
+        """Upsert many schedules, one script call per 500 per shard.
 
         Returns one code per schedule, in the order given: 1 created, 2 updated, 0 unchanged.
         """
-        items = list(schedules)
-        if self.settings.schedule_store == "slots":
-            return slot_store.upsert(self, items)
-        queues = self.known_queues() if self.scheduler.apart else []
-        upserts = self.scheduler.upserts(items, self._now_ms(), queues)
-        if upserts.moves:
-            self._run(upserts.moves)
-        return upserts.in_order(self._run(upserts.calls))
+        return self.scheduler.upsert(schedules)
 
     async def aschedule_many(self, schedules: Iterable[Schedule]) -> list[int]:
         """`schedule_many` for async callers."""
-        items = list(schedules)
-        if self.settings.schedule_store == "slots":
-            return await slot_store.aupsert(self, items)
-        queues = await self.aknown_queues() if self.scheduler.apart else []
-        upserts = self.scheduler.upserts(items, await self._anow_ms(), queues)
-        if upserts.moves:
-            await self._arun(upserts.moves)
-        return upserts.in_order(await self._arun(upserts.calls))
-
-    # With schedule_store "slots", the changes by id go to both stores: the wheel keeps the
-    # limited and routed schedules (and those not moved yet), and an id is in one of them.
+        return await self.scheduler.aupsert(schedules)
 
     def unschedule(self, *ids: str) -> int:
-        """Remove schedules; a run in flight finishes and is not followed by another."""
-        n = 0
-        if self.settings.schedule_store == "slots":
-            n = self.scheduler.slot_each(ids, lambda s, chunk: s.remove(self.redis, chunk))
-        return n + sum(self._run(self.scheduler.unschedules(ids, self.known_queues())))
+        """Remove schedules; a run queued or in flight finishes and is not followed by another."""
+        return self.scheduler.each(ids, lambda s, chunk: s.remove(self.redis, chunk))
 
     async def aunschedule(self, *ids: str) -> int:
-        client, n = await self.aredis(), 0
-        if self.settings.schedule_store == "slots":
-            n = await self.scheduler.aslot_each(ids, lambda s, chunk: s.aremove(client, chunk))
-        queues = await self.aknown_queues()
-        return n + sum(await self._arun(self.scheduler.unschedules(ids, queues)))
+        client = await self.aredis()
+        return await self.scheduler.aeach(ids, lambda s, chunk: s.aremove(client, chunk))
 
     def pause(self, *ids: str) -> int:
         """Stop scheduling runs (a run in flight finishes); returns how many were paused."""
-        n = 0
-        if self.settings.schedule_store == "slots":
-            n = self.scheduler.slot_each(ids, lambda s, chunk: s.pause(self.redis, chunk))
-        return n + sum(self._run(self.scheduler.pauses(ids, self.known_queues())))
+        return self.scheduler.each(ids, lambda s, chunk: s.pause(self.redis, chunk))
 
     async def apause(self, *ids: str) -> int:
-        client, n = await self.aredis(), 0
-        if self.settings.schedule_store == "slots":
-            n = await self.scheduler.aslot_each(ids, lambda s, chunk: s.apause(client, chunk))
-        queues = await self.aknown_queues()
-        return n + sum(await self._arun(self.scheduler.pauses(ids, queues)))
+        client = await self.aredis()
+        return await self.scheduler.aeach(ids, lambda s, chunk: s.apause(client, chunk))
 
     def resume(self, *ids: str) -> int:
         """Resume paused schedules at their next slot from now; returns how many resumed."""
-        now, n = self._now_ms(), 0
-        if self.settings.schedule_store == "slots":
-            resumed = self.scheduler.slot_resumed(now)
-            n = self.scheduler.slot_each(ids, lambda s, chunk: s.resume(self.redis, chunk, resumed))
-        stored = self.scheduler.read(self.redis, ids)
-        return n + sum(self._run(self.scheduler.resumes(stored, now)))
+        resumed = self.scheduler.resumed(now_ms(self.redis))
+        return self.scheduler.each(ids, lambda s, chunk: s.resume(self.redis, chunk, resumed))
 
     async def aresume(self, *ids: str) -> int:
-        client, now, n = await self.aredis(), await self._anow_ms(), 0
-        if self.settings.schedule_store == "slots":
-            resumed = self.scheduler.slot_resumed(now)
-            n = await self.scheduler.aslot_each(
-                ids, lambda s, chunk: s.aresume(client, chunk, resumed)
-            )
-        stored = await self.scheduler.aread(client, ids)
-        return n + sum(await self._arun(self.scheduler.resumes(stored, now)))
+        client = await self.aredis()
+        resumed = self.scheduler.resumed(await anow_ms(client))
+        return await self.scheduler.aeach(ids, lambda s, chunk: s.aresume(client, chunk, resumed))
 
     def run_now(self, *ids: str) -> int:
         """Queue one extra run of each schedule now, unless one is already queued or running."""
-        n = 0
-        if self.settings.schedule_store == "slots":
-            now = self._now_ms()
-            n = self.scheduler.slot_each(ids, lambda s, chunk: s.run_now(self.redis, chunk, now))
-        return n + sum(self._run(self.scheduler.runs_now(ids, self.known_queues())))
+        now = now_ms(self.redis)
+        return self.scheduler.each(ids, lambda s, chunk: s.run_now(self.redis, chunk, now))
 
     async def arun_now(self, *ids: str) -> int:
-        n = 0
-        if self.settings.schedule_store == "slots":
-            client, now = await self.aredis(), await self._anow_ms()
-            n = await self.scheduler.aslot_each(
-                ids, lambda s, chunk: s.arun_now(client, chunk, now)
-            )
-        queues = await self.aknown_queues()
-        return n + sum(await self._arun(self.scheduler.runs_now(ids, queues)))
+        client = await self.aredis()
+        now = await anow_ms(client)
+        return await self.scheduler.aeach(ids, lambda s, chunk: s.arun_now(client, chunk, now))
 
     def schedules(self, prefix: str = "") -> Iterator[ScheduleInfo]:
         """Iterate over schedules whose id starts with ``prefix``, with their state."""
-        if self.settings.schedule_store == "slots":
-            return drive(self.redis, slot_reads.listing(self.scheduler, prefix))
-        return self.scheduler.iterate(self.redis, prefix)
+        return self.scheduler.iterate(prefix)
 
     async def aschedules(self, prefix: str = "") -> list[ScheduleInfo]:
         """`schedules` for async callers (returns a list)."""
-        if self.settings.schedule_store == "slots":
-            return await adrive(await self.aredis(), slot_reads.listing(self.scheduler, prefix))
-        return await self.scheduler.alist(await self.aredis(), prefix)
+        return await self.scheduler.alist(prefix)
 
     def get_schedule(self, schedule_id: str) -> ScheduleInfo | None:
         """One schedule with its state, or None if there is no schedule with this id."""
-        if self.settings.schedule_store == "slots":
-            return next(drive(self.redis, slot_reads.lookup(self.scheduler, schedule_id)), None)
-        return self.scheduler.info(self.redis, schedule_id)
+        return self.scheduler.get(schedule_id)
 
     async def aget_schedule(self, schedule_id: str) -> ScheduleInfo | None:
         """`get_schedule` for async callers."""
-        if self.settings.schedule_store == "slots":
-            plan = slot_reads.lookup(self.scheduler, schedule_id)
-            found = await adrive(await self.aredis(), plan)
-            return found[0] if found else None
-        return await self.scheduler.ainfo(await self.aredis(), schedule_id)
-
-    def _now_ms(self) -> int:
-        sec, usec = self.redis.time()
-        return int(sec) * 1000 + int(usec) // 1000
-
-    async def _anow_ms(self) -> int:
-        sec, usec = await (await self.aredis()).time()
-        return int(sec) * 1000 + int(usec) // 1000
+        return await self.scheduler.aget(schedule_id)
 
     def _run_direct(self, call: Call[T]) -> T:
         """Runs ``call`` on this thread's own connection (`direct.Direct`); through the
@@ -550,14 +488,6 @@ class App:
             # job again, it does not add another).
             return call.run(self.redis)
         return call.parse(raw)
-
-    def _run(self, calls: Sequence[Call[T]]) -> list[T]:
-        # Script calls of different shards are independent; each runs on its own.
-        return [call.run(self.redis) for call in calls]
-
-    async def _arun(self, calls: Sequence[Call[T]]) -> list[T]:
-        client = await self.aredis()
-        return [await call.arun(client) for call in calls]
 
     def job(self, job_id: str) -> Job[Any]:
         """A handle on an existing job."""
@@ -618,14 +548,6 @@ class App:
         # Made by an app with more job shards: the id still says where it lives.
         keys = Keys.job_keys(self.keys.namespace, k)
         return keys, Scripts(keys)
-
-    def _slot_run_flying(self, schedule_id: str) -> bool:
-        """Whether a run of a schedule the time slots keep is in flight (`Job.status`)."""
-        return bool(next(drive(self.redis, slot_reads.in_flight(self.scheduler, schedule_id))))
-
-    async def _aslot_run_flying(self, schedule_id: str) -> bool:
-        plan = slot_reads.in_flight(self.scheduler, schedule_id)
-        return bool((await adrive(await self.aredis(), plan))[0])
 
     def run_shard(self, schedule_id: str) -> tuple[Keys, Scripts]:
         """The keys and scripts of the shard a schedule's runs live in (its schedule's: a

@@ -17,19 +17,17 @@ Codec = Literal["json", "msgpack"]
 LUA_UNPACK_MAX = 7999
 #: A claim takes up to `concurrency` jobs, read in one ``HMGET`` of their ids (_lib.lua pop_ready).
 MAX_CONCURRENCY = LUA_UNPACK_MAX
-#: A claim steps aside up to `batch_limit` due schedule buckets in one ``ZADD`` of (score, marker)
-#: pairs, two values each (claim.lua); acks, reaps and runs unpack one id per item.
+#: Acks, reaps and settles unpack up to `batch_limit` items, some of them two values each
+#: (score, member pairs).
 MAX_BATCH_LIMIT = LUA_UNPACK_MAX // 2
 #: `Settings.handover_wait`'s default lies this far past `Settings.ready_wait`: a recycling
 #: worker's own deadline must not run out before the supervisor's wait for its successor does.
 HANDOVER_MARGIN = 15.0
-#: The values of `Settings.schedule_store`.
-SCHEDULE_STORES = ("wheel", "slots")
 
 
 def _check_choices(settings: Settings) -> None:
     """The settings that take one of a few names."""
-    for name, allowed in (("codec", ("json", "msgpack")), ("schedule_store", SCHEDULE_STORES)):
+    for name, allowed in (("codec", ("json", "msgpack")),):
         if getattr(settings, name) not in allowed:
             raise ConfigurationError(
                 f"{name} must be one of {', '.join(allowed)}, got {getattr(settings, name)!r}"
@@ -121,14 +119,6 @@ class Settings:
     schedule_shards: int = 1
     """Shards schedules are spread over, each under its own hash tag (for Redis Cluster);
     1 keeps them beside the jobs."""
-
-    schedule_store: str = "slots"
-    """Where schedules wait for their runs (``DRUMBEAT_SCHEDULE_STORE``;
-    docs/design/time-slots.md): ``slots``, a list per millisecond of due time and a lease per
-    worker process, about a third of the wheel's Redis CPU per run; limited schedules and
-    those routed to another queue are kept by the wheel beside them. ``wheel`` keeps every
-    schedule in buckets of sorted sets (drumbeat's first store; `drumbeat schedules migrate`
-    moves a namespace's schedules from it)."""
 
     job_shards: int = 1
     """Shards jobs are spread over, each under its own hash tag (for Redis Cluster: spread them

@@ -254,21 +254,17 @@ class Job(Generic[R]):
     def status(self) -> JobStatus:
         call = self._shard()[1].job_status(self.id, queues=self.app.queues())
         status = _status(call.run(self.app.redis))
-        # A time-slot run is no job: it runs while its worker's lot holds it.
-        if status is JobStatus.MISSING and self._run is not None and self._slotted:
-            return JobStatus.RUNNING if self.app._slot_run_flying(self._run) else status
+        # A run claimed from the time slots is no job: it runs while its worker's lot holds it.
+        if status is JobStatus.MISSING and self._run is not None:
+            return JobStatus.RUNNING if self.app.scheduler.run_flying(self._run) else status
         return status
 
     async def astatus(self) -> JobStatus:
         call = (await self._ashard())[1].job_status(self.id, queues=self.app.queues())
         status = _status(await call.arun(await self.app.aredis()))
-        if status is JobStatus.MISSING and self._run is not None and self._slotted:
-            return JobStatus.RUNNING if await self.app._aslot_run_flying(self._run) else status
+        if status is JobStatus.MISSING and self._run is not None:
+            return JobStatus.RUNNING if await self.app.scheduler.arun_flying(self._run) else status
         return status
-
-    @property
-    def _slotted(self) -> bool:
-        return self.app.settings.schedule_store == "slots"
 
     def result(self, timeout: float | None = None) -> R:
         """Wait for the job to finish and return its result, blocking in Redis (no polling).

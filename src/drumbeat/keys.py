@@ -65,6 +65,7 @@ SHARD_KEYS: dict[str, str] = {
     "busy": "hash",
     "paused": "hash",
     "pauses": "set",
+    "upgraded": "string",
     "deps": "hash",
     "dependents": "hash",
     "edges": "hash",
@@ -78,23 +79,22 @@ DEFAULT_QUEUE = "default"
 #: queues existed, so its data needs no migration), ``<name>:<queue>`` for any other.
 QUEUE_KEYS: dict[str, str] = {"ready": "zset", "due": "zset", "wake": "zset"}
 
-#: Keys of one bucket of a shard's schedule wheel, ``<name>:<bucket>``.
+#: Keys of one bucket of a shard's timing wheel, ``<name>:<bucket>``: the schedule store before
+#: the time slots, read only to move what an older version left there (schedules/upgrade.py).
 BUCKET_KEYS: dict[str, str] = {"wheel": "zset", "schedules": "hash"}
 
-#: Keys of the schedule kept as time slots (docs/design/time-slots.md; the default store,
-#: `Settings.schedule_store` "slots"): ``slot:<ms>``, the entries due in that millisecond;
-#: ``inflight:<incarnation>``, the lots one worker process incarnation may still hold runs of;
+#: Keys of the time slots, the schedule store (docs/design/time-slots.md): ``slot:<ms>``, the
+#: entries due in that millisecond; ``inflight:<incarnation>``, the lots one worker process
+#: incarnation may still hold runs of;
 #: ``claimed:<incarnation>:<n>:<ms>``, a lot: the entries its n-th claim took from slot ms.
 SLOT_KEYS: dict[str, str] = {"slot": "list", "inflight": "hash", "claimed": "list"}
 
-#: Buckets per shard. A bucket stays a listpack (compact) while it holds at most 128 schedules
-#: (Redis' default ``*-max-listpack-entries``): 16,384 buckets keep a million schedules per shard
-#: at ~61 per bucket. Fixed for the life of a namespace: schedules are found by it.
+#: Buckets of the timing wheel per shard; a schedule's phase in its interval is its bucket's
+#: place among them (`schedule.phase_ms`), so the phases stay what the wheel gave them.
 WHEEL_BUCKETS = 16384
 
 
-# The hash's parameters, set up once: a copy of it hashes an id in half the time of a new one
-# (a worker finds the bucket of every run it settles).
+# The hash's parameters, set up once: a copy of it hashes an id in half the time of a new one.
 _BUCKET_HASH = hashlib.blake2b(digest_size=8, person=b"bucket")
 
 
@@ -338,6 +338,11 @@ class Keys:
     def pending(self) -> str:
         """Schedule id -> a change made while its run was in flight, applied when it settles."""
         return self.key("pending")
+
+    @property
+    def upgraded(self) -> str:
+        """Set once the shard's timing wheel (the store before the time slots) has moved."""
+        return self.key("upgraded")
 
     def limit_key(self, name: str, limiter: str) -> str:
         """A key of one limiter key (`LIMIT_KEYS`)."""

@@ -180,7 +180,7 @@ class AppCollector(Collector):
         yield late
         yield GaugeMetricFamily(
             "drumbeat_schedule_lag", "Entries due but not yet claimed: delayed jobs and "
-            "schedule buckets with runs due.", value=signal.due_now,
+            "schedule runs of due time slots.", value=signal.due_now,
         )  # fmt: skip
         yield GaugeMetricFamily(
             "drumbeat_workers", "Worker processes heartbeating.", value=len(stats.workers)

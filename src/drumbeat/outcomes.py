@@ -62,6 +62,16 @@ class RunDone:
     grid_ms: int
     due_ms: int
     error: str = ""
+    started_ms: int = 0
+    """When the run began (Redis ms): a run that ran as a job builds its next record with it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """A time-slot run of a schedule with limits or routed to another queue: it goes to its
+    queue as a job for its one attempt (`slots.SlotScripts.queue_runs`)."""
+
+    queue: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,4 +84,6 @@ class Resettle:
     error: str | None
 
 
-Outcome = Done | Again | Bury | RunDone | Cancelled | HandBack | Unknown | Parked | Resettle
+Outcome = (
+    Done | Again | Bury | RunDone | Cancelled | HandBack | Unknown | Parked | Resettle | Queued
+)

@@ -33,14 +33,13 @@ def ready_score(priority: int, seq: int) -> int:
 
 #: Marks a schedule's run among job ids in `ready`, `leases`, `state`, `owners` and `jobs`.
 RUN_PREFIX = "s:"
-#: Marks a schedule bucket's marker among the job ids in `due`: ``w:<bucket>``.
+#: Marked a bucket of the timing wheel (the store before the time slots) among the job ids in
+#: `due`: ``w:<bucket>`` (schedules/upgrade.py drops what is left of them).
 WHEEL_PREFIX = "w:"
 
 
 #: Marks a limiter key's marker among the job ids in `due`: ``l:<key name>`` (see limits.py).
 LIMIT_PREFIX = "l:"
-#: A claim's report of a queue due schedule runs go to whose keys it was not given.
-ROUTE_PREFIX = "q:"
 #: A claim's report of a queue it serves that is paused (`App.pause_queue`): ``p:<queue>``.
 PAUSE_PREFIX = "p:"
 #: In a shard's `tasks` table, ``#q<code>`` names the queue of a (task, queue) pair's code.
@@ -70,11 +69,9 @@ def wheel_marker(bucket: int) -> str:
     return f"{WHEEL_PREFIX}{bucket}"
 
 
-# -- claiming schedule buckets -----------------------------------------------------------------
+# -- claiming time slots -----------------------------------------------------------------------
 
-#: A bucket a claim reports steps aside this long, so other workers do not promote it too.
-BUCKET_HOLD_MS = 1000
-#: A claim's reply names at most UPCOMING markers of `due` that come due within UPCOMING_MS
+#: A claim of the time slots names at most UPCOMING slots that come due within UPCOMING_MS
 #: (when the worker asks for them: its list ran short).
 UPCOMING = 128
 UPCOMING_MS = 100
@@ -137,17 +134,17 @@ RUN_STATE_FIELDS = ("due", "grid", "gen", "manual")
 RUN_STATE_SEP = ":"
 
 
-def run_due_ms(extra: str) -> str | None:
-    """The due time of a run (the first of RUN_STATE_FIELDS in its claim's ``extra``), with
-    ``:<first start ms>`` once a stall recorded it (a fifth field), as finish_runs takes it;
-    None when ``extra`` is not a run's."""
+def run_times(extra: str) -> tuple[int | None, int | None]:
+    """A run's due time (the first of RUN_STATE_FIELDS in its claim's ``extra``) and, once a
+    stall recorded it (a fifth field), when it first started; (None, None) when ``extra`` is
+    not a run's."""
     parts = extra.split(RUN_STATE_SEP)
     try:
         due = int(parts[0])
         first = int(parts[4]) if len(parts) > len(RUN_STATE_FIELDS) else None
     except ValueError:
-        return None
-    return str(due) if first is None else f"{due}:{first}"
+        return None, None
+    return due, first
 
 
 #: The current claim of a job in `owners`; the worker id never holds FIELD_SEP.
@@ -166,6 +163,8 @@ OLD_SCHEDULE_FIELDS = tuple(f for f in SCHEDULE_FIELDS if f != "late")
 PAUSED_FLAG = 10
 #: What a time slots' `where` says of a paused schedule: its entry waits in `paused`.
 PAUSED_AT = "p"
+#: What `where` says of a schedule whose run waits or runs as a job (queue_runs.lua).
+QUEUED_AT = "q"
 
 
 @dataclass(frozen=True, slots=True)

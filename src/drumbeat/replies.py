@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .keys import DEFAULT_QUEUE
-from .protocol import LIMIT_PREFIX, PAUSE_PREFIX, ROUTE_PREFIX, WHEEL_PREFIX
+from .protocol import LIMIT_PREFIX, PAUSE_PREFIX
 
 if TYPE_CHECKING:
-    from .slots import Claims
+    from .schedules.slots import Claims
 
 
 def parse_ints(raw: Any) -> list[int]:
@@ -43,25 +43,6 @@ def text(value: bytes | str) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
-@dataclass(frozen=True, slots=True)
-class Found:
-    """A page of `Scripts.find_schedules`."""
-
-    stopped: int
-    """Index (from 0) of the bucket where the page filled; -1 when every bucket was read."""
-    seen: int
-    """Matches of that bucket the page took or skipped."""
-    examined: int
-    """Schedules in the buckets read (matching or not)."""
-    entries: list[tuple[str, bytes]]
-    """(schedule id, record), in the buckets' order."""
-
-
-def parse_found(raw: Any) -> Found:
-    entries = [(_str(raw[i]), raw[i + 1]) for i in range(3, len(raw), 2)]
-    return Found(int(raw[0]) - 1, int(raw[1]), int(raw[2]), entries)
-
-
 @dataclass(slots=True)  # not frozen: a frozen init costs a setattr call per field, per run
 class SlotRun:
     """A run claimed from the time slots (`slots.py`): held under its worker's incarnation,
@@ -74,13 +55,15 @@ class SlotRun:
     fields: list[str]
     """Its schedule's record as claimed, split into its fields (`slots.settled_fields`)."""
     claimed_ms: int
-    """When the claim ran (Redis ms): the run's start, as the wheel's owner records it."""
+    """When the claim ran (Redis ms): the run's start."""
     due_ms: int
     """Its due time (after a stall, its first one)."""
     first_ms: int | None
     """After a stall, when it first started."""
     slot_ms: int
     """The slot it was claimed from (its settle's fencing: `where` names it until then)."""
+    queue: str | None = None
+    """The queue its schedule's runs go to, when routed (the run goes there as a job)."""
 
     @property
     def incarnation(self) -> str:
@@ -133,23 +116,11 @@ class Claimed:
 class ClaimResult:
     now_ms: int
     next_due_ms: int | None
-    buckets: list[int]
-    """Schedule buckets with due runs, for `Scripts.promote_runs`."""
-    upcoming: list[int]
-    """Schedule buckets heading `due`, for the next claim to take their runs itself (none
-    when the call did not ask: see `upcoming_asked`)."""
     best: int
     """Priority of the best job left in `ready` after the claim; -1 when it is empty."""
     jobs: list[Claimed]
     limiters: list[str] = field(default_factory=list)
     """Limiter keys whose markers came due, for `Scripts.release_limits`."""
-    routes: list[str] = field(default_factory=list)
-    """Queues that due schedule runs go to whose keys the call lacked: pass them next time."""
-    upcoming_at: list[int] = field(default_factory=list)
-    """When each of `upcoming` comes due (its marker's score, Redis ms; the claim's `now_ms` for
-    those due already)."""
-    upcoming_asked: bool = True
-    """False when the call asked for no upcoming buckets (`Scripts.claim`'s ``upcoming`` 0)."""
     paused: list[str] = field(default_factory=list)
     """The queues served that are paused (`App.pause_queue`): the claim took nothing of
     theirs."""
@@ -157,52 +128,20 @@ class ClaimResult:
 
 def parse_claim(raw: Any) -> ClaimResult:
     next_due = int(raw[1])
-    buckets: list[int] = []
     limiters: list[str] = []
-    routes: list[str] = []
     paused: list[str] = []
     for b in raw[2]:
-        if isinstance(b, int):
-            buckets.append(b)
-        else:
-            text = _str(b)
-            if text.startswith(LIMIT_PREFIX):
-                limiters.append(text[len(LIMIT_PREFIX) :])
-            elif text.startswith(ROUTE_PREFIX):
-                routes.append(text[len(ROUTE_PREFIX) :])
-            elif text.startswith(PAUSE_PREFIX):
-                paused.append(text[len(PAUSE_PREFIX) :])
-            else:
-                buckets.append(int(text))
-    # The markers as ZRANGEBYSCORE gave them, those due already (the claim's time is theirs)
-    # then the later ones with their scores: buckets ("w:<b>") are picked out here, limiter
-    # markers skipped (cheaper in the worker than in the script, which Redis runs for all).
-    upcoming: list[int] = []
-    upcoming_at: list[int] = []
-    due_now, later = raw[3] or ((), ())
-    now_ms = int(raw[0])
-    for marker_raw in due_now:
-        marker = _str(marker_raw)
-        if marker.startswith(WHEEL_PREFIX):
-            upcoming.append(int(marker[len(WHEEL_PREFIX) :]))
-            upcoming_at.append(now_ms)
-    for i in range(0, len(later), 2):
-        marker = _str(later[i])
-        if marker.startswith(WHEEL_PREFIX):
-            upcoming.append(int(marker[len(WHEEL_PREFIX) :]))
-            upcoming_at.append(int(float(later[i + 1])))
-    jobs = _claimed(raw, 5)
+        text = _str(b)
+        if text.startswith(LIMIT_PREFIX):
+            limiters.append(text[len(LIMIT_PREFIX) :])
+        elif text.startswith(PAUSE_PREFIX):
+            paused.append(text[len(PAUSE_PREFIX) :])
     return ClaimResult(
-        now_ms,
+        int(raw[0]),
         None if next_due < 0 else next_due,
-        buckets,
-        upcoming,
-        int(raw[4]),
-        jobs,
+        int(raw[3]),
+        _claimed(raw, 4),
         limiters,
-        routes,
-        upcoming_at,
-        raw[3] is not None,
         paused,
     )
 

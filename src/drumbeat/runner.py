@@ -27,6 +27,7 @@ from .job import (
     encode_failure,
     encode_success,
 )
+from .keys import DEFAULT_QUEUE
 from .limits import Limit
 from .outcomes import (
     Again,
@@ -36,13 +37,13 @@ from .outcomes import (
     HandBack,
     Outcome,
     Parked,
+    Queued,
     RunDone,
     Unknown,
 )
-from .protocol import FIELD_SEP, RUN_PREFIX, RUN_STATE_FIELDS, RUN_STATE_SEP
+from .protocol import FIELD_SEP, RUN_PREFIX, RUN_STATE_FIELDS, RUN_STATE_SEP, SCHEDULE_FIELDS
 from .replies import Claimed
 from .schedule import Cadence, decode_schedule_call, is_misfire, jitter_ms
-from .scheduler import Schedule
 
 if TYPE_CHECKING:
     from .app import App
@@ -85,14 +86,13 @@ class Gate(Protocol):
         now_ms: Callable[[], int],
     ) -> int | None: ...
 
-    async def move_to_wheel(self, schedule: Schedule) -> None: ...
-
 
 # A schedule record that cannot be read still comes back this much later, so it cannot spin.
 _UNREADABLE_RETRY_MS = 60_000
 
 _RUN_PREFIX_LEN = len(RUN_PREFIX)
 _RUN_STATE_LEN = len(RUN_STATE_FIELDS)
+_SPEC_FIELD = SCHEDULE_FIELDS.index("spec")
 _FIELD_SEP_BYTES = FIELD_SEP.encode()
 
 
@@ -150,7 +150,13 @@ class _Slot:
             nxt = cadence.after_run(self.schedule_id, grid, end, self.start_ms)
         duration = round((time.monotonic() - self.started) * 1000)
         return RunDone(
-            outcome, duration, self.gen, nxt[0], nxt[1], printable(error) if error else ""
+            outcome,
+            duration,
+            self.gen,
+            nxt[0],
+            nxt[1],
+            printable(error) if error else "",
+            self.start_ms,
         )
 
 
@@ -322,22 +328,25 @@ class Runner:
         now_ms: Callable[[], int],
         checkpoints: Checkpoints | None,
         named: Named | None = None,
-    ) -> RunDone | Parked:
+    ) -> RunDone | Parked | Queued:
         """Runs one due run of a schedule (once its task's limits let it start); never raises,
-        so a failure never stops the schedule."""
+        so a failure never stops the schedule. A run claimed from the time slots whose
+        schedule is routed to another queue, or has limits, goes to its queue as a job
+        instead: it holds no lease there to wait for its limits with, and the workers of
+        that queue run it."""
         start_ms, started = now_ms(), time.monotonic()
         decoded = self._decode_run(job, named, (start_ms, started), now_ms)
         if isinstance(decoded, RunDone):
             return decoded
         slot, task_name, args, kwargs, limits, headers = decoded
         task = self._run_task(job, slot, start_ms, task_name)
-        if isinstance(task, tuple):
-            return slot.next(*task)
+        if isinstance(task, RunDone | Queued):
+            return task
         granted_ms = None
         if self.gate is not None and (task.limits or limits is not None):
             spec = Spec(task.name, args, kwargs, limits)  # the schedule's own limits, if any
             granted = await self._run_limits(job, slot, task, spec, named=named, now_ms=now_ms)
-            if isinstance(granted, RunDone | Parked):
+            if isinstance(granted, RunDone | Parked | Queued):
                 return granted
             granted_ms = granted
         if checkpoints is not None:
@@ -372,38 +381,14 @@ class Runner:
         *,
         named: Named | None,
         now_ms: Callable[[], int],
-    ) -> RunDone | Parked | int | None:
+    ) -> RunDone | Parked | Queued | int | None:
         """Acquires the limits of a schedule's run (`_acquire`), or settles it without running
-        it."""
+        it. A run claimed from the time slots holds no lease to wait for them with: it goes to
+        its queue as a job, where it waits for them as jobs do."""
         if job.slot_run is not None:
-            return await self._limited_slot_run(job, slot, task, spec)
+            return Queued(DEFAULT_QUEUE)
         acquired = await self._acquire(job, task, spec, named, now_ms)
         return slot.next("fail", acquired.reason) if isinstance(acquired, Bury) else acquired
-
-    async def _limited_slot_run(
-        self, job: Claimed, slot: _Slot, task: Task[Any, Any], spec: Spec
-    ) -> RunDone:
-        """A time-slot run of a task that has limits (it gained them after its schedule was
-        registered, or the app that registered it by name did not know them): a time-slot run
-        cannot wait for a limit (it holds no lease to park), so its schedule moves to the
-        wheel, whose runs do, and this run is skipped; the wheel runs the next."""
-        assert self.gate is not None
-        if spec.limits is not None:  # App.schedule sends these to the wheel: a foreign record
-            return slot.next("fail", "a time-slot record with limits of its own (the time slots "
-                             "cannot keep those; register it again with App.schedule)")  # fmt: skip
-        c = slot.cadence
-        moved = Schedule(slot.schedule_id, task, every=c.every, cron=c.cron, args=spec.args,
-                         kwargs=spec.kwargs, priority=job.priority, tz=c.tz, mode=c.mode,
-                         grace=c.grace, jitter=c.jitter)  # fmt: skip
-        try:
-            await self.gate.move_to_wheel(moved)
-        except Exception as exc:
-            return slot.next("fail", f"its task has limits; moving it to the wheel, whose runs "
-                             f"wait for them, failed: {type(exc).__name__}: {exc}")  # fmt: skip
-        log.warning("schedule %s: its task %s has limits, so it moved from the time slots to "
-                    "the wheel, whose runs wait for them; this run was skipped",
-                    slot.schedule_id, task.name)  # fmt: skip
-        return slot.next("skip", "moved to the wheel: its task has limits")
 
     def _decode_run(
         self,
@@ -422,8 +407,10 @@ class Runner:
             due, grid, gen = int(due_s), int(grid_s), int(gen_s)
             if job.spec is None:
                 raise SerializationError("no schedule record")
-            # "<task name>|<spec>", as promote_runs / run_now copied it
+            # "<task name>|<spec>" from the time slots, "<task name>|<record>" as a job
             task_name, spec_blob = job.spec.split(_FIELD_SEP_BYTES, 1)
+            if job.slot_run is None:
+                spec_blob = spec_blob.split(_FIELD_SEP_BYTES, _SPEC_FIELD)[_SPEC_FIELD]
             if named is not None:
                 named.task_name = task_name.decode(errors="replace")
             args, kwargs, cadence, limits, headers = decode_schedule_call(spec_blob)
@@ -438,17 +425,20 @@ class Runner:
 
     def _run_task(
         self, job: Claimed, slot: _Slot, start_ms: int, task_name: bytes
-    ) -> Task[Any, Any] | tuple[str, str]:
-        """The task of a run that may start; else (outcome, error) of the run settled without
+    ) -> Task[Any, Any] | RunDone | Queued:
+        """The task of a run that may start here; else what becomes of the run: settled without
         it (a misfire, a run that stalled too often, or its task unknown here: it keeps its
-        cadence, the task may be deployed later)."""
+        cadence, the task may be deployed later), or sent to its queue as a job (a run claimed
+        from the time slots whose schedule is routed there: that queue's workers run it)."""
         not_run = self._not_run(job, slot.due, start_ms, slot.cadence.grace_ms)
         if not_run is not None:
-            return not_run
+            return slot.next(*not_run)
+        if job.slot_run is not None and job.slot_run.queue is not None:
+            return Queued(job.slot_run.queue)
         try:
             return self.app.get_task(task_name.decode())
         except UnknownTask as exc:
-            return "fail", str(exc)
+            return slot.next("fail", str(exc))
 
     def _not_run(
         self, job: Claimed, due: int, start_ms: int, grace_ms: int

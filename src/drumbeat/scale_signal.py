@@ -69,8 +69,7 @@ class Signal:
     ready_by_priority: tuple[int, ...]
     """Jobs and runs waiting in `ready`, indexed by priority 0..9 (of queues not paused)."""
     due_now: int
-    """Entries of `due` past their time, not yet promoted: delayed jobs, and schedule buckets
-    with runs due (one entry per bucket, however many runs it holds); and `due_runs`."""
+    """Entries of `due` past their time, not yet promoted (delayed jobs), and `due_runs`."""
     lag_ms: int
     """How long the oldest of those has waited (0 when none)."""
     running: int

@@ -49,12 +49,11 @@ def _stable_hash(*parts: str | int) -> int:
 def phase_ms(schedule_id: str, interval_ms: int) -> int:
     """Where in its interval a schedule fires: uniform over ``[0, interval)`` across ids.
 
-    The wheel bucket picks it: the schedules of one bucket that share an interval fall due in
-    the same millisecond, so one claim takes all their runs and one settle puts them all back
-    (Redis's work per bucket visited is shared by its runs), while buckets, and so schedules,
-    spread evenly over the interval. (A second hash used to spread a bucket's schedules over
-    its slice of the interval: a 5-s interval's slice is 0.3 ms, enough to split a third of the
-    buckets over two milliseconds and two claims, a 60-s one's over four.)
+    One of 16,384 phases by a stable hash of the id (its bucket in the timing wheel, the store
+    before the time slots, so phases stayed when it went): the schedules of one phase that
+    share an interval fall due in the same millisecond, so they wait in one time slot, and one
+    claim takes all their runs, while phases, and so schedules, spread evenly over the
+    interval.
     """
     return bucket_of(schedule_id) * interval_ms // WHEEL_BUCKETS
 
@@ -234,16 +233,15 @@ def check_schedule_id(schedule_id: str) -> str:
 
 # -- stored form -------------------------------------------------------------------------------
 #
-# A schedule's record in `schedules:<bucket>` (written by Lua, see _lib.lua), its fields in the
-# order of `protocol.SCHEDULE_FIELDS`:
+# A schedule's record (its entry in the time slots after "<id>|"), its fields in the order of
+# `protocol.SCHEDULE_FIELDS`:
 #   "gen|grid|flags|runs|failures|misfires|last_start - grid|last_ms|late|task code|<spec>"
 # with flags = priority + PAUSED_FLAG if paused, late = ms the last run started after its due
-# time (finish_runs.lua writes it with the run's start and duration; 0 before the first run).
+# time (written with the run's start and duration when it settles; 0 before the first run).
 # Records written before `late` existed lack the field; they are read as they are (a spec
 # never starts with a digit, so the layouts cannot be mistaken) and gain it (0) when next
-# written. The spec is the arguments
-# and the cadence, positional and without defaults, so a typical monitor's record stays under
-# the 64 bytes that keep its bucket a listpack: JSON ``[args, cadence]`` or ``[args, cadence,
+# written. The spec is the arguments and the cadence, positional and without defaults, so a
+# typical monitor's record stays small: JSON ``[args, cadence]`` or ``[args, cadence,
 # kwargs]``, where the cadence is just the interval when nothing else differs from the
 # defaults (msgpack alike).
 

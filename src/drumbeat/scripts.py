@@ -18,19 +18,16 @@ import redis
 import redis.asyncio as aredis
 from redis.exceptions import NoScriptError
 
-from .keys import DEFAULT_QUEUE, WHEEL_BUCKETS, Keys, bucket_of
-from .protocol import UPCOMING
+from .keys import DEFAULT_QUEUE, Keys
 from .replies import (
     ClaimResult,
     Enqueued,
-    Found,
     JobState,
     Lent,
     Reaped,
     Renewed,
     parse_claim,
     parse_enqueue,
-    parse_found,
     parse_ints,
     parse_lent,
     parse_reap,
@@ -53,22 +50,15 @@ SCRIPT_NAMES = (
     "job_status",
     "revive",
     "purge",
-    "upsert_schedules",
-    "unschedule",
-    "pause_schedules",
-    "resume_schedules",
-    "run_now",
-    "promote_runs",
     "finish_runs",
+    "queue_runs",
     "save_progress",
     "claim_urgent",
     "cancel",
     "scale_signal",
     "beat_supervisor",
     "tally",
-    "count_schedules",
     "defer_unknown",
-    "find_schedules",
     "acquire_limits",
     "release_limits",
     "slot_schedules",
@@ -178,19 +168,6 @@ class Scripts:
         self._claim_keys = (k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.lateness,
                             k.tasks, k.progress, k.pauses)  # fmt: skip
         self._claim_queue_keys: dict[str, tuple[str, str, str]] = {}
-        self._finish_keys = (k.due, k.leases, k.owners, k.state, k.faults, k.wake, k.jobs)
-        self._promote_keys = (k.due, k.ready, k.jobs, k.state, k.seq, k.wake, k.tasks, k.owners,
-                              k.leases, k.fence, k.lateness)  # fmt: skip
-        # A bucket's keys end in its number (`bucket_keys` checks that they still do).
-        self._wheel_prefix = k.wheel(0)[:-1]
-        self._schedules_prefix = k.schedules(0)[:-1]
-
-    def bucket_keys(self, bucket: int) -> tuple[str, str]:
-        """(`Keys.wheel`, `Keys.schedules`) of ``bucket``, as the hot path builds them."""
-        if not 0 <= bucket < WHEEL_BUCKETS:
-            raise KeyError(f"unknown bucket {bucket}; expected 0..{WHEEL_BUCKETS - 1}")
-        number = str(bucket)
-        return self._wheel_prefix + number, self._schedules_prefix + number
 
     def enqueue(
         self, groups: Sequence[str | bytes | int], queue: str = DEFAULT_QUEUE
@@ -211,18 +188,11 @@ class Scripts:
         limit: int,
         lease_ms: int,
         promote: int,
-        buckets: Sequence[int] = (),
         *,
         queues: Sequence[str] = (DEFAULT_QUEUE,),
-        routes: Sequence[str] = (),
-        upcoming: int = UPCOMING,
     ) -> Call[ClaimResult]:
-        """Claims from ``queues`` (the default queue first, if served). ``buckets``: schedule
-        buckets whose due runs this claim takes (`upcoming` of the last reply; only with the
-        default queue first: schedules are kept by it). ``routes``: other queues the runs of
-        those buckets may go to (the queues served are passed anyway). ``upcoming``: most
-        upcoming buckets wanted in the reply (0: none; the query costs Redis more than an
-        empty claim)."""
+        """Claims from ``queues`` (the default queue first, if served); ``promote``: the most
+        due entries read from each queue's `due`."""
         k = self.k
         keys = [*self._claim_keys]
         for queue in queues:
@@ -231,15 +201,8 @@ class Scripts:
                 queue_keys = (k.ready_of(queue), k.due_of(queue), k.wake_of(queue))
                 self._claim_queue_keys[queue] = queue_keys
             keys += queue_keys
-        others = [q for q in _others(routes) if q not in queues] if routes else []
-        for queue in others:
-            keys += [k.ready_of(queue), k.wake_of(queue)]
-        for bucket in buckets:
-            keys += self.bucket_keys(bucket)
-        args: list[str | int] = [worker, limit, lease_ms, promote, len(queues), len(others)]
-        args.append(upcoming)
+        args: list[str | int] = [worker, limit, lease_ms, promote, len(queues)]
         args += [_queue_arg(q) for q in queues]
-        args += [*others, *buckets]
         return Call("claim", keys, args, parse_claim)
 
     def complete(
@@ -454,10 +417,6 @@ class Scripts:
         of field, increment."""
         return Call("tally", [self.k.metrics, self.k.throughput], fields, int)
 
-    def count_schedules(self, buckets: Sequence[int]) -> Call[int]:
-        """How many schedules the given wheel buckets of this shard hold."""
-        return Call("count_schedules", [self.k.schedules(b) for b in buckets], [], int)
-
     def count_pending(self, queues: Sequence[str], window_ms: int, limit: int) -> Call[list[int]]:
         """The work pending on this shard in ``queues`` (the default one first): [ready, due
         within ``window_ms``, held, parked, ms until the first due one counted (-1: none), jobs
@@ -482,73 +441,9 @@ class Scripts:
             keys += [k.signals, k.ready_of(queue), k.wake_of(queue)]
         return Call("resume_queue", keys, [queue], int)
 
-    def find_schedules(
-        self, buckets: Sequence[int], pattern: str, skip: int, limit: int
-    ) -> Call[Found]:
-        """Up to ``limit`` schedules whose id matches ``pattern`` (a Redis glob) in the given
-        consecutive wheel buckets, skipping the first ``skip`` matches of the first bucket."""
-        keys = [self.k.schedules(b) for b in buckets]
-        return Call("find_schedules", keys, [pattern, skip, limit], parse_found)
-
     def purge(self, ids: Sequence[str]) -> Call[int]:
         k = self.k
         return Call("purge", [k.dead, k.errors, k.state, k.jobs, k.progress], list(ids), int)
-
-    # -- schedules ---------------------------------------------------------------------------
-    #
-    # Every schedule script takes, after its fixed keys, the two keys of each schedule's bucket
-    # (`wheel:<b>`, `schedules:<b>`), in the order of the schedules in ARGV.
-
-    def _buckets(self, ids: Sequence[str]) -> list[str]:
-        keys: list[str] = []
-        for schedule_id in ids:
-            bucket = bucket_of(schedule_id)
-            keys += [self.k.wheel(bucket), self.k.schedules(bucket)]
-        return keys
-
-    def upsert_schedules(
-        self, items: Sequence[tuple[str, int, int, int, str, bytes, str]]
-    ) -> Call[list[int]]:
-        """Items are (id, priority, grid_ms, due_ms, task name, spec, queue)."""
-        k = self.k
-        keys = [k.due, k.state, k.wake, k.tasks, k.queues]
-        keys += self._buckets([i[0] for i in items])
-        args: list[str | bytes | int] = []
-        for schedule_id, priority, grid, due, task, spec, queue in items:
-            args += [schedule_id, bucket_of(schedule_id), priority, grid, due, task, spec]
-            args.append(_queue_arg(queue))
-        return Call("upsert_schedules", keys, args, parse_ints)
-
-    def unschedule(self, ids: Sequence[str], queues: Sequence[str] = ()) -> Call[int]:
-        """``queues``: the queues whose `ready` a withdrawn run may wait in."""
-        k = self.k
-        others = _others(queues)
-        keys = [k.ready, k.state, k.jobs, k.faults, *map(k.ready_of, others), *self._buckets(ids)]
-        return Call("unschedule", keys, [len(others), *ids], int)
-
-    def pause_schedules(self, ids: Sequence[str], queues: Sequence[str] = ()) -> Call[int]:
-        """``queues``: the queues whose `ready` a withdrawn run may wait in."""
-        k = self.k
-        others = _others(queues)
-        keys = [k.ready, k.state, k.jobs, *map(k.ready_of, others), *self._buckets(ids)]
-        return Call("pause_schedules", keys, [len(others), *ids], int)
-
-    def resume_schedules(self, items: Sequence[tuple[str, int, int]]) -> Call[int]:
-        """Items are (id, grid_ms, due_ms)."""
-        k = self.k
-        keys = [k.due, k.state, k.wake, *self._buckets([i[0] for i in items])]
-        args = [x for i, grid, due in items for x in (i, bucket_of(i), grid, due)]
-        return Call("resume_schedules", keys, args, int)
-
-    def run_now(self, ids: Sequence[str], queues: Sequence[str] = ()) -> Call[int]:
-        """``queues``: the queues the schedules' runs may go to."""
-        k = self.k
-        others = _others(queues)
-        keys = [k.ready, k.leases, k.state, k.seq, k.wake, k.jobs, k.tasks]
-        for queue in others:
-            keys += [k.ready_of(queue), k.wake_of(queue)]
-        keys += self._buckets(ids)
-        return Call("run_now", keys, [len(others), *others, *ids], int)
 
     def save_progress(self, job_id: str, token: int, progress: bytes) -> Call[int]:
         k = self.k
@@ -604,48 +499,6 @@ class Scripts:
         k = self.k
         keys = [k.supervisors, k.supervisorinfo]
         return Call("beat_supervisor", keys, [supervisor, info, ttl_ms], int)
-
-    def promote_runs(
-        self,
-        buckets: Sequence[int],
-        worker: str,
-        limit: int,
-        lease_ms: int,
-        routes: Sequence[str] = (),
-    ) -> Call[ClaimResult]:
-        """``routes``: the queues other than the default one the runs may go to."""
-        k = self.k
-        keys = [*self._promote_keys]
-        others = _others(routes)
-        for queue in others:
-            keys += [k.ready_of(queue), k.wake_of(queue)]
-        for bucket in buckets:
-            keys += self.bucket_keys(bucket)
-        args: list[str | int] = [worker, limit, lease_ms, len(others), *others, *buckets]
-        return Call("promote_runs", keys, args, parse_claim)
-
-    def finish_runs(
-        self, items: Sequence[tuple[str, int, str, int, int, int, int, str, int | str | None]]
-    ) -> Call[list[int]]:
-        """Items are (member "s:<id>", token, outcome, duration_ms, generation, next grid_ms,
-        next due_ms, error, the ended run's due ms (with ":<first start ms>" after a stall:
-        `protocol.run_due_ms`) or None when unknown: its lateness is then not recorded)."""
-        keys = [*self._finish_keys]
-        # Each bucket's keys once (the runs of a bucket end together), named by their place.
-        slots: dict[int, int] = {}
-        packed = []
-        for member, token, outcome, ms, gen, grid, due, error, was in items:
-            bucket = bucket_of(member[2:])
-            slot = slots.get(bucket)
-            if slot is None:
-                slot = slots[bucket] = len(slots) + 1
-                keys += self.bucket_keys(bucket)
-            was_due = "" if was is None else was
-            packed.append(
-                f"{member}|{token}|{outcome}|{ms}|{gen}|{grid}|{due}|{was_due}|{bucket}/{slot}|"
-                f"{error}"
-            )
-        return Call("finish_runs", keys, packed, parse_ints)
 
 
 def _queue_arg(queue: str) -> str:

@@ -105,12 +105,11 @@ def _spread_namespace(cluster: ClusterServer, shards: int) -> str:
     raise AssertionError(f"no namespace of 200 tried spread {shards} shards over the masters")
 
 
-@pytest.mark.parametrize("store", ["wheel", "slots"])
 async def test_schedule_shards_on_different_masters_run(
     redis_cluster: ClusterServer, store: str
 ) -> None:
     ns = _spread_namespace(redis_cluster, 3)
-    app = drumbeat.App(redis_cluster.url, namespace=ns, schedule_shards=3, schedule_store=store)  # type: ignore[arg-type]
+    app = drumbeat.App(redis_cluster.url, namespace=ns, schedule_shards=3)  # type: ignore[arg-type]
     runs: dict[str, int] = {}
 
     @app.task

@@ -301,7 +301,6 @@ async def test_retry_all_stops_at_what_was_dead_when_it_began(
     assert [d.id for d in admin.dead_letters(app)] == [late]
 
 
-@pytest.mark.usefixtures("wheel_store")  # reads the wheel's keys
 def test_stats_count_every_shard_the_workers_claim_from(redis_url: str, namespace: str) -> None:
     app = drumbeat.App(redis_url, namespace=namespace, schedule_shards=4)
 

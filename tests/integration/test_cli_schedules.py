@@ -241,7 +241,6 @@ def test_pause_resume_run_now_rm_with_time_slots(
     app.close()
 
 
-@pytest.mark.usefixtures("wheel_store")  # reads the wheel's keys
 async def test_pause_resume_run_now_rm(cli_env: None, app: drumbeat.App) -> None:
     _make_schedules(app)
     assert _in_zset(app, "due", "ping.a")
@@ -346,7 +345,6 @@ async def test_status_and_ls_after_a_worker_ran_schedules(cli_env: None, app: dr
     assert row(shown, "last run")[1].endswith(" ago)")
 
 
-@pytest.mark.usefixtures("wheel_store")  # reads the wheel's keys
 async def test_ls_and_show_give_how_late_the_last_run_started(
     cli_env: None, app: drumbeat.App
 ) -> None:

@@ -142,7 +142,6 @@ async def test_idle_worker_stays_quiet_after_schedules_change(
         assert past == [], f"`due` should hold no marker in the past once idle, holds {past[:5]}"
 
 
-@pytest.mark.usefixtures("wheel_store")  # reads the wheel's keys
 def test_a_claim_rescores_the_due_markers_it_passes(app: drumbeat.App, r: redis.Redis) -> None:
     """The mechanism under the test above, one claim at a time: a bucket the worker passes
     along (the `upcoming` of its last reply) whose marker is due but holds nothing due gets its
@@ -187,7 +186,6 @@ def _script_calls(r: redis.Redis, name: str) -> int:
     return sum(1 for e in r.slowlog_get(10_000) if e["command"].split()[:2] == [b"EVALSHA", sha])
 
 
-@pytest.mark.parametrize("store", ["slots", "wheel"])
 async def test_an_idle_worker_claims_once_per_idle_block(
     own_redis: RedisServer, own_r: redis.Redis, namespace: str, store: str
 ) -> None:
@@ -196,7 +194,7 @@ async def test_an_idle_worker_claims_once_per_idle_block(
     claims per idle_block, before). With the time slots it also claims those once a wait
     (the wait's claim does not)."""
     app = drumbeat.App(own_redis.url, namespace=namespace, idle_block=0.2,
-                       maintenance_interval=60.0, lease=120.0, schedule_store=store)  # fmt: skip
+                       maintenance_interval=60.0, lease=120.0)  # fmt: skip
     try:
         async with running_worker(app):
             # Past start-up (its first claim and reap, its registration), then measure.
@@ -218,15 +216,13 @@ async def test_an_idle_worker_claims_once_per_idle_block(
         assert slot_claims == 0
 
 
-@pytest.mark.parametrize("store", ["slots", "wheel"])
 async def test_a_job_at_light_load_costs_one_claim(
     own_redis: RedisServer, own_r: redis.Redis, namespace: str, store: str
 ) -> None:
     """The wait's own claim took the job and left `ready` empty: the worker starts it and waits
     again on that reply, rather than claiming once more before its next wait (two claims per
     job, before)."""
-    app = drumbeat.App(own_redis.url, namespace=namespace, maintenance_interval=60.0, lease=120.0,
-                       schedule_store=store)  # fmt: skip
+    app = drumbeat.App(own_redis.url, namespace=namespace, maintenance_interval=60.0, lease=120.0)  # fmt: skip
 
     @app.task
     async def work() -> None: ...

@@ -389,7 +389,6 @@ async def test_jobs_claimed_together_acquire_their_limit_in_claim_order(lapp: dr
     assert order == sorted(order), f"a later job took the permit first: {order}"
 
 
-@pytest.mark.usefixtures("wheel_store")  # reads the wheel's keys
 def test_a_schedule_moves_to_the_jobs_shard_when_it_becomes_limited_and_back(
     redis_url: str, namespace: str
 ) -> None:
@@ -419,7 +418,6 @@ def test_a_schedule_moves_to_the_jobs_shard_when_it_becomes_limited_and_back(
     app.close()
 
 
-@pytest.mark.usefixtures("wheel_store")  # reads the wheel's keys
 async def test_a_sharded_run_of_a_task_that_gained_a_limit_is_told_per_shard(
     redis_url: str, namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -13,7 +13,7 @@ import redis
 import drumbeat
 from drumbeat.admin import migrate
 from drumbeat.keys import bucket_of
-from drumbeat.scheduler import ScheduleInfo
+from drumbeat.schedules import ScheduleInfo
 from tests.conftest import running_worker
 from tests.helpers import wait_for_async
 from tests.integration.test_cli import APP, cli_env, ok, run
@@ -73,7 +73,7 @@ async def test_schedules_move_into_the_time_slots_and_run_on(
     assert markers == [b"w:%d" % bucket] or markers == []
     await wheel.aclose()
 
-    slots = drumbeat.App(redis_url, namespace=namespace, schedule_store="slots")
+    slots = drumbeat.App(redis_url, namespace=namespace)
     slots.task(name="tick")(tick)
     slots.task(name="fail", retries=0)(fail)
     assert {i: _kept(await slots.aget_schedule(i)) for i in ids} == before
@@ -126,7 +126,7 @@ def test_the_cli_migrates_and_says_what_to_run_next(
     assert "moved 1 waiting and 1 paused schedules into the time slots" in out
     assert 'schedule_store="slots"' in out
     app.close()
-    slots = drumbeat.App(redis_url, namespace=namespace, schedule_store="slots")
+    slots = drumbeat.App(redis_url, namespace=namespace)
     info = slots.get_schedule("ping.b")
     assert info is not None and info.paused and info.args == [3]
     slots.close()

@@ -179,7 +179,6 @@ def _runs_counted(r: redis.Redis, app: drumbeat.App) -> int:
     return sum(n for f, n in fields.items() if f.startswith("c") and f[1:].isdigit())
 
 
-@pytest.mark.usefixtures("wheel_store")  # reads the wheel's keys
 async def test_a_run_handed_back_at_a_stop_counts_its_lateness_once(
     redis_url: str, namespace: str, r: redis.Redis
 ) -> None:

@@ -197,7 +197,6 @@ def test_a_queue_name_is_checked(sync_app: drumbeat.App) -> None:
         sync_app.pause_queue("a b")
 
 
-@pytest.mark.parametrize("store", ["slots", "wheel"])
 async def test_schedule_runs_of_a_paused_default_queue_wait_then_resume(
     redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch, store: str
 ) -> None:

@@ -203,7 +203,6 @@ def test_a_huge_lateness_sum_is_recorded(app: drumbeat.App, r: redis.Redis) -> N
 _PREVIOUS_RUN_FIELDS = "^(%d+)|(%-?%d+)|(%d+)|%d+|%d+|%d+|%-?%d*|%d+|(%d+)|(.*)$"
 
 
-@pytest.mark.usefixtures("wheel_store")  # reads the wheel's keys
 def test_a_worker_of_the_previous_version_can_still_parse_every_record_written(
     app: drumbeat.App, r: redis.Redis
 ) -> None:

@@ -418,7 +418,6 @@ async def test_an_unknown_task_is_dead_lettered_after_the_grace(
         await new.aclose()
 
 
-@pytest.mark.usefixtures("wheel_store")  # reads the wheel's keys
 async def test_a_worker_lacking_the_task_does_not_spin_on_it(
     own_redis: RedisServer, own_r: redis.Redis, namespace: str
 ) -> None:

@@ -728,15 +728,13 @@ async def test_a_worker_records_the_lateness_of_its_run(app: drumbeat.App, r: re
     await app.aclose()
 
 
-@pytest.mark.parametrize("store", ["wheel", "slots"])
 async def test_a_runs_job_handle_finds_its_schedule_shard(
     redis_url: str, namespace: str, store: str
 ) -> None:
     """`app.job("s:<id>")` of a schedule in a schedule shard reads that shard: it read the main
     shard, where the run never is, and said `missing` while the run ran. A time-slot run is no
     job: its handle reads its worker's lot."""
-    app = drumbeat.App(redis_url, namespace=namespace, schedule_shards=2, idle_block=0.5,
-                       schedule_store=store)  # fmt: skip
+    app = drumbeat.App(redis_url, namespace=namespace, schedule_shards=2, idle_block=0.5)  # fmt: skip
     started, release = asyncio.Event(), asyncio.Event()
 
     @app.task

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import redis
 
-from drumbeat import protocol
 from drumbeat.keys import Keys
-from drumbeat.scripts import Call, _definitions, _with_lib
-from drumbeat.slot_changes import SlotChanges
-from drumbeat.slots import Entry, Settled, SlotScripts, parse_entry, settled_record
+from drumbeat.schedule import parse_record
+from drumbeat.schedules.changes import SlotChanges
+from drumbeat.schedules.slots import Entry, Settled, SlotScripts, parse_entry, settled_record
+from drumbeat.scripts import Call
 
 TASK = "tasks.watch"
 SPEC = b'[["kw",500],[5000,0,0]]'
@@ -45,7 +44,7 @@ def _slot(r: redis.Redis, keys: Keys, ms: int) -> list[str]:
 def _upsert(
     r: redis.Redis, s: SlotScripts, ids: list[str], due: int, spec: bytes = SPEC
 ) -> list[int]:
-    return SlotChanges(s.k).upsert(r, [(sid, 0, due, due, TASK, spec) for sid in ids])
+    return SlotChanges(s.k).upsert(r, [(sid, 0, due, due, TASK, "", spec) for sid in ids])
 
 
 @dataclass
@@ -129,7 +128,7 @@ def test_an_upsert_that_read_where_before_the_entry_moved_is_told_to_send_again(
         "slot_schedules",
         [keys.slots, keys.where, keys.pending, keys.tasks, keys.wake, keys.slot(due - 1),
          keys.slot(due + 9)],
-        [1, "a", str(due - 1), 0, due + 9, due + 9, TASK, b"[]"],
+        [1, "a", str(due - 1), 0, due + 9, due + 9, TASK, "", b"[]"],
         lambda raw: [int(x) for x in raw],
     )  # fmt: skip
     assert stale.run(r) == [-1]
@@ -351,7 +350,7 @@ def test_a_schedule_changed_in_flight_gets_its_new_definition_when_its_run_settl
     _upsert(r, s, ["a", "b"], now - 10)
     got = _claim(r, s, "w1.1", 10, [now - 10], 1, first=True)
     new_due = now + 9000
-    assert SlotChanges(keys).upsert(r, [("a", 3, new_due, new_due, TASK, b"[]")]) == [2]
+    assert SlotChanges(keys).upsert(r, [("a", 3, new_due, new_due, TASK, "", b"[]")]) == [2]
     assert r.hget(keys.pending, "a") is not None
     # Upserted unchanged while in flight: its settle finds it unchanged, and it settles as built
     # (its generation and place kept).
@@ -451,22 +450,7 @@ def test_a_malformed_entry_is_reported_and_dropped_and_the_others_are_claimed(
     assert [e.schedule_id for e in got.entries] == ["a"]
 
 
-def _lua_after_run(r: redis.Redis) -> Call[bytes]:
-    lua = Path(protocol.__file__).parent / "lua"
-    source = (lua / "finish_runs.lua").read_text()
-    start = source.index("local function after_run")
-    body = source[start : source.index("\nend\n", start) + 5]
-    body += (
-        "local run = {gen = ARGV[2], grid = ARGV[3], due = ARGV[4], outcome = ARGV[5],"
-        " ms = ARGV[6], due_was = ARGV[7], first = ARGV[8], started = tonumber(ARGV[9])}\n"
-        "return (after_run(ARGV[1], run))\n"
-    )
-    script = _with_lib(body, _definitions((lua / "_lib.lua").read_text()))
-    return r.register_script(script)  # type: ignore[return-value]
-
-
-def test_the_workers_record_after_a_run_is_what_finish_runs_writes(r: redis.Redis) -> None:
-    after_run = _lua_after_run(r)
+def test_the_workers_record_after_a_run_counts_it_and_moves_to_the_next_slot() -> None:
     rng = random.Random(7)
     for _ in range(300):
         grid = rng.randrange(1_700_000_000_000, 1_800_000_000_000)
@@ -482,13 +466,21 @@ def test_the_workers_record_after_a_run_is_what_finish_runs_writes(r: redis.Redi
         due = rng.choice([None, grid, grid + 7])
         first = rng.choice([None, started - rng.randrange(1, 900)]) if due else None
         ms = rng.randrange(0, 5000)
-        gen = record.split("|", maxsplit=1)[0]
-        want = after_run(
-            args=[record, gen, nxt, nxt, outcome, ms, "" if due is None else due,
-                  "" if first is None else first, started]
-        ).decode()  # fmt: skip
         got = settled_record(
             record, outcome=outcome, started_ms=started, duration_ms=ms, next_grid_ms=nxt,
             due_ms=due, first_start_ms=first,
         )  # fmt: skip
-        assert got == want, (record, outcome, started, due, first, ms)
+        before, after = parse_record(record.encode()), parse_record(got.encode())
+        same = ("generation", "priority", "paused", "task_code", "spec")
+        assert all(getattr(after, f) == getattr(before, f) for f in same), (record, got)
+        assert after.grid_ms == nxt
+        ran = outcome != "skip"
+        assert after.runs == before.runs + ran
+        assert after.failures == before.failures + (outcome == "fail")
+        assert after.misfires == before.misfires + (not ran)
+        if ran:
+            late = 0 if due is None else max(0, (first if first is not None else started) - due)
+            assert (after.last_start_ms, after.last_ms, after.last_late_ms) == (started, ms, late)
+        else:  # a skipped run leaves the last run's start, duration and lateness as they were
+            assert after.last_start_ms == before.last_start_ms
+            assert (after.last_ms, after.last_late_ms) == (before.last_ms, before.last_late_ms)

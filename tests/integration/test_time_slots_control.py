@@ -20,7 +20,7 @@ from tests.helpers import Gate, wait_for_async
 
 
 def _app(redis_url: str, namespace: str) -> drumbeat.App:
-    return drumbeat.App(redis_url, namespace=namespace, schedule_store="slots")
+    return drumbeat.App(redis_url, namespace=namespace)
 
 
 def _now_ms(r: redis.Redis) -> int:

@@ -1,7 +1,8 @@
-"""With ``schedule_store="slots"``, the wheel keeps what the time slots cannot keep yet: limited
-schedules and schedules routed to another queue. They run, are read, listed, counted, paused,
-resumed, run now and removed through the same API; a schedule whose kind changes moves between
-the two stores (answered 2, updated), and so does one the wheel kept from before the setting."""
+"""Every kind of schedule lives in the time slots: a limited one, and one routed to another
+queue, wait there as plain ones do, and each of their runs goes to its queue as a job for that
+one attempt (queue_runs.lua), where it waits for its limits and the workers of its queue, and
+is settled back into its next slot from there (finish_runs.lua). A change by id made while such
+a run is queued is applied when it settles, as for a run in flight."""
 
 from __future__ import annotations
 
@@ -11,110 +12,86 @@ import pytest
 import redis
 
 import drumbeat
-from drumbeat.keys import bucket_of
+from drumbeat.protocol import QUEUED_AT, RUN_PREFIX
 from tests.conftest import running_worker
 from tests.helpers import wait_for_async
 
 
-def _in_wheel(r: redis.Redis, app: drumbeat.App, schedule_id: str) -> bool:
-    keys = app.scheduler.shards[app.scheduler.homes(schedule_id)[-1]]
-    return bool(r.hexists(keys.schedules(bucket_of(schedule_id)), schedule_id))
+def _where(r: redis.Redis, app: drumbeat.App, schedule_id: str) -> bytes | None:
+    """What `where` says of a schedule in the shard it lives in (None: in none)."""
+    for shard in app.scheduler.homes(schedule_id):
+        at = r.hget(app.scheduler.shards[shard].where, schedule_id)
+        if at is not None:
+            return at  # type: ignore[no-any-return]
+    return None
 
 
-def _in_slots(r: redis.Redis, app: drumbeat.App, schedule_id: str) -> bool:
-    keys = app.scheduler.shards[app.scheduler.shard_of(schedule_id)]
-    return bool(r.hexists(keys.where, schedule_id))
-
-
-async def test_limited_and_routed_schedules_run_from_the_wheel_beside_the_time_slots(
+async def test_limited_and_routed_schedules_wait_in_the_time_slots_and_run_as_jobs(
     redis_url: str, namespace: str, r: redis.Redis
 ) -> None:
-    app = drumbeat.App(redis_url, namespace=namespace, schedule_store="slots")
+    default = drumbeat.App(redis_url, namespace=namespace)
+    builder = drumbeat.App(redis_url, namespace=namespace)
     runs: list[str] = []
 
-    @app.task(name="tick")
+    @default.task(name="tick")
     async def tick(name: str) -> None:
         runs.append(name)
 
-    @app.task(name="build", queue="builds")
+    @default.task(name="build", queue="builds")
+    async def build_here(name: str) -> None:
+        runs.append("build run by a worker that does not serve builds")
+
+    @builder.task(name="build", queue="builds")
     async def build(name: str) -> None:
         runs.append(name)
 
-    codes = await app.aschedule_many([
+    codes = await default.aschedule_many([
         drumbeat.Schedule("plain", "tick", every=1, args=("plain",)),
         drumbeat.Schedule("limited", "tick", every=1, args=("limited",), concurrency_limit=1),
         drumbeat.Schedule("routed", "build", every=1, args=("routed",)),
     ])  # fmt: skip
     assert codes == [1, 1, 1]
-    assert _in_slots(r, app, "plain") and not _in_wheel(r, app, "plain")
-    for sid in ("limited", "routed"):
-        assert _in_wheel(r, app, sid) and not _in_slots(r, app, sid), sid
-    assert sorted(i.id for i in await app.aschedules()) == ["limited", "plain", "routed"]
-    assert app.scheduler.count(app.redis) == 3
-    routed = await app.aget_schedule("routed")
+    assert all(_where(r, default, sid) is not None for sid in ("plain", "limited", "routed"))
+    assert sorted(i.id for i in await default.aschedules()) == ["limited", "plain", "routed"]
+    assert default.scheduler.count(default.redis) == 3
+    routed = await default.aget_schedule("routed")
     assert routed is not None and routed.queue == "builds"
 
-    async with running_worker(app, queues=["default", "builds"]):
+    async with running_worker(default), running_worker(builder, queues=["builds"]):
         await wait_for_async(
             lambda: sorted(set(runs)),
             lambda seen: seen == ["limited", "plain", "routed"],
-            message="every kind runs",
+            message="every kind runs, the routed one on the worker of its queue",
         )
-        assert await app.apause("plain", "limited", "routed") == 3
-        assert all(i.paused for i in await app.aschedules())
-        assert await app.aresume("plain", "limited", "routed") == 3
-        assert not any(i.paused for i in await app.aschedules())
-        await asyncio.sleep(0.1)
-    assert await app.aunschedule("plain", "limited", "routed", "ghost") == 3
-    assert await app.aschedules() == []
-    await app.aclose()
+        assert await default.apause("plain", "limited", "routed") == 3
+        await wait_for_async(
+            default.aschedules, lambda infos: all(i.paused for i in infos),
+            message="paused (a run queued or in flight pauses when it settles)",
+        )  # fmt: skip
+        assert await default.aresume("plain", "limited", "routed") == 3
+        assert not any(i.paused for i in await default.aschedules())
+    limited = await default.aget_schedule("limited")
+    assert limited is not None and limited.runs >= 1 and limited.last_lateness_ms is not None
+    assert await default.aunschedule("plain", "limited", "routed", "ghost") == 3
+    assert await default.aschedules() == []
+    await default.aclose()
+    await builder.aclose()
 
 
-def test_a_schedule_whose_kind_changes_moves_between_the_stores(
+async def test_a_task_with_a_limit_never_runs_two_of_its_schedules_runs_at_once(
     redis_url: str, namespace: str, r: redis.Redis
 ) -> None:
-    wheel = drumbeat.App(redis_url, namespace=namespace, schedule_store="wheel")
-    wheel.task(name="tick")(lambda: None)
-    wheel.schedule("old", "tick", every=60)  # kept by the wheel before the setting changed
-    wheel.close()
-
-    app = drumbeat.App(redis_url, namespace=namespace, schedule_store="slots")
-    app.task(name="tick")(lambda: None)
-    assert app.get_schedule("old") is not None, "read from the wheel"
-    # Registered again under the time slots: moved there.
-    assert app.schedule_many([drumbeat.Schedule("old", "tick", every=60)]) == [2]
-    assert _in_slots(r, app, "old") and not _in_wheel(r, app, "old")
-
-    assert app.schedule_many([drumbeat.Schedule("k", "tick", every=60)]) == [1]
-    assert app.schedule_many([drumbeat.Schedule("k", "tick", every=60, rate_limit="1/s")]) == [2]
-    assert _in_wheel(r, app, "k") and not _in_slots(r, app, "k")
-    assert app.schedule_many([drumbeat.Schedule("k", "tick", every=60, rate_limit="1/s")]) == [0]
-    assert app.schedule_many([drumbeat.Schedule("k", "tick", every=30)]) == [2]
-    assert _in_slots(r, app, "k") and not _in_wheel(r, app, "k")
-    info = app.get_schedule("k")
-    assert info is not None and info.cadence.every == 30
-    assert sorted(i.id for i in app.schedules()) == ["k", "old"]
-    app.close()
-
-
-async def test_a_time_slot_schedule_whose_task_gained_a_limit_moves_to_the_wheel_and_goes_on(
-    redis_url: str, namespace: str, r: redis.Redis, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Registered while its task had no limit, its worker's task has one: a time-slot run holds
-    no lease, so it cannot wait for a permit. The worker moves the schedule to the wheel
-    (skipping that run; the wheel's record starts its totals afresh) and its runs go on there
-    under the limit, never two at once; it waited in its slot's lot for ever before."""
-    before = drumbeat.App(redis_url, namespace=namespace, schedule_store="slots", min_interval=0.05)
+    """Registered while its task had no limit, its worker's task has one (a record that says
+    nothing of limits): the runs wait for their permit as jobs, never two at once, and the
+    schedule stays where it is."""
+    before = drumbeat.App(redis_url, namespace=namespace, min_interval=0.05)
 
     @before.task(name="poll")
     async def poll_unlimited(n: int) -> None: ...
 
     await before.aschedule("p", poll_unlimited, every=0.1, args=[1])
     await before.aclose()
-    assert _in_slots(r, before, "p")
-
-    after = drumbeat.App(redis_url, namespace=namespace, schedule_store="slots", idle_block=0.5,
-                         min_interval=0.05)  # fmt: skip
+    after = drumbeat.App(redis_url, namespace=namespace, min_interval=0.05)
     running, most, ran = 0, 0, 0
 
     @after.task(name="poll", concurrency_limit=1)
@@ -126,41 +103,88 @@ async def test_a_time_slot_schedule_whose_task_gained_a_limit_moves_to_the_wheel
         running -= 1
         ran += 1
 
-    with caplog.at_level("WARNING", logger="drumbeat.worker"):
-        async with running_worker(after, concurrency=4):
-            await wait_for_async(lambda: ran >= 3, message="the runs should go on", timeout=20)
-    assert _in_wheel(r, after, "p") and not _in_slots(r, after, "p")
+    async with running_worker(after, concurrency=4):
+        await wait_for_async(lambda: ran >= 4, message="the runs should go on", timeout=20)
     assert most == 1, f"{most} runs at once under a concurrency limit of 1"
-    moved = [m for m in caplog.messages if "moved from the time slots to the wheel" in m]
-    assert len(moved) == 1, moved
+    info = await after.aget_schedule("p")
+    assert info is not None and info.runs >= 4 and info.failures == 0
     await after.aunschedule("p")
     await after.aclose()
 
 
-async def test_schedules_an_upgraded_app_kept_in_the_wheel_run_on_beside_the_time_slots(
+async def _queued_run(r: redis.Redis, app: drumbeat.App, schedule_id: str) -> None:
+    """Runs a worker of the default queue (whose workers keep every schedule) until the
+    schedule's run waits queued in its queue (nobody serves that queue)."""
+    async with running_worker(app, queues=["default"]):
+        await wait_for_async(
+            lambda: _where(r, app, schedule_id), lambda at: at == QUEUED_AT.encode(),
+            message="its run queued as a job",
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("change", ["pause", "remove", "update"])
+async def test_a_change_made_while_a_run_is_queued_is_applied_when_it_settles(
+    redis_url: str, namespace: str, r: redis.Redis, change: str
+) -> None:
+    app = drumbeat.App(redis_url, namespace=namespace, min_interval=0.05)
+    runs: list[int] = []
+
+    @app.task(name="build", queue="builds")
+    async def build(n: int) -> None:
+        runs.append(n)
+
+    await app.aschedule("b", build, every=60, args=[1])
+    await app.arun_now("b")
+    await _queued_run(r, app, "b")
+    keys = app.scheduler.shards[app.scheduler.homes("b")[-1]]
+    assert r.zscore(keys.ready_of("builds"), RUN_PREFIX + "b") is not None
+    info = await app.aget_schedule("b")
+    assert info is not None and info.next_due_ms is None and info.args == [1]
+    assert await app.arun_now("b") == 0, "a run is queued already"
+    if change == "pause":
+        assert await app.apause("b") == 1
+    elif change == "remove":
+        assert await app.aunschedule("b") == 1
+    else:
+        await app.aschedule("b", build, every=30, args=[2])
+    async with running_worker(app, queues=["builds"]):
+        await wait_for_async(lambda: runs, lambda ran: ran == [1], message="the queued run ran")
+        await wait_for_async(
+            lambda: _where(r, app, "b"), lambda at: at != QUEUED_AT.encode(), message="settled"
+        )
+    info = await app.aget_schedule("b")
+    if change == "pause":
+        assert info is not None and info.paused and info.runs == 1
+    elif change == "remove":
+        assert info is None and _where(r, app, "b") is None
+        assert not r.hexists(keys.pending, "b")
+    else:
+        assert info is not None and info.args == [2] and info.cadence.every == 30
+        assert info.generation == 2 and info.next_due_ms is not None and info.runs == 1
+    assert not r.hexists(keys.jobs, RUN_PREFIX + "b") and not r.hexists(keys.state, RUN_PREFIX + "b")
+    await app.aclose()
+
+
+def test_a_schedule_whose_kind_changes_moves_between_shards(
     redis_url: str, namespace: str, r: redis.Redis
 ) -> None:
-    """Before the time slots were the default, every schedule went to the wheel: after the
-    upgrade the workers still run them from there, until registered again or migrated."""
-    before = drumbeat.App(redis_url, namespace=namespace, schedule_store="wheel")
-
-    @before.task(name="tick")
-    async def tick_before(name: str) -> None: ...
-
-    await before.aschedule("old", tick_before, every=1, args=("old",))
-    await before.aclose()
-    after = drumbeat.App(redis_url, namespace=namespace)  # the default store: the time slots
-    assert after.settings.schedule_store == "slots"
-    runs: list[str] = []
-
-    @after.task(name="tick")
-    async def tick(name: str) -> None:
-        runs.append(name)
-
-    await after.aschedule("new", tick, every=1, args=("new",))
-    assert _in_wheel(r, after, "old") and _in_slots(r, after, "new")
-    async with running_worker(after):
-        await wait_for_async(lambda: sorted(set(runs)), lambda seen: seen == ["new", "old"],
-                             message="both stores' schedules run")  # fmt: skip
-    await after.aunschedule("old", "new")
-    await after.aclose()
+    """With schedule_shards > 1, a limited or routed schedule lives in the jobs' shard (with
+    the limiter keys and the queues), a plain one in the shard its id hashes to."""
+    app = drumbeat.App(redis_url, namespace=namespace, schedule_shards=3)
+    app.task(name="tick")(lambda: None)
+    store = app.scheduler
+    sid = next(f"k{i}" for i in range(100) if store.shard_of(f"k{i}") != store.jobs_shard)
+    hashed, jobs = store.shards[store.shard_of(sid)], store.shards[store.jobs_shard]
+    assert app.schedule_many([drumbeat.Schedule(sid, "tick", every=60)]) == [1]
+    assert r.hexists(hashed.where, sid) and not r.hexists(jobs.where, sid)
+    limited = drumbeat.Schedule(sid, "tick", every=60, rate_limit="1/s")
+    assert app.schedule_many([limited]) == [2]
+    assert r.hexists(jobs.where, sid) and not r.hexists(hashed.where, sid)
+    assert app.schedule_many([limited]) == [0]
+    assert app.schedule_many([drumbeat.Schedule(sid, "tick", every=30)]) == [2]
+    assert r.hexists(hashed.where, sid) and not r.hexists(jobs.where, sid)
+    info = app.get_schedule(sid)
+    assert info is not None and info.cadence.every == 30
+    assert [i.id for i in app.schedules()] == [sid]
+    assert app.pause(sid) == 1 and app.resume(sid) == 1 and app.unschedule(sid) == 1
+    app.close()

@@ -1,8 +1,7 @@
-"""A worker with schedules kept as time slots (``schedule_store="slots"``; in progress): runs on
-cadence, never overlapping; a run whose schedule changed meanwhile settles into the new
-definition; a graceful stop hands unfinished runs back; a worker whose lease lapsed loses its
-runs to the reaper and goes on as a new incarnation; what the store cannot do yet is refused
-with a clear error."""
+"""A worker with schedules in the time slots: runs on cadence, never overlapping; a run whose
+schedule changed meanwhile settles into the new definition; a graceful stop hands unfinished
+runs back; a worker whose lease lapsed loses its runs to the reaper and goes on as a new
+incarnation."""
 
 from __future__ import annotations
 
@@ -16,19 +15,18 @@ import drumbeat
 from drumbeat import admin
 from drumbeat.admin.schedules import schedule_stats
 from drumbeat.autoscale import read_signal
-from drumbeat.errors import ConfigurationError
 from drumbeat.keys import Keys
 from drumbeat.schedule import phase_ms
 from drumbeat.scripts import Call
-from drumbeat.slot_changes import SlotChanges
-from drumbeat.slots import SlotScripts, parse_entry
+from drumbeat.schedules.changes import SlotChanges
+from drumbeat.schedules.slots import SlotScripts, parse_entry
 from drumbeat.worker.slotted import SlotLane
 from tests.conftest import running_worker
 from tests.helpers import wait_for_async
 
 
 def _app(redis_url: str, namespace: str, **settings: object) -> drumbeat.App:
-    return drumbeat.App(redis_url, namespace=namespace, schedule_store="slots", **settings)
+    return drumbeat.App(redis_url, namespace=namespace, **settings)
 
 
 def _now_ms(r: redis.Redis) -> int:
@@ -311,7 +309,7 @@ async def test_a_schedule_whose_run_is_in_flight_is_read_from_its_workers_lot(
     await app.aclose()
 
 
-def test_an_unknown_store_is_refused_and_a_removed_schedule_is_gone(
+def test_a_removed_schedule_is_gone(
     redis_url: str, namespace: str
 ) -> None:
     app = _app(redis_url, namespace)
@@ -322,8 +320,7 @@ def test_an_unknown_store_is_refused_and_a_removed_schedule_is_gone(
     app.schedule("a", t, every=5)
     assert app.unschedule("a") == 1
     assert app.unschedule("a") == 0
-    with pytest.raises(ConfigurationError, match="schedule_store must be one of wheel, slots"):
-        drumbeat.App(redis_url, namespace=namespace, schedule_store="lists")
+    assert app.get_schedule("a") is None
     app.close()
 
 

@@ -8,7 +8,7 @@ import asyncio
 
 from drumbeat.config import Settings
 from drumbeat.keys import Keys
-from drumbeat.slots import SlotClaim
+from drumbeat.schedules.slots import SlotClaim
 from drumbeat.worker.slotted import _PACE_MS, SlotLane
 
 

@@ -64,7 +64,6 @@ def _backing_off(app: drumbeat.App, redis_url: str, namespace: str) -> drumbeat.
     return job
 
 
-@pytest.mark.usefixtures("wheel_store")  # reads the wheel's keys
 def test_delayed_jobs_are_listed_soonest_first_without_markers(
     app: drumbeat.App, redis_url: str, namespace: str, page: Any
 ) -> None:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 import drumbeat
-from drumbeat import slot_reads
+from drumbeat.schedules import reads as slot_reads
 from drumbeat.dashboard import schedules as pages
 from drumbeat.keys import bucket_of
 from drumbeat.protocol import wheel_marker
@@ -40,7 +40,6 @@ def _info(app: drumbeat.App, schedule_id: str) -> drumbeat.ScheduleInfo:
     return info
 
 
-@pytest.mark.usefixtures("wheel_store")  # reads the wheel's keys
 def test_pause_resume_run_now_and_remove_from_the_page(app: drumbeat.App, page: Any) -> None:
     _make(app, ["a:1", "a:2", "a:3", "b:1"])
     with serve(app) as served:
@@ -88,7 +87,7 @@ def test_pause_resume_run_now_and_remove_from_the_page(app: drumbeat.App, page: 
 def test_the_page_lists_and_acts_on_schedules_kept_as_time_slots(
     redis_url: str, namespace: str, page: Any
 ) -> None:
-    app = drumbeat.App(redis_url, namespace=namespace, schedule_store="slots")
+    app = drumbeat.App(redis_url, namespace=namespace)
     app.task(name="tick")(_tick)
     _make(app, ["a:1", "a:2", "b:1"])
     # Limited: the wheel keeps it, and the page lists it after the time slots' schedules.
@@ -114,11 +113,10 @@ def test_the_page_lists_and_acts_on_schedules_kept_as_time_slots(
     app.close()
 
 
-@pytest.mark.parametrize("store", ["wheel", "slots"])
 def test_search_pages_cover_every_match_once(
     redis_url: str, namespace: str, store: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = drumbeat.App(redis_url, namespace=namespace, schedule_store=store)  # type: ignore[arg-type]
+    app = drumbeat.App(redis_url, namespace=namespace)  # type: ignore[arg-type]
     app.task(name="tick")(_tick)
     _make(app, [f"p:{i}" for i in range(600)] + [f"q:{i}" for i in range(20)])
     app.pause("p:3", "q:4")  # kept apart with the time slots: listed all the same
@@ -203,7 +201,6 @@ def test_read_only_hides_and_refuses_the_schedule_actions(app: drumbeat.App, pag
     assert app.redis.zscore(app.keys.ready, "s:r:1") is None, "no run was queued"
 
 
-@pytest.mark.usefixtures("wheel_store")  # reads the wheel's keys
 def test_the_last_runs_lateness_is_shown_and_in_the_json(
     app: drumbeat.App, redis_url: str, namespace: str, page: Any
 ) -> None:

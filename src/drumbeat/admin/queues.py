@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from drumbeat import connections
 from drumbeat.job import decode_progress
-from drumbeat.keys import DEFAULT_QUEUE, WHEEL_BUCKETS, Keys
+from drumbeat.keys import DEFAULT_QUEUE, Keys
 from drumbeat.protocol import (
     LEASES_HELD,
     MARKERS_FIELD,
@@ -22,7 +22,6 @@ from drumbeat.protocol import (
     PRIORITY_SPAN,
     parse_owner,
     ready_score,
-    wheel_marker,
 )
 
 from ._replies import int_or_none, pairs, text, time_ms
@@ -79,8 +78,8 @@ class QueueStats:
     """Jobs waiting in `ready`, indexed by priority 0..9, over all queues."""
     delayed: int
     """Jobs waiting in `due` (delayed, backing off before a retry, or a rate-limited start
-    booked); waiting schedules are counted by `schedule_stats`, and the markers of schedule
-    buckets and limiter keys that `due` also holds are left out."""
+    booked); waiting schedules are counted by `schedule_stats`, and the markers of limiter
+    keys that `due` also holds are left out."""
     running_total: int
     running: tuple[RunningJob, ...]
     """At most the ``running_limit`` leases closest to expiry."""
@@ -147,7 +146,6 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
                 low, high = level_range(priority)
                 pipe.zcount(k.ready, low, high)
             pipe.zcard(k.due)
-            pipe.zmscore(k.due, _MARKERS)  # schedule buckets' markers: not delayed jobs
             _leases(pipe, k, limit)
             pipe.hgetall(k.parking)
             pipe.hvals(k.busy)  # time-slot runs held: no leases, counted per worker
@@ -204,9 +202,9 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
     )
 
 
-# Replies per shard in `queue_stats`: ready per priority, due, its wheel markers, leases held,
-# the leases listed, the `parking` counters, the time-slot runs held per worker incarnation.
-_PER_SHARD = MAX_PRIORITY - MIN_PRIORITY + 7
+# Replies per shard in `queue_stats`: ready per priority, due, leases held, the leases listed,
+# the `parking` counters, the time-slot runs held per worker incarnation.
+_PER_SHARD = MAX_PRIORITY - MIN_PRIORITY + 6
 
 
 def _shard_counts(
@@ -223,11 +221,10 @@ def _shard_counts(
     for i, k in enumerate(shards):
         part = raw[i * _PER_SHARD : (i + 1) * _PER_SHARD]
         counts = [c + int(n) for c, n in zip(counts, part[:levels], strict=True)]
-        markers = sum(score is not None for score in part[levels + 1])
-        delayed += int(part[levels]) - markers
-        running_total += int(part[levels + 2]) + sum(int(n) for n in part[levels + 5])
-        listed += [(score, job_id, k) for job_id, score in pairs(part[levels + 3])]
-        for field, n in part[levels + 4].items():
+        delayed += int(part[levels])
+        running_total += int(part[levels + 1]) + sum(int(n) for n in part[levels + 4])
+        listed += [(score, job_id, k) for job_id, score in pairs(part[levels + 2])]
+        for field, n in part[levels + 3].items():
             parking[text(field)] += int(n)
     return QueueCounts(DEFAULT_QUEUE, tuple(counts), delayed), running_total, listed, parking
 
@@ -288,9 +285,6 @@ def _parked(counts: QueueCounts, parking: Mapping[str, int]) -> QueueCounts:
     parked = max(0, parking.get(PARKED_FIELD + counts.name, 0))
     delayed = max(0, counts.delayed - markers)
     return QueueCounts(counts.name, counts.ready_by_priority, delayed, parked)
-
-
-_MARKERS = [wheel_marker(bucket) for bucket in range(WHEEL_BUCKETS)]
 
 
 def ready_by_queue(stats: QueueStats) -> dict[str, tuple[int, ...]]:

@@ -17,7 +17,6 @@ from rich.console import RenderableType
 from rich.markup import escape
 from rich.table import Table
 
-from drumbeat.admin import migrate
 from drumbeat.app import App
 from drumbeat.cli import (
     AppArg,
@@ -41,7 +40,7 @@ from drumbeat.cli.tables import (
     print_table,
 )
 from drumbeat.schedule import Cadence
-from drumbeat.scheduler import ScheduleInfo
+from drumbeat.schedules import ScheduleInfo
 
 __all__ = ["cadence_text", "schedule_state", "schedules_cli"]
 
@@ -280,7 +279,7 @@ def schedules_show(
     table.add_row("misfires", str(info.misfires))
     table.add_row("generation", str(info.generation))
     if shards > 1:
-        # A limited or routed schedule lives with the jobs (see `Scheduler`).
+        # A limited or routed schedule lives with the jobs (see `ScheduleStore`).
         where = "jobs' shard" if home in (None, app.scheduler.jobs_shard) else f"{home} of {shards}"
         table.add_row("shard", where)
     table.add_row("last error", "-" if info.last_error is None else escape(info.last_error))
@@ -309,10 +308,7 @@ def _act(
 
 def _existing(app: App, ids: list[str]) -> list[str]:
     """The ids of ``ids`` that name a schedule, in order."""
-    if app.settings.schedule_store == "slots":  # a few ids typed on a command line
-        return [i for i in ids if app.get_schedule(i) is not None]
-    stored = app.scheduler.read(app.redis, ids)
-    return [i for i in ids if i in stored]
+    return [i for i in ids if app.get_schedule(i) is not None]  # a few ids typed on a command line
 
 
 def _report(n: int, ids: list[str], found: list[str], done: str, unchanged: str) -> None:
@@ -365,34 +361,3 @@ def schedules_rm(
             typer.confirm(f"Remove {len(found)} schedule(s) for good?", abort=True)
         n = app.unschedule(*found) if found else 0
     _report(n, targets, found, "removed", "were removed meanwhile")
-
-
-@schedules_cli.command("migrate")
-def schedules_migrate(
-    app_spec: AppArg,
-    to: Annotated[str, typer.Option("--to", help="The store to move them into: slots.")],
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
-) -> None:
-    """Move every schedule from the wheel into the time slots, with the workers stopped.
-
-    Totals, generations and due times are kept. Limited schedules and those that run in
-    another queue stay in the wheel, which keeps them with the time slots too. Run the workers
-    with schedule_store="slots" (DRUMBEAT_SCHEDULE_STORE=slots) afterwards.
-    """
-    with _opened(app_spec) as app:
-        if to != "slots":
-            raise CliError(f"--to must be slots (the only store to migrate into), got {to!r}", 2)
-        if not yes:
-            typer.confirm(
-                "Move every schedule into the time slots? Stop the workers first.", abort=True
-            )
-        try:
-            moved = migrate.to_slots(app)
-        except migrate.MigrationRefused as exc:
-            raise CliError(f"not migrated: {exc}") from None
-    kept = f", {moved.kept} limited or routed stay in the wheel" if moved.kept else ""
-    _out().print(
-        f"moved {moved.waiting} waiting and {moved.paused} paused schedules into the time "
-        f'slots{kept}; run the workers with schedule_store="slots" '
-        "(DRUMBEAT_SCHEDULE_STORE=slots)"
-    )

@@ -17,7 +17,7 @@ import typer
 
 from drumbeat import admin
 from drumbeat.scale_signal import Signal
-from drumbeat.scheduler import ScheduleInfo
+from drumbeat.schedules import ScheduleInfo
 
 __all__ = [
     "autoscale_json",

@@ -33,7 +33,6 @@ from drumbeat.protocol import (
     MAX_PRIORITY,
     MIN_PRIORITY,
     RUN_PREFIX,
-    WHEEL_PREFIX,
     parse_owner,
 )
 from drumbeat.schedule import decode_schedule_spec
@@ -59,9 +58,9 @@ __all__ = [
 PAGE = 50
 #: Running jobs listed (the leases closest to expiry first; the page sorts them by age).
 RUNNING_LIMIT = 100
-#: `due` reads one page of delayed jobs makes at most: markers (a schedule bucket's, a limiter
-#: key's) share `due` with the jobs and are skipped, so a stretch of markers (a million
-#: schedules have 16,384 buckets) ends a page short, with a cursor to go on from.
+#: `due` reads one page of delayed jobs makes at most: limiter keys' markers share `due` with
+#: the jobs and are skipped, so a stretch of markers ends a page short, with a cursor to go on
+#: from.
 DUE_READS = 8
 #: What a job's record does not hold, said on the page and in the JSON.
 NOT_RECORDED = (
@@ -313,9 +312,9 @@ class DueCursor:
 
 
 def _is_marker(member: str, state: bytes | None) -> bool:
-    """A schedule bucket's or limiter key's marker in `due`, not a job: it has the prefix and
-    no state (a job id may hold ``:``, but every job in `due` has a state)."""
-    return state is None and member.startswith((WHEEL_PREFIX, LIMIT_PREFIX))
+    """A limiter key's marker in `due`, not a job: it has the prefix and no state (a job id
+    may hold ``:``, but every job in `due` has a state)."""
+    return state is None and member.startswith(LIMIT_PREFIX)
 
 
 def delayed_json(
@@ -323,9 +322,8 @@ def delayed_json(
 ) -> dict[str, Any]:
     """The jobs waiting in ``queue``'s `due` (delayed, or backing off before a retry), the
     soonest due first, starting at ``after`` (the ``next`` of the previous page); markers are
-    skipped. ``in_due`` counts the members of `due`, markers included: telling them apart
-    (as the overview's delayed count does, with a ZMSCORE of the 16,384 bucket markers) would
-    cost a page five times what the listing does."""
+    skipped. ``in_due`` counts the members of `due`, markers included (the overview's delayed
+    count leaves them out by the `parking` counters)."""
     keys = app.job_keys[shard]
     due = keys.due_of(queue)
     with pipeline(app.redis, transaction=True) as pipe:

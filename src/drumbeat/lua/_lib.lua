@@ -175,52 +175,27 @@ local function wake_if_head(due_key, wake_key, id)
   return head[1] == id
 end
 
--- Schedules live in a timing wheel of buckets per shard (keys.py: WHEEL_BUCKETS, bucket_of):
--- `wheel:<b>` (zset: schedule id -> next due ms) and `schedules:<b>` (hash: id -> record) stay
--- small, so Redis stores them as listpacks, a few bytes per entry where a member of one big
--- sorted set costs ~120 B. `due` holds one marker "w:<b>" per bucket with waiting schedules,
--- scored at or before the bucket's earliest due time (early is harmless: promoting the bucket,
--- or a claim passing its due marker, settles it).
--- A run in flight is "s:<id>" in `ready`/`leases`/`state`, like a job, with a copy of its task
--- name and arguments in `jobs` while it waits in `ready` (a run taken straight from its bucket
--- has none: a worker that claims it again reads its record); the dedupkey field of its state
--- holds its due time, grid slot, generation, and 1 if run_now queued it (else 0), and once
--- its lease expired (reap.lua) ":<first start ms>", so its lateness counts to its first start:
+-- A schedule's run queued as a job (queue_runs.lua: its schedule is limited or routed) is
+-- "s:<id>" in `ready`/`leases`/`state`, like a job, its job record "<task name>|<schedule
+-- record>"; the dedupkey field of its state holds its due time, grid slot, generation, and 1 if
+-- run_now moved it ahead of its grid slot (else 0), and once its lease expired (reap.lua)
+-- ":<first start ms>", so its lateness counts to its first start:
 -- Layout (RUN_STATE_FIELDS): due:grid:gen:manual
 local RUN_PREFIX = 's:'
-local WHEEL_PREFIX = 'w:'
--- A bucket a claim reports steps aside this long, so other workers do not promote it too;
--- promoting re-scores its marker (and if the worker died, the bucket is due again then).
-local BUCKET_HOLD_MS = 1000
--- A reply names the buckets due within this horizon (at most UPCOMING) for the worker's next
--- claim: enough for a few claim cycles at 20,000 runs/s, few at low rates.
+-- A limiter marker a claim reports steps aside this long, so other workers do not release its
+-- key too (release_limits re-scores it; if the worker died, it is due again then).
+local LIMIT_HOLD_MS = 1000
+-- A claim reply names the slots due within this horizon (at most UPCOMING) for the worker's
+-- next claim: enough for a few claim cycles at 20,000 runs/s, few at low rates.
 local UPCOMING = 128
 local UPCOMING_MS = 100
--- Entries of a bucket a claim reads at once (see promote_buckets): a claim reaches a bucket when
--- its marker (its earliest due time) comes due, so most often one run is due there; two entries
--- give that run and the bucket's next due time in one call. Each entry read costs (a score
--- formatted by Redis and parsed by Lua), so not more.
-local WHEEL_READ = 2
 
 local function run_schedule_id(member)
   if string.sub(member, 1, 2) == RUN_PREFIX then return string.sub(member, 3) end
   return nil
 end
 
-local function wheel_bucket(member)
-  if string.sub(member, 1, 2) == WHEEL_PREFIX then return string.sub(member, 3) end
-  return nil
-end
-
--- Puts `id` in its bucket at `due` and pulls the bucket's marker forward if needed (ZADD LT
--- adds a missing marker and only ever lowers an existing one).
-local function wheel_add(due_key, wheel_key, bucket, id, due)
-  redis.call('ZADD', wheel_key, due, id)
-  redis.call('ZADD', due_key, 'LT', due, WHEEL_PREFIX .. bucket)
-end
-
--- A schedule's record (see schedule.py), kept under 64 bytes for a typical monitor so its
--- bucket stays a listpack:
+-- A schedule's record (see schedule.py), kept under 64 bytes for a typical monitor:
 -- Layout (SCHEDULE_FIELDS): gen|grid|flags|runs|failures|misfires|last_start|last_ms|late|task|spec
 -- flags = priority + PAUSED_FLAG if paused; last_start is stored relative to the grid slot (a
 -- few digits, not thirteen) and empty before the first run; late is how long after its due
@@ -265,23 +240,6 @@ local function format_schedule(s)
     s.late, s.task) .. s.spec
 end
 
--- What a run needs of a record (the record parser's result without its counters): generation
--- and grid slot (as written), flags (a number), task code and spec, or nil when unreadable. A
--- claim reads every record of every run it starts, so it does not build a table of all its
--- fields nor convert what it only copies.
-local function schedule_run_fields(v)
-  if not v then return nil end
-  local pattern = '^(%d+)|(%-?%d+)|(%d+)|%d+|%d+|%d+|%-?%d*|%d+|%d*|(%d+)|(.*)$'
-  local gen, grid, flags, task, spec = string.match(v, pattern)
-  if not gen then
-    local old = schedule_of_old_layout(v)
-    if not old then return nil end
-    gen, grid, flags, task, spec = string.match(old, pattern)
-    if not gen then return nil end
-  end
-  return gen, grid, flags + 0, task, spec
-end
-
 -- Task names are interned per shard (`tasks`: name -> code, "#<code>" -> name, "#" the last
 -- code), so a record holds a number instead of a dotted path. A schedule whose runs go to a
 -- queue other than the default one interns the pair: "<name> <queue>" -> code (names hold no
@@ -302,10 +260,6 @@ local function task_code(tasks_key, name, queue)
   return tostring(code)
 end
 
--- A schedule run's queue travels as a report in a claim's reply ("q:<queue>") when the caller
--- did not pass that queue's keys: the run stays in its bucket until a call that does.
-local ROUTE_PREFIX = 'q:'
-
 -- A claim's reply names each queue it serves that is paused ("p:<queue>", the name as
 -- `App.pause_queue` was given it: "default" for the default one), so the worker's time-slot
 -- lane holds schedule runs while the default queue is paused.
@@ -316,41 +270,6 @@ local function paused_set(pauses_key)
   local paused = {}
   for _, name in ipairs(redis.call('SMEMBERS', pauses_key)) do paused[name] = true end
   return paused
-end
-
--- The queues a script may route schedule runs to: `n` names from ARGV[name_at] on, each with
--- its `ready` and `wake` keys from KEYS[key_at] on (two per queue), by name.
-local function routes_from(n, name_at, key_at)
-  local routes = {}
-  for i = 0, n - 1 do
-    routes[ARGV[name_at + i]] = {ready = KEYS[key_at + 2 * i], wake = KEYS[key_at + 2 * i + 1]}
-  end
-  return routes
-end
-
--- Withdraws a schedule's run that waits in one of `ready_keys` (every queue's it may be in),
--- with its state and spec; a run claimed, parked or in `due` stays.
-local function withdraw_run(state_key, jobs_key, ready_keys, member)
-  for _, key in ipairs(ready_keys) do
-    if redis.call('ZREM', key, member) == 1 then
-      redis.call('HDEL', state_key, member)
-      redis.call('HDEL', jobs_key, member)
-      return
-    end
-  end
-end
-
--- The queue a schedule's runs go to ('' for the default one), by its task code.
-local function run_queue(tasks_key, task)
-  return redis.call('HGET', tasks_key, ROUTE_FIELD .. task) or ''
-end
-
-
--- True while the schedule's run is anywhere but its bucket (queued, leased, parked on a
--- limiter, waiting in `due`: every run out of its bucket has a state until it settles): the
--- schedule must not be in its bucket then.
-local function run_in_flight(state_key, member)
-  return redis.call('HEXISTS', state_key, member) == 1
 end
 
 -- Lateness histogram: a ring of LATENESS_WINDOWS windows of LATENESS_WINDOW_MS each, in one
@@ -480,7 +399,7 @@ local KEEP_VALUE = 'drumbeat keeps this field so that Redis stores this hash as 
 -- leases held leave it out (ZCOUNT up to "(+inf").
 local LEASES_KEEP = '~drumbeat keeps this member so that Redis stores this sorted set as a skiplist (docs/redis-keys.md)'
 
--- Claiming, shared by claim.lua and promote_runs.lua. `k` names the keys: state, owners,
+-- Claiming, shared by claim.lua and claim_urgent.lua. `k` names the keys: state, owners,
 -- leases, fence, ready, jobs. `c` is the claim: worker, now, lease_ms, and what it gathers: the
 -- reply (`out`) and the lateness of each schedule run started (`lateness`).
 
@@ -490,9 +409,8 @@ local function take_all(k, c, ids, specs, states)
   local n = #ids
   if n == 0 then return end
   local token = redis.call('INCRBY', k.fence, string.format('%d', n)) - n
-  -- The progress each job saved at its checkpoints in an earlier attempt (`k.progress` is nil
-  -- where no job can have any: runs promoted straight from their buckets).
-  local progress = k.progress and redis.call('HMGET', k.progress, unpack(ids)) or {}
+  -- The progress each job saved at its checkpoints in an earlier attempt.
+  local progress = redis.call('HMGET', k.progress, unpack(ids))
   -- What is written goes out in one call per key (see call_many), not three calls per item.
   -- Each write starts with the KEEP_FIELD of its hash (see there), and LEASES_KEEP: one call
   -- per claim keeps both hashes hash tables and `leases` a skiplist.
@@ -566,229 +484,6 @@ local function pop_ready(k, c, limit)
   local states = {}
   for i = 1, #ids do states[i] = parse_state(raw[i]) end
   take_all(k, c, ids, specs, states)
-end
-
--- Takes the due runs out of schedule buckets ({number, wheel key, schedules key} each) and
--- claims up to `limit` of them, the best priority first, straight from the buckets when
--- nothing waits in `ready`: then runs beyond `limit` stay in their buckets, due, for the next
--- claim of any worker, and buckets past the first that fill `limit` are not opened. When
--- `ready` holds anything, or the caller has no room (`limit` 0: a busy worker promotes so that
--- its checkpoints see what waits), every due run is queued there, where priority decides, and
--- the best `limit` are popped. Queued runs cost a write to `state`, `ready` and `jobs` each and
--- their reads when claimed: about twice the Redis CPU of a run claimed from its bucket
--- (`bench.redis_cpu harness`), so a pool that fell behind by queueing what it could not start
--- fell further behind. `k` adds seq, tasks, due to the claim keys.
--- Re-scores the marker of each bucket opened; returns true when a worker should be woken (runs
--- wait in `ready` or in a bucket, or a marker now comes due before the hold other workers saw).
--- `settle`: which markers are re-scored even when none of their buckets' runs is due yet: true
--- for all (the claim stepped them aside: one not opened goes back to its bucket's head), else a
--- set of bucket numbers. claim.lua names the passed buckets whose markers are due: a marker
--- left early (unschedule, pause, run_now, an upsert that moves a schedule later) would
--- otherwise stay due with nothing due behind it, and every claim would pass it along and
--- report its past time as the next due time, so an idle worker would claim without pause. A
--- passed bucket whose marker is not yet due keeps it as it is (no re-scoring on every claim),
--- and so does one not opened (its marker is due: another claim reports it).
-local function promote_buckets(k, c, buckets, limit, settle)
-  local names, early = {}, false
-  -- Runs of schedules routed to another queue (k.routes: queue name -> {ready, wake} keys the
-  -- caller passed) go to that queue's `ready`, whoever promotes them; `routes_of` caches each
-  -- task code's queue ('' for the default one), `routed` gathers them per queue, `missing`
-  -- the queues whose keys the caller did not pass (reported; their runs wait in the bucket).
-  local routes_of, routed, missing = {}, {}, {}
-  -- The markers' new scores (score, marker pairs) and the markers of emptied buckets, each
-  -- written in one call for all buckets, not one per bucket.
-  local marks, gone = {}, {}
-  -- Arguments passed as strings: Redis formats each number a script passes with %.17g (a
-  -- sprintf per bucket read), so they are formatted once per call. Scores are numbers: "+ 0"
-  -- converts them with one strtod, where tonumber() runs two.
-  local read_last, read_count = tostring(WHEEL_READ - 1), tostring(WHEEL_READ)
-  local now_text = string.format('%d', c.now)
-  local spare = limit > 0 and redis.call('ZCARD', k.ready) == 0
-  -- Per bucket opened: what leaves it and how to re-score its marker; `runs`: the due runs of
-  -- the default queue, {schedule id, due ms, due as sent, priority, the opened bucket, task
-  -- code, spec, grid, generation}, taken or queued once all buckets are read.
-  local opened, runs = {}, {}
-  for _, b in ipairs(buckets) do
-    if spare and #runs >= limit then
-      if settle ~= true then
-        -- Passed in due order: if this one is due, its runs are another worker's.
-        if settle[b[1]] then early = true end
-        break
-      end
-      -- A marker the claim stepped aside goes back to its bucket's head, due: another claim
-      -- takes its runs.
-      local head = redis.call('ZRANGE', b[2], '0', '0', 'WITHSCORES')
-      if head[2] then
-        marks[#marks + 1], marks[#marks + 2] = head[2], WHEEL_PREFIX .. b[1]
-        if head[2] + 0 < c.now + BUCKET_HOLD_MS then early = true end
-      else
-        gone[#gone + 1] = WHEEL_PREFIX .. b[1]
-      end
-    else
-      -- One read gives the due entries and the bucket's next due time after them, unless more
-      -- than WHEEL_READ - 1 are due (a backlog, or a bucket whose schedules fall due
-      -- together): then the rest of the due ones are read, and the new head after they leave.
-      -- Scores stay the strings Redis sent (integers: ms) where they are only copied: into
-      -- the run's state and back into `due` (a number would be formatted again on the way).
-      local head = redis.call('ZRANGE', b[2], '0', read_last, 'WITHSCORES')
-      local found, dues, raw, next_due, next_raw = {}, {}, {}, nil, nil
-      for j = 1, #head, 2 do
-        local score = head[j + 1] + 0
-        if score > c.now then next_due, next_raw = score, head[j + 1] break end
-        local m = #found + 1
-        found[m], dues[m], raw[m] = head[j], score, head[j + 1]
-      end
-      local whole = next_due ~= nil or #head < 2 * WHEEL_READ
-      if not whole then
-        -- The due entries after those read (offset WHEEL_READ: the same order), not all of
-        -- them again: Redis formats each score it replies (%.17g, a few thousand instructions).
-        local due = redis.call('ZRANGEBYSCORE', b[2], '-inf', now_text, 'WITHSCORES', 'LIMIT',
-          read_count, '-1')
-        for j = 1, #due, 2 do
-          local m = #found + 1
-          found[m], dues[m], raw[m] = due[j], due[j + 1] + 0, due[j + 1]
-        end
-      end
-      local bucket = {b = b, out = {}, whole = whole, next_due = next_due, next_raw = next_raw,
-                      found = #found, kept = false}
-      opened[#opened + 1] = bucket
-      if #found > 0 then
-        local records = redis.call('HMGET', b[3], unpack(found))
-        for j, id in ipairs(found) do
-          local gen, grid, flags, task, spec = schedule_run_fields(records[j])
-          local queue = ''
-          if gen and flags < PAUSED_FLAG then
-            if names[task] == nil then
-              local got = redis.call('HMGET', k.tasks, '#' .. task, ROUTE_FIELD .. task)
-              names[task], routes_of[task] = got[1] or '?', got[2] or ''
-            end
-            queue = routes_of[task]
-          end
-          if queue ~= '' and not (k.routes and k.routes[queue]) then
-            missing[queue] = true
-            bucket.kept = true
-          elseif not gen or flags >= PAUSED_FLAG then
-            bucket.out[#bucket.out + 1] = id  -- unreadable, or paused: no run
-          elseif queue == '' then
-            runs[#runs + 1] = {id, dues[j], raw[j], flags, bucket, task, spec, grid, gen}
-          else
-            bucket.out[#bucket.out + 1] = id
-            local into = routed[queue]
-            if not into then into = {{}, {}, {}}; routed[queue] = into end
-            local m = #into[1] + 1
-            into[1][m], into[2][m] = RUN_PREFIX .. id, names[task] .. '|' .. spec
-            into[3][m] = {attempt = 0, stalls = 0, priority = flags, seq = 0, due = dues[j],
-                          queue = queue, unknown = 0,
-                          key = raw[j] .. ':' .. grid .. ':' .. gen .. ':0'}
-          end
-        end
-      end
-    end
-  end
-  -- Which runs go: the best `limit` (priority, then due order) with room to spare, else all.
-  local order = {}
-  for i = 1, #runs do order[i] = i end
-  if spare and #runs > limit then
-    local mixed = false
-    for i = 2, #runs do
-      if runs[i][4] ~= runs[1][4] then mixed = true break end
-    end
-    -- Most schedules share one priority: then the order is already right, and the sort (a Lua
-    -- comparison per step) is skipped.
-    if mixed then
-      table.sort(order, function(a, b)
-        if runs[a][4] ~= runs[b][4] then return runs[a][4] > runs[b][4] end
-        return a < b
-      end)
-    end
-    for n = limit + 1, #order do
-      local run = runs[order[n]]
-      local bucket = run[5]
-      if not bucket.left or run[2] < bucket.left then
-        bucket.left, bucket.left_raw = run[2], run[3]
-      end
-      order[n] = nil
-    end
-  end
-  local ids, specs, states = {}, {}, {}
-  for n, i in ipairs(order) do
-    local run = runs[i]
-    local out = run[5].out
-    out[#out + 1] = run[1]
-    ids[n], specs[n] = RUN_PREFIX .. run[1], names[run[6]] .. '|' .. run[7]
-    states[n] = {attempt = 0, stalls = 0, priority = run[4], seq = 0, due = run[2], queue = '',
-                 unknown = 0, key = run[3] .. ':' .. run[8] .. ':' .. run[9] .. ':0'}
-  end
-  for _, bucket in ipairs(opened) do
-    local b = bucket.b
-    call_many('ZREM', b[2], bucket.out)
-    if bucket.left then
-      -- Runs it had no room for: its marker stays due at the first of them.
-      marks[#marks + 1], marks[#marks + 2] = bucket.left_raw, WHEEL_PREFIX .. b[1]
-      early = true
-    elseif bucket.kept then
-      -- Its due runs wait for a caller that passes their queue: the marker steps aside.
-      marks[#marks + 1], marks[#marks + 2] = string.format('%d', c.now + BUCKET_HOLD_MS),
-        WHEEL_PREFIX .. b[1]
-    elseif bucket.found > 0 or settle == true or settle[b[1]] then
-      local next_due, next_raw = bucket.next_due, bucket.next_raw
-      if not bucket.whole then
-        local after = redis.call('ZRANGE', b[2], '0', '0', 'WITHSCORES')
-        next_due, next_raw = after[2] and after[2] + 0 or nil, after[2]
-      end
-      if next_due then
-        marks[#marks + 1], marks[#marks + 2] = next_raw, WHEEL_PREFIX .. b[1]
-        if next_due < c.now + BUCKET_HOLD_MS then early = true end
-      else
-        gone[#gone + 1] = WHEEL_PREFIX .. b[1]
-      end
-    end
-  end
-  call_many('ZADD', k.due, marks)
-  call_many('ZREM', k.due, gone)
-  for queue in pairs(missing) do c.out[3][#c.out[3] + 1] = ROUTE_PREFIX .. queue end
-  for queue, into in pairs(routed) do
-    local seq = redis.call('INCRBY', k.seq, string.format('%d', #into[1])) - #into[1]
-    for i = 1, #into[3] do into[3][i].seq = seq + i end
-    queue_all(k, into[1], into[2], into[3], k.routes[queue].ready)
-    wake(k.routes[queue].wake)
-  end
-  if #ids == 0 then return early end
-  local seq = redis.call('INCRBY', k.seq, string.format('%d', #ids)) - #ids
-  for i = 1, #ids do states[i].seq = seq + i end
-  if spare then
-    -- A run taken here has no copy of its spec in `jobs`: a worker that claims it again
-    -- (handed back, or its lease lapsed) reads its record.
-    take_all(k, c, ids, specs, states)
-    return early
-  end
-  queue_all(k, ids, specs, states)
-  pop_ready(k, c, limit)
-  return early or redis.call('ZCARD', k.ready) > 0
-end
-
--- The markers of `due` that come due soon, at most `want`, as two lists: those due already
--- (markers only), then the others due within UPCOMING_MS, each followed by its score (ms, as
--- Redis formats it), as ZRANGEBYSCORE gives them. A worker passes the buckets ("w:<b>") of
--- those due by the time of its next claim to that claim, which then takes their runs itself
--- instead of reporting them (one call per cycle, not two). The times let it pass only those:
--- each bucket passed costs a claim about 2 µs of Redis CPU, due or not. Those due already need
--- no time (the claim's own is theirs), and Redis formats every score it replies (%.17g: some
--- 3,500 instructions each), so a pool that fell behind, whose whole list is due, gets none.
--- The worker picks the buckets out (it skips limiter markers): a loop here over 128 markers
--- cost Redis as much as the query itself. A worker asks only when its list runs short
--- (UPCOMING_MS), since the query costs Redis more than an empty claim: `want` 0 reads nothing
--- and replies false.
-local function upcoming_markers(due_key, now, want)
-  if want <= 0 then return false end
-  want = math.min(want, UPCOMING)
-  local now_text = string.format('%d', now)
-  local due_now = redis.call('ZRANGEBYSCORE', due_key, '-inf', now_text, 'LIMIT', '0',
-    string.format('%d', want))
-  if #due_now >= want then return {due_now, {}} end
-  return {due_now, redis.call('ZRANGEBYSCORE', due_key, '(' .. now_text,
-    string.format('%d', now + UPCOMING_MS), 'WITHSCORES', 'LIMIT', '0',
-    string.format('%d', want - #due_now))}
 end
 
 -- Limits (acquire_limits.lua, release_limits.lua). A limiter key's `limit:<key>` hash holds
@@ -876,7 +571,7 @@ local function limit_attention(l, now, horizon)
   return math.floor(math.max(at or now, now + LIMIT_RECHECK_MS))
 end
 
--- Time slots (docs/design/time-slots.md; Settings.schedule_store "slots", the default): `slot:<ms>`
+-- Time slots (docs/design/time-slots.md), the schedule store: `slot:<ms>`
 -- lists hold entries "<schedule id>|<record>" (or "<id>;<stalls>;<due>;<first start>|<record>"
 -- for a run back from a lapsed lease, at the slot's end: `stalled` counts them), `where` names
 -- the slot of each (for a run in flight: the slot it was claimed from), a claim's lots
@@ -908,6 +603,16 @@ end
 
 -- What `where` says of a paused schedule: its entry waits in `paused`, in no slot.
 local PAUSED_AT = 'p'
+-- What `where` says of a schedule whose run waits or runs as a job (queue_runs.lua): its
+-- record is the job's (`jobs`), and its claim's token fences it, not a slot.
+local QUEUED_AT = 'q'
+
+-- The entry of `id` in the slot `where` says (`at`; its key `slot_key`), or nil: none there
+-- (in flight, or queued as a job).
+local function entry_at(slot_key, at, id)
+  if at == QUEUED_AT or at == PAUSED_AT then return nil end
+  return slotted_entry(slot_key, id)
+end
 
 -- A `pending` value split: whether a pause waits for the schedule's run in flight to settle
 -- (a leading 'P'), and the change that waits with it (a definition, '-' removed; nil: none).
@@ -938,4 +643,48 @@ local function entry_paused(entry, paused)
   if not s then return nil end
   s.paused = paused
   return id .. '|' .. format_schedule(s)
+end
+
+-- The worker's next entry for a schedule changed in flight (`change`: its definition as
+-- upserted, "<due>|<grid>|<priority>|<task code>|<spec>"): true when the entry has that
+-- definition (unchanged, or sent again), else the entry with it (totals and pause kept, a new
+-- generation) and its due time; nil when either cannot be read.
+local function with_change(entry, change)
+  local due, grid, priority, task, spec =
+    string.match(change, '^(%d+)|(%-?%d+)|(%d+)|(%d+)|(.*)$')
+  local id, record = string.match(entry, '^([^|;]+)|(.*)$')
+  local s = id and parse_schedule(record)
+  if not due or not s then return nil end
+  priority = priority + 0
+  if s.priority == priority and s.task == task and s.spec == spec then return true end
+  s.gen, s.grid, s.priority, s.task, s.spec = s.gen + 1, grid + 0, priority, task, spec
+  return id .. '|' .. format_schedule(s), due
+end
+
+-- What becomes of a settled run's next `entry` given what waits for its schedule in `pending`
+-- (`value`, or nil): returns the entry to push into its next slot (nil: none), the reply (1,
+-- or "<due ms>|<entry>": the new definition's first slot, whose key the caller did not pass,
+-- so the run stays in flight and the worker sends it again there), and whether the schedule
+-- was removed. A pause waiting puts the entry in `paused`, and `where` says so.
+local function settle_entry(id, entry, value, pending_key, paused_key, where_key)
+  local pause, change = pending_parts(value)
+  if change == '-' then return nil, 1, true end
+  if change then
+    local merged, due = with_change(entry, change)
+    if merged == true then
+      redis.call('HDEL', pending_key, id)  -- applied: the entry goes as sent
+    elseif merged and pause then
+      entry = merged  -- paused below: no slot to send it to
+    elseif merged then
+      return nil, due .. '|' .. merged, false
+    end
+  end
+  local paused = pause and entry_paused(entry, true)
+  if paused then
+    redis.call('HSET', paused_key, id, paused)
+    redis.call('HSET', where_key, id, PAUSED_AT)
+    redis.call('HDEL', pending_key, id)
+    return nil, 1, false
+  end
+  return entry, 1, false
 end

@@ -1,5 +1,4 @@
--- Claims due runs of schedules kept as time slots (docs/design/time-slots.md; the default
--- store, Settings.schedule_store "slots"): takes the entries of the due slots the worker passed
+-- Claims due runs of schedules from the time slots (docs/design/time-slots.md): takes the entries of the due slots the worker passed
 -- (the upcoming slots of its last reply), as many as it has room for (the rest stay due in their
 -- slot), each slot's into a list of this claim's, its "lot" (`claimed:<incarnation>:<n>:<ms>`:
 -- a whole slot is renamed, in O(1); of a slot with more than the room left, the first entries

@@ -1,7 +1,7 @@
 -- Lends a busy worker's slot: claims the most urgent ready job of the queues it serves if its
 -- priority is at least ARGV[2] (strictly above the priority of the job that lends its slot),
--- with a lease and a fresh fencing token like claim.lua. Promotes nothing and opens no schedule
--- bucket: it only looks at the heads of the served `ready` keys, of the queues not paused.
+-- with a lease and a fresh fencing token like claim.lua. Promotes nothing: it only looks at
+-- the heads of the served `ready` keys, of the queues not paused.
 --
 -- KEYS[1] jobs (hash)   KEYS[2] state (hash)   KEYS[3] owners (hash)   KEYS[4] leases (zset)
 -- KEYS[5] fence (string) KEYS[6] progress (hash) KEYS[7] lateness (hash)

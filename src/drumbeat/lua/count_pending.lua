@@ -6,8 +6,8 @@
 -- KEYS[1] leases (zset)  KEYS[2] busy (hash)  KEYS[3] parking (hash)  KEYS[4] pauses (set)
 -- KEYS[3 + 2q] ready (zset), KEYS[4 + 2q] due (zset) of the q-th queue (q = 1: the default)
 -- ARGV[1] window ms: entries of `due` scored at or before now + window count as pending
--- ARGV[2] the most entries read from each `due` (schedule-bucket and limiter markers among
---         them are skipped: they are no job)
+-- ARGV[2] the most entries read from each `due` (limiter markers among them are skipped:
+--         they are no job)
 -- ARGV[2 + q] the q-th queue's name ("default" for the default queue)
 -- Returns {ready, due within the window, held (leases and time-slot runs), parked,
 --          ms from now until the first due entry counted (-1: none), jobs of paused queues
@@ -25,8 +25,7 @@ for q = 1, #ARGV - 2 do
   local entries = redis.call('ZRANGE', KEYS[4 + 2 * q], '-inf', horizon, 'BYSCORE', 'LIMIT', '0',
                              limit, 'WITHSCORES')
   for i = 1, #entries, 2 do
-    local prefix = string.sub(entries[i], 1, 2)
-    if prefix ~= WHEEL_PREFIX and prefix ~= LIMIT_PREFIX then
+    if string.sub(entries[i], 1, 2) ~= LIMIT_PREFIX then
       queue_due = queue_due + 1
       local at = math.max(0, tonumber(entries[i + 1]) - now)
       if queue_first < 0 or at < queue_first then queue_first = at end

@@ -1,6 +1,5 @@
 -- Gives back runs a worker claimed from time slots and will not run (a graceful stop past
--- shutdown_grace, or runs whose settle Redis refused for good; the default
--- store, Settings.schedule_store "slots"): each run still in flight (`where` names the slot it was
+-- shutdown_grace, or runs whose settle Redis refused for good): each run still in flight (`where` names the slot it was
 -- claimed from) goes back, as it was claimed, into a due slot (a run back from a lapsed lease
 -- at the slot's end, counted in `stalled`), leaves its lot (so a reaper cannot put it back
 -- twice) and the incarnation's count in `busy`, and the lateness its claim counted is taken

@@ -1,9 +1,7 @@
--- Pauses schedules kept as time slots (Settings.schedule_store "slots", the default;
--- pause_schedules.lua does it for the wheel): an entry waiting in its slot moves to `paused`,
--- its record's flags saying so, and `where` says "p". A run in flight finishes, and its settle
+-- Pauses schedules by id: an entry waiting in its slot moves to `paused`, its record's flags
+-- saying so, and `where` says "p". A run in flight or queued as a job finishes, and its settle
 -- pauses the schedule (a 'P' before its change in `pending`). A run back from a lapsed lease
--- that waits in a slot is withdrawn with its entry, as the wheel withdraws a run not yet
--- claimed. The caller read `where` first, as for slot_schedules.lua.
+-- that waits in a slot is withdrawn with its entry. The caller read `where` first, as for slot_schedules.lua.
 --
 -- KEYS[1] slots (zset)  KEYS[2] where (hash)  KEYS[3] pending (hash)  KEYS[4] paused (hash)
 -- KEYS[5] stalled (hash)  KEYS[5 + i] slot:<ms> its entry was read in (any slot key when
@@ -23,7 +21,7 @@ for i = 1, n do
   elseif not at or at == PAUSED_AT or change == '-' then
     out[i] = 0
   else
-    local entry = slotted_entry(key, id)
+    local entry = entry_at(key, at, id)
     local paused = entry and entry_paused(entry, true)
     if paused then
       unslot_entry(key, at, entry, KEYS[5])

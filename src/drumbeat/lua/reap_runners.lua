@@ -1,9 +1,9 @@
 -- Takes back the runs of worker process incarnations whose lease in `runners` lapsed (time
--- slots; Settings.schedule_store "slots", the default): each run still in flight (`where` names the
+-- slots): each run still in flight (`where` names the
 -- slot it was claimed from: no settle or hand-back moved it on) goes back into a due slot,
 -- at its end (`stalled` counts them there), marked with one more stall, its due time and its
 -- first start (so its lateness still counts to its first start, and after max_stalls its next
--- claim counts it failed without running it, as reap.lua does for the wheel's runs); the
+-- claim counts it failed without running it, as reap.lua does for runs queued as jobs); the
 -- incarnation's lots, its `inflight` hash, its entry in `runners` and its count in `busy` go,
 -- so its late settles
 -- are refused (`where` moved on) and its next claim is told it was reaped. The caller read the

@@ -1,5 +1,5 @@
--- Renews the lease of a worker process incarnation on its time-slot runs (the default
--- store, Settings.schedule_store "slots"; see claim_slots.lua), unless the reaper took them back.
+-- Renews the lease of a worker process incarnation on its time-slot runs (see
+-- claim_slots.lua), unless the reaper took them back.
 --
 -- KEYS[1] runners (zset)
 -- ARGV[1] incarnation  ARGV[2] lease ms

@@ -1,5 +1,4 @@
--- Resumes paused schedules kept as time slots (Settings.schedule_store "slots", the default;
--- resume_schedules.lua does it for the wheel): a paused entry goes into the slot of its next
+-- Resumes paused schedules by id: a paused entry goes into the slot of its next
 -- due time from now, with that grid slot (the caller worked both out from the entry it read:
 -- the paused stretch is not caught up); a pause waiting for a run in flight is called off. The
 -- caller read `where` and `paused` first: an entry changed since it read it (an upsert) is

@@ -1,5 +1,4 @@
--- Runs schedules kept as time slots once now (Settings.schedule_store "slots", the default;
--- run_now.lua does it for the wheel): a waiting entry moves to the slot of now. Its record
+-- Runs schedules once now, by id: a waiting entry moves to the slot of now. Its record
 -- keeps the grid slot it waited for, so its worker sees a run due before its grid slot (an
 -- extra run) and puts the schedule back in that slot after it. A paused entry runs too:
 -- unpaused for the run, and paused again when it settles (a 'P' in `pending`). An entry due
@@ -33,7 +32,7 @@ for i = 1, n do
       redis.call('HDEL', KEYS[4], id)
       set_pending(KEYS[3], id, true, change)
     end
-  elseif tonumber(at) > tonumber(now) then
+  elseif at ~= QUEUED_AT and tonumber(at) > tonumber(now) then
     entry = slotted_entry(key, id)  -- nil: in flight
     if entry and string.match(entry, '^[^|;]+;') then
       entry = nil  -- a run back from a lapsed lease: it waits in a due slot, to run again

@@ -25,22 +25,6 @@
 -- entries ("<id>|<record>"); then (schedule id, error text) of each failed run, to the end
 -- Returns per run: 1 settled, 0 refused, or "<due ms>|<entry>" to send again into that slot
 
--- The worker's next entry for a schedule changed in flight (`change`: its definition as
--- upserted, "<due>|<grid>|<priority>|<task code>|<spec>"): true when the entry has that
--- definition (unchanged, or sent again), else the entry with it (totals and pause kept, a new
--- generation) and its due time; nil when either cannot be read.
-local function with_change(entry, change)
-  local due, grid, priority, task, spec =
-    string.match(change, '^(%d+)|(%-?%d+)|(%d+)|(%d+)|(.*)$')
-  local id, record = string.match(entry, '^([^|;]+)|(.*)$')
-  local s = id and parse_schedule(record)
-  if not due or not s then return nil end
-  priority = priority + 0
-  if s.priority == priority and s.task == task and s.spec == spec then return true end
-  s.gen, s.grid, s.priority, s.task, s.spec = s.gen + 1, grid + 0, priority, task, spec
-  return id .. '|' .. format_schedule(s), due
-end
-
 local n, d = tonumber(ARGV[2]), tonumber(ARGV[3])
 -- Each run's schedule id and the slot it was claimed from, in the order of the entries.
 local ids, froms, at = {}, {}, d + 4
@@ -91,32 +75,16 @@ for j = 8 + d, #KEYS do
       run = run + 1
       local id = ids[run]
       if out[run] == 1 then
-        local pause, change = pending_parts(changes and changes[run])
-        local entry, due = ARGV[e], nil
-        if change == '-' then
-          entry = nil
+        local entry, reply, removed =
+          settle_entry(id, ARGV[e], changes and changes[run], KEYS[3], KEYS[7], KEYS[1])
+        out[run] = reply
+        if removed then
           gone[#gone + 1] = id
-        elseif change then
-          local merged
-          merged, due = with_change(entry, change)
-          if merged == true then
-            redis.call('HDEL', KEYS[3], id)  -- applied: the entry goes as sent
-          elseif merged and pause then
-            entry = merged  -- paused below: no slot to send it to
-          elseif merged then
-            out[run], entry = due .. '|' .. merged, nil
-          end
-        end
-        local paused = pause and entry and entry_paused(entry, true)
-        if paused then
-          redis.call('HSET', KEYS[7], id, paused)
-          where[#where + 1], where[#where + 2] = id, PAUSED_AT
-          redis.call('HDEL', KEYS[3], id)
         elseif entry then
           push[#push + 1] = entry
           where[#where + 1], where[#where + 2] = id, ms
         end
-        if out[run] == 1 and change ~= '-' then kept[id] = true end
+        if reply == 1 and not removed then kept[id] = true end
       end
     end
     if #push > 0 then

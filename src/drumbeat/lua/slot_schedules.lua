@@ -1,36 +1,36 @@
--- Creates or updates schedules kept as time slots, by id (the default store,
--- Settings.schedule_store "slots"; upsert_schedules.lua does it for the wheel, with the same rules): an unchanged
--- definition keeps its place and totals; a changed one gets a new generation and its new first
--- due time, unless its run is in flight (its entry is not in the slot `where` names): then its
+-- Creates or updates schedules by id: an unchanged definition keeps its place and totals; a
+-- changed one gets a new generation and its new first due time, unless its run is in flight
+-- (its entry is not in the slot `where` names: claimed, or queued as a job): then its
 -- definition waits in `pending`, and the run's settle, which has its record, applies it if it
 -- changed (2 is answered either way). A paused schedule's entry is changed where it waits, in
--- `paused`. The caller read `where` first (a script may only touch
--- the keys it is passed): a schedule whose entry is no longer where the caller read it (it
--- moved meanwhile: a settle, the reaper) is answered -1, to be sent again.
+-- `paused`. The caller read `where` first (a script may only touch the keys it is passed): a
+-- schedule whose entry is no longer where the caller read it (it moved meanwhile: a settle,
+-- the reaper) is answered -1, to be sent again.
 --
 -- KEYS[1] slots (zset)  KEYS[2] where (hash)  KEYS[3] pending (hash)  KEYS[4] tasks (hash)
 -- KEYS[5] wake (zset)  KEYS[6] stalled (hash)  KEYS[7] paused (hash)
 -- KEYS[6 + 2i] slot:<ms> its entry was read in (or any slot key, when `where` had no ms),
 -- KEYS[7 + 2i] slot:<ms> of its first due time, of the i-th schedule
--- ARGV[1] n (schedules); then groups of 7, one per schedule: id, the ms `where` gave (empty
--- if none), priority, first grid slot ms, first due ms, task code's name, spec
+-- ARGV[1] n (schedules); then groups of 8, one per schedule: id, the ms `where` gave (empty
+-- if none), priority, first grid slot ms, first due ms, task name, the queue its runs go to
+-- (empty: the default one), spec
 -- Returns one integer per schedule: 1 created, 2 updated (or in flight), 0 unchanged, -1
 -- moved: send again
 local n = tonumber(ARGV[1])
 local out, woke = {}, false
 for i = 1, n do
-  local a = 1 + (i - 1) * 7
+  local a = 1 + (i - 1) * 8
   local id, read, priority = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
-  local grid, due, spec = ARGV[a + 4], ARGV[a + 5], ARGV[a + 7]
+  local grid, due, spec = ARGV[a + 4], ARGV[a + 5], ARGV[a + 8]
   local old_key, new_key = KEYS[6 + 2 * i], KEYS[7 + 2 * i]
-  local task = task_code(KEYS[4], ARGV[a + 6], '')
+  local task = task_code(KEYS[4], ARGV[a + 6], ARGV[a + 7])
   local at = redis.call('HGET', KEYS[2], id)
   local paused = at == PAUSED_AT
   local entry = nil
   if at == read and paused then
     entry = redis.call('HGET', KEYS[7], id)
   elseif at and at == read then
-    entry = slotted_entry(old_key, id)
+    entry = entry_at(old_key, at, id)
   end
   local pause, change = pending_parts(redis.call('HGET', KEYS[3], id))
   if (at or '') ~= read then

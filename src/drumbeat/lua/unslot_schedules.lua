@@ -1,7 +1,6 @@
--- Removes schedules kept as time slots, by id (Settings.schedule_store "slots", the default;
--- unschedule.lua does it for the wheel): an entry waiting in its slot, or paused, goes at
--- once; a schedule whose run is in flight is marked removed in `pending`, and the run's settle
--- drops it. Its last error goes too. The caller read `where` first, as for slot_schedules.lua.
+-- Removes schedules by id: an entry waiting in its slot, or paused, goes at once; a schedule
+-- whose run is in flight or queued as a job is marked removed in `pending`, and the run's
+-- settle drops it. Its last error goes too. The caller read `where` first, as for slot_schedules.lua.
 --
 -- KEYS[1] slots (zset)  KEYS[2] where (hash)  KEYS[3] pending (hash)  KEYS[4] faults (hash)
 -- KEYS[5] stalled (hash)  KEYS[6] paused (hash)  KEYS[6 + i] slot:<ms> its entry was read in
@@ -19,7 +18,7 @@ for i = 1, n do
   elseif not at then
     out[i] = 0
   else
-    local entry = at ~= PAUSED_AT and slotted_entry(key, id)
+    local entry = entry_at(key, at, id)
     if at == PAUSED_AT or entry then
       if entry then
         unslot_entry(key, at, entry, KEYS[5])

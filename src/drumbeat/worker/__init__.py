@@ -2,7 +2,7 @@
 
 - `process`: the `Worker` itself: starts, supervises and stops the parts below.
 - `running`: each claimed job as a task, to its outcome; lost leases and cancels.
-- `claiming`: the claim loop (shards, the idle wait, schedule buckets, spec refill).
+- `claiming`: the claim loop (shards, the idle wait, the time slots' lane after each claim).
 - `claims`: the claims held, keyed by (job id, fencing token), and the running ones.
 - `settling`: outcomes to Redis in batches, one table from outcome type to script.
 - `leases`: the heartbeat thread that renews leases and registers the worker.

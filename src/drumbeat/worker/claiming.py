@@ -1,8 +1,8 @@
 """Claiming: the loop that takes jobs and schedule runs for the worker's free slots.
 
 It claims shard after shard (starting at a rotating one, so none starves), at most as many
-items as slots are free (a busy worker never prefetches), takes the runs of the schedule
-buckets a claim reported, and blocks in Redis when there is nothing to do. It claims only from
+items as slots are free (a busy worker never prefetches): jobs, then the runs of the due time
+slots (`slotted.SlotLane`), and blocks in Redis when there is nothing to do. It claims only from
 the queues the worker serves (one claim takes from all of them, best first); schedules belong
 to the default queue, so schedule shards are claimed from only when the worker serves it. It
 owns the claim connection (`Link`), the pipelined idle wait (`Waiter`) and the clock offset to
@@ -17,7 +17,6 @@ its shard's master.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import dataclasses
 import logging
 import time
@@ -28,10 +27,8 @@ import redis
 import redis.asyncio as aredis
 
 from drumbeat.config import Settings
-from drumbeat.keys import DEFAULT_QUEUE, bucket_of
-from drumbeat.protocol import FIELD_SEP, RUN_PREFIX, UPCOMING
+from drumbeat.keys import DEFAULT_QUEUE
 from drumbeat.replies import Claimed, ClaimResult
-from drumbeat.schedule import parse_record
 from drumbeat.scripts import Call, Scripts
 
 from .claims import ClaimTable
@@ -45,11 +42,7 @@ log = logging.getLogger("drumbeat.worker")
 
 # A busy worker whose jobs checkpoint promotes what comes due at most this often (seconds).
 _BUSY_PROMOTE_EVERY = 0.05
-# A claim takes the runs of the upcoming buckets due by this long after it is sent (ms): it
-# reaches Redis a little later, and a bucket that comes due meanwhile and was not passed is
-# reported instead (its runs then cost a promote_runs call of their own).
-_UPCOMING_SLACK_MS = 5
-# With schedules kept as time slots (whose runs the lane claims), a shard whose claim found no
+# In a shard with time slots (whose runs the lane claims), a shard whose claim found no
 # job waiting (none in `ready`, none due soon) is not claimed from again for this long (s),
 # unless a signal, or an idle wait's wake, says jobs came: an empty claim costs Redis as much
 # as a time-slot claim of 30 runs, and this process a round trip. A job enqueued meanwhile
@@ -59,11 +52,6 @@ _JOBS_QUIET_S = 0.02
 _SHORT_WAIT_S = 0.05
 # How long dropping the outstanding idle wait waits for its pop to end (s): see `cancel_block`.
 _CANCEL_WAIT_S = 0.01
-# A claim asks for a new list of upcoming buckets only when what is left of the last one ends
-# within this long after the buckets it passes (ms): the query costs Redis more than an empty
-# claim (1.3 M instructions for 128 markers, against 0.23 M: `bench.redis_cpu harness
-# --callgrind`), and at 20,000 runs/s one list covers some 40 ms, several claims.
-_UPCOMING_AHEAD_MS = 20
 
 
 class Claimer:
@@ -82,9 +70,6 @@ class Claimer:
         self.worker_id = worker_id
         self.queues = queues
         """The queues served, the default one first if served."""
-        self.routes: list[str] = []
-        """The other queues due schedule runs may go to (this app's tasks' queues, and those
-        a claim reported: a run of a queue not passed stays in its bucket for a second)."""
         self.jobs = jobs
         """The first ``jobs`` shards are job shards (every queue); the rest schedule shards."""
         # Schedule shards hold only schedules, kept by the default queue (whose runs, with
@@ -107,11 +92,6 @@ class Claimer:
         """Pops dropped whose cancel was not honoured (`cancel_block`), until they end."""
         self._giving_back: set[asyncio.Future[Any]] = set()
         """Put-backs of wake markers dropped pops took (referenced until they end)."""
-        # Per shard: the schedule buckets heading `due` at the last reply, with the time each
-        # comes due; the next claim takes the runs of those due by then itself (claim.lua).
-        self._upcoming: dict[int, list[tuple[int, int]]] = {}
-        # Per shard, the upcoming buckets (and times) the claim in flight passes.
-        self._passed: dict[int, list[tuple[int, int]]] = {}
         self._next_due_ms: int | None = None
         self._due_sooner = asyncio.Event()
         self.lendable: Callable[[], bool] = lambda: False
@@ -123,7 +103,8 @@ class Claimer:
         """Makes the call that moves on the jobs parked on limiter keys whose markers a claim
         found due (`limiting.Gate.release_call`)."""
         self.lane: SlotLane | None = None
-        """With schedules kept as time slots: claims their runs after each shard's claim."""
+        """Claims the runs of the time slots after each shard's claim (None: the worker does not
+        serve the default queue, whose schedules are)."""
         self._quiet_until = [0.0] * len(self.shards)
         """Per shard, until when (monotonic) its claim of jobs is skipped (`_JOBS_QUIET_S`)."""
         self._jobs_due: list[int | None] = [None] * len(self.shards)
@@ -235,7 +216,7 @@ class Claimer:
             call = self._claim_call(0, 0)
             assert self._link is not None
             (result,) = await self._link.run([call])
-            await self._took(0, result, 0)
+            await self._took(0, result)
             self._next_due_ms = result.next_due_ms
 
     async def _claim(self, free: int) -> tuple[int, int, int | None]:
@@ -252,7 +233,7 @@ class Claimer:
             if not slotted or time.monotonic() >= self._quiet_until[shard]:
                 call = self._claim_call(shard, free - claimed)
                 (result,) = await self._link.run([call])
-                took, result = await self._took(shard, result, free - claimed)
+                took, result = await self._took(shard, result)
                 claimed += took
                 now_ms = result.now_ms
                 if slotted:
@@ -285,7 +266,7 @@ class Claimer:
         skips the shard's next claims of jobs for `_JOBS_QUIET_S` if it found none waiting
         and none due sooner."""
         self._jobs_due[shard] = result.next_due_ms
-        if not took and result.best < 0 and not result.buckets and (
+        if not took and result.best < 0 and (
             result.next_due_ms is None
             or result.next_due_ms > result.now_ms + _JOBS_QUIET_S * 1000
         ):  # fmt: skip
@@ -301,78 +282,24 @@ class Claimer:
             self._start(shard, job)
         return len(runs), self.lane.next_due(shard, result), result.now_ms
 
-    async def _took(self, shard: int, result: ClaimResult, free: int) -> tuple[int, ClaimResult]:
-        """Starts what a claim took; takes the runs of the due schedule buckets it reported
-        (as many as there are free slots; the rest wait in their buckets). Returns (started, the
-        last reply)."""
+    async def _took(self, shard: int, result: ClaimResult) -> tuple[int, ClaimResult]:
+        """Starts what a claim took, and moves on the jobs parked on the limiter keys whose
+        markers it found due. Returns (started, the reply)."""
         assert self._link is not None
-        s, took = self.settings, 0
         self._schedules_paused[shard] = DEFAULT_QUEUE in result.paused
-        self._keep_passed(shard, result)
-        while True:
-            self._clock_offset_ms = result.now_ms - int(time.time() * 1000)
-            if result.upcoming_asked:
-                self._upcoming[shard] = list(zip(result.upcoming, result.upcoming_at, strict=True))
-            if shard < self.jobs:
-                self.on_best(result.best, shard)
-            if any(job.spec is None for job in result.jobs):
-                await self._fill_run_specs(shard, result.jobs)
-            for job in result.jobs:
-                self._start(shard, job)
-            took += len(result.jobs)
-            if result.limiters and self.release_limits is not None:
-                # The claim stepped these markers aside for a second: move their jobs on now,
-                # and wake for the first start that booked (the reply predates it).
-                (released,) = await self._link.run(
-                    [self.release_limits(shard, "", result.limiters)]
-                )
-                due = released[1]
-                if due >= 0 and (result.next_due_ms is None or due < result.next_due_ms):
-                    result = dataclasses.replace(result, next_due_ms=due)
-            for queue in result.routes:
-                if queue not in self.routes:
-                    self.routes.append(queue)
-            if not result.buckets:
-                return took, result
-            # The claim stepped these buckets aside for a second: promote them now.
-            call = self.shards[shard].promote_runs(
-                result.buckets, self.worker_id, free - took, s.lease_ms, self.routes
-            )
-            (result,) = await self._link.run([call])
-
-    def _keep_passed(self, shard: int, result: ClaimResult) -> None:
-        """Puts the buckets the claim passed that were not due yet when it ran back at the
-        head of the list, for the next claim: the claim did not open them (their runs were
-        not due), and dropped from the list they were reported when they came due, each
-        report a promote_runs call of its own (a pool of 20,000 monitors every 5 s made one
-        for every other claim). A fresh list (asked for) holds them already."""
-        passed = self._passed.pop(shard, None)
-        if not passed or result.upcoming_asked:
-            return
-        later = [entry for entry in passed if entry[1] > result.now_ms]
-        if later:
-            self._upcoming[shard] = later + self._upcoming.get(shard, [])
-
-    async def _fill_run_specs(self, shard: int, jobs: list[Claimed]) -> None:
-        """A schedule's run taken straight from its bucket carries no copy of its spec in
-        `jobs`; if it is claimed again (handed back, or its lease expired), its spec is read
-        from the schedule's record here."""
-        assert self._client is not None
-        runs = [j for j in jobs if j.spec is None and j.id.startswith(RUN_PREFIX)]
-        if not runs:
-            return
-        keys = self.shards[shard].k
-        async with self._client.pipeline(transaction=False) as pipe:
-            for job in runs:
-                schedule_id = job.id[len(RUN_PREFIX) :]
-                pipe.hget(keys.schedules(bucket_of(schedule_id)), schedule_id)
-            pipe.hgetall(keys.tasks)
-            *records, tasks = await pipe.execute()
-        for job, record in zip(runs, records, strict=True):
-            if record is not None:  # else the runner reports the run unreadable
-                parsed = parse_record(record)
-                name = tasks.get(b"#" + parsed.task_code.encode(), b"?")
-                job.spec = name + FIELD_SEP.encode() + parsed.spec
+        self._clock_offset_ms = result.now_ms - int(time.time() * 1000)
+        if shard < self.jobs:
+            self.on_best(result.best, shard)
+        for job in result.jobs:
+            self._start(shard, job)
+        if result.limiters and self.release_limits is not None:
+            # The claim stepped these markers aside for a second: move their jobs on now, and
+            # wake for the first start that booked (the reply predates it).
+            (released,) = await self._link.run([self.release_limits(shard, "", result.limiters)])
+            due = released[1]
+            if due >= 0 and (result.next_due_ms is None or due < result.next_due_ms):
+                result = dataclasses.replace(result, next_due_ms=due)
+        return len(result.jobs), result
 
     async def _wait_for_work(
         self, free: int, now_ms: int, next_due_ms: int | None
@@ -436,14 +363,14 @@ class Claimer:
             raw = await self._waiter.block_then(call)
         except PopRefused as refused:  # (ASK while the slot migrates, MOVED after)
             if refused.claim is not None:  # the claim behind it ran: what it took starts
-                await self._took(0, call.parse(refused.claim), free)
+                await self._took(0, call.parse(refused.claim))
             self._wait_failed(refused.refused)
             return None
         except Exception as exc:
             self._wait_failed(exc)
             return None
         result = call.parse(raw) if raw is not None else await call.arun(self._client)
-        took, last = await self._took(0, result, free)
+        took, last = await self._took(0, result)
         self._next_due_ms = last.next_due_ms
         if self.lane is not None and 0 in self.lane.held:
             # The loop claims the time slots next: this claim stands for shard 0's of jobs,
@@ -471,39 +398,12 @@ class Claimer:
 
     def _claim_call(self, shard: int, limit: int) -> Call[ClaimResult]:
         """A claim of up to ``limit`` items from one shard: a job shard claims from every queue
-        served, a schedule shard from its default queue (its schedules')."""
+        served, a schedule shard from its default queue (its schedules' runs queued as jobs)."""
         s = self.settings
         queues = self.queues if shard < self.jobs else [DEFAULT_QUEUE]
-        # Schedule buckets live in the default queue's `due`: only with it first. Only those
-        # due by the time the claim runs: each bucket passed costs Redis about 2 µs, due or
-        # not, and at light load most of the upcoming ones are not due yet (passing them all
-        # was most of a run's Redis CPU there: `bench.cluster_periodic`).
-        buckets: list[int] = []
-        want = 0
-        # Schedules live in the main shard and the schedule shards, none in other job shards.
-        if queues[0] == DEFAULT_QUEUE and (shard == 0 or shard >= self.jobs):
-            by = self.now_ms() + _UPCOMING_SLACK_MS
-            known = self._upcoming.get(shard, [])  # in due order, as Redis gave it
-            n = bisect.bisect_right(known, by, key=lambda entry: entry[1])
-            # Each due bucket holds a run at least, and a claim opens buckets only until its
-            # slots are filled: passing more costs Redis and this process for nothing (a pool
-            # that fell behind passed 128 a claim). A busy worker (no slots) passes them all.
-            if limit > 0:
-                n = min(n, limit)
-            buckets = [b for b, _ in known[:n]]
-            # What is passed leaves the list (this claim re-scores those markers); a bucket
-            # missing from a list that is not fresh is reported by the claim when it comes due.
-            rest = known[n:]
-            self._upcoming[shard] = rest
-            self._passed[shard] = known[:n]
-            # Asked again when the list ends soon, unless it still holds a claim's worth: a
-            # pool that fell behind has a list of due buckets, and asked on every claim.
-            if not rest or (rest[-1][1] <= by + _UPCOMING_AHEAD_MS and len(rest) < limit):
-                want = UPCOMING
         return self.shards[shard].claim(
-            self.worker_id, limit, s.lease_ms, s.batch_limit, buckets, queues=queues,
-            routes=self.routes if buckets else (), upcoming=want,
-        )  # fmt: skip
+            self.worker_id, limit, s.lease_ms, s.batch_limit, queues=queues
+        )
 
     async def _pop_any(self) -> Any:
         """Pops a marker off any wake key: one ``BZPOPMIN`` over all of them, or on a cluster

@@ -28,8 +28,8 @@ log = logging.getLogger("drumbeat.worker")
 #: How often the pending work is read while jobs run (a worker with nothing pending is seen
 #: idle after one read; a finished job within about this long).
 POLL = 0.02
-#: The most entries `count_pending.lua` reads from each `due`: markers of schedule buckets and
-#: limiter keys are skipped among them, and a test has far fewer delayed jobs than this.
+#: The most entries `count_pending.lua` reads from each `due`: markers of limiter keys are
+#: skipped among them, and a test has far fewer delayed jobs than this.
 DUE_READ = 1000
 
 # The ends of a run that ran the task (a hand-back, a park or a stop ran nothing, or will run

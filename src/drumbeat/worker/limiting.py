@@ -30,7 +30,6 @@ from drumbeat.scripts import Call, Scripts
 
 if TYPE_CHECKING:
     from drumbeat.app import App
-    from drumbeat.scheduler import Schedule
     from drumbeat.task import Task
 
 log = logging.getLogger("drumbeat.worker")
@@ -117,13 +116,6 @@ class Gate:
                     f"task {task.name!r} names limiter {name!r}, which is not declared; call "
                     f"app.limiter({name!r}, rate=..., concurrency=...) where the tasks are"
                 )
-
-    async def move_to_wheel(self, schedule: Schedule) -> None:
-        """Moves a schedule from the time slots to the wheel: its task has limits, and only
-        the wheel's runs can wait for them (`slot_store.aupsert` sends a limited schedule
-        there and takes it out of the time slots; a run in flight there is dropped at its
-        settle)."""
-        await self.app.aschedule_many([schedule])
 
     def keys_of(self, task: Task[Any, Any], spec: Spec) -> list[tuple[str, Limit]]:
         """The limiter keys a run of ``task`` with this call must hold (empty: unlimited)."""

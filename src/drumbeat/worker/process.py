@@ -25,6 +25,7 @@ from drumbeat.errors import ConfigurationError, WorkerCrashed
 from drumbeat.keys import DEFAULT_QUEUE, check_name
 from drumbeat.protocol import MAX_PRIORITY, MIN_PRIORITY
 from drumbeat.runner import Runner
+from drumbeat.schedules.upgrade import move_wheel
 from drumbeat.scripts import Scripts
 
 from .checkpoints import Lending
@@ -119,7 +120,6 @@ class Worker:
             start=self.runs.start, stopping=self._stopping, queues=self.queues, jobs=jobs,
         )  # fmt: skip
         self.runs.now_ms = self.claimer.now_ms
-        self.claimer.routes = [q for q in app.queues() if q != DEFAULT_QUEUE]
         self.gate = Gate(app, self.shards, self.queues)
         self.gate.check()
         self.runner.gate = self.gate
@@ -165,9 +165,9 @@ class Worker:
         self.lending.heard(priority, queue, shard)
 
     def _time_slots(self, jobs: int) -> SlotLane | None:
-        """With schedules kept as time slots (and the default queue served: schedules belong
-        to it), the lane that claims their runs, wired into the claim loop and housekeeping."""
-        if self.settings.schedule_store != "slots" or self.queues[0] != DEFAULT_QUEUE:
+        """With the default queue served (schedules belong to it), the lane that claims the
+        runs of the time slots, wired into the claim loop and housekeeping."""
+        if self.queues[0] != DEFAULT_QUEUE:
             return None
         held = [0, *range(jobs, len(self.shards))]
         lane = SlotLane(self.id, [s.k for s in self.shards], self.settings, held)
@@ -266,6 +266,8 @@ class Worker:
         parts: list[asyncio.Task[None]] = []
         try:
             await connections.acheck_server(client)
+            if self.lane is not None:  # what an older version left in the timing wheel
+                await asyncio.to_thread(move_wheel, self.app.redis, self.app.scheduler.shards)
             await self.claimer.open(client, None if nodes is None else Routed(nodes))
             self.gate.client = client
             self.lending.open(client)

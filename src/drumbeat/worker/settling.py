@@ -25,20 +25,21 @@ from drumbeat.outcomes import (
     Done,
     HandBack,
     Outcome,
+    Queued,
     Resettle,
     RunDone,
     Unknown,
 )
-from drumbeat.protocol import RUN_PREFIX, run_due_ms
+from drumbeat.protocol import RUN_PREFIX
 from drumbeat.replies import Claimed
+from drumbeat.schedules.slots import Settled, SlotScripts
 from drumbeat.scripts import Call, Scripts
-from drumbeat.slots import Settled, SlotScripts
 
 from .claims import Claim, ClaimTable
 from .link import Link
 from .retrying import Backoff, is_transient
 from .routing import Routed
-from .slotted import handback_ids, handed_back, settle_item
+from .slotted import finish_item, handback_ids, handed_back, queue_item, settle_item
 from .tally import TALLY_INTERVAL, Tally
 
 log = logging.getLogger("drumbeat.worker")
@@ -50,8 +51,9 @@ class Kind:
 
     what: str
     """What settling does, for logs."""
-    script: Callable[[Scripts, str, Settings], Callable[[Sequence[Any]], Call[list[int]]]]
-    """The script call for a batch of one shard (its `Scripts`) and one queue."""
+    script: Callable[[Scripts, str, Settings], Callable[[Sequence[Any]], Call[list[int]]]] | None
+    """The script call for a batch of one shard (its `Scripts`) and one queue (None: built by
+    `Settler._calls` itself)."""
     item: Callable[[Claimed, Any], tuple[Any, ...]]
     """The script's item for one claim and its outcome; its first two fields are id, token."""
     counts: Callable[[Any], tuple[int, int]]
@@ -109,31 +111,42 @@ KINDS: dict[type[Outcome], Kind] = {
         lambda j, o: (j.id, j.token),
         lambda o: (0, 0), by_queue=True,
     ),
-    RunDone: Kind(
-        "reschedule", lambda s, q, cfg: s.finish_runs,
-        lambda j, o: (j.id, j.token, o.outcome, o.duration_ms, o.generation, o.grid_ms,
-                      o.due_ms, o.error, run_due_ms(j.extra)),
-        lambda o: (1, int(o.outcome == "fail")),
-    ),
 }  # fmt: skip
 
-# A run of the time slots is settled by settle_slots.lua, whatever its outcome (always a
-# `RunDone`, or the `Resettle` of a schedule changed while it ran), one call per incarnation.
+# A schedule's run, whatever its outcome (a `RunDone`, or the `Resettle` of a schedule changed
+# while it ran), is settled into the time slots: by settle_slots.lua, one call per incarnation,
+# when claimed from them; by finish_runs.lua when it ran as a job. A time-slot run queued as a
+# job (`Queued`) goes by queue_runs.lua, one call per incarnation and queue.
 SLOT_KIND = Kind(
-    "reschedule",
-    lambda s, q, cfg: s.finish_runs,
-    lambda j, o: (),
+    "reschedule", None, lambda j, o: (),
     lambda o: (1, int(o.outcome == "fail")) if isinstance(o, RunDone) else (0, 0),
-)
+)  # fmt: skip
+QUEUE_KIND = Kind("queue as a job", None, lambda j, o: (), lambda o: (0, 0))
 
 
 def _slot_item(job: Claimed, outcome: Outcome) -> Settled:
+    """The settle of a schedule's run (claimed from the time slots, or run as a job)."""
     if isinstance(outcome, Resettle):
         sid = job.id[len(RUN_PREFIX) :]
-        assert job.slot_run is not None
-        return Settled(sid, outcome.entry, outcome.due_ms, job.slot_run.slot_ms, outcome.error)
+        slot_ms = 0 if job.slot_run is None else job.slot_run.slot_ms
+        return Settled(sid, outcome.entry, outcome.due_ms, slot_ms, outcome.error)
     assert isinstance(outcome, RunDone)
-    return settle_item(job, outcome)
+    return settle_item(job, outcome) if job.slot_run is not None else finish_item(job, outcome)
+
+
+def _group_of(claim: Claim, outcome: Outcome) -> tuple[Any, ...]:
+    """The script call an outcome goes in: a time-slot run's by its incarnation ("slot"), or
+    its queue too when it goes there as a job ("queue"); a run that ran as a job ("finish");
+    a job's by its kind of outcome, and its queue when the script writes to it ("job")."""
+    run = claim.job.slot_run
+    if run is not None:
+        if isinstance(outcome, Queued):
+            return ("queue", claim.shard, run.incarnation, outcome.queue)
+        return ("slot", claim.shard, run.incarnation)
+    if isinstance(outcome, RunDone | Resettle):
+        return ("finish", claim.shard)
+    of = type(outcome)
+    return ("job", claim.shard, of, claim.job.queue if KINDS[of].by_queue else "")
 
 
 # One script call: what it does, and the outcomes it settles, in the order of its items.
@@ -264,40 +277,40 @@ class Settler:
         await self._tallied(link, counts)
 
     def _calls(self, batch: Sequence[tuple[Claim, Outcome]]) -> list[_Batch]:
-        """One script call per kind of outcome, per shard, per `batch_limit` items."""
-        groups: dict[tuple[int, type[Outcome], str], list[tuple[Claim, Outcome]]] = {}
-        slotted: dict[tuple[int, str], list[tuple[Claim, Outcome]]] = {}
+        """One script call per kind of outcome, per shard (and queue, or incarnation, as the
+        script needs), per `batch_limit` items."""
+        groups: dict[tuple[Any, ...], list[tuple[Claim, Outcome]]] = {}
         for item in batch:
-            claim, outcome = item
-            run = claim.job.slot_run
-            if run is not None:
-                slotted.setdefault((claim.shard, run.incarnation), []).append(item)
-                continue
-            kind_of = type(outcome)
-            key = (claim.shard, kind_of, claim.job.queue if KINDS[kind_of].by_queue else "")
-            group = groups.get(key)
-            if group is None:
-                groups[key] = [item]
-            else:
-                group.append(item)
+            groups.setdefault(_group_of(*item), []).append(item)
         calls: list[_Batch] = []
-        for (shard, kind_of, queue), items in groups.items():
-            kind = KINDS[kind_of]
-            make = kind.script(self.shards[shard], queue, self.settings)
-            for i in range(0, len(items), self.limit):
-                chunk = items[i : i + self.limit]
-                calls.append((make([kind.item(c.job, o) for c, o in chunk]), kind, chunk))
-        for (shard, incarnation), items in slotted.items():
-            slots = SlotScripts(self.shards[shard].k)
+        for group, items in groups.items():
+            # The lots all settled go with the first settle of their incarnation.
             run = items[0][0].job.slot_run
-            assert run is not None
-            drops = run.claims.drops()
+            drops = run.claims.drops() if group[0] == "slot" and run is not None else []
             for i in range(0, len(items), self.limit):
-                chunk = items[i : i + self.limit]
-                settled = [_slot_item(c.job, o) for c, o in chunk]
-                calls.append((slots.settle(incarnation, settled, drops), SLOT_KIND, chunk))
+                calls.append(self._call(group, items[i : i + self.limit], drops))
                 drops = []
         return calls
+
+    def _call(
+        self, group: tuple[Any, ...], chunk: list[tuple[Claim, Outcome]], drops: list[str]
+    ) -> _Batch:
+        """The script call of one chunk of a group of `_group_of`."""
+        what, shard = group[0], group[1]
+        if what == "job":
+            kind = KINDS[group[2]]
+            assert kind.script is not None
+            make = kind.script(self.shards[shard], group[3], self.settings)
+            return make([kind.item(c.job, o) for c, o in chunk]), kind, chunk
+        slots = SlotScripts(self.shards[shard].k)
+        if what == "queue":
+            runs = [queue_item(c.job) for c, _ in chunk]
+            return slots.queue_runs(group[2], group[3], runs), QUEUE_KIND, chunk
+        settled = [_slot_item(c.job, o) for c, o in chunk]
+        if what == "slot":
+            return slots.settle(group[2], settled, drops), SLOT_KIND, chunk
+        tokens = [c.job.token for c, _ in chunk]
+        return slots.finish_runs(list(zip(tokens, settled, strict=True))), SLOT_KIND, chunk
 
     async def _send(
         self, link: Link | Routed, calls: list[_Batch]

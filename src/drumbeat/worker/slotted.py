@@ -1,20 +1,22 @@
-"""The worker's lane for schedules kept as time slots (`Settings.schedule_store` "slots", the
-default; docs/design/time-slots.md).
+"""The worker's lane for the time slots, where every schedule waits (docs/design/time-slots.md).
 
 It claims the due slots of each schedule shard (those the last reply listed as upcoming), turns
 their entries into `Claimed` runs for the runner, builds each run's next entry when it ends
-(`settle_item`), and keeps the process's lease in each shard's `runners` under an incarnation
-of its own there: the runs it holds in a shard are its while that lease lives. A reaped
-incarnation (its lease lapsed: a long freeze) has lost its runs in that shard to other workers;
-the lane then takes a new incarnation there, and the settles of the old one's runs are refused.
-A claim's entries wait in Redis in its lots (one list per slot it took from), for the reaper;
-the lane reads them in the same write as the claim, counts the runs of each lot left to settle
-(`Claims`), and a settle drops the lots all settled.
+(`settle_item`; `queue_item` when the runner sends a run of a limited or routed schedule to its
+queue as a job, `finish_item` when that job ends), and keeps the process's lease in each
+shard's `runners` under an incarnation of its own there: the runs it holds in a shard are its
+while that lease lives. A reaped incarnation (its lease lapsed: a long freeze) has lost its
+runs in that shard to other workers; the lane then takes a new incarnation there, and the
+settles of the old one's runs are refused. A claim's entries wait in Redis in its lots (one
+list per slot it took from), for the reaper; the lane reads them in the same write as the
+claim, counts the runs of each lot left to settle (`Claims`), and a settle drops the lots all
+settled.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import logging
 import math
@@ -28,20 +30,22 @@ import redis.asyncio as aredis
 from drumbeat.config import Settings
 from drumbeat.keys import Keys
 from drumbeat.outcomes import RunDone
-from drumbeat.protocol import FIELD_SEP, RUN_PREFIX, SCHEDULE_FIELDS
+from drumbeat.protocol import FIELD_SEP, ROUTE_FIELD, RUN_PREFIX, SCHEDULE_FIELDS, run_times
 from drumbeat.replies import Claimed, SlotRun
-from drumbeat.scripts import Call
-from drumbeat.slots import (
+from drumbeat.schedules.slots import (
     UPCOMING,
     Claims,
     Entry,
     Lot,
+    Queueing,
     Settled,
     SlotClaim,
     SlotScripts,
     read_lot,
     settled_fields,
+    settled_record,
 )
+from drumbeat.scripts import Call
 
 from .claims import Claim
 
@@ -95,6 +99,9 @@ class SlotLane:
         self._per_slot = [1.0 for _ in keys]
         """Per shard, the entries a slot gave a claim lately (a moving average)."""
         self._names: list[dict[str, bytes]] = [{} for _ in keys]
+        """Per shard, task code -> task name (the `tasks` table)."""
+        self._routes: list[dict[str, str]] = [{} for _ in keys]
+        """Per shard, task code -> the queue its runs go to, for the codes of routed ones."""
         self._random = random.Random()
         self._passed: list[tuple[list[int], int]] = [([], 0) for _ in keys]
         """Per shard, the slots the last claim passed and the room it had."""
@@ -157,6 +164,7 @@ class SlotLane:
         else:
             self._upcoming[shard] = self._left(shard, result) + self._upcoming[shard]
         claims, names, now = self.claims[shard], self._names[shard], result.now_ms
+        routes = self._routes[shard]
         whole = [t for t in result.taken if t]
         if whole:
             self._per_slot[shard] = (self._per_slot[shard] + sum(whole) / len(whole)) / 2
@@ -177,7 +185,10 @@ class SlotLane:
             if codes:
                 await self._learn(shard, sorted(codes), client)
             claims.took(lot.name, len(split))
-            runs += [self._claimed(e, f, now, names, claims=claims, lot=lot.name) for e, f in split]
+            runs += [
+                self._claimed(e, f, now, names, routes, claims=claims, lot=lot.name)
+                for e, f in split
+            ]
         return result, runs
 
     def _left(self, shard: int, result: SlotClaim) -> list[int]:
@@ -185,7 +196,7 @@ class SlotLane:
         not due yet when it ran (sent up to `_SLACK_MS` early, it reached Redis before them),
         and, when its room ran out, the due ones from the last it took from on. Dropped from
         the list, a slot waited for the next list of upcoming slots, some 50-80 ms later
-        (lateness p99 71 ms at 10,000 schedules every 5 s, against the wheel's 2 ms)."""
+        (lateness p99 71 ms at 10,000 schedules every 5 s)."""
         passed, room = self._passed[shard]
         self._passed[shard] = ([], 0)
         left = [ms for ms in passed if ms > result.now_ms]
@@ -195,11 +206,16 @@ class SlotLane:
         return left
 
     async def _learn(self, shard: int, codes: list[str], client: aredis.Redis) -> None:
-        """Task names of task codes (the `tasks` table: ``#<code>`` -> name)."""
+        """Task names of task codes, and the queue of a routed one (the `tasks` table:
+        ``#<code>`` -> name, ``#q<code>`` -> queue)."""
         key = self.scripts[shard].k.tasks
-        got = await client.hmget(key, [f"#{c}" for c in codes])
-        for code, name in zip(codes, got, strict=True):
+        fields = [f for c in codes for f in (f"#{c}", f"{ROUTE_FIELD}{c}")]
+        got = await client.hmget(key, fields)
+        for i, code in enumerate(codes):
+            name, queue = got[2 * i], got[2 * i + 1]
             self._names[shard][code] = b"?" if name is None else _bytes(name)
+            if queue is not None:
+                self._routes[shard][code] = _text(queue)
 
     def _claimed(
         self,
@@ -207,6 +223,7 @@ class SlotLane:
         fields: list[str],
         now_ms: int,
         names: dict[str, bytes],
+        routes: dict[str, str],
         *,
         claims: Claims,
         lot: str,
@@ -218,6 +235,8 @@ class SlotLane:
             return Claimed(RUN_PREFIX + e.schedule_id, None, e.stalls + 1, e.stalls,
                            next(self._tokens), 0, f"{e.due_ms}:0:0:0", slot_run=run)  # fmt: skip
         gen, grid, flags, code, spec = fields[0], fields[1], fields[2], fields[9], fields[10]
+        if routes:
+            run.queue = routes.get(code)
         # A run due before its grid slot was moved ahead by `App.run_now`: its schedule goes
         # back to that slot after it (the runner's "manual" run).
         extra = f"{e.due_ms}:{grid}:{gen}:{1 if int(grid) > e.due_ms else 0}"
@@ -317,6 +336,34 @@ def settle_item(job: Claimed, outcome: RunDone) -> Settled:
     except ValueError:
         record = FIELD_SEP.join(run.fields)
     return Settled(sid, f"{sid}|{record}", outcome.due_ms, run.slot_ms, error)
+
+
+def queue_item(job: Claimed) -> Queueing:
+    """A time-slot run going to its queue as a job: its job record carries the schedule's
+    record as claimed, from which `finish_item` builds the next one."""
+    run = job.slot_run
+    assert run is not None and job.spec is not None
+    name = job.spec.partition(FIELD_SEP.encode())[0]
+    record = name + b"|" + FIELD_SEP.join(run.fields).encode()
+    return Queueing(job.id[len(RUN_PREFIX) :], run.slot_ms, record, job.priority, job.extra,
+                    job.stalls, run.claimed_ms)  # fmt: skip
+
+
+def finish_item(job: Claimed, outcome: RunDone) -> Settled:
+    """The settle of a run that ran as a job (`queue_item`): its schedule's next entry, built
+    from the record its job carries. A record that cannot be read goes back as it was (the
+    runner reported it)."""
+    sid = job.id[len(RUN_PREFIX) :]
+    record = (job.spec or b"").partition(FIELD_SEP.encode())[2].decode(errors="replace")
+    due, first = run_times(job.extra)
+    error = outcome.error if outcome.outcome == "fail" else None
+    with contextlib.suppress(ValueError):  # unreadable: it goes back as it was
+        record = settled_record(
+            record, outcome=outcome.outcome, started_ms=outcome.started_ms,
+            duration_ms=outcome.duration_ms, next_grid_ms=outcome.grid_ms, due_ms=due,
+            first_start_ms=first,
+        )  # fmt: skip
+    return Settled(sid, f"{sid}|{record}", outcome.due_ms, 0, error)
 
 
 def _text(value: bytes | str) -> str:

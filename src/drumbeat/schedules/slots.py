@@ -1,16 +1,17 @@
-"""Schedules kept as time slots: the default store (the wheel keeps what they cannot yet).
+"""The time slots: the store every schedule waits in.
 
-Each schedule waits as one entry, ``<id>|<record>`` (the record as the wheel writes it), in the
-list of the millisecond it is due (`Keys.slot`); a claim renames each due slot it takes whole
-into a lot of its own (`Keys.claimed`), which the worker reads in the same write, and the
-settle pushes each schedule's next entry, which the worker builds (`settled_record`), into its
-next slot. A run is its claimer's while `where` still names the slot it was claimed from; the
-lots only let the reaper find the runs of a worker whose lease lapsed. Redis does no per-run
-parsing, and the entries pass through Lua only when settled (`bench.slots_probe --scripts
-drumbeat` counts Redis's instructions a run). The plan, and what is not built yet:
-``docs/design/time-slots.md``. ``Settings.schedule_store = "slots"``, the default.
+Each schedule waits as one entry, ``<id>|<record>``, in the list of the millisecond it is due
+(`Keys.slot`); a claim renames each due slot it takes whole into a lot of its own
+(`Keys.claimed`), which the worker reads in the same write, and the settle pushes each
+schedule's next entry, which the worker builds (`settled_record`), into its next slot. A run is
+its claimer's while `where` still names the slot it was claimed from; the lots only let the
+reaper find the runs of a worker whose lease lapsed. Redis does no per-run parsing, and the
+entries pass through Lua only when settled (`bench.slots_probe --scripts drumbeat` counts
+Redis's instructions a run). A run of a schedule with limits or routed to another queue goes to
+its queue as a job for its one attempt instead (`SlotScripts.queue_runs`), and is settled from
+there (`SlotScripts.finish_runs`). The design: ``docs/design/time-slots.md``.
 
-Changes by id (upsert, remove, pause, resume, run now) are `slot_changes.SlotChanges`.
+Changes by id (upsert, remove, pause, resume, run now) are `changes.SlotChanges`.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio as aredis
 
-from .keys import Keys
-from .protocol import FIELD_SEP
-from .scripts import Call
+from drumbeat.keys import DEFAULT_QUEUE, Keys
+from drumbeat.protocol import FIELD_SEP, RUN_PREFIX
+from drumbeat.replies import parse_ints
+from drumbeat.scripts import Call
 
 #: Most upcoming slots a claim reply names (UPCOMING in _lib.lua).
 UPCOMING = 128
@@ -141,9 +143,9 @@ def settled_record(
     due_ms: int | None,
     first_start_ms: int | None = None,
 ) -> str:
-    """A schedule's record after one of its runs: what ``after_run`` in finish_runs.lua
-    writes for a run of the record's own generation (``outcome`` ok, fail or skip), byte for
-    byte. ``due_ms`` None: the run's due time is unknown, so its lateness counts as 0."""
+    """A schedule's record after one of its runs (``outcome`` ok, fail or skip): its totals,
+    last start, duration and lateness, and its next grid slot. ``due_ms`` None: the run's due
+    time is unknown, so its lateness counts as 0."""
     return settled_fields(
         record.split(FIELD_SEP, 10), outcome=outcome, started_ms=started_ms,
         duration_ms=duration_ms, next_grid_ms=next_grid_ms, due_ms=due_ms,
@@ -181,6 +183,22 @@ def settled_fields(
         ran = f"{duration_ms}|{lateness}"
         rel = str(started_ms - next_grid_ms) if started_ms > 0 else ""
     return f"{gen}|{next_grid_ms}|{flags}|{runs}|{fails}|{misf}|{rel}|{ran}|{task}|{spec}"
+
+
+@dataclass(frozen=True, slots=True)
+class Queueing:
+    """A time-slot run going to its queue as a job (`SlotScripts.queue_runs`)."""
+
+    schedule_id: str
+    slot_ms: int
+    """The slot it was claimed from (refused unless `where` names it)."""
+    record: bytes
+    """Its job record: ``<task name>|<schedule record>``, the record as claimed."""
+    priority: int
+    run_key: str
+    """``<due>:<grid>:<generation>:<manual>[:<first start ms>]`` (`protocol.RUN_STATE_FIELDS`)."""
+    stalls: int
+    claimed_ms: int
 
 
 @dataclass(slots=True)  # not frozen, as `Entry`
@@ -350,3 +368,27 @@ class SlotScripts:
         keys += [k.inflight(incarnation), k.busy, *(k.claimed(incarnation, lot) for lot in lots)]
         args: list[str | int] = [back_ms, len(lots), *lots, incarnation, *ids]
         return Call("handback_slots", keys, args, int)
+
+    def queue_runs(self, incarnation: str, queue: str, runs: Sequence[Queueing]) -> Call[list[int]]:
+        """Queues ``runs`` of ``incarnation`` as jobs of ``queue`` for their one attempt
+        (their schedules are limited or routed: queue_runs.lua); 1 queued or 0 refused each."""
+        k = self.k
+        keys = [k.where, k.jobs, k.state, k.seq, k.busy, k.lateness, k.queues]
+        keys += [k.ready_of(queue), k.wake_of(queue)]
+        args: list[str | bytes | int] = [incarnation, "" if queue == DEFAULT_QUEUE else queue]
+        for r in runs:
+            args += [r.schedule_id, r.slot_ms, r.record, r.priority, r.run_key, r.stalls,
+                     r.claimed_ms]  # fmt: skip
+        return Call("queue_runs", keys, args, parse_ints)
+
+    def finish_runs(self, runs: Sequence[tuple[int, Settled]]) -> Call[list[int | tuple[int, str]]]:
+        """Settles runs that ran as jobs, each (its claim's token, its settle); see
+        `parse_settled` for the reply."""
+        k = self.k
+        keys = [k.owners, k.leases, k.jobs, k.state, k.where, k.slots, k.pending, k.paused]
+        keys.append(k.faults)
+        args: list[str | int] = []
+        for token, run in runs:
+            keys.append(k.slot(run.next_ms))
+            args += [RUN_PREFIX + run.schedule_id, token, run.next_ms, run.entry, run.error or ""]
+        return Call("finish_runs", keys, args, parse_settled)

@@ -1,11 +1,12 @@
-"""Changes by id to schedules kept as time slots (`Settings.schedule_store` "slots"): upsert,
-remove, pause, resume and run now, each one script (slot_schedules, unslot_schedules,
-pause_slots, resume_slots, run_slots_now).
+"""Changes by id to the schedules of one shard: upsert, remove, pause, resume and run now, each
+one script (slot_schedules, unslot_schedules, pause_slots, resume_slots, run_slots_now).
 
 Scripts may only touch the keys they are passed, and an entry's slot is known only from
 `where`, so each call reads `where` (and `paused`) first, passes the slot it names, and sends
 again the ids whose entry moved meanwhile (a claim, a settle, the reaper): the script answers
--1 for those. A paused schedule's entry waits in `paused` (`where` says "p").
+-1 for those. A paused schedule's entry waits in `paused` (`where` says "p"); a schedule whose
+run is queued as a job has none (`where` says "q"): a change waits in `pending` for its settle,
+as for a run in flight.
 """
 
 from __future__ import annotations
@@ -16,15 +17,18 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio as aredis
 
-from .keys import Keys
-from .protocol import FIELD_SEP, PAUSED_AT
-from .replies import parse_ints
-from .scripts import Call
+from drumbeat.keys import Keys
+from drumbeat.protocol import FIELD_SEP, PAUSED_AT
+from drumbeat.replies import parse_ints
+from drumbeat.scripts import Call
 
 #: A call by id is sent again at most this many times when what it read moved meanwhile.
 _MOVED_RETRIES = 20
 
 _T = TypeVar("_T")
+#: An upsert: (id, priority, grid ms, due ms, task name, the queue its runs go to (empty: the
+#: default one), spec).
+UpsertItem = tuple[str, int, int, int, str, str, bytes]
 #: Builds a call by id for some items from what `SlotChanges._reads` read.
 _Make = Callable[[Sequence[_T], Sequence[Any]], Call[list[int]]]
 
@@ -59,19 +63,17 @@ class SlotChanges:
             keys.append(k.slot(int(was)) if was.isdigit() else k.slots)
         return texts, keys
 
-    def _upsert_call(
-        self, items: Sequence[tuple[str, int, int, int, str, bytes]], read: Sequence[Any]
-    ) -> Call[list[int]]:
+    def _upsert_call(self, items: Sequence[UpsertItem], read: Sequence[Any]) -> Call[list[int]]:
         """`slot_schedules` of ``items`` given what `_reads` read."""
         k = self.k
         texts, at_keys = self._at(read)
         keys = [k.slots, k.where, k.pending, k.tasks, k.wake, k.stalled, k.paused]
         args: list[str | bytes | int] = [len(items)]
-        for (sid, priority, grid, due, task, spec), was, at in zip(
+        for (sid, priority, grid, due, task, queue, spec), was, at in zip(
             items, texts, at_keys, strict=True
         ):
             keys += [at, k.slot(due)]
-            args += [sid, was, priority, grid, due, task, spec]
+            args += [sid, was, priority, grid, due, task, queue, spec]
         return Call("slot_schedules", keys, args, parse_ints)
 
     def _by_where(
@@ -130,17 +132,13 @@ class SlotChanges:
 
         return make
 
-    def upsert(
-        self, client: redis.Redis, items: Sequence[tuple[str, int, int, int, str, bytes]]
-    ) -> list[int]:
-        """Items are (id, priority, grid_ms, due_ms, task name, spec); one 1 created, 2
+    def upsert(self, client: redis.Redis, items: Sequence[UpsertItem]) -> list[int]:
+        """Items are `UpsertItem`; one 1 created, 2
         updated, 0 unchanged each (see slot_schedules.lua: a schedule whose run is in flight
         is answered 2, as its run's settle compares and applies its definition)."""
         return self._by_id(client, [i[0] for i in items], self._upsert_call, items)
 
-    async def aupsert(
-        self, client: aredis.Redis, items: Sequence[tuple[str, int, int, int, str, bytes]]
-    ) -> list[int]:
+    async def aupsert(self, client: aredis.Redis, items: Sequence[UpsertItem]) -> list[int]:
         """`upsert` for async callers."""
         return await self._aby_id(client, [i[0] for i in items], self._upsert_call, items)
 

@@ -1,10 +1,11 @@
-"""Reading schedules kept as time slots (`Settings.schedule_store` "slots"): one by id
-(`App.get_schedule`) and all of them, or those whose id starts with a prefix (`App.schedules`).
+"""Reading schedules: one by id (`App.get_schedule`) and all of them, or those whose id starts
+with a prefix (`App.schedules`).
 
 A schedule's entry waits in the slot `where` names, or in `paused` (`where` says "p"); while
 its run is in flight it is in one of its worker's lots instead (`slots.py`), where `where`
-still names the slot it was claimed from.
-These are plans (`scheduler.Reads`): pipelined reads, the same for the sync and async clients.
+still names the slot it was claimed from; while its run is queued as a job (`where` says "q"),
+its record is the job's, in `jobs`.
+These are plans (`plans.Reads`): pipelined reads, the same for the sync and async clients.
 An entry that moves between two reads (a claim, a settle) is looked for again.
 """
 
@@ -14,14 +15,16 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .keys import Keys
-from .protocol import PAUSED_AT, PAUSED_FLAG
-from .replies import text
-from .schedule import check_schedule_id
-from .scheduler import Plan, Reads, _send, _task_names
+from drumbeat.keys import Keys
+from drumbeat.protocol import FIELD_SEP, PAUSED_AT, PAUSED_FLAG, QUEUED_AT, RUN_PREFIX
+from drumbeat.replies import text
+from drumbeat.schedule import check_schedule_id
+
+from .models import ScheduleInfo, decode_info, task_names
+from .plans import Plan, Reads, send
 
 if TYPE_CHECKING:
-    from .scheduler import ScheduleInfo, Scheduler
+    from .store import ScheduleStore
 
 _R = TypeVar("_R")
 #: A part of a plan that returns what it read (`yield from` it).
@@ -48,7 +51,7 @@ def _flying(k: Keys, at_ms: int | None = None) -> _Step[dict[str, tuple[int, byt
     """Every run in flight in a shard (claimed from slot ``at_ms`` only, if given): schedule id
     -> (the slot it was claimed from, its record), read from the lots of the incarnations in
     `runners`. A record whose schedule was paused meanwhile (a "P" in `pending`: its settle
-    pauses it) reads as paused, as the wheel's does at once."""
+    pauses it) reads as paused at once."""
     incarnations, pending = yield Reads([("ZRANGE", k.runners, 0, -1), ("HGETALL", k.pending)])
     pausing = {text(sid) for sid, change in pending.items() if change[:1] == b"P"}
     names = [text(i) for i in incarnations]
@@ -79,57 +82,91 @@ def _flagged_paused(record: bytes) -> bytes:
     return b"|".join((gen, grid, flags, rest))
 
 
-def lookup(scheduler: Scheduler, schedule_id: str) -> Plan[ScheduleInfo]:
-    """One schedule with its state (its next due time; None while its run is in flight), if
-    it exists."""
-    k = scheduler.shards[scheduler.shard_of(check_schedule_id(schedule_id))]
-    for _ in range(_TRIES):
-        at, fault, names = yield Reads(
-            [("HGET", k.where, schedule_id), ("HGET", k.faults, schedule_id),
-             ("HGETALL", k.tasks)]
-        )  # fmt: skip
-        if at is None:  # the wheel keeps the limited and routed ones, and those not moved yet
-            yield from scheduler.lookup(schedule_id)
-            return
-        if text(at) == PAUSED_AT:
-            (entry,) = yield Reads([("HGET", k.paused, schedule_id)])
-            if entry is None:
-                continue  # resumed between the reads
-            record = entry.partition(b"|")[2]
-            yield scheduler.decode(schedule_id, record, _task_names(names), None, fault)
-            return
-        (entries,) = yield Reads([("LRANGE", k.slot(int(at)), 0, -1)])
-        record, due = _record(entries, schedule_id), int(at)
-        if record is not None:
-            yield scheduler.decode(schedule_id, record, _task_names(names), due, fault)
-            return
-        flying = yield from _flying(k, due)
-        found = flying.get(schedule_id)
-        if found is None:
-            continue  # it moved between the reads
-        yield scheduler.decode(schedule_id, found[1], _task_names(names), None, fault)
-        return
-    raise RuntimeError(f"schedule {schedule_id!r} kept moving while being read")
+def lookup(store: ScheduleStore, schedule_id: str) -> Plan[ScheduleInfo]:
+    """One schedule with its state (its next due time; None while its run is queued or in
+    flight), if it exists."""
+    for shard in store.homes(check_schedule_id(schedule_id)):
+        k = store.shards[shard]
+        for _ in range(_TRIES):
+            at, fault, raw_names = yield Reads(
+                [("HGET", k.where, schedule_id), ("HGET", k.faults, schedule_id),
+                 ("HGETALL", k.tasks)]
+            )  # fmt: skip
+            if at is None:
+                break  # not in this shard
+            names = task_names(raw_names)
+            record = yield from _record_at(k, schedule_id, text(at))
+            if record is not None:
+                due = int(at) if text(at).isdigit() and record[1] else None
+                yield decode_info(schedule_id, record[0], names, due, fault)
+                return
+        else:
+            raise RuntimeError(f"schedule {schedule_id!r} kept moving while being read")
 
 
-def in_flight(scheduler: Scheduler, schedule_id: str) -> Plan[bool | None]:
-    """Whether a run of ``schedule_id`` is in flight (claimed, not settled yet); None if the
-    time slots do not keep it (the wheel may: its runs are jobs)."""
-    k = scheduler.shards[scheduler.shard_of(check_schedule_id(schedule_id))]
-    for _ in range(_TRIES):
-        (at,) = yield Reads([("HGET", k.where, schedule_id)])
-        if at is None or text(at) == PAUSED_AT:
-            yield None if at is None else False
+def _record_at(k: Keys, schedule_id: str, at: str) -> _Step[tuple[bytes, bool] | None]:
+    """The record of ``schedule_id`` where `where` says it is (``at``), and whether it waits
+    there (False: its run is in flight, queued as a job, or it is paused); None when it moved
+    meanwhile."""
+    if at == PAUSED_AT:
+        (entry,) = yield Reads([("HGET", k.paused, schedule_id)])
+        return None if entry is None else (entry.partition(b"|")[2], False)
+    if at == QUEUED_AT:
+        (job,) = yield Reads([("HGET", k.jobs, RUN_PREFIX + schedule_id)])
+        return None if job is None else (_job_record(job), False)
+    (entries,) = yield Reads([("LRANGE", k.slot(int(at)), 0, -1)])
+    record = _record(entries, schedule_id)
+    if record is not None:
+        return record, True
+    flying = yield from _flying(k, int(at))
+    found = flying.get(schedule_id)
+    return None if found is None else (found[1], False)
+
+
+def _job_record(job: bytes) -> bytes:
+    """The schedule record of a run queued as a job (its job record: "<task>|<record>")."""
+    return job.partition(FIELD_SEP.encode())[2]
+
+
+def in_flight(store: ScheduleStore, schedule_id: str) -> Plan[bool]:
+    """Whether a run of ``schedule_id`` is claimed by a worker's lane (not settled yet); a run
+    queued as a job is a job."""
+    for shard in store.homes(check_schedule_id(schedule_id)):
+        k = store.shards[shard]
+        for _ in range(_TRIES):
+            (at,) = yield Reads([("HGET", k.where, schedule_id)])
+            if at is None:
+                break
+            if not text(at).isdigit():
+                yield False
+                return
+            (entries,) = yield Reads([("LRANGE", k.slot(int(at)), 0, -1)])
+            if _record(entries, schedule_id) is not None:
+                yield False
+                return
+            flying = yield from _flying(k, int(at))
+            if schedule_id in flying:
+                yield True
+                return
+        else:
+            raise RuntimeError(f"schedule {schedule_id!r} kept moving while being read")
+    yield False
+
+
+def held(k: Keys, ids: Sequence[str]) -> Plan[list[bool]]:
+    """Whether shard ``k`` holds each of ``ids``: one item, a flag each."""
+    (got,) = yield Reads([("HMGET", k.where, *ids)])
+    yield [g is not None for g in got]
+
+
+def home(store: ScheduleStore, schedule_id: str) -> Plan[int]:
+    """The shard a schedule lives in (an index of `ScheduleStore.shards`), if it exists."""
+    homes = store.homes(check_schedule_id(schedule_id))
+    found = yield Reads([("HEXISTS", store.shards[i].where, schedule_id) for i in homes])
+    for shard, there in zip(homes, found, strict=True):
+        if there:
+            yield shard
             return
-        (entries,) = yield Reads([("LRANGE", k.slot(int(at)), 0, -1)])
-        if _record(entries, schedule_id) is not None:
-            yield False
-            return
-        flying = yield from _flying(k, int(at))
-        if schedule_id in flying:
-            yield True
-            return
-    raise RuntimeError(f"schedule {schedule_id!r} kept moving while being read")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,17 +181,16 @@ class Batch:
     infos: list[ScheduleInfo]
 
 
-def listing(scheduler: Scheduler, prefix: str = "") -> Plan[ScheduleInfo]:
+def listing(store: ScheduleStore, prefix: str = "") -> Plan[ScheduleInfo]:
     """Every schedule whose id starts with ``prefix``, with its state (`batches` of every
     shard). A schedule that moves while the listing runs may be missed or listed twice, as a
     scan of a changing keyspace does."""
-    yield from scheduler.listing(prefix)  # the limited and routed ones, those not moved yet
-    for shard in scheduler.slot_shards:
-        plan = batches(scheduler, shard, prefix)
+    for shard in range(len(store.shards)):
+        plan = batches(store, shard, prefix)
         step = next(plan, None)
         while step is not None:
             if isinstance(step, Reads):
-                step = _send(plan, (yield step))
+                step = send(plan, (yield step))
             else:
                 # Not `yield from` the list: the driver sends its replies into this plan.
                 for info in step.infos:  # noqa: UP028
@@ -162,14 +198,14 @@ def listing(scheduler: Scheduler, prefix: str = "") -> Plan[ScheduleInfo]:
                 step = next(plan, None)
 
 
-def batches(scheduler: Scheduler, shard: int, prefix: str, cursor: int = 0) -> Plan[Batch]:
+def batches(store: ScheduleStore, shard: int, prefix: str, cursor: int = 0) -> Plan[Batch]:
     """The schedules of ``shard`` whose id starts with ``prefix``, a `Batch` per `HSCAN` of
     `where` from ``cursor`` on: the slots it names read in pipelined batches, paused entries
     from `paused`, and the runs in flight from their lots."""
     pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix) + "*"
-    k = scheduler.shards[shard]
+    k = store.shards[shard]
     (raw_names,) = yield Reads([("HGETALL", k.tasks)])
-    names = _task_names(raw_names)
+    names = task_names(raw_names)
     flying: dict[str, tuple[int, bytes]] | None = None
     while True:
         ((cursor_raw, flat),) = yield Reads(
@@ -178,9 +214,12 @@ def batches(scheduler: Scheduler, shard: int, prefix: str, cursor: int = 0) -> P
         # redis-py parses HSCAN's fields into a dict; a raw reply is a flat list.
         if not isinstance(flat, dict):
             flat = dict(zip(flat[::2], flat[1::2], strict=True))
-        at = {text(f): int(v) for f, v in flat.items() if text(v) != PAUSED_AT}
+        at = {text(f): int(v) for f, v in flat.items() if text(v).isdigit()}
         paused = [text(f) for f, v in flat.items() if text(v) == PAUSED_AT]
-        infos = (yield from _paused(scheduler, k, names, paused)) if paused else []
+        queued = [text(f) for f, v in flat.items() if text(v) == QUEUED_AT]
+        infos = (yield from _paused(k, names, paused)) if paused else []
+        if queued:
+            infos += yield from _queued(k, names, queued)
         if at:
             found = yield from _found(k, at)
             if flying is None and any(sid not in found for sid in at):
@@ -188,9 +227,9 @@ def batches(scheduler: Scheduler, shard: int, prefix: str, cursor: int = 0) -> P
             (faults,) = yield Reads([("HMGET", k.faults, *at)])
             for (sid, ms), fault in zip(at.items(), faults, strict=True):
                 if sid in found:
-                    infos.append(scheduler.decode(sid, found[sid], names, ms, fault))
+                    infos.append(decode_info(sid, found[sid], names, ms, fault))
                 elif flying is not None and sid in flying and flying[sid][0] == ms:
-                    infos.append(scheduler.decode(sid, flying[sid][1], names, None, fault))
+                    infos.append(decode_info(sid, flying[sid][1], names, None, fault))
                 # else it moved while listed
         yield Batch(cursor, int(cursor_raw), infos)
         cursor = int(cursor_raw)
@@ -198,15 +237,24 @@ def batches(scheduler: Scheduler, shard: int, prefix: str, cursor: int = 0) -> P
             return
 
 
-def _paused(
-    scheduler: Scheduler, k: Keys, names: Mapping[str, str], ids: Sequence[str]
-) -> _Step[list[ScheduleInfo]]:
+def _paused(k: Keys, names: Mapping[str, str], ids: Sequence[str]) -> _Step[list[ScheduleInfo]]:
     """The paused schedules ``ids`` (`where` says "p"), from `paused`."""
     entries, faults = yield Reads([("HMGET", k.paused, *ids), ("HMGET", k.faults, *ids)])
     return [
-        scheduler.decode(sid, entry.partition(b"|")[2], names, None, fault)
+        decode_info(sid, entry.partition(b"|")[2], names, None, fault)
         for sid, entry, fault in zip(ids, entries, faults, strict=True)
         if entry is not None  # else resumed while listed
+    ]
+
+
+def _queued(k: Keys, names: Mapping[str, str], ids: Sequence[str]) -> _Step[list[ScheduleInfo]]:
+    """The schedules ``ids`` whose run is queued as a job (`where` says "q"), from `jobs`."""
+    members = [RUN_PREFIX + sid for sid in ids]
+    jobs, faults = yield Reads([("HMGET", k.jobs, *members), ("HMGET", k.faults, *ids)])
+    return [
+        decode_info(sid, _job_record(job), names, None, fault)
+        for sid, job, fault in zip(ids, jobs, faults, strict=True)
+        if job is not None  # else settled while listed
     ]
 
 
