@@ -321,6 +321,7 @@ async def test_status_fits_80_columns_and_has_wide_and_json(
         "ready_by_priority": [2, 0, 0, 0, 0, 0, 0, 0, 0, 0],
         "delayed": 0,
         "parked": 0,
+        "waiting": 0,
         "running": 3,
         "dead": 0,
     }

@@ -12,9 +12,11 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 
 import drumbeat
-from drumbeat import Dependency, JobStatus, current_job
+from drumbeat import Dependency, JobStatus, admin, current_job
+from drumbeat.cli.tables import summary_table
 from drumbeat.errors import JobFailed
 from drumbeat.job import encode_success
 from drumbeat.testing import arun_until_idle
@@ -348,7 +350,7 @@ def _graphs(draw: st.DrawFn) -> list[tuple[bool, list[tuple[int, bool]]]]:
 
 
 @settings(
-    max_examples=25,
+    max_examples=20,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
@@ -391,5 +393,25 @@ def test_random_graphs_run_each_job_after_its_dependencies_and_end_every_job(
                         assert events.index(("end", d)) < start, f"{i} started before {d} ended"
         statuses = [j.status() for j in jobs]
         assert statuses == [JobStatus.COMPLETE if k else JobStatus.DEAD for k in ok]
+    finally:
+        app.close()
+
+
+def test_status_counts_the_jobs_waiting_for_dependencies(redis_url: str, namespace: str) -> None:
+    app = drumbeat.App(redis_url, namespace=namespace)
+    try:
+
+        @app.task
+        def work() -> None: ...
+
+        first = work.enqueue()
+        app.chain([work.options(depends_on=first).prepare(), work.prepare()])
+        stats = admin.queue_stats(app)
+        assert (stats.ready, stats.waiting) == (1, 2)
+        table = Console(width=120, record=True)
+        table.print(summary_table(stats))
+        assert "waiting (for dependencies)" in table.export_text()
+        drumbeat.testing.run_until_idle(app)
+        assert admin.queue_stats(app).waiting == 0
     finally:
         app.close()

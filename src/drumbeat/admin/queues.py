@@ -93,6 +93,9 @@ class QueueStats:
     parked: int = 0
     """Jobs (and schedule runs) parked on a limiter key: they wait for a rate or concurrency
     limit, in no `ready` and no `due`."""
+    waiting: int = 0
+    """Jobs waiting for their dependencies (docs/workflows.md), in no queue: counted over
+    every queue (`deps` is one hash per job shard)."""
 
     @property
     def ready(self) -> int:
@@ -153,6 +156,8 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
             _count_queues(pipe, k, others)
         for k in app.job_keys:
             pipe.zcard(k.dead)
+        for k in app.job_keys:
+            pipe.hlen(k.deps)
         main = app.keys
         pipe.zrange(main.workers, 0, -1, withscores=True)
         pipe.hgetall(main.workerinfo)
@@ -172,6 +177,8 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
     delayed = sum(q.delayed for q in queues)
     at += len(app.job_keys) * width
     dead = sum(int(n) for n in raw[at : at + len(app.job_keys)])
+    at += len(app.job_keys)
+    waiting = sum(int(n) for n in raw[at : at + len(app.job_keys)])
     workers, infos = raw[at + len(app.job_keys) :]
     listed = sorted(listed)[:limit]  # closest to expiry first, over all shards
     running = _running(client, listed, now_ms)
@@ -199,6 +206,7 @@ def queue_stats(app: App, running_limit: int = 50) -> QueueStats:
         stale_workers=stale,
         queues=tuple(queues),
         parked=sum(q.parked for q in queues),
+        waiting=waiting,
     )
 
 

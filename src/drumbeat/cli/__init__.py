@@ -345,7 +345,8 @@ def status(
         bool,
         json_option(
             '{"namespace", "now_ms", "now_at", "queue": {"ready", "ready_by_priority": [10 '
-            'counts, index = priority], "delayed", "parked", "running", "dead"}, "queues": '
+            'counts, index = priority], "delayed", "parked", "waiting", "running", "dead"}, '
+            '"queues": '
             '[{"name", "ready", "ready_by_priority", "delayed", "parked", "paused"}], "running": '
             '[{"id", "worker", "claimed_ms", "claimed_at", "lease_deadline_ms", '
             '"lease_deadline_at"}], '

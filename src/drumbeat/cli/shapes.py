@@ -179,6 +179,7 @@ def status_json(
             "ready_by_priority": list(stats.ready_by_priority),
             "delayed": stats.delayed,
             "parked": stats.parked,
+            "waiting": stats.waiting,
             "running": stats.running_total,
             "dead": stats.dead,
         },

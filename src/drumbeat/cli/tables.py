@@ -134,6 +134,7 @@ def summary_table(stats: admin.QueueStats) -> Table:
     table.add_row("ready", str(stats.ready))
     table.add_row("due later (delayed jobs, next runs)", str(stats.delayed))
     table.add_row("parked (waiting for a limit)", str(stats.parked))
+    table.add_row("waiting (for dependencies)", str(stats.waiting))
     table.add_row("running", str(stats.running_total))
     table.add_row("dead letters", str(stats.dead))
     workers = str(len(stats.workers))
