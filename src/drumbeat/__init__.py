@@ -16,6 +16,7 @@ from .errors import (
     ResultTimeout,
     Retry,
     SerializationError,
+    UnknownDependency,
     UnknownTask,
     WorkerCrashed,
 )
@@ -27,7 +28,7 @@ from .schedules import Schedule, ScheduleInfo
 from .task import Bound, CallOptions, Options, Prepared, Task
 from .task_ref import TaskRef
 from .worker import JobEnd, JobInfo, Worker, run_worker
-from .workflows import Dependency, UnknownDependency
+from .workflows import Dependency
 
 __version__ = "0.1.0"
 

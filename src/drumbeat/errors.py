@@ -7,7 +7,9 @@
     ├── InvalidJob (ValueError)   an enqueue that would write something wrong: bad priority,
     │   │                         negative delay, a name that breaks the key schema, ...
     │   ├── SerializationError    arguments or a result that the codec cannot encode
-    │   └── PayloadTooLarge       an encoded payload over `Settings.max_payload_bytes`
+    │   ├── PayloadTooLarge       an encoded payload over `Settings.max_payload_bytes`
+    │   └── UnknownDependency (LookupError) a ``depends_on`` job that is unknown, or ended
+    │                             with its outcome not kept or expired
     ├── UnknownTask (LookupError) a task name no registered task answers to
     ├── LeaseLost                 this worker's lease on a job was taken over (fencing)
     ├── WorkerCrashed             a part of a worker kept failing; the worker stopped
@@ -43,6 +45,10 @@ class SerializationError(InvalidJob):
 
 class PayloadTooLarge(InvalidJob):
     """An encoded payload larger than the configured limit."""
+
+
+class UnknownDependency(InvalidJob, LookupError):
+    """A dependency that is no job: unknown, or ended with its outcome not kept or expired."""
 
 
 class UnknownTask(DrumbeatError, LookupError):

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from .errors import InvalidJob
+from .errors import InvalidJob, UnknownDependency
 from .job import Job
 from .keys import job_shard_of, new_job_id
 from .protocol import RUN_PREFIX
@@ -23,10 +23,6 @@ if TYPE_CHECKING:
 
 #: The error enqueue_after.lua answers when a dependency is no job it knows.
 UNKNOWN_REPLY = "DEPENDENCY_UNKNOWN"
-
-
-class UnknownDependency(InvalidJob, LookupError):
-    """A dependency that is no job: unknown, or ended with its outcome not kept or expired."""
 
 
 @dataclass(frozen=True, slots=True)
