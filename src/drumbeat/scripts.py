@@ -259,7 +259,8 @@ class Scripts:
         """Jobs of one queue that wait for others (enqueue_after.lua): per job its id, spec,
         priority, dedup key, n, then n dependencies ("<1 may fail, else 0><job id>")."""
         k = self.k
-        keys = [k.jobs, k.seq, k.queues, *self._workflow_keys([_queue_name(queue)])]
+        keys = [k.jobs, k.seq, k.queues, k.uniqfor, k.uniqends]
+        keys += self._workflow_keys([_queue_name(queue)])
         return Call("enqueue_after", keys, [_queue_arg(queue), ttl_ms, *groups], parse_enqueue)
 
     @staticmethod

@@ -415,3 +415,23 @@ def test_status_counts_the_jobs_waiting_for_dependencies(redis_url: str, namespa
         assert admin.queue_stats(app).waiting == 0
     finally:
         app.close()
+
+
+async def test_a_dedup_key_makes_a_dependent_a_duplicate_as_it_does_any_job(
+    app: drumbeat.App,
+) -> None:
+    @app.task
+    async def work() -> None: ...
+
+    first = await work.aenqueue()
+    held = await work.options(key="nightly").aenqueue()
+    dependent = await work.options(depends_on=first, key="nightly").aenqueue()
+    assert dependent.duplicate and dependent.id == held.id
+    await arun_until_idle(app)
+    # A key kept taken for a window after its job ended (unique_for) holds for dependents too.
+    windowed = await work.options(key="weekly", unique_for=60).aenqueue()
+    await arun_until_idle(app)
+    again = await work.options(depends_on=first, key="weekly").aenqueue()
+    assert again.duplicate and again.id == windowed.id
+    fresh = await work.options(depends_on=first, key="monthly").aenqueue()
+    assert not fresh.duplicate and await fresh.astatus() is JobStatus.QUEUED

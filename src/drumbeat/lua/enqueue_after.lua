@@ -4,7 +4,9 @@
 --
 -- KEYS[1] jobs (hash)  KEYS[2] seq (string)
 -- KEYS[3] queues (set: the queues other than the default one that jobs were sent to)
--- KEYS[4..] the workflow keys (_workflows.lua: workflow_keys), with the queue's ready and wake
+-- KEYS[4] uniqfor (hash)  KEYS[5] uniqends (zset): a dedup key whose unique_for window has not
+--         ended is taken, as in enqueue.lua (these jobs open no window of their own)
+-- KEYS[6..] the workflow keys (_workflows.lua: workflow_keys), with the queue's ready and wake
 -- ARGV[1] the queue's name, empty for the default queue
 -- ARGV[2] outcome ttl ms of a job dead-lettered here
 -- ARGV    then per job: id, spec, priority, dedup key (may be empty), n, then n dependencies,
@@ -14,7 +16,7 @@
 --         dependency is no job of this call, has no state and no outcome kept (unknown, or
 --         ended and its outcome expired or was never kept).
 local queue = ARGV[1]
-local w = workflow_keys(3, {queue == '' and 'default' or queue}, tonumber(ARGV[2]))
+local w = workflow_keys(5, {queue == '' and 'default' or queue}, tonumber(ARGV[2]))
 local jobs, i = {}, 3
 while i <= #ARGV do
   local n = tonumber(ARGV[i + 4])
@@ -36,8 +38,15 @@ end
 if queue ~= '' then redis.call('SADD', KEYS[3], queue) end
 local seq = redis.call('INCRBY', KEYS[2], #jobs) - #jobs
 local out, alias, now = {0}, {}, nil
+local windows = nil
 for _, job in ipairs(jobs) do
   local existing = job.key ~= '' and redis.call('HGET', w.uniq, job.key)
+  if job.key ~= '' and not existing then
+    if windows == nil then windows = redis.call('EXISTS', KEYS[5]) == 1 end
+    local ends = windows and redis.call('ZSCORE', KEYS[5], job.key)
+    now = now or now_ms()
+    if ends and tonumber(ends) > now then existing = redis.call('HGET', KEYS[4], job.key) end
+  end
   if existing then
     alias[job.id] = existing  -- a later job of this call waits for the job that holds the key
     out[#out + 1] = existing
