@@ -435,3 +435,28 @@ async def test_a_dedup_key_makes_a_dependent_a_duplicate_as_it_does_any_job(
     assert again.duplicate and again.id == windowed.id
     fresh = await work.options(depends_on=first, key="monthly").aenqueue()
     assert not fresh.duplicate and await fresh.astatus() is JobStatus.QUEUED
+
+
+async def test_a_dependency_that_retries_releases_its_dependent_once_it_completes(
+    app: drumbeat.App,
+) -> None:
+    attempts: list[int] = []
+    ran: list[str] = []
+
+    @app.task(retries=2, backoff=0.01)
+    async def flaky() -> None:
+        attempts.append(current_job().attempt)
+        if len(attempts) < 3:
+            raise RuntimeError("not yet")
+
+    @app.task(concurrency_limit=1)
+    async def after(name: str) -> None:
+        ran.append(name)
+
+    dep = await flaky.aenqueue()
+    dependents = [await after.options(depends_on=dep).aenqueue(n) for n in ("x", "y")]
+    await arun_until_idle(app)
+    # The failed attempts released nothing; its dependents ran once each, under their limit.
+    assert attempts == [1, 2, 3]
+    assert sorted(ran) == ["x", "y"]
+    assert [await d.astatus() for d in dependents] == [JobStatus.COMPLETE] * 2
