@@ -200,6 +200,10 @@ async def test_a_stale_ack_releases_nothing(app: drumbeat.App, r: redis.Redis) -
     assert reap_call(app).run(r).requeued == 1
     second = _claim(app, r, "b")[0]
     assert _ack(app, r, first) == [0]  # fenced off: the dependent still waits
+    failure = b'{"ok":false,"error":"stale"}'
+    assert app.scripts.bury([(dep.id, first.token, failure, 60_000)]).run(r) == [0]
+    cancelled = app.scripts.complete([(dep.id, first.token, b"{}", 60_000, "")], cancelled=True)
+    assert cancelled.run(r) == [0]
     assert await dependent.astatus() is JobStatus.WAITING
     assert _ack(app, r, second) == [1]
     assert await dependent.astatus() is JobStatus.QUEUED
