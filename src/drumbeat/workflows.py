@@ -144,7 +144,8 @@ def chain_steps(app: App, steps: Sequence[Prepared]) -> list[Prepared]:
     chained, previous = [], None
     for step in steps:
         o = step.options
-        after = o.depends_on if previous is None else (*o.depends_on, (previous, False))
+        # The step before comes first: `current_job().dependencies[0]` is it.
+        after = o.depends_on if previous is None else ((previous, False), *o.depends_on)
         previous = new_job_id(shard)
         options = dataclasses.replace(o, depends_on=after, job_id=previous)
         chained.append(dataclasses.replace(step, options=options))

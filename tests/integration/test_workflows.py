@@ -289,12 +289,20 @@ async def test_a_chain_runs_its_steps_in_order(app: drumbeat.App) -> None:
         order.append(n)
         return before + n
 
-    jobs = await app.achain([step.prepare(1), step.options(priority=9).prepare(2), step.prepare(3)])
+    extra = await step.aenqueue(0)
+    jobs = await app.achain(
+        [
+            step.prepare(1),
+            step.options(priority=9).prepare(2),
+            step.options(depends_on=extra).prepare(3),
+        ]
+    )
     assert [await j.astatus() for j in jobs] == [
         JobStatus.QUEUED, JobStatus.WAITING, JobStatus.WAITING,
     ]  # fmt: skip
     await arun_until_idle(app)
-    assert order == [1, 2, 3]
+    assert order.index(1) < order.index(2) < order.index(3)
+    # The step before comes first among a step's dependencies, then its own.
     assert await jobs[-1].aresult(timeout=1) == 6
 
 
