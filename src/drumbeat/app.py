@@ -35,7 +35,7 @@ from .scripts import Call, Scripts
 from .serialization import CODECS, Codec, check_size, encode_call
 from .task import Backoff, ErrorClasses, Prepared, Task, TaskConfig, unique_ms_of
 from .task_ref import TaskRef
-from .workflows import chain_steps, check_dependent, refused, shard_of_dependent
+from .workflows import chain_steps, check_dependent, raise_if_refused, shard_of_dependent
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -247,7 +247,11 @@ class App:
 
     def enqueue_many(self, jobs: Iterable[Prepared]) -> list[Job[Any]]:
         """Enqueue many jobs in one round trip per `Settings.batch_limit` jobs, pipelined."""
-        return self.producing.around(lambda sent: self._enqueue_many(jobs, sent))
+        try:
+            return self.producing.around(lambda sent: self._enqueue_many(jobs, sent))
+        except redis.ResponseError as exc:
+            raise_if_refused(exc)
+            raise
 
     def _enqueue_many(
         self, jobs: Iterable[Prepared], sent: list[Enqueueing] | None
@@ -256,10 +260,7 @@ class App:
         if not calls:
             return []
         # The first call alone loads the script if Redis lacks it; the rest go in a pipeline.
-        try:
-            results = [self._run_direct(calls[0])]
-        except redis.ResponseError as exc:
-            raise refused(exc) from None
+        results = [self._run_direct(calls[0])]
         if len(calls) > 1:
             with self.redis.pipeline(transaction=False) as pipe:
                 for call in calls[1:]:
@@ -275,7 +276,11 @@ class App:
 
     async def aenqueue_many(self, jobs: Iterable[Prepared]) -> list[Job[Any]]:
         """`enqueue_many` for async callers."""
-        return await self.producing.aaround(lambda sent: self._aenqueue_many(jobs, sent))
+        try:
+            return await self.producing.aaround(lambda sent: self._aenqueue_many(jobs, sent))
+        except redis.ResponseError as exc:
+            raise_if_refused(exc)
+            raise
 
     async def _aenqueue_many(
         self, jobs: Iterable[Prepared], sent: list[Enqueueing] | None
@@ -284,10 +289,7 @@ class App:
         if not calls:
             return []
         client = await self.aredis()
-        try:
-            results = [await calls[0].arun(client)]
-        except redis.ResponseError as exc:
-            raise refused(exc) from None
+        results = [await calls[0].arun(client)]
         if len(calls) > 1:
             async with client.pipeline(transaction=False) as pipe:
                 for call in calls[1:]:
@@ -696,7 +698,7 @@ class _Decorator(Protocol):
 def _parsed(call: Call[T], reply: Any) -> T:
     """A pipelined reply: the call's result, or the error Redis answered with, raised."""
     if isinstance(reply, Exception):
-        raise refused(reply)
+        raise reply
     return call.parse(reply)
 
 

@@ -107,17 +107,18 @@ def check_dependent(prepared: Prepared, unique_ms: int) -> None:
         )
 
 
-def refused(exc: Exception) -> Exception:
-    """The error a refused enqueue_after.lua call raises (`UnknownDependency`), else ``exc``."""
+def raise_if_refused(exc: Exception) -> None:
+    """Raises `UnknownDependency` if ``exc``, an error Redis answered an enqueue with, is
+    enqueue_after.lua's refusal of a dependency; returns otherwise."""
     text = str(exc)
     if UNKNOWN_REPLY not in text:
-        return exc
+        return
     named = text.split(UNKNOWN_REPLY, 1)[1].split(maxsplit=1)
     job_id = named[0] if named else "?"
-    return UnknownDependency(
+    raise UnknownDependency(
         f"depends_on names job {job_id}, which is unknown, or ended and its outcome was not "
         "kept (result_ttl=0) or has expired; nothing of that enqueue call was written"
-    )
+    ) from exc
 
 
 def chain_steps(app: App, steps: Sequence[Prepared]) -> list[Prepared]:

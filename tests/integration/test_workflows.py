@@ -472,3 +472,23 @@ async def test_a_dependency_that_retries_releases_its_dependent_once_it_complete
     assert attempts == [1, 2, 3]
     assert sorted(ran) == ["x", "y"]
     assert [await d.astatus() for d in dependents] == [JobStatus.COMPLETE] * 2
+
+
+def test_an_unknown_dependency_in_a_pipelined_call_is_refused_too(
+    redis_url: str, namespace: str
+) -> None:
+    app = drumbeat.App(redis_url, namespace=namespace)
+    try:
+
+        @app.task
+        def work() -> None: ...
+
+        @app.task(queue="later")
+        def later() -> None: ...
+
+        unknown = "f" * 32
+        # Two queues: two script calls, the second pipelined after the first.
+        with pytest.raises(drumbeat.UnknownDependency, match=unknown):
+            app.enqueue_many([work.prepare(), later.options(depends_on=unknown).prepare()])
+    finally:
+        app.close()
