@@ -492,3 +492,21 @@ def test_an_unknown_dependency_in_a_pipelined_call_is_refused_too(
             app.enqueue_many([work.prepare(), later.options(depends_on=unknown).prepare()])
     finally:
         app.close()
+
+
+async def test_hand_backs_and_retries_are_no_end_and_release_nothing(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    @app.task
+    async def work() -> None: ...
+
+    dep = await work.aenqueue()
+    dependent = await work.options(depends_on=dep).aenqueue()
+    claimed = _claim(app, r)[0]
+    assert app.scripts.handback([(dep.id, claimed.token)]).run(r) == [1]  # a stop, a checkpoint
+    assert await dependent.astatus() is JobStatus.WAITING
+    claimed = _claim(app, r)[0]
+    assert app.scripts.retry([(dep.id, claimed.token, 0, 0)]).run(r) == [1]
+    assert await dependent.astatus() is JobStatus.WAITING
+    await arun_until_idle(app)
+    assert await dependent.astatus() is JobStatus.COMPLETE
