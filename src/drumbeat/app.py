@@ -35,7 +35,14 @@ from .scripts import Call, Scripts
 from .serialization import CODECS, Codec, check_size, encode_call
 from .task import Backoff, ErrorClasses, Prepared, Task, TaskConfig, unique_ms_of
 from .task_ref import TaskRef
-from .workflows import chain_steps, check_dependent, raise_if_refused, shard_of_dependent
+from .workflows import (
+    after_previous,
+    chain_steps,
+    check_dependent,
+    raise_if_refused,
+    sent_one_by_one,
+    shard_of_dependent,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -322,11 +329,23 @@ class App:
         dead-lettered or cancelled dead-letters the rest); returns their jobs, in order. A
         step does not receive the previous one's result: it reads it as
         ``current_job().dependencies[0].result()`` (docs/workflows.md)."""
-        return self.enqueue_many(chain_steps(self, list(steps)))
+        chained = chain_steps(self, list(steps))
+        if not sent_one_by_one(chained):
+            return self.enqueue_many(chained)
+        jobs: list[Job[Any]] = []
+        for step in chained:
+            jobs += self.enqueue_many([after_previous(step, jobs[-1] if jobs else None)])
+        return jobs
 
     async def achain(self, steps: Iterable[Prepared]) -> list[Job[Any]]:
         """`chain` for async callers."""
-        return await self.aenqueue_many(chain_steps(self, list(steps)))
+        chained = chain_steps(self, list(steps))
+        if not sent_one_by_one(chained):
+            return await self.aenqueue_many(chained)
+        jobs: list[Job[Any]] = []
+        for step in chained:
+            jobs += await self.aenqueue_many([after_previous(step, jobs[-1] if jobs else None)])
+        return jobs
 
     def _by_name(self, task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Prepared:
         known = self.tasks.get(task)

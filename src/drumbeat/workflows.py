@@ -153,6 +153,22 @@ def chain_steps(app: App, steps: Sequence[Prepared]) -> list[Prepared]:
     return chained
 
 
+def sent_one_by_one(chained: Sequence[Prepared]) -> bool:
+    """Whether a chain goes one step per enqueue: when a step before the last has a dedup key.
+    A step found a duplicate keeps the id of the job holding its key, which the next step must
+    wait for; one script call learns it in time (enqueue_after.lua), separate calls would not."""
+    return any(step.options.key is not None for step in chained[:-1])
+
+
+def after_previous(step: Prepared, previous: Job[Any] | None) -> Prepared:
+    """A step of `chain_steps` made to wait for ``previous``, the job its enqueue returned."""
+    o = step.options
+    if previous is None or not o.depends_on:
+        return step
+    after = ((previous.id, False), *o.depends_on[1:])
+    return dataclasses.replace(step, options=dataclasses.replace(o, depends_on=after))
+
+
 def _task_limited(app: App, task: str) -> bool:
     known = app.tasks.get(task)
     return bool(known is not None and known.limits)

@@ -510,3 +510,27 @@ async def test_hand_backs_and_retries_are_no_end_and_release_nothing(
     assert await dependent.astatus() is JobStatus.WAITING
     await arun_until_idle(app)
     assert await dependent.astatus() is JobStatus.COMPLETE
+
+
+async def test_a_chain_step_found_a_duplicate_is_waited_for_by_the_next_step(
+    app: drumbeat.App,
+) -> None:
+    order: list[str] = []
+
+    @app.task
+    async def step(name: str) -> None:
+        order.append(name)
+
+    @app.task(queue="other")
+    async def other(name: str) -> None:
+        order.append(name)
+
+    held = await step.options(key="fetch").aenqueue("held")
+    # Steps of two queues (two script calls) and a step whose key is taken.
+    jobs = await app.achain(
+        [step.options(key="fetch").prepare("dup"), other.prepare("parse"), step.prepare("store")]
+    )
+    assert jobs[0].duplicate and jobs[0].id == held.id
+    assert [await j.astatus() for j in jobs[1:]] == [JobStatus.WAITING] * 2
+    await arun_until_idle(app, queues=["default", "other"])
+    assert order == ["held", "parse", "store"]
