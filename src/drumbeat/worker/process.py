@@ -113,7 +113,9 @@ class Worker:
         self.runner = Runner(app, self.id, self.executor)
         self.settler = Settler(self.shards, self.table, self.settings)
         for shard in self.shards[:jobs]:  # its settles release dependents into what it serves
-            shard.release_into = tuple(self.queues)
+            # The app's Scripts, which another worker of this process may share: any queue's
+            # keys are right to pass, so every worker's queues are kept.
+            shard.release_into = tuple(dict.fromkeys((*shard.release_into, *self.queues)))
         self.runs = Runs(self.table, self.runner, self.settler, self.hooks)
         self.claimer = Claimer(
             worker_id=self.id, shards=self.shards, settings=self.settings, table=self.table,
