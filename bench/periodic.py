@@ -1024,12 +1024,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
 
 
 def command_line() -> str:
-    """The command that reproduces this run, with the ``DRUMBEAT_SCHEDULE_STORE`` it ran with
-    (every drumbeat process of the run reads it)."""
-    store = os.environ.get("DRUMBEAT_SCHEDULE_STORE")
-    env = [f"DRUMBEAT_SCHEDULE_STORE={store}"] if store else []
+    """The command that reproduces this run."""
     return f"cd {shlex.quote(os.getcwd())} && " + shlex.join(
-        [*env, sys.executable, "-m", "bench.periodic", *sys.argv[1:]]
+        [sys.executable, "-m", "bench.periodic", *sys.argv[1:]]
     )
 
 

@@ -1,5 +1,5 @@
-"""Where a schedule's bytes go in Redis: drumbeat's layouts (time slots, the default store, and
-the timing wheel of small buckets), beside the layouts they replaced or could have used.
+"""Where a schedule's bytes go in Redis: drumbeat's layout (the time slots), as registered and
+with a long-running schedule's totals, beside layouts it replaced or could have used.
 
     .venv/bin/python -m bench.schedule_memory [--n 1000000]
 
@@ -25,7 +25,7 @@ import redis
 
 from bench._redis import RedisServer
 from drumbeat import App, Schedule, Settings
-from drumbeat.keys import WHEEL_BUCKETS, Keys, bucket_of
+from drumbeat.keys import Keys, bucket_of
 
 Measure = Callable[[str, redis.Redis], tuple[int, str]]
 _BATCH = 5000
@@ -54,9 +54,10 @@ def _measure(
     return after - before, ", ".join(parts)
 
 
-def slots_layout(url: str, n: int) -> tuple[int, str]:
-    """What `App.schedule_many` stores in the time slots (the default store), as registered."""
-    app = App(url, settings=Settings(namespace="mem", schedule_store="slots"))
+def slots_layout(url: str, n: int, after_runs: bool) -> tuple[int, str]:
+    """What `App.schedule_many` stores in the time slots; optionally with the totals a
+    long-running schedule has."""
+    app = App(url, settings=Settings(namespace="mem"))
 
     @app.task(name="monitor.check_listing")
     def check_listing(keyword: str, price: int) -> None: ...
@@ -71,6 +72,18 @@ def slots_layout(url: str, n: int) -> tuple[int, str]:
                 [Schedule(s, check_listing, every=5, args=("switch", 30000))
                  for s in ids[i : i + _BATCH]]
             )  # fmt: skip
+        if after_runs:  # runs 123456, last start 4998 ms before the next slot, took 3 ms
+            slots = [int(ms) for ms in client.zrange(keys.slots, 0, -1)]
+            for i in range(0, len(slots), _BATCH):
+                with client.pipeline(transaction=False) as pipe:
+                    for ms in slots[i : i + _BATCH]:
+                        pipe.lrange(keys.slot(ms), 0, -1)
+                    lists: list[Any] = pipe.execute()
+                with client.pipeline(transaction=False) as pipe:
+                    for ms, entries in zip(slots[i : i + _BATCH], lists, strict=True):
+                        pipe.delete(keys.slot(ms))
+                        pipe.rpush(keys.slot(ms), *(_ran(e) for e in entries))
+                    pipe.execute()
 
     def sampled() -> list[str]:
         first: bytes = client.zrange(keys.slots, 0, 0)[0]
@@ -82,46 +95,16 @@ def slots_layout(url: str, n: int) -> tuple[int, str]:
         app.close()
 
 
-def drumbeat_layout(url: str, n: int, after_runs: bool) -> tuple[int, str]:
-    """What `App.schedule_many` stores in the wheel; optionally with the totals a long-running
-    schedule has."""
-    app = App(url, settings=Settings(namespace="mem", schedule_store="wheel"))
-
-    @app.task(name="monitor.check_listing")
-    def check_listing(keyword: str, price: int) -> None: ...
-
-    client: redis.Redis = app.redis
-    keys = Keys("mem")
-    sample = bucket_of("monitor:u0:switch")
-
-    def fill() -> None:
-        ids = _ids(n)
-        for i in range(0, n, _BATCH):
-            chunk = ids[i : i + _BATCH]
-            app.schedule_many(
-                [Schedule(s, check_listing, every=5, args=("switch", 30000)) for s in chunk]
-            )
-        if after_runs:  # runs 123456, last start 4998 ms before the next slot, took 3 ms
-            for i in range(0, n, _BATCH):
-                with client.pipeline(transaction=False) as pipe:
-                    for s in ids[i : i + _BATCH]:
-                        pipe.hget(keys.schedules(bucket_of(s)), s)
-                    values: list[Any] = pipe.execute()
-                with client.pipeline(transaction=False) as pipe:
-                    for s, value in zip(ids[i : i + _BATCH], values, strict=True):
-                        f = value.split(b"|", 9)
-                        f[3], f[6], f[7] = b"123456", b"-4998", b"3"
-                        pipe.hset(keys.schedules(bucket_of(s)), s, b"|".join(f))
-                    pipe.execute()
-
-    try:
-        return _measure(client, fill, [keys.due, keys.wheel(sample), keys.schedules(sample)])
-    finally:
-        app.close()
+def _ran(entry: bytes) -> bytes:
+    """An entry with the totals of a schedule that has run a while."""
+    sid, _, record = entry.partition(b"|")
+    f = record.split(b"|", 10)
+    f[3], f[6], f[7] = b"123456", b"-4998", b"3"
+    return sid + b"|" + b"|".join(f)
 
 
 def big_layout(client: redis.Redis, n: int, record_bytes: int) -> tuple[int, str]:
-    """The layout before the wheel: `s:<id>` in one big `due` zset, one big `schedules` hash."""
+    """drumbeat's first layout: `s:<id>` in one big `due` zset, one big `schedules` hash."""
     due, schedules, value = (
         "drumbeat:{mem}:due",
         "drumbeat:{mem}:schedules",
@@ -141,7 +124,8 @@ def big_layout(client: redis.Redis, n: int, record_bytes: int) -> tuple[int, str
 
 
 def buckets_layout(client: redis.Redis, n: int, record_bytes: int) -> tuple[int, str]:
-    """One big `due` zset, records in small hashes: the zset alone costs ~118 B a schedule."""
+    """One big `due` zset, records in 16,384 small hashes (the timing wheel's records): the zset
+    alone costs ~118 B a schedule."""
     due, value = "drumbeat:{mem}:due", os.urandom(record_bytes)
 
     def fill() -> None:
@@ -177,12 +161,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             rows.append((label, total / n, detail))
             print(f"{label}: {total / n:.1f} B/schedule ({detail})", flush=True)
 
-    run("drumbeat time slots, as registered", lambda url, _c: slots_layout(url, n))
-    run("drumbeat wheel, as registered", lambda url, _c: drumbeat_layout(url, n, after_runs=False))
-    run(
-        "drumbeat wheel, totals filled in", lambda url, _c: drumbeat_layout(url, n, after_runs=True)
-    )
-    run("before the wheel: big zset + big hash, 111 B record", _synthetic(big_layout, n, 111))
+    run("drumbeat time slots, as registered", lambda url, _c: slots_layout(url, n, False))
+    run("drumbeat time slots, totals filled in", lambda url, _c: slots_layout(url, n, True))
+    run("first layout: big zset + big hash, 111 B record", _synthetic(big_layout, n, 111))
     run("big zset + small hashes, 53 B record", _synthetic(buckets_layout, n, 53))
     with RedisServer() as server:
         version = server.info()["version"]
@@ -191,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "# Redis memory per schedule",
         "",
         f"- command: `cd {os.getcwd()} && {sys.executable} -m bench.schedule_memory --n {n}`",
-        f"- Redis {version}; {WHEEL_BUCKETS} buckets per shard; {n:,} typical monitors; {stamp}",
+        f"- Redis {version}; {n:,} typical monitors; {stamp}",
         "",
         "| layout | B per schedule | sample keys (MEMORY USAGE, encoding) |",
         "|---|---:|---|",

@@ -2,25 +2,23 @@
 does not move with the host's load, for changes to the worker of a few per cent.
 
     python -m bench.worker_cpu [--n 20000] [--runs 1000,5000] [--concurrency 300]
-                               [--repeat 1] [--keep DIR] [--store wheel|slots]
+                               [--repeat 1] [--keep DIR]
 
 Starts a private redis-server, registers ``--n`` schedules (``App.schedule_many``, every day, an
-async no-op task), makes twice as many of them due now as the worker is to settle (wheel scores
-and bucket markers rewritten, as `bench.redis_cpu harness` does: about one due run per bucket),
-then runs one worker process (`drumbeat.run_worker`, ``--concurrency`` slots) under ``valgrind
---tool=callgrind`` with ``--max-jobs`` of that many runs, and counts the runs it settled from
-the schedules. It does this for each count of ``--runs`` on a fresh Redis; the instructions per
-run are the slope between the two, so the process's start-up and shut-down drop out. Every run
-the worker claims is due already, so its claims are full: the saturated regime of
-`bench.periodic`, where the worker is the larger CPU consumer. Python runs about 50 times slower
-under valgrind: each count takes a minute or so. ``--keep DIR`` keeps each dump
+async no-op task), makes twice as many of them due now as the worker is to settle (their
+entries moved into slots a second in the past, 20 a slot: 100,000 schedules every 5 s in 1-ms
+slots), then runs one worker process (`drumbeat.run_worker`, ``--concurrency`` slots) under
+``valgrind --tool=callgrind`` with ``--max-jobs`` of that many runs, and counts the runs it
+settled from the schedules. It does this for each count of ``--runs`` on a fresh Redis; the
+instructions per run are the slope between the two, so the process's start-up and shut-down
+drop out. Every run the worker claims is due already, so its claims are full: the saturated
+regime of `bench.periodic`, where the worker is the larger CPU consumer. Python runs about 50
+times slower under valgrind: each count takes a minute or so. ``--keep DIR`` keeps each dump
 (``callgrind_annotate --inclusive=yes DIR/worker-<runs>.callgrind``: where the interpreter's
-instructions go, e.g. the garbage collector's ``gc_collect_main``). ``--store slots``: the
-schedules are kept as time slots (`Settings.schedule_store`; their entries moved into due slots,
-20 a slot). ``PYTHONHASHSEED`` is fixed,
-so a repeat gives the same figure within a fraction of a per cent; compare trees by running each
-(``PYTHONPATH``) with the same arguments: the figure depends on the two counts (claims and
-settles of other sizes).
+instructions go, e.g. the garbage collector's ``gc_collect_main``). ``PYTHONHASHSEED`` is
+fixed, so a repeat gives the same figure within a fraction of a per cent; compare trees by
+running each (``PYTHONPATH``) with the same arguments: the figure depends on the two counts
+(claims and settles of other sizes).
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ import redis
 
 from ._redis import RedisServer
 from .machine import cpu_model
-from .redis_cpu import _make_due, _register
+from .redis_cpu import _register
 
 NAMESPACE = "wcpu"
 TASK = "bench.worker_cpu.noop"
@@ -62,10 +60,9 @@ def _child(url: str, runs: int, concurrency: int) -> None:
     drumbeat.run_worker(app, concurrency=concurrency, budget=Budget(max_jobs=runs))
 
 
-def _make_due_slots(client: redis.Redis, due: int, at_ms: int) -> int:
-    """`_make_due` for schedules kept as time slots (``--store slots``): the entries of
-    s0..s<due - 1> move into slots a second in the past, 20 a slot (100,000 schedules every 5 s
-    in 1-ms slots), the others stay where they are (a day away)."""
+def _make_due(client: redis.Redis, due: int, at_ms: int) -> int:
+    """The entries of s0..s<due - 1> move into slots a second in the past, 20 a slot (100,000
+    schedules every 5 s in 1-ms slots), the others stay where they are (a day away)."""
     from drumbeat.keys import Keys
 
     keys = Keys(NAMESPACE)
@@ -91,8 +88,8 @@ def _make_due_slots(client: redis.Redis, due: int, at_ms: int) -> int:
     return len(moved)
 
 
-def _settled_slots(client: redis.Redis, since_ms: int) -> int:
-    """`_settled` with time slots: entries still waiting in slots at or before ``since_ms``."""
+def _left(client: redis.Redis, since_ms: int) -> int:
+    """Runs not settled: entries still waiting in slots at or before ``since_ms``."""
     from drumbeat.keys import Keys
 
     keys = Keys(NAMESPACE)
@@ -100,31 +97,13 @@ def _settled_slots(client: redis.Redis, since_ms: int) -> int:
     return sum(client.llen(keys.slot(int(ms))) for ms in slots)
 
 
-def _settled(client: redis.Redis, n: int, since_ms: int) -> int:
-    """Runs settled: schedules whose next run is no longer at or before ``since_ms``."""
-    from drumbeat.keys import Keys, bucket_of
-
-    keys = Keys(NAMESPACE)
-    buckets = sorted({bucket_of(f"s{i}") for i in range(n)})
-    pipe = client.pipeline(transaction=False)
-    for b in buckets:
-        pipe.zcount(keys.wheel(b), "-inf", since_ms)
-    return sum(pipe.execute())
-
-
 def _instructions(n: int, runs: int, concurrency: int, keep: Path | None) -> tuple[int, int]:
     """(instructions, runs settled) of a worker process told to settle ``runs``."""
     with RedisServer() as server, server.client() as client:
         _register(server.url, n, namespace=NAMESPACE, task=TASK, every=86_400).close()
-        from drumbeat.keys import Keys
-
         now = int(client.time()[0]) * 1000
         # More due than asked for: the worker never runs short of due runs before it retires.
-        slots = os.environ.get("DRUMBEAT_SCHEDULE_STORE") == "slots"
-        if slots:
-            due = _make_due_slots(client, min(n, runs * 2), now)
-        else:
-            due = _make_due(client, Keys(NAMESPACE), n, min(n, runs * 2), now - 1000)
+        due = _make_due(client, min(n, runs * 2), now)
         out = Path(tempfile.mkdtemp(prefix="drumbeat-worker-cpu-"))
         dump = out / "worker.callgrind"
         try:
@@ -139,8 +118,7 @@ def _instructions(n: int, runs: int, concurrency: int, keep: Path | None) -> tup
             if keep is not None:
                 keep.mkdir(parents=True, exist_ok=True)
                 shutil.copy(dump, keep / f"worker-{runs}.callgrind")
-            left = _settled_slots(client, now) if slots else _settled(client, n, now - 1000)
-            settled = due - left
+            settled = due - _left(client, now)
             return int(totals[-1].split()[1]), settled
         finally:
             shutil.rmtree(out, ignore_errors=True)
@@ -156,10 +134,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1, help="median of this many slopes")
     p.add_argument("--keep", type=Path, metavar="DIR", help="keep the callgrind dumps here")
     p.add_argument(
-        "--store", choices=("wheel", "slots"), default="wheel",
-        help="Settings.schedule_store of the schedules and the worker",
-    )  # fmt: skip
-    p.add_argument(
         "--child", nargs=3, metavar=("URL", "RUNS", "CONCURRENCY"), help=argparse.SUPPRESS
     )
     args = p.parse_args(argv)
@@ -167,15 +141,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         url, runs, concurrency = args.child
         _child(url, int(runs), int(concurrency))
         return 0
-    os.environ["DRUMBEAT_SCHEDULE_STORE"] = args.store  # the worker process inherits it
     low, high = (int(x) for x in args.runs.split(","))
     if not 0 < low < high <= args.n // 2:
         p.error("--runs needs two counts, 0 < low < high <= --n / 2")
     if shutil.which("valgrind") is None:
         p.error("valgrind is missing (Debian: apt-get install valgrind)")
     print(f"$ python -m bench.worker_cpu --n {args.n} --runs {low},{high} "
-          f"--concurrency {args.concurrency} --repeat {args.repeat} "
-          f"--store {args.store}")  # fmt: skip
+          f"--concurrency {args.concurrency} --repeat {args.repeat}")  # fmt: skip
     print(f"CPU: {cpu_model()}; Python {sys.version.split()[0]}")
     slopes = []
     for _ in range(args.repeat):

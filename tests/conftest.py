@@ -178,14 +178,6 @@ def namespace() -> str:
 
 
 @pytest.fixture
-def wheel_store(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Apps made in the test (and worker processes it starts) keep schedules in the wheel, not
-    the default time slots: for tests of the wheel's own keys and scripts (the time slots'
-    are tests/integration/test_time_slots*.py)."""
-    monkeypatch.setenv("DRUMBEAT_SCHEDULE_STORE", "wheel")
-
-
-@pytest.fixture
 async def app(redis_url: str, namespace: str) -> AsyncIterator[drumbeat.App]:
     a = drumbeat.App(redis_url, namespace=namespace)
     yield a

@@ -166,3 +166,20 @@ class Gate:
                 await self.release.wait()
 
         self.task = gated
+
+
+def set_due(r: redis.Redis, app: drumbeat.App, schedule_id: str, due_ms: int) -> None:
+    """Moves a waiting schedule's entry, its grid slot with it, into the slot of ``due_ms``."""
+    shard = app.scheduler.home_of(r, schedule_id)
+    assert shard is not None, f"no schedule {schedule_id!r}"
+    keys = app.scheduler.shards[shard]
+    at = int(r.hget(keys.where, schedule_id) or 0)
+    head = f"{schedule_id}|".encode()
+    entry = next(e for e in r.lrange(keys.slot(at), 0, -1) if e.startswith(head))
+    gen, _, rest = entry[len(head) :].split(b"|", 2)
+    r.lrem(keys.slot(at), 1, entry)
+    if not r.exists(keys.slot(at)):
+        r.zrem(keys.slots, at)
+    r.rpush(keys.slot(due_ms), head + b"|".join((gen, str(due_ms).encode(), rest)))
+    r.zadd(keys.slots, {str(due_ms): due_ms})
+    r.hset(keys.where, schedule_id, due_ms)

@@ -17,8 +17,8 @@ Codec = Literal["json", "msgpack"]
 LUA_UNPACK_MAX = 7999
 #: A claim takes up to `concurrency` jobs, read in one ``HMGET`` of their ids (_lib.lua pop_ready).
 MAX_CONCURRENCY = LUA_UNPACK_MAX
-#: Acks, reaps and settles unpack up to `batch_limit` items, some of them two values each
-#: (score, member pairs).
+#: A claim steps aside up to `batch_limit` due limiter markers in one ``ZADD`` of (score, marker)
+#: pairs, two values each (claim.lua); acks, reaps and runs unpack one id per item.
 MAX_BATCH_LIMIT = LUA_UNPACK_MAX // 2
 #: `Settings.handover_wait`'s default lies this far past `Settings.ready_wait`: a recycling
 #: worker's own deadline must not run out before the supervisor's wait for its successor does.

@@ -106,7 +106,7 @@ def _spread_namespace(cluster: ClusterServer, shards: int) -> str:
 
 
 async def test_schedule_shards_on_different_masters_run(
-    redis_cluster: ClusterServer, store: str
+    redis_cluster: ClusterServer,
 ) -> None:
     ns = _spread_namespace(redis_cluster, 3)
     app = drumbeat.App(redis_cluster.url, namespace=ns, schedule_shards=3)  # type: ignore[arg-type]

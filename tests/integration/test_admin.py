@@ -16,6 +16,7 @@ import redis
 import drumbeat
 from drumbeat import admin
 from drumbeat.job import encode_failure, encode_spec
+from drumbeat.protocol import ready_score
 from drumbeat.scripts import Call
 from drumbeat.serialization import CODECS
 from tests.conftest import running_worker
@@ -308,7 +309,11 @@ def test_stats_count_every_shard_the_workers_claim_from(redis_url: str, namespac
     def tick() -> None: ...
 
     app.schedule_many([drumbeat.Schedule(f"m{i}", tick, every=60) for i in range(8)])
-    assert app.run_now("m0") and app.run_now("m1")
+    # Runs queued as jobs in two schedule shards (as a worker whose task has limits queues
+    # them), one with its own priority.
+    for sid, priority in (("m0", 7), ("m1", 7)):
+        shard = app.scheduler.shards[app.scheduler.shard_of(sid)]
+        app.redis.zadd(shard.ready, {f"s:{sid}": ready_score(priority, 1)})
     app.enqueue("t.job")  # a job in the jobs' shard, default priority 0
     app.enqueue_many([drumbeat.Prepared("t.later", [], {}, drumbeat.Options(delay=60))])
     shard = app.scheduler.shards[app.scheduler.shard_of("m5")]

@@ -17,7 +17,7 @@ from tests.conftest import running_worker
 class _NoThreads(ThreadPoolExecutor):
     """A default executor that refuses work: an async method must not hide sync I/O in a thread.
     The one exception is redis-py's own: from 8.2 it packs a pipeline of 1,000 commands or more
-    in a thread (CPU work, no I/O), and listing schedules reads every wheel bucket."""
+    in a thread (CPU work, no I/O), and listing schedules scans every schedule."""
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         if _packs_a_pipeline(fn):

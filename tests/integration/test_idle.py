@@ -15,7 +15,6 @@ import pytest
 import redis
 
 import drumbeat
-from drumbeat.keys import bucket_of
 from drumbeat.scripts import SHAS
 from tests.conftest import RedisServer, running_worker, server_binary
 from tests.helpers import blocked_in, commands, wait_for_async
@@ -142,37 +141,6 @@ async def test_idle_worker_stays_quiet_after_schedules_change(
         assert past == [], f"`due` should hold no marker in the past once idle, holds {past[:5]}"
 
 
-def test_a_claim_rescores_the_due_markers_it_passes(app: drumbeat.App, r: redis.Redis) -> None:
-    """The mechanism under the test above, one claim at a time: a bucket the worker passes
-    along (the `upcoming` of its last reply) whose marker is due but holds nothing due gets its
-    marker re-scored at its real earliest due time, or dropped when empty; a passed marker not
-    yet due is left as it is (no re-scoring on every claim)."""
-
-    @app.task
-    def check() -> None: ...
-
-    app.schedule_many([drumbeat.Schedule(i, check, every=86400) for i in ("early", "ahead")])
-    early, ahead = bucket_of("early"), bucket_of("ahead")
-    empty = next(b for b in range(100) if b not in (early, ahead))
-    k = app.keys
-    now = _now_ms(r)
-    real_due = r.zscore(k.wheel(early), "early")
-    assert real_due is not None and real_due > now + 10_000
-    # As unschedule, pause, run_now or an upsert moving a schedule later leave them: early.
-    r.zadd(k.due, {f"w:{early}": now - 1000, f"w:{empty}": now - 1000, f"w:{ahead}": now + 60_000})
-
-    result = app.scripts.claim("w1", 10, 60_000, 100, [early, empty, ahead]).run(r)
-
-    assert result.jobs == []
-    assert r.zscore(k.due, f"w:{early}") == real_due, "a passed due marker is re-scored"
-    assert r.zscore(k.due, f"w:{empty}") is None, "a passed marker of an empty bucket is dropped"
-    assert r.zscore(k.due, f"w:{ahead}") == now + 60_000, "a marker not yet due is left alone"
-    assert result.next_due_ms is not None and result.next_due_ms > result.now_ms, (
-        f"the reply's next due time {result.next_due_ms} should be after now {result.now_ms}"
-    )
-    assert set(result.upcoming).isdisjoint({early, empty})
-
-
 def _log_every_command(r: redis.Redis) -> None:
     """Puts every command in the SLOWLOG, to tell the scripts apart."""
     r.config_set("slowlog-log-slower-than", 0)
@@ -187,12 +155,12 @@ def _script_calls(r: redis.Redis, name: str) -> int:
 
 
 async def test_an_idle_worker_claims_once_per_idle_block(
-    own_redis: RedisServer, own_r: redis.Redis, namespace: str, store: str
+    own_redis: RedisServer, own_r: redis.Redis, namespace: str
 ) -> None:
     """The idle wait carries the next claim behind its BZPOPMIN; when that claim took nothing
     the worker waits again on its reply instead of claiming jobs a second time at once (two
-    claims per idle_block, before). With the time slots it also claims those once a wait
-    (the wait's claim does not)."""
+    claims per idle_block, before). It also claims the time slots once a wait (the wait's
+    claim does not)."""
     app = drumbeat.App(own_redis.url, namespace=namespace, idle_block=0.2,
                        maintenance_interval=60.0, lease=120.0)  # fmt: skip
     try:
@@ -210,19 +178,18 @@ async def test_an_idle_worker_claims_once_per_idle_block(
         await app.aclose()
     # One of each per wait (the window may cut one wait's claims from its pop).
     assert claims <= waits + 1, f"{claims} claims of jobs over {waits} idle waits"
-    if store == "slots":
-        assert waits - 1 <= slot_claims <= waits + 1, f"{slot_claims} slot claims, {waits} waits"
-    else:
-        assert slot_claims == 0
+    assert waits - 1 <= slot_claims <= waits + 1, f"{slot_claims} slot claims, {waits} waits"
 
 
 async def test_a_job_at_light_load_costs_one_claim(
-    own_redis: RedisServer, own_r: redis.Redis, namespace: str, store: str
+    own_redis: RedisServer, own_r: redis.Redis, namespace: str
 ) -> None:
     """The wait's own claim took the job and left `ready` empty: the worker starts it and waits
     again on that reply, rather than claiming once more before its next wait (two claims per
     job, before)."""
-    app = drumbeat.App(own_redis.url, namespace=namespace, maintenance_interval=60.0, lease=120.0)  # fmt: skip
+    app = drumbeat.App(
+        own_redis.url, namespace=namespace, maintenance_interval=60.0, lease=120.0
+    )
 
     @app.task
     async def work() -> None: ...

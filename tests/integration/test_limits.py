@@ -17,7 +17,6 @@ import redis.asyncio as aredis
 import drumbeat
 from drumbeat.errors import InvalidJob
 from drumbeat.job import decode_spec
-from drumbeat.keys import bucket_of
 from drumbeat.replies import Claimed
 from drumbeat.scripts import SOURCES
 from drumbeat.testing import arun_until_idle
@@ -404,15 +403,15 @@ def test_a_schedule_moves_to_the_jobs_shard_when_it_becomes_limited_and_back(
                                 limit_by="user")  # fmt: skip
     assert app.schedule_many([plain]) == [1]
     assert scheduler.home_of(r, "p") == hashed
-    assert app.schedule_many([limited]) == [1], "created where it lives now"
+    assert app.schedule_many([limited]) == [2], "moved where it lives now: updated"
     assert scheduler.home_of(r, "p") == scheduler.jobs_shard, "moved to the jobs' shard"
-    assert not r.hexists(scheduler.shards[hashed].schedules(bucket_of("p")), "p"), "one copy"
+    assert not r.hexists(scheduler.shards[hashed].where, "p"), "one copy"
     info = app.get_schedule("p")
     assert info is not None and info.args == ["u"], "found where it lives now"
     assert app.pause("p") == 1 and app.resume("p") == 1 and app.run_now("p") == 1
-    assert app.schedule_many([plain]) == [1], "unlimited again: moves back"
+    assert app.schedule_many([plain]) == [2], "unlimited again: moves back"
     assert scheduler.home_of(r, "p") == hashed
-    assert not r.hexists(scheduler.shards[scheduler.jobs_shard].schedules(bucket_of("p")), "p")
+    assert not r.hexists(scheduler.shards[scheduler.jobs_shard].where, "p")
     assert not r.hexists(app.keys.state, "s:p"), "the run queued in the jobs' shard went with it"
     assert app.unschedule("p") == 1 and app.get_schedule("p") is None
     app.close()

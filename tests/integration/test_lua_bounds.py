@@ -35,18 +35,18 @@ def test_settings_and_worker_refuse_past_the_bounds(redis_url: str) -> None:
 
 
 def _due_markers(r: redis.Redis, app: drumbeat.App, n: int) -> None:
-    """``n`` schedule buckets due now (their markers alone: the claim only reports them)."""
-    r.zadd(app.keys.due, {f"w:{bucket}": 0 for bucket in range(n)})
+    """``n`` limiter keys' markers due now (alone: the claim only reports them)."""
+    r.zadd(app.keys.due, {f"l:t:k{i}": 0 for i in range(n)})
 
 
 def test_a_claim_at_batch_limit_works_and_one_more_would_not(
     app: drumbeat.App, r: redis.Redis
 ) -> None:
-    # The claim steps every due bucket it reports aside: 2 values per bucket in one ZADD. A
-    # busy worker's claim (limit 0) reports every one it reads.
+    # The claim steps every due limiter marker it reports aside: 2 values per marker in one
+    # ZADD. A busy worker's claim (limit 0) reports every one it reads.
     _due_markers(r, app, MAX_BATCH_LIMIT)
     result = app.scripts.claim("w", 0, 60_000, MAX_BATCH_LIMIT).run(r)
-    assert len(result.buckets) == MAX_BATCH_LIMIT
+    assert len(result.limiters) == MAX_BATCH_LIMIT
     _due_markers(r, app, MAX_BATCH_LIMIT + 1)
     with pytest.raises(redis.ResponseError, match="too many results to unpack"):
         app.scripts.claim("w", 0, 60_000, MAX_BATCH_LIMIT + 1).run(r)

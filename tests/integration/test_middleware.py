@@ -272,9 +272,7 @@ async def test_headers_are_kept_through_a_hand_back(redis_url: str, namespace: s
     await app.aclose()
 
 
-async def test_a_schedule_carries_its_headers_to_each_run(
-    redis_url: str, namespace: str, store: str
-) -> None:
+async def test_a_schedule_carries_its_headers_to_each_run(redis_url: str, namespace: str) -> None:
     app = drumbeat.App(redis_url, namespace=namespace)
     seen: list[tuple[str | None, dict[str, str]]] = []
     rec = Recorder()

@@ -182,14 +182,15 @@ def _runs_counted(r: redis.Redis, app: drumbeat.App) -> int:
 async def test_a_run_handed_back_at_a_stop_counts_its_lateness_once(
     redis_url: str, namespace: str, r: redis.Redis
 ) -> None:
-    """A run still going when its worker's `shutdown_grace` ends is handed back on its first
-    attempt (no attempt spent); the worker that runs it next counts its lateness, and the
-    first claim's count is taken back."""
+    """A run (of a limited schedule: a job for its one attempt) still going when its worker's
+    `shutdown_grace` ends is handed back on its first attempt (no attempt spent); the worker
+    that runs it next counts its lateness, and the first claim's count is taken back (and the
+    time slots' claim counted none: queue_runs took it back)."""
     app = drumbeat.App(redis_url, namespace=namespace, idle_block=0.5, shutdown_grace=0.3)
     go_on = asyncio.Event()
     started = 0
 
-    @app.task
+    @app.task(concurrency_limit=1)
     async def poll() -> None:
         nonlocal started
         started += 1

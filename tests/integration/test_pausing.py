@@ -198,9 +198,8 @@ def test_a_queue_name_is_checked(sync_app: drumbeat.App) -> None:
 
 
 async def test_schedule_runs_of_a_paused_default_queue_wait_then_resume(
-    redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch, store: str
+    redis_url: str, namespace: str
 ) -> None:
-    monkeypatch.setenv("DRUMBEAT_SCHEDULE_STORE", store)
     app = drumbeat.App(redis_url, namespace=namespace, idle_block=0.5, min_interval=0.05)
     runs: list[float] = []
 

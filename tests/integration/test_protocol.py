@@ -5,17 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import redis
 
 import drumbeat
 from drumbeat import admin, protocol
-from drumbeat.keys import bucket_of
 from drumbeat.protocol import (
     FIELD_SEP,
     JOB_STATE_FIELDS,
-    RUN_STATE_FIELDS,
-    RUN_STATE_SEP,
     SCHEDULE_FIELDS,
     SHORT_JOB_STATE_FIELDS,
 )
@@ -126,42 +122,6 @@ def test_schedule_record_round_trips_through_lua(app: drumbeat.App, r: redis.Red
     old = b"3|%d|4|120|2|1|-4998|12|7|" % grid + b'[[1],"x|y"]'
     echoed = _lib_eval(r, "return format_schedule(parse_schedule(ARGV[1]))", [], [old])
     assert echoed == _record(fields | {"late": 0})
-    lean = _lib_eval(r, "return {schedule_run_fields(ARGV[1])}", [], [old])
-    assert lean == [b"3", str(grid).encode(), 4, b"7", b'[[1],"x|y"]']
-
-    # The real scripts: pause rewrites the record; run_now reads it into a run's state.
-    schedule_id, bucket = "sched", bucket_of("sched")
-    schedules = app.scheduler.shards[0].schedules(bucket)
-    r.hset(schedules, schedule_id, _record(fields))
-    r.hset(app.keys.tasks, mapping={"tasks.ping": 7, "#7": "tasks.ping"})
-    assert app.pause(schedule_id) == 1
-    raw = r.hget(schedules, schedule_id)
-    assert raw is not None
-    paused = parse_record(raw)
-    assert paused == Record(3, grid, 4, True, 120, 2, 1, grid - 4998, 12, 3, "7", b'[[1],"x|y"]')
-
-    assert app.run_now(schedule_id) == 1
-    member = protocol.RUN_PREFIX + schedule_id
-    state_raw = r.hget(app.keys.state, member)
-    assert state_raw is not None
-    state = _parse_state(state_raw)
-    run = dict(zip(RUN_STATE_FIELDS, state["dedupkey"].split(RUN_STATE_SEP), strict=True))
-    assert (int(run["grid"]), int(run["gen"]), run["manual"]) == (grid, 3, "1")
-    assert int(state["priority"]) == 4
-    assert r.zscore(app.keys.ready, member) == protocol.ready_score(4, int(state["seq"]))
-    assert r.hget(app.keys.jobs, member) == b"tasks.ping|" + b'[[1],"x|y"]', "task name|spec"
-
-
-def test_schedule_marker_is_named_as_protocol_says(app: drumbeat.App, r: redis.Redis) -> None:
-    @app.task
-    def ping() -> None: ...
-
-    app.schedule("m", ping, every=60)
-    marker = protocol.wheel_marker(bucket_of("m"))
-    assert marker.startswith(protocol.WHEEL_PREFIX)
-    assert r.zscore(app.keys.due, marker) == r.zscore(
-        app.scheduler.shards[0].wheel(bucket_of("m")), "m"
-    )
 
 
 def test_lateness_bins_and_windows_match_lua(app: drumbeat.App, r: redis.Redis) -> None:
@@ -197,29 +157,3 @@ def test_a_huge_lateness_sum_is_recorded(app: drumbeat.App, r: redis.Redis) -> N
     """
     _lib_eval(r, body, [app.keys.lateness], [1_700_000_123_456, *samples])
     assert int(r.hget(app.keys.lateness, "cs")) == sum(samples)
-
-
-#: How a worker of the version before `late` reads a record to run it (its _lib.lua).
-_PREVIOUS_RUN_FIELDS = "^(%d+)|(%-?%d+)|(%d+)|%d+|%d+|%d+|%-?%d*|%d+|(%d+)|(.*)$"
-
-
-def test_a_worker_of_the_previous_version_can_still_parse_every_record_written(
-    app: drumbeat.App, r: redis.Redis
-) -> None:
-    # During a rolling deploy such a worker must not find a record unreadable: its claim
-    # would drop the schedule from its bucket for good. (It reads `late` as the task code and
-    # fails the run, and the schedule goes on.)
-    @app.task
-    def tick() -> None: ...
-
-    app.schedule("fresh", tick, every=3600)
-    schedules = app.scheduler.shards[0].schedules(bucket_of("fresh"))
-    raw = r.hget(schedules, "fresh")
-    assert raw is not None
-    upgraded = _lib_eval(
-        r, "return format_schedule(parse_schedule(ARGV[1]))", [], [b"1|5|0|0|0|0||0|7|[[],5]"]
-    )
-    for record in (raw, upgraded):
-        found = _lib_eval(r, "return {string.match(ARGV[1], ARGV[2])}", [], [record,
-                          _PREVIOUS_RUN_FIELDS])  # fmt: skip
-        assert found, f"{record!r} would be unreadable to a worker of the previous version"

@@ -16,12 +16,11 @@ from drumbeat import admin
 from drumbeat.cli.shapes import schedule_json
 from drumbeat.errors import ConfigurationError, InvalidJob
 from drumbeat.job import decode_spec
-from drumbeat.keys import bucket_of
 from drumbeat.protocol import FIELD_SEP, JOB_STATE_FIELDS, SHORT_JOB_STATE_FIELDS
 from drumbeat.replies import Claimed
 from drumbeat.task import Options, Prepared
 from tests.conftest import RedisServer, reap_call, running_worker
-from tests.helpers import commands, redis_now_ms, wait_for_async
+from tests.helpers import commands, redis_now_ms, set_due, wait_for_async
 from tests.integration.test_cli import APP, _forget_app_module, assert_clean_error, ok, row, run
 
 
@@ -450,12 +449,12 @@ async def test_a_worker_lacking_the_task_does_not_spin_on_it(
         await new.aclose()
 
 
-async def test_a_schedule_whose_run_is_parked_is_not_put_back_in_its_bucket(
+async def test_a_schedule_whose_run_is_parked_is_not_put_back_in_its_slot(
     redis_url: str, namespace: str, r: redis.Redis
 ) -> None:
     """A run parked on a limiter waits neither queued nor leased: a re-registration of its
     schedule (every deploy does one), or a pause and resume, must still see the run and leave
-    the schedule out of its bucket, or the schedule would run twice at once."""
+    the schedule out of its slots, or the schedule would run twice at once."""
     app = drumbeat.App(redis_url, namespace=namespace, idle_block=0.5)
     app.limiter("gate", concurrency=1)
     release = asyncio.Event()
@@ -467,33 +466,36 @@ async def test_a_schedule_whose_run_is_parked_is_not_put_back_in_its_bucket(
     @app.task(name="tasks.tick", limiter="gate")
     async def tick(n: int) -> None: ...
 
+    def entries_of(schedule_id: str) -> int:
+        slots = [int(ms) for ms in r.zrange(keys.slots, 0, -1)]
+        held = [e for ms in slots for e in r.lrange(keys.slot(ms), 0, -1)]
+        return sum(e.startswith(f"{schedule_id}|".encode()) for e in held)
+
     try:
         app.schedule("parked", tick, every=60, args=[1])
         keys = app.scheduler.shards[app.scheduler.shard_of("parked")]
-        wheel = keys.wheel(bucket_of("parked"))
         held = await hold.aenqueue()
         async with running_worker(app):
             await wait_for_async(held.astatus, lambda s: s == "running",
                                  message="the job holding the limiter did not start")  # fmt: skip
-            r.zadd(wheel, {"parked": 0})  # due now
-            r.zadd(keys.due, {f"w:{bucket_of('parked')}": 0})
+            set_due(r, app, "parked", redis_now_ms(r))
             await wait_for_async(
                 lambda: (r.hexists(keys.state, "s:parked"), r.zscore(keys.leases, "s:parked"),
-                         r.zscore(keys.ready, "s:parked"), r.zscore(wheel, "parked")),
-                lambda seen: seen == (True, None, None, None),
+                         r.zscore(keys.ready, "s:parked"), r.hget(keys.where, "parked")),
+                lambda seen: seen == (True, None, None, b"q"),
                 message="the run was not parked behind the limiter",
             )  # fmt: skip
             app.schedule("parked", tick, every=60, args=[2])  # a changed definition
-            assert r.zscore(wheel, "parked") is None, (
-                "the schedule went back into its bucket while its parked run waits"
-            )
+            assert entries_of("parked") == 0, "a second entry while its parked run waits"
             assert app.pause("parked") == 1
             assert app.resume("parked") == 1
-            assert r.zscore(wheel, "parked") is None, "resume put it back while its run waits"
+            assert entries_of("parked") == 0, "resume put it back while its run waits"
             release.set()
             await held.aresult(timeout=20)
-            await wait_for_async(lambda: r.zscore(wheel, "parked"), lambda due: due is not None,
+            await wait_for_async(lambda: entries_of("parked"), lambda n: n == 1,
                                  message="the run did not end and reschedule")  # fmt: skip
+        info = app.get_schedule("parked")
+        assert info is not None and info.args == [2] and not info.paused
     finally:
         release.set()
         await app.aclose()
@@ -503,10 +505,8 @@ async def test_a_schedule_whose_run_is_parked_is_not_put_back_in_its_bucket(
 
 
 def _due_now(r: redis.Redis, app: drumbeat.App, schedule_id: str) -> None:
-    """Makes a waiting schedule's next run due now, marker included."""
-    keys = app.scheduler.shards[app.scheduler.shard_of(schedule_id)]
-    r.zadd(keys.wheel(bucket_of(schedule_id)), {schedule_id: 0})
-    r.zadd(keys.due, {f"w:{bucket_of(schedule_id)}": 0})
+    """Makes a waiting schedule's next run due now."""
+    set_due(r, app, schedule_id, redis_now_ms(r))
 
 
 async def _runs_of(ran: dict[str, list[str]], n: int) -> None:
@@ -543,7 +543,7 @@ async def test_a_schedules_runs_go_to_its_tasks_queue_or_the_one_it_names(
     async with running_worker(qapp, queues=["default"]) as keeper:
         for schedule_id in ("by-task", "named"):
             _due_now(r, qapp, schedule_id)
-        # Promoted by the default queue's worker, into their queues, where nobody serves them.
+        # Queued by the default queue's worker into their queues, where nobody serves them.
         for schedule_id, queue in (("by-task", "builds"), ("named", "reports")):
             await wait_for_async(
                 lambda s=schedule_id, q=queue: r.zscore(qapp.keys.ready_of(q), f"s:{s}"),
@@ -562,26 +562,6 @@ async def test_a_schedules_runs_go_to_its_tasks_queue_or_the_one_it_names(
                 _due_now(r, qapp, schedule_id)
             await _runs_of(ran, 2)
     assert ran == {"by-task": [other.id] * 2, "named": [other.id] * 2}, (keeper.id, ran)
-
-
-async def test_a_run_waiting_in_another_queue_is_withdrawn_by_pause_and_unschedule(
-    qapp: drumbeat.App, r: redis.Redis
-) -> None:
-    @qapp.task(queue="builds")
-    async def build() -> None: ...
-
-    ready = qapp.keys.ready_of("builds")
-    qapp.schedule("b", build, every=60)
-    assert qapp.run_now("b") == 1
-    assert r.zscore(ready, "s:b") is not None, "run_now did not queue the run in its queue"
-    assert qapp.run_now("b") == 0, "a second run while one waits"
-    assert qapp.pause("b") == 1
-    assert r.zscore(ready, "s:b") is None and not r.hexists(qapp.keys.state, "s:b")
-    assert qapp.resume("b") == 1
-    assert qapp.run_now("b") == 1
-    assert qapp.unschedule("b") == 1
-    assert r.zscore(ready, "s:b") is None and not r.hexists(qapp.keys.state, "s:b")
-    assert qapp.get_schedule("b") is None
 
 
 async def test_a_schedule_of_another_queue_runs_there_with_schedule_shards(

@@ -12,14 +12,27 @@ import redis
 
 import drumbeat
 from drumbeat import admin
-from drumbeat.keys import bucket_of
+from drumbeat.keys import Keys
+from drumbeat.outcomes import RunDone
+from drumbeat.protocol import QUEUED_AT
 from drumbeat.replies import Claimed
 from drumbeat.schedule import next_cron, phase_ms
+from drumbeat.schedules.slots import SlotScripts
+from drumbeat.worker.slotted import finish_item
 from tests.conftest import reap_call, running_worker
-from tests.helpers import Gate, Probe, entries, leased, wait_for, wait_for_async, wait_for_event
+from tests.helpers import (
+    Gate,
+    Probe,
+    entries,
+    leased,
+    set_due,
+    wait_for,
+    wait_for_async,
+    wait_for_event,
+)
 
-# The wheel's own keys and scripts: the default time slots have theirs in test_time_slots*.py.
-pytestmark = pytest.mark.usefixtures("wheel_store")
+# The store's own scripts are tested in test_time_slots*.py; these are the schedule API and
+# its guarantees, end to end.
 
 
 def _now_ms(r: redis.Redis) -> int:
@@ -31,20 +44,34 @@ def _app(redis_url: str, namespace: str, **settings: object) -> drumbeat.App:
     return drumbeat.App(redis_url, namespace=namespace, **settings)  # type: ignore[arg-type]
 
 
-def _wheel(app: drumbeat.App, schedule_id: str) -> str:
-    return app.scheduler.shards[app.scheduler.shard_of(schedule_id)].wheel(bucket_of(schedule_id))
+def _home(app: drumbeat.App, schedule_id: str) -> Keys:
+    """The keys of the shard a schedule lives in."""
+    shard = app.scheduler.home_of(app.redis, schedule_id)
+    assert shard is not None, f"no schedule {schedule_id!r}"
+    return app.scheduler.shards[shard]
 
 
-def _due(r: redis.Redis, app: drumbeat.App, schedule_id: str) -> float | None:
-    """When the schedule's next run is due, or None while a run is queued or in flight."""
-    return r.zscore(_wheel(app, schedule_id), schedule_id)
+def _due(r: redis.Redis, app: drumbeat.App, schedule_id: str) -> int | None:
+    """When the schedule's next run is due, or None while a run is queued or in flight (or it
+    is paused, or gone)."""
+    info = app.get_schedule(schedule_id)
+    return None if info is None else info.next_due_ms
 
 
-def _set_due(r: redis.Redis, app: drumbeat.App, schedule_id: str, due_ms: int) -> None:
-    """Moves a waiting schedule's next run to ``due_ms``, marker included (as finish_runs does)."""
-    keys = app.scheduler.shards[app.scheduler.shard_of(schedule_id)]
-    r.zadd(_wheel(app, schedule_id), {schedule_id: due_ms})
-    r.zadd(keys.due, {f"w:{bucket_of(schedule_id)}": due_ms})
+async def _queued(r: redis.Redis, app: drumbeat.App, schedule_id: str) -> None:
+    """Runs a worker of the default queue (whose workers keep every schedule) until the
+    schedule's run, routed to a queue nobody serves, waits there as a job."""
+    async with running_worker(app, queues=["default"]):
+        await wait_for_async(
+            lambda: r.hget(_home(app, schedule_id).where, schedule_id),
+            lambda at: at == QUEUED_AT.encode(), message="its run queued as a job",
+        )  # fmt: skip
+
+
+def _settle(run: Claimed, outcome: str, next_ms: int, started_ms: int) -> tuple[int, object]:
+    """A run that ran as a job settled as its worker settles it (`finish_item`)."""
+    done = RunDone(outcome, 7, 1, next_ms, next_ms, "x" if outcome == "fail" else "", started_ms)
+    return run.token, finish_item(run, done)
 
 
 def _check_runs_on_grid(
@@ -316,7 +343,7 @@ async def test_missed_runs_coalesce_and_late_runs_misfire(
     await app.aschedule("coalesce", tick, every=60)
     await app.aschedule("strict", tick, every=60, grace=0.3)
     for sid in ("coalesce", "strict"):  # as if every worker had been down for 3.5 intervals
-        _set_due(r, app, sid, _now_ms(r) - 210_000)
+        set_due(r, app, sid, _now_ms(r) - 210_000)
     ids = ("coalesce", "strict")
     async with running_worker(app):
         await wait_for_async(
@@ -334,30 +361,35 @@ async def test_missed_runs_coalesce_and_late_runs_misfire(
     await app.aclose()
 
 
-def test_stale_worker_cannot_settle_a_taken_over_run(app: drumbeat.App, r: redis.Redis) -> None:
-    @app.task
-    def tick() -> None: ...
+async def test_a_stale_worker_cannot_settle_a_run_that_was_taken_over(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    """A run queued as a job (its schedule is routed) is fenced by its claim's token: the
+    settle of a worker whose lease lapsed and whose run was claimed again is refused, and the
+    schedule gets one next run, from the claim that holds it."""
 
-    app.schedule("f", tick, every=5)
+    @app.task(queue="builds")
+    def build() -> None: ...
+
+    app.schedule("f", build, every=5)
     app.run_now("f")
-    s = app.scripts
-    a = s.claim("worker-a", 10, 10_000, 100).run(r).jobs
-    assert [j.id for j in a] == ["s:f"]
+    await _queued(r, app, "f")
+    s, slots = app.scripts, SlotScripts(_home(app, "f"))
+    (a,) = s.claim("worker-a", 10, 10_000, 100, queues=["builds"]).run(r).jobs
+    assert a.id == "s:f"
     r.zadd(app.keys.leases, {"s:f": 1})
-    reap = reap_call(app)
-    assert reap.run(r).requeued == 1
-    b = s.claim("worker-b", 10, 10_000, 100).run(r).jobs
-    assert [j.id for j in b] == ["s:f"] and b[0].token > a[0].token
+    assert reap_call(app, queues=["builds"]).run(r).requeued == 1  # type: ignore[arg-type]
+    (b,) = s.claim("worker-b", 10, 10_000, 100, queues=["builds"]).run(r).jobs
+    assert b.id == "s:f" and b.token > a.token and b.stalls == 1
     assert app.run_now("f") == 0, "never a second run while one is in flight"
     now = _now_ms(r)
-    stale = ("s:f", a[0].token, "ok", 5, 1, now + 5000, now + 5000, "", None)
-    assert s.finish_runs([stale]).run(r) == [0]
+    assert slots.finish_runs([_settle(a, "ok", now + 5000, now)]).run(r) == [0]  # type: ignore[list-item]
     assert _due(r, app, "f") is None
-    fresh = ("s:f", b[0].token, "ok", 5, 1, now + 7000, now + 7000, "", None)
-    assert s.finish_runs([fresh]).run(r) == [1]
+    assert slots.finish_runs([_settle(b, "ok", now + 7000, now)]).run(r) == [1]  # type: ignore[list-item]
     assert _due(r, app, "f") == now + 7000
     info = app.get_schedule("f")
     assert info is not None and info.runs == 1
+    assert entries(r, app.keys.state) == 0 and leased(r, app.keys.leases) == 0
 
 
 async def test_a_run_that_keeps_stalling_counts_a_failure_and_goes_on(
@@ -366,19 +398,21 @@ async def test_a_run_that_keeps_stalling_counts_a_failure_and_goes_on(
     app = _app(redis_url, namespace, max_stalls=2)
     ran: list[int] = []
 
-    @app.task
+    @app.task(queue="builds")
     def crashy() -> None:
         ran.append(1)
 
     app.schedule("c", crashy, every=5)
-    reap = reap_call(app, max_stalls=2)
+    reap = reap_call(app, max_stalls=2, queues=["builds"])  # type: ignore[arg-type]
     app.run_now("c")
+    await _queued(r, app, "c")
     for _ in range(3):
-        assert [j.id for j in app.scripts.claim("w", 1, 10_000, 100).run(r).jobs] == ["s:c"]
+        claim = app.scripts.claim("w", 1, 10_000, 100, queues=["builds"])
+        assert [j.id for j in claim.run(r).jobs] == ["s:c"]
         r.zadd(app.keys.leases, {"s:c": 1})
         reap.run(r)
     assert r.zcard(app.keys.dead) == 0, "a schedule's run is never dead-lettered"
-    async with running_worker(app):  # claims it a fourth time: settled as failed, not run
+    async with running_worker(app, queues=["builds"]):  # a fourth claim: failed, not run
         await wait_for_async(
             lambda: _due(r, app, "c"), message="the stalled run should be settled as failed"
         )
@@ -411,51 +445,12 @@ def test_concurrent_upserts_of_one_id(redis_url: str, namespace: str, r: redis.R
         th.start()
     for th in threads:
         th.join()
-    bucket = bucket_of("same")
-    assert r.hlen(f"drumbeat:{{{namespace}}}:schedules:{bucket}") == 1
-    assert r.zrange(f"drumbeat:{{{namespace}}}:wheel:{bucket}", 0, -1) == [b"same"]
-    assert r.zrange(f"drumbeat:{{{namespace}}}:due", 0, -1) == [f"w:{bucket}".encode()]
-
-
-async def test_schedules_spread_over_shards_all_run(
-    redis_url: str, namespace: str, r: redis.Redis
-) -> None:
-    app = _app(redis_url, namespace, schedule_shards=4)
-    dues: defaultdict[str, list[int]] = defaultdict(list)
-
-    @app.task
-    async def tick() -> None:
-        ctx = drumbeat.current_job()
-        assert ctx.schedule_id is not None and ctx.due_ms is not None
-        dues[ctx.schedule_id].append(ctx.due_ms)
-
-    ids = [f"s{i}" for i in range(40)]
-    await app.aschedule_many([drumbeat.Schedule(sid, tick, every=1) for sid in ids])
-    first_due = {s.id: s.next_due_ms for s in app.schedules()}
-    sizes = [
-        sum(
-            r.hlen(k.schedules(bucket_of(f"s{i}")))
-            for i in range(40)
-            if app.scheduler.shard_of(f"s{i}") == n
-        )
-        for n, k in enumerate(app.scheduler.apart)
-    ]
-    assert len(sizes) == 4 and all(sizes)
-    assert not any(r.exists(app.keys.schedules(bucket_of(f"s{i}"))) for i in range(40)), (
-        "with shards, schedules leave the job shard"
-    )
-    async with running_worker(app, concurrency=10):
-        await wait_for_async(
-            lambda: Counter(len(dues[sid]) for sid in ids),
-            lambda counts: min(counts) >= 2,
-            message="every schedule should run twice (runs per schedule: how many schedules)",
-            timeout=60,
-        )
-    stopped = _now_ms(r)
-    assert len(dues) == 40
-    _check_runs_on_grid(dues, first_due, 1000, stopped)
-    assert admin.schedule_stats(app).total == 40
-    await app.aclose()
+    keys = Keys(namespace)
+    assert r.hkeys(keys.where) == [b"same"]
+    slots = [int(ms) for ms in r.zrange(keys.slots, 0, -1)]
+    held = [e for ms in slots for e in r.lrange(keys.slot(ms), 0, -1)]
+    assert len(held) == 1 and held[0].startswith(b"same|"), held
+    assert slots == [int(r.hget(keys.where, "same") or 0)]
 
 
 def test_cron_schedule_is_due_at_the_next_cron_time(app: drumbeat.App, r: redis.Redis) -> None:
@@ -470,207 +465,45 @@ def test_cron_schedule_is_due_at_the_next_cron_time(app: drumbeat.App, r: redis.
     assert time.gmtime(expected / 1000).tm_hour == 0  # 09:00 in Tokyo is 00:00 UTC
 
 
-async def test_a_typical_monitor_is_stored_compactly(app: drumbeat.App, r: redis.Redis) -> None:
-    """Its record stays under 64 bytes after runs, so its bucket stays a listpack (the
-    memory-per-schedule figure depends on it; see docs/internals.md)."""
-
-    @app.task(name="monitors.check_listing")
-    async def check_listing(keyword: str, price: int) -> None: ...
-
-    ids = [f"monitor:u{i}:switch" for i in range(20)]
-    app.schedule_many(
-        [drumbeat.Schedule(i, check_listing, every=1, args=("switch", 30000)) for i in ids]
-    )
-    async with running_worker(app):
-        deadline = time.monotonic() + 5
-        while not all(info and info.runs for info in map(app.get_schedule, ids)):
-            assert time.monotonic() < deadline, "every monitor should have run"
-            await asyncio.sleep(0.05)
-    for i in ids:
-        bucket = bucket_of(i)
-        record = r.hget(app.keys.schedules(bucket), i)
-        assert record is not None and len(record) <= 64, record
-        # listpack since Redis 7; ziplist in 6.2
-        assert r.object("encoding", app.keys.schedules(bucket)) in (b"listpack", b"ziplist")
-        assert r.object("encoding", app.keys.wheel(bucket)) in (b"listpack", b"ziplist")
-    assert b"monitors.check_listing" not in r.hget(app.keys.schedules(bucket_of(ids[0])), ids[0])
-    info = app.get_schedule(ids[0])
-    assert info is not None and info.task == "monitors.check_listing"
-    assert (info.args, info.kwargs, info.cadence.every) == (["switch", 30000], {}, 1)
-    assert info.last_run_ms is not None and abs(info.last_run_ms - _now_ms(r)) < 5000
-
-
-def test_due_runs_are_taken_by_priority_with_what_waits_in_ready(
+async def test_a_runs_lateness_is_recorded_in_its_schedule_with_its_start(
     app: drumbeat.App, r: redis.Redis
 ) -> None:
-    @app.task(priority=1)
-    def low() -> None: ...
+    """A run that ran as a job settles its lateness (its start, the claim's time, less its due
+    time) into its schedule's record with its start and duration."""
 
-    app.schedule_many([drumbeat.Schedule(f"low{i}", low, every=60) for i in range(3)])
-    for i in range(3):
-        _set_due(r, app, f"low{i}", _now_ms(r) - 10)
-    urgent = app.enqueue_many([drumbeat.Prepared("t.urgent", [], {}, drumbeat.Options(priority=9))])
-    s = app.scripts
-    reported = s.claim("w", 0, 10_000, 100).run(r)  # no free slot: reports the buckets only
-    assert reported.jobs == [] and len(reported.buckets) >= 1
-    taken = s.promote_runs(reported.buckets, "w", 10, 10_000).run(r).jobs
-    assert taken[0].id == urgent[0].id, "an urgent job waits in ready: priority decides"
-    assert sorted(j.id for j in taken[1:]) == ["s:low0", "s:low1", "s:low2"]
-    assert [j.attempt for j in taken] == [1, 1, 1, 1]
+    @app.task(queue="builds")
+    def build() -> None: ...
 
-    for run in taken[1:]:  # next time nothing waits in ready: taken straight from the buckets
-        s.finish_runs([(run.id, run.token, "ok", 1, 1, 0, 0, "", None)]).run(r)
-        _set_due(r, app, run.id[2:], _now_ms(r) - 10)
-    reported = s.claim("w", 0, 10_000, 100).run(r)
-    direct = s.promote_runs(reported.buckets, "w", 10, 10_000).run(r)
-    assert sorted(j.id for j in direct.jobs) == ["s:low0", "s:low1", "s:low2"]
-    assert all(j.attempt == 1 and j.spec and j.spec.endswith(b"|[[],60]") for j in direct.jobs)
-    assert r.zcard(app.keys.ready) == 0
+    app.schedule("late", build, every=3600)
+    info = app.get_schedule("late")
+    assert info is not None and info.last_lateness_ms is None, "no run yet"
 
-
-async def test_a_run_taken_from_its_bucket_runs_again_after_its_worker_died(
-    app: drumbeat.App, r: redis.Redis
-) -> None:
-    seen: list[tuple[str, int]] = []
-
-    @app.task
-    async def check(keyword: str, price: int) -> None:
-        seen.append((keyword, price))
-
-    app.schedule("m", check, every=60, args=("switch", 30000))
-    _set_due(r, app, "m", _now_ms(r) - 10)
-    s = app.scripts
-    reported = s.claim("dead-worker", 5, 10_000, 100).run(r)
-    taken = s.promote_runs(reported.buckets, "dead-worker", 5, 10_000).run(r).jobs
-    assert [j.id for j in taken] == ["s:m"]
-    assert r.hget(app.keys.jobs, "s:m") is None, "taken straight from the bucket: no copy"
-    r.zadd(app.keys.leases, {"s:m": 1})  # its worker died
-    assert reap_call(app).run(r).requeued == 1
-    async with running_worker(app):
-        await wait_for_async(lambda: seen, message="the requeued run should run again")
-    assert seen == [("switch", 30000)], "its spec is read back from the schedule's record"
-    info = app.get_schedule("m")
-    assert info is not None and info.runs == 1 and info.failures == 0
-
-
-def test_a_claim_takes_the_runs_of_the_buckets_it_was_told_of(
-    app: drumbeat.App, r: redis.Redis
-) -> None:
-    @app.task
-    def tick() -> None: ...
-
-    app.schedule("a", tick, every=60)
-    assert bucket_of("a") not in app.scripts.claim("w", 5, 10_000, 100).run(r).upcoming
-    _set_due(r, app, "a", _now_ms(r) + 50)
-    first = app.scripts.claim("w", 5, 10_000, 100).run(r)
-    assert bucket_of("a") in first.upcoming, "the reply names the buckets due soon"
-    marker = r.zscore(app.keys.due, f"w:{bucket_of('a')}")
-    assert first.upcoming_at[first.upcoming.index(bucket_of("a"))] == marker, (
-        "each with when it comes due (its marker's score), so a worker passes only those due"
-    )
-    _set_due(r, app, "a", _now_ms(r) - 10)
-    told = app.scripts.claim("w", 5, 10_000, 100, first.upcoming).run(r)
-    assert [j.id for j in told.jobs] == ["s:a"], "taken in the same call"
-    assert told.buckets == [], "nothing left to promote"
-    assert _due(r, app, "a") is None
-
-
-def test_a_claim_names_upcoming_buckets_only_when_asked(app: drumbeat.App, r: redis.Redis) -> None:
-    """The query costs Redis more than an empty claim: a worker asks only when its list ran
-    short. Limiter markers in `due` are not buckets and are left out."""
-
-    @app.task
-    def tick() -> None: ...
-
-    app.schedule("a", tick, every=60)
-    _set_due(r, app, "a", _now_ms(r) + 50)
-    r.zadd(app.keys.due, {"l:t:some.task": _now_ms(r) + 40})
-    quiet = app.scripts.claim("w", 5, 10_000, 100, upcoming=0).run(r)
-    assert not quiet.upcoming_asked and quiet.upcoming == [], "not asked: no list at all"
-    asked = app.scripts.claim("w", 5, 10_000, 100, upcoming=1).run(r)
-    assert asked.upcoming_asked and asked.upcoming == [], (
-        "one marker wanted: the limiter marker, due first, is not a bucket"
-    )
-    full = app.scripts.claim("w", 5, 10_000, 100).run(r)
-    assert full.upcoming == [bucket_of("a")], "the bucket, not the limiter marker"
-    assert full.upcoming_at == [int(r.zscore(app.keys.due, f"w:{bucket_of('a')}") or 0)]
-
-
-def test_upcoming_buckets_due_already_come_with_the_claims_time(
-    app: drumbeat.App, r: redis.Redis
-) -> None:
-    """A bucket due already needs no time of its own (the next claim passes it anyway), and
-    Redis formats every score it replies (%.17g, thousands of instructions each): a pool that
-    fell behind, whose whole list is due, gets the markers alone."""
-
-    @app.task
-    def tick() -> None: ...
-
-    ids = ["a", "b", "c"]
-    assert len({bucket_of(i) for i in [*ids, "soon"]}) == 4
-    for n, schedule_id in enumerate(ids):
-        app.schedule(schedule_id, tick, every=60)
-        _set_due(r, app, schedule_id, _now_ms(r) - 5_000 + n)
-    app.schedule("soon", tick, every=60)
-    _set_due(r, app, "soon", _now_ms(r) + 50)
-    # One slot: the claim reads two due markers and reports the first (held a second); the
-    # other two stay due, behind.
-    result = app.scripts.claim("w", 1, 10_000, 100).run(r)
-    assert result.buckets == [bucket_of("a")]
-    assert result.upcoming == [bucket_of("b"), bucket_of("c"), bucket_of("soon")]
-    assert result.upcoming_at[:2] == [result.now_ms] * 2, "due already: the claim's time"
-    assert result.upcoming_at[2] == r.zscore(app.keys.due, f"w:{bucket_of('soon')}")
-    one = app.scripts.claim("w", 0, 10_000, 0, upcoming=1).run(r)
-    assert one.upcoming == [bucket_of("b")] and one.upcoming_at == [one.now_ms]
-
-
-def _late(app: drumbeat.App, r: redis.Redis, schedule_id: str) -> bytes:
-    """The `late` field of a schedule's record, as finish_runs.lua wrote it."""
-    raw = r.hget(app.scheduler.shards[0].schedules(bucket_of(schedule_id)), schedule_id)
-    assert raw is not None, f"schedule {schedule_id} has a record"
-    return raw.split(b"|")[8]
-
-
-def test_a_runs_lateness_is_recorded_in_its_schedule_with_its_start(
-    app: drumbeat.App, r: redis.Redis
-) -> None:
-    @app.task
-    def tick() -> None: ...
-
-    app.schedule("late", tick, every=3600)
-    s = app.scripts
-    assert _late(app, r, "late") == b"0", "no run yet: 0 (never empty, see _lib.lua)"
-
-    def claim_run(due_ms: int) -> Claimed:
-        _set_due(r, app, "late", due_ms)
-        reported = s.claim("w", 0, 10_000, 100).run(r)
-        (run,) = s.promote_runs(reported.buckets, "w", 10, 10_000).run(r).jobs
+    async def claim_run(due_ms: int) -> Claimed:
+        set_due(r, app, "late", due_ms)
+        await _queued(r, app, "late")
+        (run,) = app.scripts.claim("w", 10, 10_000, 100, queues=["builds"]).run(r).jobs
         return run
 
+    slots = SlotScripts(_home(app, "late"))
     for outcome, behind_ms in (("ok", 4000), ("fail", 250)):
         due = _now_ms(r) - behind_ms
-        run = claim_run(due)
+        run = await claim_run(due)
         assert run.extra.split(":")[0] == str(due), "the run's state holds its due time"
         owner = r.hget(app.keys.owners, run.id)
         assert owner is not None
         started = int(owner.split(b"|")[2])
         nxt = _now_ms(r) + 3_600_000
-        item = (run.id, run.token, outcome, 7, 1, nxt, nxt, "x", due)
-        assert s.finish_runs([item]).run(r) == [1]
-        assert _late(app, r, "late") == str(started - due).encode()
+        assert slots.finish_runs([_settle(run, outcome, nxt, started)]).run(r) == [1]  # type: ignore[list-item]
         info = app.get_schedule("late")
         assert info is not None and info.last_lateness_ms == started - due >= behind_ms
         assert info.last_run_ms == started and info.last_duration_ms == 7
-    recorded = _late(app, r, "late")
-    # A skipped (misfired) run records no run, so no lateness; an unknown due time records 0.
-    run = claim_run(_now_ms(r) - 90_000)
+    # A skipped (misfired) run records no run, so no lateness.
+    run = await claim_run(_now_ms(r) - 90_000)
     nxt = _now_ms(r) + 3_600_000
-    assert s.finish_runs([(run.id, run.token, "skip", 0, 1, nxt, nxt, "", 1)]).run(r) == [1]
-    assert _late(app, r, "late") == recorded
-    run = claim_run(_now_ms(r) - 10)
-    assert s.finish_runs([(run.id, run.token, "ok", 1, 1, nxt, nxt, "", None)]).run(r) == [1]
-    info = app.get_schedule("late")
-    assert info is not None and info.last_lateness_ms == 0 and info.runs == 3
+    assert slots.finish_runs([_settle(run, "skip", nxt, nxt)]).run(r) == [1]  # type: ignore[list-item]
+    after = app.get_schedule("late")
+    assert after is not None and after.last_lateness_ms == info.last_lateness_ms
+    assert (after.runs, after.misfires, after.failures) == (2, 1, 1)
 
 
 async def test_a_stalled_runs_lateness_counts_to_its_first_start_not_its_recovery(
@@ -679,15 +512,14 @@ async def test_a_stalled_runs_lateness_counts_to_its_first_start_not_its_recover
     """Lateness is how late the scheduler started a run (as the histogram counts it: at its
     first start); a worker dying under it later is a stall, counted in the run's stalls."""
 
-    @app.task
-    def tick() -> None: ...
+    @app.task(queue="builds")
+    def build() -> None: ...
 
-    app.schedule("stalled", tick, every=3600)
-    s = app.scripts
+    app.schedule("stalled", build, every=3600)
     due = _now_ms(r) - 200
-    _set_due(r, app, "stalled", due)
-    reported = s.claim("w1", 0, 10_000, 100).run(r)
-    (run,) = s.promote_runs(reported.buckets, "w1", 10, 10_000).run(r).jobs
+    set_due(r, app, "stalled", due)
+    await _queued(r, app, "stalled")
+    (run,) = app.scripts.claim("w1", 10, 10_000, 100, queues=["builds"]).run(r).jobs
     owner = r.hget(app.keys.owners, run.id)
     assert owner is not None
     first_start = int(owner.split(b"|")[2])
@@ -696,7 +528,7 @@ async def test_a_stalled_runs_lateness_counts_to_its_first_start_not_its_recover
     wait_for(lambda: _now_ms(r), until=lambda ms: ms >= first_start + 1000,
              message="Redis time should pass the stall")  # fmt: skip
     r.zadd(app.keys.leases, {run.id: 0})
-    async with running_worker(app):
+    async with running_worker(app, queues=["default", "builds"]):
         info = await wait_for_async(
             lambda: app.get_schedule("stalled"),
             lambda i: i is not None and i.runs == 1,
@@ -716,7 +548,7 @@ async def test_a_worker_records_the_lateness_of_its_run(app: drumbeat.App, r: re
 
     app.schedule("behind", tick, every=3600)
     due = _now_ms(r) - 3000
-    _set_due(r, app, "behind", due)
+    set_due(r, app, "behind", due)
     async with running_worker(app):
         info = await wait_for_async(
             lambda: app.get_schedule("behind"),
@@ -728,13 +560,11 @@ async def test_a_worker_records_the_lateness_of_its_run(app: drumbeat.App, r: re
     await app.aclose()
 
 
-async def test_a_runs_job_handle_finds_its_schedule_shard(
-    redis_url: str, namespace: str, store: str
-) -> None:
+async def test_a_runs_job_handle_finds_its_schedule_shard(redis_url: str, namespace: str) -> None:
     """`app.job("s:<id>")` of a schedule in a schedule shard reads that shard: it read the main
     shard, where the run never is, and said `missing` while the run ran. A time-slot run is no
     job: its handle reads its worker's lot."""
-    app = drumbeat.App(redis_url, namespace=namespace, schedule_shards=2, idle_block=0.5)  # fmt: skip
+    app = drumbeat.App(redis_url, namespace=namespace, schedule_shards=2, idle_block=0.5)
     started, release = asyncio.Event(), asyncio.Event()
 
     @app.task

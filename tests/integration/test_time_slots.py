@@ -126,8 +126,8 @@ def test_an_upsert_that_read_where_before_the_entry_moved_is_told_to_send_again(
     _upsert(r, s, ["a"], due)
     stale = Call(
         "slot_schedules",
-        [keys.slots, keys.where, keys.pending, keys.tasks, keys.wake, keys.slot(due - 1),
-         keys.slot(due + 9)],
+        [keys.slots, keys.where, keys.pending, keys.tasks, keys.wake, keys.stalled,
+         keys.paused, keys.queues, keys.slot(due - 1), keys.slot(due + 9)],
         [1, "a", str(due - 1), 0, due + 9, due + 9, TASK, "", b"[]"],
         lambda raw: [int(x) for x in raw],
     )  # fmt: skip

@@ -1,8 +1,7 @@
-"""Pause, resume and run now with schedules kept as time slots (``schedule_store="slots"``), as
-the wheel does them: a paused schedule's entry waits in `paused` and runs no more; a pause or
-a resume asked while its run is in flight is applied when the run settles; a run now runs once
-and keeps the cadence (a paused schedule stays paused after it); upserts and removals find a
-paused schedule where it waits."""
+"""Pause, resume and run now of schedules in the time slots: a paused schedule's entry waits
+in `paused` and runs no more; a pause or a resume asked while its run is in flight is applied
+when the run settles; a run now runs once and keeps the cadence (a paused schedule stays paused
+after it); upserts and removals find a paused schedule where it waits."""
 
 from __future__ import annotations
 
@@ -122,7 +121,7 @@ async def test_a_pause_asked_while_the_run_is_in_flight_applies_when_it_settles(
     async with _in_flight(redis_url, namespace) as (app, gate):
         assert await app.apause("g") == 1
         assert await app.apause("g") == 0, "a pause waits already"
-        # Read as paused at once, as the wheel's, though its run goes on.
+        # Read as paused at once, though its run goes on.
         info = await app.aget_schedule("g")
         assert info is not None and info.paused and info.next_due_ms is None
         assert [i.paused for i in await app.aschedules()] == [True]

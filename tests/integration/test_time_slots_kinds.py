@@ -161,7 +161,9 @@ async def test_a_change_made_while_a_run_is_queued_is_applied_when_it_settles(
     else:
         assert info is not None and info.args == [2] and info.cadence.every == 30
         assert info.generation == 2 and info.next_due_ms is not None and info.runs == 1
-    assert not r.hexists(keys.jobs, RUN_PREFIX + "b") and not r.hexists(keys.state, RUN_PREFIX + "b")
+    assert not r.hexists(keys.jobs, RUN_PREFIX + "b") and not r.hexists(
+        keys.state, RUN_PREFIX + "b"
+    )
     await app.aclose()
 
 

@@ -17,9 +17,9 @@ from drumbeat.admin.schedules import schedule_stats
 from drumbeat.autoscale import read_signal
 from drumbeat.keys import Keys
 from drumbeat.schedule import phase_ms
-from drumbeat.scripts import Call
 from drumbeat.schedules.changes import SlotChanges
 from drumbeat.schedules.slots import SlotScripts, parse_entry
+from drumbeat.scripts import Call
 from drumbeat.worker.slotted import SlotLane
 from tests.conftest import running_worker
 from tests.helpers import wait_for_async
@@ -246,39 +246,40 @@ async def test_a_worker_whose_lease_lapsed_loses_its_runs_and_claims_as_a_new_in
     await app.aclose()
 
 
-def test_schedules_are_read_back_as_the_wheel_reads_them(redis_url: str, namespace: str) -> None:
-    slots = _app(redis_url, namespace, schedule_shards=2)
-    wheel = drumbeat.App(redis_url, namespace=namespace + "-w", schedule_shards=2)
-    for app in (slots, wheel):
+def test_schedules_are_read_back_as_they_were_registered(redis_url: str, namespace: str) -> None:
+    app = _app(redis_url, namespace, schedule_shards=2)
 
-        @app.task(name="tasks.watch")
-        def watch(keyword: str, under: int = 0) -> None: ...
+    @app.task(name="tasks.watch")
+    def watch(keyword: str, under: int = 0) -> None: ...
 
-        app.schedule_many(
-            [drumbeat.Schedule(f"m{i}", watch, every=60, args=(f"k{i}",), kwargs={"under": i})
-             for i in range(12)]
-            + [drumbeat.Schedule("nightly", watch, cron="0 3 * * *", args=("all",), priority=3)]
-        )  # fmt: skip
-    fields = ("id", "task", "args", "kwargs", "cadence", "priority", "paused", "runs", "queue")
-
-    def view(info: drumbeat.ScheduleInfo | None) -> tuple[object, ...]:
-        assert info is not None
-        return tuple(getattr(info, f) for f in fields)
-
-    listed = {i.id: i for i in slots.schedules()}
-    assert sorted(listed) == sorted(i.id for i in wheel.schedules())
+    app.schedule_many(
+        [drumbeat.Schedule(f"m{i}", watch, every=60, args=(f"k{i}",), kwargs={"under": i})
+         for i in range(12)]
+        + [drumbeat.Schedule("nightly", watch, cron="0 3 * * *", args=("all",), priority=3)]
+    )  # fmt: skip
+    listed = {i.id: i for i in app.schedules()}
+    assert sorted(listed) == sorted([*(f"m{i}" for i in range(12)), "nightly"])
+    for i in range(12):
+        info = listed[f"m{i}"]
+        assert (info.task, info.args, info.kwargs, info.cadence.every, info.priority) == (
+            "tasks.watch",
+            [f"k{i}"],
+            {"under": i},
+            60,
+            0,
+        )
+        assert (info.paused, info.runs, info.queue) == (False, 0, "default")
+    nightly = listed["nightly"]
+    assert (nightly.cadence.cron, nightly.args, nightly.priority) == ("0 3 * * *", ["all"], 3)
     for sid, info in listed.items():
-        assert view(info) == view(wheel.get_schedule(sid))
-        assert view(slots.get_schedule(sid)) == view(info)
-        assert info.next_due_ms == slots.get_schedule(sid).next_due_ms  # type: ignore[union-attr]
+        assert app.get_schedule(sid) == info
         assert info.next_due_ms is not None
-    assert sorted(i.id for i in slots.schedules("m1")) == ["m1", "m10", "m11"]
-    assert slots.get_schedule("nope") is None
+    assert sorted(i.id for i in app.schedules("m1")) == ["m1", "m10", "m11"]
+    assert app.get_schedule("nope") is None
     # Counted as `drumbeat status`, the dashboard and /metrics count them.
-    assert slots.scheduler.count(slots.redis) == wheel.scheduler.count(wheel.redis) == 13
-    assert schedule_stats(slots).total == 13
-    slots.close()
-    wheel.close()
+    assert app.scheduler.count(app.redis) == 13
+    assert schedule_stats(app).total == 13
+    app.close()
 
 
 async def test_a_schedule_whose_run_is_in_flight_is_read_from_its_workers_lot(
@@ -309,9 +310,7 @@ async def test_a_schedule_whose_run_is_in_flight_is_read_from_its_workers_lot(
     await app.aclose()
 
 
-def test_a_removed_schedule_is_gone(
-    redis_url: str, namespace: str
-) -> None:
+def test_a_removed_schedule_is_gone(redis_url: str, namespace: str) -> None:
     app = _app(redis_url, namespace)
 
     @app.task

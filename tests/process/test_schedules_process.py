@@ -1,5 +1,4 @@
-"""Three worker processes hold 2,000 one-second schedules on cadence, through a kill -9, with
-either schedule store (the wheel, the time slots)."""
+"""Three worker processes hold 2,000 one-second schedules on cadence, through a kill -9."""
 
 from __future__ import annotations
 
@@ -25,17 +24,17 @@ N = 2000
 WINDOW_S = 15
 
 
-def _worker(url: str, namespace: str, store: str) -> subprocess.Popen[bytes]:
+def _worker(url: str, namespace: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "DRUMBEAT_REDIS_URL": url, "DRUMBEAT_NAMESPACE": namespace,
            "DRUMBEAT_LEASE": "1.0", "DRUMBEAT_MAINTENANCE_INTERVAL": "0.2",
-           "DRUMBEAT_CONCURRENCY": "100", "DRUMBEAT_SCHEDULE_STORE": store,
+           "DRUMBEAT_CONCURRENCY": "100",
            "PYTHONPATH": str(ROOT)}  # fmt: skip
     code = "import drumbeat; from tests.apps.sched_app import app; drumbeat.run_worker(app)"
     return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT)
 
 
 def test_2000_schedules_on_cadence_across_a_kill_9(
-    redis_url: str, namespace: str, r: redis.Redis, store: str
+    redis_url: str, namespace: str, r: redis.Redis
 ) -> None:
     app = drumbeat.App(redis_url, namespace=namespace, lease=1.0)
     app.enqueue  # noqa: B018 - the task below is registered by name, as the workers do
@@ -46,7 +45,7 @@ def test_2000_schedules_on_cadence_across_a_kill_9(
     app.schedule_many(
         [drumbeat.Schedule(f"mon:{i}", monitor, every=1, args=(i,)) for i in range(N)]
     )
-    workers = [_worker(redis_url, namespace, store) for _ in range(3)]
+    workers = [_worker(redis_url, namespace) for _ in range(3)]
     try:
         # The window opens once all three run and the runs due while they started are done
         # (however long that took): from there every schedule is on its grid.

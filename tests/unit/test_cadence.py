@@ -213,8 +213,9 @@ def test_bad_cadences_are_refused(cadence: Cadence, message: str) -> None:
 
 
 @pytest.mark.parametrize("interval", [1_000, 5_000, 60_000, 3_600_000])
-def test_schedules_of_one_wheel_bucket_fire_together(interval: int) -> None:
-    """One claim of a bucket then takes all its runs, not one run per claim."""
+def test_schedules_of_one_phase_fire_together(interval: int) -> None:
+    """The schedules of one of the 16,384 phases that share an interval fall due in one ms,
+    so they wait in one time slot, which one claim takes whole."""
     by_bucket: dict[int, list[int]] = {}
     for i in range(50_000):
         sid = f"monitor:u{i}:kw"

@@ -32,8 +32,6 @@ SHARED = [
     "MIN_PRIORITY",
     "PRIORITY_SPAN",
     "RUN_PREFIX",
-    "WHEEL_PREFIX",
-    "BUCKET_HOLD_MS",
     "UPCOMING",
     "UPCOMING_MS",
     "LATENESS_WINDOW_MS",
@@ -43,8 +41,8 @@ SHARED = [
     "THROUGHPUT_WINDOWS",
     "PAUSED_FLAG",
     "PAUSED_AT",
+    "QUEUED_AT",
     "LIMIT_PREFIX",
-    "ROUTE_PREFIX",
     "PAUSE_PREFIX",
     "ROUTE_FIELD",
     "PARKED_FIELD",
@@ -53,7 +51,7 @@ SHARED = [
     "LEASES_KEEP",
 ]
 #: Constants only Lua needs (a new one must be placed in one of the two lists).
-LUA_ONLY = {"CALL_MANY_CHUNK", "LIMIT_PURGE", "LIMIT_RECHECK_MS", "LIMIT_NEAR_MS", "WHEEL_READ",
+LUA_ONLY = {"CALL_MANY_CHUNK", "LIMIT_PURGE", "LIMIT_RECHECK_MS", "LIMIT_NEAR_MS", "LIMIT_HOLD_MS",
             "MAX_LATENESS_BIN", "KEEP_VALUE"}  # fmt: skip
 
 LAYOUTS = {
@@ -136,23 +134,9 @@ def test_lua_parsers_and_formatters_have_one_slot_per_field() -> None:
     assert "= string.format('%d', token + i) .. owner_tail" in take
     owner_tail = re.search(r"local owner_tail = (.*)", take)
     assert owner_tail and owner_tail.group(1).count(f"'{FIELD_SEP}'") == len(OWNER_FIELDS) - 1
-    lean = re.search(r"local pattern = '(.*?)'", _function("schedule_run_fields"))
-    assert lean and len(lean.group(1).split(FIELD_SEP)) == len(SCHEDULE_FIELDS)
-    # finish_runs.lua updates a record without splitting its task from its spec, nor its last
-    # run's duration from its lateness (last_ms|late, replaced together).
-    finish = (Path(protocol.__file__).parent / "lua" / "finish_runs.lua").read_text()
-    after = re.search(r"local pattern = '(.*?)'", finish)
-    assert after and _captures(after.group(1)) == len(SCHEDULE_FIELDS) - 2
-    assert "(%d+|%d*)" in after.group(1), "last_ms|late as one capture"
-    # The record is written by concatenation (no format string): one piece per capture, in
-    # order, each followed by a separator.
-    written = re.search(r"local record = (gen \.\. .*?)\n  --", finish, re.DOTALL)
-    assert written, "finish_runs.lua should build `local record = gen .. '|' .. ...`"
-    pieces = [p.strip() for p in written.group(1).split("..")]
-    assert pieces[1::2] == [f"'{FIELD_SEP}'"] * (len(SCHEDULE_FIELDS) - 3)
-    assert len(pieces[0::2]) == len(SCHEDULE_FIELDS) - 2
-    run = re.search(r"key = (raw\[j\] \.\. .*?)}", _function("promote_buckets"))
-    assert run and run.group(1).count(f"'{RUN_STATE_SEP}") == len(RUN_STATE_FIELDS) - 1
+    # A run's state names its due time, grid slot, generation and manual flag in this order
+    # (queue_runs builds it in Python: `slots.Queueing.run_key`).
+    assert RUN_STATE_FIELDS == ("due", "grid", "gen", "manual") and RUN_STATE_SEP == ":"
 
 
 def test_lateness_bins_cover_their_values() -> None:

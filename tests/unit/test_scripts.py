@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from drumbeat.keys import WHEEL_BUCKETS, Keys, bucket_of
+from drumbeat.keys import Keys
 from drumbeat.replies import Claimed, parse_claim
+from drumbeat.schedules.slots import Settled, SlotScripts
 from drumbeat.scripts import SCRIPT_NAMES, SOURCES, Scripts
 
 LIB = (resources.files("drumbeat") / "lua" / "_lib.lua").read_text()
@@ -56,33 +57,22 @@ def test_the_keys_of_hot_path_calls_are_the_keys_of_the_schema(shard: int | None
     # The worker's calls name their keys from prefixes made once: they must stay the schema's.
     k = Keys("ns", shard)
     scripts = Scripts(k)
-    buckets = [0, 7, WHEEL_BUCKETS - 1]
-    of_buckets = [key for b in buckets for key in (k.wheel(b), k.schedules(b))]
-    claim = scripts.claim("w", 5, 1000, 10, buckets, queues=["default", "q2"], routes=["q3"])
+    claim = scripts.claim("w", 5, 1000, 10, queues=["default", "q2"])
     assert list(claim.keys) == [
         k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.lateness, k.tasks, k.progress,
         k.pauses, k.ready_of("default"), k.due_of("default"), k.wake_of("default"),
-        k.ready_of("q2"), k.due_of("q2"), k.wake_of("q2"), k.ready_of("q3"), k.wake_of("q3"),
-        *of_buckets,
+        k.ready_of("q2"), k.due_of("q2"), k.wake_of("q2"),
     ]  # fmt: skip
-    promote = scripts.promote_runs(buckets, "w", 5, 1000)
-    assert list(promote.keys) == [
-        k.due, k.ready, k.jobs, k.state, k.seq, k.wake, k.tasks, k.owners, k.leases, k.fence,
-        k.lateness, *of_buckets,
+    slots = SlotScripts(k)
+    runs = [(1, Settled(i, f"{i}|r", 5, 0)) for i in ("a", "b")]
+    assert list(slots.finish_runs(runs).keys) == [
+        k.owners, k.leases, k.jobs, k.state, k.where, k.slots, k.pending, k.paused, k.faults,
+        k.slot(5), k.slot(5),
     ]  # fmt: skip
-    ids = ["s:a", "s:b"]
-    finish = scripts.finish_runs([(i, 1, "ok", 1, 0, 5, 5, "", None) for i in ids])
-    run_buckets = list(dict.fromkeys(bucket_of(i[2:]) for i in ids))
-    assert list(finish.keys) == [
-        k.due, k.leases, k.owners, k.state, k.faults, k.wake, k.jobs,
-        *[key for b in run_buckets for key in (k.wheel(b), k.schedules(b))],
-    ]  # fmt: skip
-    with pytest.raises(KeyError, match="unknown bucket"):
-        scripts.bucket_keys(WHEEL_BUCKETS)
 
 
 def test_a_claim_reply_parses_into_its_items() -> None:
-    head: list[Any] = [1000, -1, [], None, 3]
+    head: list[Any] = [1000, -1, [b"l:t:x", b"p:builds"], 3]
     run = [b"s:a", b"t|[[1],5]", 1, 0, 41, 5, b"990:990:0:0", None, None]
     job = ["j1", b"", 2, 1, 42, 7, "key", b"\x91\x01", b"q2|1234"]
     result = parse_claim(head + run + job)
@@ -92,3 +82,4 @@ def test_a_claim_reply_parses_into_its_items() -> None:
     ]
     assert (result.jobs[1].queue, result.jobs[1].unknown_ms) == ("q2", 1234)
     assert (result.now_ms, result.next_due_ms, result.best) == (1000, None, 3)
+    assert (result.limiters, result.paused) == (["t:x"], ["builds"])

@@ -8,9 +8,10 @@
 -- the reaper) is answered -1, to be sent again.
 --
 -- KEYS[1] slots (zset)  KEYS[2] where (hash)  KEYS[3] pending (hash)  KEYS[4] tasks (hash)
--- KEYS[5] wake (zset)  KEYS[6] stalled (hash)  KEYS[7] paused (hash)
--- KEYS[6 + 2i] slot:<ms> its entry was read in (or any slot key, when `where` had no ms),
--- KEYS[7 + 2i] slot:<ms> of its first due time, of the i-th schedule
+-- KEYS[5] wake (zset)  KEYS[6] stalled (hash)  KEYS[7] paused (hash)  KEYS[8] queues (set: a
+-- queue a schedule's runs go to is registered, as an enqueue registers its job's)
+-- KEYS[7 + 2i] slot:<ms> its entry was read in (or any slot key, when `where` had no ms),
+-- KEYS[8 + 2i] slot:<ms> of its first due time, of the i-th schedule
 -- ARGV[1] n (schedules); then groups of 8, one per schedule: id, the ms `where` gave (empty
 -- if none), priority, first grid slot ms, first due ms, task name, the queue its runs go to
 -- (empty: the default one), spec
@@ -22,8 +23,9 @@ for i = 1, n do
   local a = 1 + (i - 1) * 8
   local id, read, priority = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
   local grid, due, spec = ARGV[a + 4], ARGV[a + 5], ARGV[a + 8]
-  local old_key, new_key = KEYS[6 + 2 * i], KEYS[7 + 2 * i]
+  local old_key, new_key = KEYS[7 + 2 * i], KEYS[8 + 2 * i]
   local task = task_code(KEYS[4], ARGV[a + 6], ARGV[a + 7])
+  if ARGV[a + 7] ~= '' then redis.call('SADD', KEYS[8], ARGV[a + 7]) end
   local at = redis.call('HGET', KEYS[2], id)
   local paused = at == PAUSED_AT
   local entry = nil

@@ -67,7 +67,7 @@ class SlotChanges:
         """`slot_schedules` of ``items`` given what `_reads` read."""
         k = self.k
         texts, at_keys = self._at(read)
-        keys = [k.slots, k.where, k.pending, k.tasks, k.wake, k.stalled, k.paused]
+        keys = [k.slots, k.where, k.pending, k.tasks, k.wake, k.stalled, k.paused, k.queues]
         args: list[str | bytes | int] = [len(items)]
         for (sid, priority, grid, due, task, queue, spec), was, at in zip(
             items, texts, at_keys, strict=True
