@@ -281,7 +281,7 @@ def test_dashboard_pages_json_actions_and_metrics(
             overview = httpx.get(served.url + "/api/overview").json()
             assert overview["queue"] | {"ready_by_priority": None} == {
                 "ready": 1, "ready_by_priority": None, "delayed": 1, "parked": 0,
-                "running": 1, "dead": 1,
+                "running": 1, "dead": 1, "waiting": 0,
             }, overview["queue"]  # fmt: skip
             assert overview["queues"]["other"][4] == 1
             assert overview["schedules"]["total"] == SHARDS
