@@ -100,10 +100,14 @@ class Config:
     """Seconds between the end of registration and the start of the system's processes: with
     at least one interval, every schedule is due when they start (a deploy onto a filled
     Redis)."""
+    limited: bool = False
+    """drumbeat only: every schedule ``concurrency_limit=1, limit_by="i"`` (its argument), and
+    every tenth routed to another queue its workers serve too."""
 
     def drumbeat_flags(self) -> list[str]:
         flags = ["--processes", str(self.processes)] if self.processes else []
         flags += ["--autoscale", self.autoscale] if self.autoscale else []
+        flags += ["--limited"] if self.limited else []
         return flags + (["--task-sleep", f"{self.task_sleep:g}"] if self.task_sleep else [])
 
 
@@ -852,6 +856,10 @@ def header_lines(info: Mapping[str, Any], cfg: Config) -> list[str]:
     if cfg.cold:
         lines.append(f"- cold start: the system's processes start {cfg.cold:g} s after the "
                      "schedules were registered")  # fmt: skip
+    if cfg.limited:
+        lines.append("- limited: every schedule `concurrency_limit=1, limit_by=\"i\"`, every "
+                     "tenth `queue=\"other\"` (served by the same workers): each run goes "
+                     "through its queue as a job")  # fmt: skip
     if cfg.note:
         lines.append(f"- note: {cfg.note}")
     if info.get("sources"):
@@ -991,6 +999,10 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
         metavar="S",
         help="drumbeat alone: the task awaits S s once it recorded its start",
     )
+    p.add_argument("--limited", action="store_true",
+                   help="drumbeat alone: every schedule concurrency_limit=1, limit_by its "
+                   "argument, every tenth routed to another queue (its runs go through their "
+                   "queue as jobs)")  # fmt: skip
     p.add_argument("--cold", type=float, default=0.0, metavar="S",
                    help="start the system's processes S s after registration ends (with S >= "
                    "the interval, every schedule is due when they start)")  # fmt: skip
@@ -1013,13 +1025,13 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
     if repeat < 1 or a.workers < 1 or a.concurrency < 1:
         p.error("--repeat, --workers and --concurrency must be >= 1")
     duration = a.duration or (20.0 if a.quick else 60.0)
-    if (a.processes or a.autoscale or a.task_sleep) and systems != ("drumbeat",):
-        p.error("--processes, --autoscale and --task-sleep apply to drumbeat alone: add "
+    if (a.processes or a.autoscale or a.task_sleep or a.limited) and systems != ("drumbeat",):
+        p.error("--processes, --autoscale, --task-sleep and --limited apply to drumbeat alone: add "
                 f"--systems drumbeat (got {', '.join(systems)})")  # fmt: skip
     if a.processes and a.autoscale:
         p.error("--processes and --autoscale exclude each other")
     cfg = Config(systems, cases, duration, repeat, a.workers, a.concurrency, a.quick, a.note,
-                 a.processes, a.autoscale, a.task_sleep, a.cold)  # fmt: skip
+                 a.processes, a.autoscale, a.task_sleep, a.cold, a.limited)  # fmt: skip
     return a, cfg
 
 

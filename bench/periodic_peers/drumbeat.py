@@ -5,12 +5,13 @@ live system; drumbeat picks each schedule's phase itself (a stable hash of its i
 harness's anchor is not used. A run's due time is ``drumbeat.current_job().due_ms``.
 
     python -m bench.periodic_peers.drumbeat {register,worker} --url URL --n N --interval S ...
-        [--processes N | --autoscale MIN:MAX] [--task-sleep S]
+        [--processes N | --autoscale MIN:MAX] [--task-sleep S] [--limited]
 
 With ``--processes``/``--autoscale`` the worker role is ``drumbeat worker
 bench.periodic_peers.drumbeat_app:app --processes N`` (a supervisor and its worker processes,
 in this process's group); ``--task-sleep`` makes the task await that long after recording its
-start (a monitor's I/O).
+start (a monitor's I/O). ``--limited``: every schedule ``concurrency_limit=1, limit_by="i"``
+and every tenth routed to queue ``other``, which the workers serve too.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ SPEC = PeerSpec(
 
 NAMESPACE = "bench"
 TASK = "bench.periodic.noop"
+OTHER = "other"
+"""The queue every tenth schedule is routed to with ``--limited``."""
+LIMITED_ENV = "BENCH_PERIODIC_LIMITED"
 BATCH = 10_000
 
 
@@ -62,7 +66,18 @@ async def _noop_stub(i: int) -> None:
     """Registration only needs the task's name; the worker registers the real one."""
 
 
-def register(args: Args) -> None:
+def _schedule(i: int, interval: float, limited: bool) -> object:
+    import drumbeat
+
+    if not limited:
+        return drumbeat.Schedule(f"s{i}", TASK, every=interval, args=(i,))
+    return drumbeat.Schedule(
+        f"s{i}", TASK, every=interval, args=(i,), concurrency_limit=1, limit_by="i",
+        queue=OTHER if i % 10 == 0 else None,
+    )  # fmt: skip
+
+
+def register(args: Args, limited: bool = False) -> None:
     import drumbeat
 
     app = drumbeat.App(args.url, namespace=NAMESPACE)
@@ -71,7 +86,7 @@ def register(args: Args) -> None:
     t0 = time.perf_counter()
     for lo in range(0, args.n, BATCH):
         app.schedule_many(
-            drumbeat.Schedule(f"s{i}", TASK, every=args.interval, args=(i,))
+            _schedule(i, args.interval, limited)  # type: ignore[misc]
             for i in range(lo, min(lo + BATCH, args.n))
         )
     emit_registered(time.perf_counter() - t0)
@@ -85,12 +100,14 @@ class Pool:
     processes: int = 0
     autoscale: str = ""
     task_sleep: float = 0.0
+    limited: bool = False
 
     def flags(self) -> list[str]:
         """``drumbeat worker``'s options for this pool (none: one in-process worker)."""
+        queues = ["--queues", f"default,{OTHER}"] if self.limited else []
         if self.autoscale:
-            return ["--autoscale", self.autoscale]
-        return ["--processes", str(self.processes)] if self.processes else []
+            return ["--autoscale", self.autoscale, *queues]
+        return ["--processes", str(self.processes), *queues] if self.processes else []
 
 
 def split_args(argv: Sequence[str]) -> tuple[Pool, list[str]]:
@@ -99,8 +116,9 @@ def split_args(argv: Sequence[str]) -> tuple[Pool, list[str]]:
     p.add_argument("--processes", type=int, default=0)
     p.add_argument("--autoscale", default="")
     p.add_argument("--task-sleep", type=float, default=0.0)
+    p.add_argument("--limited", action="store_true")
     own, rest = p.parse_known_args(list(argv))
-    return Pool(own.processes, own.autoscale, own.task_sleep), rest
+    return Pool(own.processes, own.autoscale, own.task_sleep, own.limited), rest
 
 
 def _supervised(args: Args, pool: Pool) -> None:
@@ -151,7 +169,8 @@ async def _worker(args: Args, pool: Pool) -> None:
         if pool.task_sleep:
             await asyncio.sleep(pool.task_sleep)
 
-    worker = drumbeat.Worker(app, concurrency=args.concurrency)
+    queues = ["default", OTHER] if pool.limited else None
+    worker = drumbeat.Worker(app, concurrency=args.concurrency, queues=queues)
     worker.install_signal_handlers()
     emit_started()
     await worker.run()
@@ -163,7 +182,7 @@ def main() -> None:
     pool, rest = split_args(sys.argv[1:])
     args = parse_args(("register", "worker"), rest)
     if args.role == "register":
-        register(args)
+        register(args, pool.limited)
     elif pool.flags():
         _supervised(args, pool)
     else:
