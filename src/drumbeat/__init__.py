@@ -1,6 +1,7 @@
 """drumbeat: a Redis-backed priority job queue and scheduler that keeps a lot of work on time."""
 
 from .app import App
+from .batches import Batch, BatchEnded, BatchStatus
 from .config import Settings
 from .connections import EvictionPolicyWarning
 from .context import Context, acheckpoint, checkpoint, current_job
@@ -34,6 +35,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "Batch",
+    "BatchEnded",
+    "BatchStatus",
     "Bound",
     "Cadence",
     "CallOptions",

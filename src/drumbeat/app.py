@@ -14,6 +14,7 @@ from redis.exceptions import NoScriptError
 
 from . import connections
 from .admin import pausing
+from .batches import Batch, amake_batch, make_batch
 from .config import Settings
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .job import Job, encode_spec
@@ -347,6 +348,36 @@ class App:
             jobs += await self.aenqueue_many([after_previous(step, jobs[-1] if jobs else None)])
         return jobs
 
+    def batch(
+        self,
+        members: Iterable[Prepared],
+        *,
+        on_complete: Prepared | None = None,
+        on_success: Prepared | None = None,
+        open: bool = False,
+    ) -> Batch:
+        """Enqueues ``members`` as one batch (one MULTI) and returns its `Batch`: ``on_complete``
+        runs once every member ended, whatever their outcome; ``on_success`` once if they all
+        succeeded (else it is cancelled). ``open=True`` keeps it from ending until
+        `Batch.close` (add members meanwhile); members may be added until it ended either way
+        (docs/workflows.md)."""
+        return make_batch(self, members, on_complete, on_success, open)
+
+    async def abatch(
+        self,
+        members: Iterable[Prepared],
+        *,
+        on_complete: Prepared | None = None,
+        on_success: Prepared | None = None,
+        open: bool = False,
+    ) -> Batch:
+        """`batch` for async callers."""
+        return await amake_batch(self, members, on_complete, on_success, open)
+
+    def get_batch(self, batch_id: str) -> Batch:
+        """A handle on an existing batch (its ``jobs`` are empty: they were added elsewhere)."""
+        return Batch(self, batch_id)
+
     def _by_name(self, task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Prepared:
         known = self.tasks.get(task)
         return known.prepare(*args, **kwargs) if known is not None else Prepared(task, args, kwargs)
@@ -653,7 +684,9 @@ class App:
                 check_header_size(headers, self.settings.max_header_bytes, what)
             record = None if o.limits is None else o.limits.to_record()
             deps = [job for job, _ in o.depends_on]
-            spec = encode_spec(self.codec, prepared.task, args_blob, record, headers, deps=deps)
+            spec = encode_spec(
+                self.codec, prepared.task, args_blob, record, headers, deps=deps, batch=o.batch
+            )
             check_size(spec, limit, what)
             if after:
                 groups[g][2].extend((job_id, spec, o.priority, o.key or "", len(deps)))

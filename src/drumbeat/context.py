@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from .batches import Batch
     from .job import Job
 
 
@@ -58,6 +59,9 @@ class Context:
     dependencies: tuple[Job[Any], ...] = ()
     """The jobs it waited for (`Task.options(depends_on=...)`; a chain's step: the step
     before it), in the order given; read a result with ``dependencies[0].result()``."""
+    batch: Batch | None = None
+    """The batch it is a member or a callback of (`App.batch`): its ``status()``,
+    ``failed_ids()``, ``add(...)``; None if none."""
 
 
 class _Unfrozen:
@@ -94,6 +98,7 @@ class Running:
              c.headers) = self.fields[:12]  # fmt: skip
             # A job's run passes its dependencies after them; a schedule's run has none.
             c.dependencies = self.fields[12] if len(self.fields) > 12 else ()
+            c.batch = self.fields[13] if len(self.fields) > 13 else None
             c.__class__ = Context
             ctx = self._context = c
         return ctx

@@ -61,6 +61,8 @@ class Spec:
     """The job's headers (`Task.options(headers=...)`, producer middleware); {} if none."""
     deps: tuple[str, ...] = ()
     """The ids of the jobs it depended on (`Task.options(depends_on=...)`); () if none."""
+    batch: str | None = None
+    """The batch it is a member or a callback of (`App.batch`); None if none."""
 
 
 def codec_of(data: bytes) -> Codec:
@@ -80,17 +82,20 @@ def encode_spec(
     headers: Mapping[str, str] | None = None,
     *,
     deps: Sequence[str] = (),
+    batch: str | None = None,
 ) -> bytes:
     """The stored spec: ``{"t": task, "c": [args, kwargs]}``, arguments already encoded,
     ``"l"``: the call's own limits when it has them, ``"h"``: its headers when it has any (a
     record without them, as earlier versions wrote, reads as no headers), ``"d"``: the ids of
-    its dependencies when it has any."""
+    its dependencies when it has any, ``"b"``: its batch when it has one."""
     if codec.name == "json":
         tail = b"}" if limits is None else b',"l":' + json.dumps(limits).encode() + b"}"
         if headers:
             tail = b',"h":' + json.dumps(headers, separators=(",", ":")).encode() + tail
         if deps:
             tail = b',"d":' + json.dumps(list(deps), separators=(",", ":")).encode() + tail
+        if batch:
+            tail = b',"b":' + json.dumps(batch).encode() + tail
         return _json_head(task) + args_blob + tail
     record = {"t": task, "c": codec.loads(args_blob)}
     if limits is not None:
@@ -99,6 +104,8 @@ def encode_spec(
         record["h"] = dict(headers)
     if deps:
         record["d"] = list(deps)
+    if batch:
+        record["b"] = batch
     return codec.dumps(record)
 
 
@@ -136,6 +143,7 @@ def decode_spec(data: bytes) -> Spec:
         raw.get("l"),
         headers if isinstance(headers, dict) else {},
         tuple(d for d in deps if isinstance(d, str)) if isinstance(deps, list) else (),
+        raw["b"] if isinstance(raw.get("b"), str) else None,
     )
 
 

@@ -70,6 +70,10 @@ SHARD_KEYS: dict[str, str] = {
     "dependents": "hash",
     "edges": "hash",
     "freed": "zset",
+    "members": "hash",
+    "batches": "hash",
+    "batchttl": "zset",
+    "batchdone": "channel",
 }
 
 #: The queue a job goes to unless its task or its call names another.
@@ -411,6 +415,26 @@ class Keys:
     def freed(self) -> str:
         """Dependents released into a queue whose keys their releaser lacked (reap moves them)."""
         return self.key("freed")
+
+    @property
+    def members(self) -> str:
+        """Batch members while they live: job id -> batch id (batches.py)."""
+        return self.key("members")
+
+    @property
+    def batches(self) -> str:
+        """Each batch's head and counters, ``<batch id>|<field>`` (lua/_workflows.lua)."""
+        return self.key("batches")
+
+    @property
+    def batchttl(self) -> str:
+        """Ended batches by the ms their fields go (reap forgets them then)."""
+        return self.key("batchttl")
+
+    @property
+    def batchdone(self) -> str:
+        """The channel a batch's end is told on (its id), for `Batch.wait`."""
+        return self.key("batchdone")
 
     @property
     def supervisors(self) -> str:

@@ -16,6 +16,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .batches import Batch
 from .context import Checkpoints, Running, _current
 from .errors import Interrupted, InvalidJob, Retry, SerializationError, UnknownTask
 from .job import (
@@ -206,9 +207,10 @@ class Runner:
             checkpoints.is_async = task.is_async
         progress = decode_progress(job.progress)
         deps: tuple[Job[Any], ...] = tuple(Job(self.app, d) for d in spec.deps)
+        batch = None if spec.batch is None else Batch(self.app, spec.batch)
         run = Running((job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
                        None, None, progress, checkpoints, granted_ms, spec.headers,
-                       deps))  # fmt: skip
+                       deps, batch))  # fmt: skip
         token = _current.set(run)
         try:
             if task.is_async and task.config.timeout is None:  # the common case, inlined

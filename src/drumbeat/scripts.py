@@ -75,6 +75,9 @@ SCRIPT_NAMES = (
     "count_pending",
     "pause_queue",
     "resume_queue",
+    "open_batch",
+    "close_batch",
+    "cancel_batch",
 )
 
 
@@ -272,7 +275,8 @@ class Scripts:
         """The keys _workflows.lua's `workflow_keys` reads, then each queue's ready and wake."""
         k = self.k
         keys = [k.deps, k.dependents, k.edges, k.freed, k.dead, k.errors, k.results, k.expires]
-        keys += [k.state, k.uniq, k.signals]
+        keys += [k.state, k.uniq, k.signals, k.members, k.batches, k.batchttl, k.batchdone]
+        keys += [k.jobs, k.progress]
         for name in names:
             keys += [k.ready_of(name), k.wake_of(name)]
         return keys

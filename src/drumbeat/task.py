@@ -56,6 +56,8 @@ class Options:
     """Jobs it waits for, as (job id, may fail) pairs (`workflows.dependencies`)."""
     job_id: str | None = field(default=None, repr=False)
     """The id it gets (a chain names its steps before it sends them); None: a new one."""
+    batch: str | None = field(default=None, repr=False)
+    """The batch it is a member or a callback of (`App.batch` sets it; in its record)."""
 
     def __post_init__(self) -> None:
         if self.queue is not None:

@@ -15,7 +15,8 @@ from drumbeat.task import TaskConfig
 
 def test_public_names_are_pinned() -> None:
     assert sorted(drumbeat.__all__) == [
-        "App", "Bound", "Cadence", "CallOptions", "ConfigurationError", "Context", "Dependency",
+        "App", "Batch", "BatchEnded", "BatchStatus", "Bound", "Cadence", "CallOptions",
+        "ConfigurationError", "Context", "Dependency",
         "DrumbeatError", "Enqueueing", "EvictionPolicyWarning", "InvalidJob", "Job",
         "JobCancelled", "JobEnd",
         "JobFailed", "JobInfo", "JobNotFound", "JobStatus",

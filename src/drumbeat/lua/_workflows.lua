@@ -7,10 +7,15 @@
 -- same call, so no crash between the two can lose or repeat a release, and a settle refused
 -- by fencing releases nothing.
 --
+-- A job can also be a member of a batch (docs/workflows.md, batches; batch scripts: lua/
+-- *_batch.lua): `members` names its batch while it lives, and its end is counted in the
+-- batch's fields of `batches` in the same call, as its dependents are settled.
+--
 -- `w`, the keys and names a settle needs: deps, dependents, edges, state, uniq, dead, errors,
--- results, expires, freed, signals (keys); names, readies, wakes (queue names as queue_index
--- takes them, the default one first, and their `ready` and `wake` keys); ttl_ms (outcome TTL of
--- the dependents dead-lettered here); before = {} and buried = {} (filled here).
+-- results, expires, freed, signals, members, batches, batchttl, batchdone, jobs, progress
+-- (keys); names, readies, wakes (queue names as queue_index takes them, the default one first,
+-- and their `ready` and `wake` keys); ttl_ms (outcome TTL of the dependents dead-lettered
+-- here); before = {}, buried = {} and todo = {} (filled here).
 
 -- Outcomes of a dependency as a dependent sees them.
 local DEP_LIVE = 'live'
@@ -70,15 +75,100 @@ local function bury_dependent(w, id, dep, how, now)
   w.buried[#w.buried + 1] = id
 end
 
--- Settles the dependents of `first`, which ended as `how` (ok, failed, cancelled): each is
--- released once none of its dependencies is left, or dead-lettered when one failed (unless
--- it allowed that one to fail), which in turn settles its own dependents (a worklist, not
--- recursion: a long chain fails in one call).
-local function settle_dependents(w, first, how, now)
-  local todo, i = {{first, how}}, 1
+-- A batch's fields in `batches` (the batch id is a job id of its shard; docs/redis-keys.md):
+-- "<id>" its head "<state>|<ttl ms>|<on_complete id>|<on_success id>" (state: o open, c closed,
+-- x cancelled); "<id>|n" members added, "<id>|left" not yet ended, "<id>|ok", "<id>|ko"
+-- (dead-lettered), "<id>|x" (cancelled); "<id>|f" how many did not succeed and "<id>|f<i>" the
+-- i-th of them; "<id>|end" the ms it ended. batches.py reads the same fields.
+local function batch_head(w, bid)
+  local raw = redis.call('HGET', w.batches, bid)
+  if not raw then return nil end
+  local state, ttl, on_complete, on_success = string.match(raw, '^(%a)|(%d+)|([^|]*)|([^|]*)$')
+  return {state = state, ttl = tonumber(ttl), on_complete = on_complete, on_success = on_success}
+end
+
+local function write_batch_head(w, bid, h)
+  redis.call('HSET', w.batches, bid,
+    h.state .. '|' .. string.format('%d', h.ttl) .. '|' .. h.on_complete .. '|' .. h.on_success)
+end
+
+-- Ends a batch nothing of which is left and which is closed: releases on_complete, and
+-- on_success if every member succeeded (else cancels it: its own dependents settle through
+-- `w.todo`), unless the batch was cancelled; its fields expire `ttl` ms from now (reap.lua);
+-- its waiters (`Batch.wait`) hear of it on `batchdone`.
+local function end_batch(w, bid, h, now)
+  redis.call('HSET', w.batches, bid .. '|end', string.format('%d', now))
+  if h.state ~= 'x' then
+    local failed = tonumber(redis.call('HGET', w.batches, bid .. '|f') or '0')
+    if h.on_complete ~= '' and redis.call('HEXISTS', w.deps, h.on_complete) == 1 then
+      release_dependent(w, h.on_complete, now)
+    end
+    if h.on_success ~= '' and redis.call('HEXISTS', w.deps, h.on_success) == 1 then
+      if failed == 0 then
+        release_dependent(w, h.on_success, now)
+      else
+        redis.call('HDEL', w.deps, h.on_success)
+        end_cancelled(w, h.on_success, parse_state(redis.call('HGET', w.state, h.on_success)),
+          now, w.ttl_ms)
+        w.todo[#w.todo + 1] = {h.on_success, DEP_CANCELLED}
+      end
+    end
+  end
+  redis.call('ZADD', w.batchttl, now + h.ttl, bid)
+  redis.call('PUBLISH', w.batchdone, bid)
+end
+
+-- Ends the batch if it is closed, nothing of it is left, and it has not ended yet.
+local function end_batch_if_done(w, bid, now)
+  local h = batch_head(w, bid)
+  if h and h.state ~= 'o' and tonumber(redis.call('HGET', w.batches, bid .. '|left') or '0') <= 0
+      and redis.call('HEXISTS', w.batches, bid .. '|end') == 0 then
+    end_batch(w, bid, h, now)
+  end
+end
+
+-- Counts the end of `id` (ok, failed or cancelled) in its batch, if it is a member: O(1),
+-- and once, since its `members` field goes here (a stale run's settle never gets this far).
+local function count_member(w, id, how, now)
+  local bid = redis.call('HGET', w.members, id)
+  if not bid then return end
+  redis.call('HDEL', w.members, id)
+  local field = how == DEP_OK and '|ok' or (how == DEP_CANCELLED and '|x' or '|ko')
+  redis.call('HINCRBY', w.batches, bid .. field, 1)
+  if how ~= DEP_OK then
+    local f = redis.call('HINCRBY', w.batches, bid .. '|f', 1)
+    redis.call('HSET', w.batches, bid .. '|f' .. f, id)
+  end
+  if redis.call('HINCRBY', w.batches, bid .. '|left', -1) <= 0 then
+    end_batch_if_done(w, bid, now)
+  end
+end
+
+-- Forgets an ended batch whose time is up (reap.lua): its fields, those of the members that
+-- did not succeed included (O(those), once).
+local function forget_batch(w, bid)
+  local f = tonumber(redis.call('HGET', w.batches, bid .. '|f') or '0')
+  redis.call('HDEL', w.batches, bid, bid .. '|n', bid .. '|left', bid .. '|ok', bid .. '|ko',
+    bid .. '|x', bid .. '|f', bid .. '|end')
+  for from = 1, f, CALL_MANY_CHUNK do
+    local fields = {}
+    for i = from, math.min(f, from + CALL_MANY_CHUNK - 1) do fields[#fields + 1] = bid .. '|f' .. i end
+    redis.call('HDEL', w.batches, unpack(fields))
+  end
+  redis.call('ZREM', w.batchttl, bid)
+end
+
+-- Settles what `w.todo` holds ({id, how} of jobs that ended): counts each in its batch, and
+-- releases its dependents once none of their dependencies is left, or dead-letters them when
+-- one failed (unless they allowed that one to fail), which in turn settles their own (a
+-- worklist, not recursion: a long chain fails in one call; a batch's on_success cancelled
+-- joins it too).
+local function settle_todo(w, now)
+  local todo, i = w.todo, 1
   while todo[i] do
     local id, ended = todo[i][1], todo[i][2]
     i = i + 1
+    count_member(w, id, ended, now)
     local n = tonumber(redis.call('HGET', w.dependents, id))
     if n then
       redis.call('HDEL', w.dependents, id)
@@ -106,18 +196,11 @@ local function settle_dependents(w, first, how, now)
       end
     end
   end
+  w.todo = {}
 end
 
--- Settles the dependents of `ids`, which all ended as `how`: one read of `dependents` for the
--- lot (most jobs have none), then the wake-ups and signals of the queues released into.
-local function settle_ended(w, ids, how, now)
-  for from = 1, #ids, CALL_MANY_CHUNK do
-    local counts = redis.call('HMGET', w.dependents,
-      unpack(ids, from, math.min(#ids, from + CALL_MANY_CHUNK - 1)))
-    for j, count in ipairs(counts) do
-      if count then settle_dependents(w, ids[from + j - 1], how, now) end
-    end
-  end
+-- The wake-ups and signals of the queues released into.
+local function wake_released(w)
   for q, was in pairs(w.before) do
     wake(w.wakes[q])
     signal_if_better(w.readies[q], w.signals, was, q == 1 and '' or w.names[q])
@@ -125,16 +208,36 @@ local function settle_ended(w, ids, how, now)
   w.before = {}
 end
 
+-- Settles the jobs `ids`, which all ended as `how`: one read of `dependents` and one of
+-- `members` for the lot (most jobs are in neither), then the wake-ups and signals.
+local function settle_ended(w, ids, how, now)
+  for from = 1, #ids, CALL_MANY_CHUNK do
+    local last = math.min(#ids, from + CALL_MANY_CHUNK - 1)
+    local counts = redis.call('HMGET', w.dependents, unpack(ids, from, last))
+    local batches = redis.call('HMGET', w.members, unpack(ids, from, last))
+    for j = 1, last - from + 1 do
+      if counts[j] or batches[j] then
+        w.todo[#w.todo + 1] = {ids[from + j - 1], how}
+        settle_todo(w, now)
+      end
+    end
+  end
+  wake_released(w)
+end
+
 -- `w` from KEYS[base + 1 ..] as scripts.py passes them (`Scripts._workflow_keys`): deps,
--- dependents, edges, freed, dead, errors, results, expires, state, uniq, signals, then the
--- ready and wake keys of each queue in `names` (queue names, the default one first).
-local WORKFLOW_KEYS = 11
+-- dependents, edges, freed, dead, errors, results, expires, state, uniq, signals, members,
+-- batches, batchttl, batchdone, jobs, progress, then the ready and wake keys of each queue in
+-- `names` (queue names, the default one first).
+local WORKFLOW_KEYS = 17
 local function workflow_keys(base, names, ttl_ms)
   local w = {deps = KEYS[base + 1], dependents = KEYS[base + 2], edges = KEYS[base + 3],
              freed = KEYS[base + 4], dead = KEYS[base + 5], errors = KEYS[base + 6],
              results = KEYS[base + 7], expires = KEYS[base + 8], state = KEYS[base + 9],
-             uniq = KEYS[base + 10], signals = KEYS[base + 11], names = names, readies = {},
-             wakes = {}, ttl_ms = ttl_ms, before = {}, buried = {}}
+             uniq = KEYS[base + 10], signals = KEYS[base + 11], members = KEYS[base + 12],
+             batches = KEYS[base + 13], batchttl = KEYS[base + 14], batchdone = KEYS[base + 15],
+             jobs = KEYS[base + 16], progress = KEYS[base + 17], names = names, readies = {},
+             wakes = {}, ttl_ms = ttl_ms, before = {}, buried = {}, todo = {}}
   for q = 1, #names do
     w.readies[q] = KEYS[base + WORKFLOW_KEYS + 2 * q - 1]
     w.wakes[q] = KEYS[base + WORKFLOW_KEYS + 2 * q]

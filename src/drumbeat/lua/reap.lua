@@ -20,7 +20,8 @@
 -- KEYS[17 + 2q + 1..] the workflow keys (_workflows.lua: workflow_keys), with the ready and
 --          wake keys of the default queue and each other queue: the dependents of a job
 --          dead-lettered or cancelled here are settled in this call, and dependents released
---          into a queue their releaser had no keys of (`freed`) move to their queue's `ready`
+--          into a queue their releaser had no keys of (`freed`) move to their queue's `ready`;
+--          ended batches whose time is up (`batchttl`) are forgotten
 -- A job of a queue not given (registered after the caller read `queues`) is left for the next
 -- sweep.
 -- Returns {requeued count, 1 if any sweep hit `limit` (call again) else 0, then the ids
@@ -114,6 +115,10 @@ if #stale > 0 then
   redis.call('ZREM', KEYS[9], unpack(stale))
   if #stale == limit then out[2] = 1 end
 end
+
+local spent = redis.call('ZRANGEBYSCORE', w.batchttl, '-inf', now, 'LIMIT', '0', ARGV[2])
+for _, bid in ipairs(spent) do forget_batch(w, bid) end
+if #spent == limit then out[2] = 1 end
 
 local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', string.format('%d', now - tonumber(ARGV[3])),
   'LIMIT', '0', ARGV[2])

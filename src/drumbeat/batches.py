@@ -1,0 +1,477 @@
+"""Batches: jobs enqueued as one group, with callbacks once every member ended (`App.batch`).
+
+A member's end is counted in the batch's fields of the shard's `batches` hash by the script
+that ends it (lua/_workflows.lua: count_member), and the batch's callbacks wait in `deps` as a
+dependent does until the last count releases them. The page for users is docs/workflows.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from .connections import MAX_BLOCK
+from .errors import DrumbeatError, InvalidJob, JobNotFound, ResultTimeout
+from .job import Job, cancel_call
+from .keys import job_shard_of, new_job_id
+from .scripts import SOURCES, Call
+from .task import Prepared
+from .workflows import raise_if_refused
+
+if TYPE_CHECKING:
+    from .app import App
+
+# The fields of one batch in `batches` that `status` reads (lua/_workflows.lua writes them).
+_FIELDS = ("", "|n", "|left", "|ok", "|ko", "|x", "|end")
+_STATES = {"o": "open", "c": "closed", "x": "cancelled"}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStatus(Mapping[str, int]):
+    """Where a batch stands; also a mapping of its counts (``total``, ``pending``,
+    ``succeeded``, ``failed``, ``cancelled``)."""
+
+    id: str
+    total: int
+    """Members added so far."""
+    pending: int
+    """Members not yet ended (queued, delayed, running, retrying)."""
+    succeeded: int
+    failed: int
+    """Members dead-lettered."""
+    cancelled: int
+    """Members cancelled."""
+    state: str
+    """``open`` (members may be added; it cannot end yet), ``closed`` or ``cancelled``."""
+    ended: bool
+    """Every member ended and it is closed: its callbacks were released (or cancelled)."""
+
+    def __getitem__(self, name: str) -> int:
+        if name not in _COUNTS:
+            raise KeyError(name)
+        return int(getattr(self, name))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_COUNTS)
+
+    def __len__(self) -> int:
+        return len(_COUNTS)
+
+
+_COUNTS = ("total", "pending", "succeeded", "failed", "cancelled")
+
+
+class Batch:
+    """A handle on one batch (`App.batch`; in a member or a callback: ``current_job().batch``).
+
+    ``jobs`` are the members added through this handle, ``on_complete`` / ``on_success`` its
+    callbacks' jobs when this handle made them."""
+
+    def __init__(
+        self,
+        app: App,
+        batch_id: str,
+        jobs: Sequence[Job[Any]] = (),
+        on_complete: Job[Any] | None = None,
+        on_success: Job[Any] | None = None,
+    ) -> None:
+        self.app = app
+        self.id = batch_id
+        self.jobs: list[Job[Any]] = list(jobs)
+        self.on_complete = on_complete
+        self.on_success = on_success
+        self._keys, self._scripts = app.job_shard(batch_id)
+
+    def __repr__(self) -> str:
+        return f"<Batch {self.id} ({len(self.jobs)} jobs here)>"
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def status(self) -> BatchStatus:
+        """Its counts and state; `JobNotFound` if there is no such batch (or it ended and its
+        record expired: `Settings.result_ttl` after its end)."""
+        return self._parse(self.app.redis.hmget(self._keys.batches, self._fields()))
+
+    async def astatus(self) -> BatchStatus:
+        client = await self.app.aredis()
+        return self._parse(await client.hmget(self._keys.batches, self._fields()))
+
+    def failed_ids(self) -> list[str]:
+        """The ids of the members that did not succeed (dead-lettered or cancelled), in the
+        order they ended."""
+        r = self.app.redis
+        n = r.hget(self._keys.batches, self.id + "|f")
+        return _decoded(r.hmget(self._keys.batches, self._failed(n)))
+
+    async def afailed_ids(self) -> list[str]:
+        client = await self.app.aredis()
+        n = await client.hget(self._keys.batches, self.id + "|f")
+        return _decoded(await client.hmget(self._keys.batches, self._failed(n)))
+
+    def _fields(self) -> list[str]:
+        return [self.id + f for f in _FIELDS]
+
+    def _failed(self, n: Any) -> list[str]:
+        return [f"{self.id}|f{i}" for i in range(1, int(n or 0) + 1)] or [self.id + "|f0"]
+
+    def _parse(self, raw: Sequence[Any]) -> BatchStatus:
+        head, total, left, ok, ko, x, end = (_text(v) for v in raw)
+        if head is None:
+            raise JobNotFound(
+                f"batch {self.id} does not exist, or it ended and its record expired "
+                "(Settings.result_ttl after its end)"
+            )
+        n, pending, succeeded, failed, cancelled = (int(v or 0) for v in (total, left, ok, ko, x))
+        state = _STATES.get(head[:1], "closed")
+        return BatchStatus(
+            self.id, n, pending, succeeded, failed, cancelled, state, ended=end is not None
+        )
+
+    # -- waiting -------------------------------------------------------------------------------
+
+    def wait(self, timeout: float | None = None) -> BatchStatus:
+        """Blocks until the batch ended (no polling: its end is told on the shard's
+        `batchdone` channel) and returns its status; `ResultTimeout` after ``timeout`` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pubsub = self.app.connections.blocking.pubsub()
+        try:
+            pubsub.subscribe(self._keys.batchdone)
+            _confirmed(pubsub.get_message(timeout=MAX_BLOCK))  # subscribed before the read
+            while not (found := self.status()).ended:
+                until = time.monotonic() + self._next_wait(deadline, timeout)
+                while (left := until - time.monotonic()) > 0:
+                    if self._told(pubsub.get_message(timeout=left)):
+                        break
+            return found
+        finally:
+            pubsub.close()
+
+    async def await_done(self, timeout: float | None = None) -> BatchStatus:
+        """`wait` for async callers."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pubsub = (await self.app.connections.ablocking()).pubsub()
+        try:
+            await pubsub.subscribe(self._keys.batchdone)
+            _confirmed(await pubsub.get_message(timeout=MAX_BLOCK))
+            while not (found := await self.astatus()).ended:
+                until = time.monotonic() + self._next_wait(deadline, timeout)
+                while (left := until - time.monotonic()) > 0:
+                    if self._told(await pubsub.get_message(timeout=left)):
+                        break
+            return found
+        finally:
+            await pubsub.aclose()
+
+    def _told(self, message: Any) -> bool:
+        return bool(
+            message and message.get("type") == "message" and _text(message["data"]) == self.id
+        )
+
+    def _next_wait(self, deadline: float | None, timeout: float | None) -> float:
+        # The status is read again at least every MAX_BLOCK s: a message sent while the
+        # connection was being re-made is not heard.
+        if deadline is None:
+            return MAX_BLOCK
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ResultTimeout(f"batch {self.id} did not end within {timeout} s")
+        return min(left, MAX_BLOCK)
+
+    # -- changing ------------------------------------------------------------------------------
+
+    def add(self, members: Iterable[Prepared]) -> list[Job[Any]]:
+        """Adds members to the batch, until it ended (an open batch, or a closed one with
+        members left: a member may add to its own batch); `BatchEnded` afterwards, with
+        nothing of them enqueued."""
+        jobs = _send(self.app, self.id, list(members), (), add=True)
+        self.jobs += jobs
+        return jobs
+
+    async def aadd(self, members: Iterable[Prepared]) -> list[Job[Any]]:
+        jobs = await _asend(self.app, self.id, list(members), (), add=True)
+        self.jobs += jobs
+        return jobs
+
+    def close(self) -> bool:
+        """Closes an open batch: it ends once no member is left (at once if none is). False
+        if it was closed already."""
+        return bool(self._control("close_batch").run(self.app.redis))
+
+    async def aclose(self) -> bool:
+        return bool(await self._control("close_batch").arun(await self.app.aredis()))
+
+    def cancel(self) -> bool:
+        """Cancels the batch: its callbacks never run (cancelled), and its pending members
+        are cancelled (queued ones at once, running ones at their next checkpoint). False if
+        it had ended or was cancelled already."""
+        r = self.app.redis
+        if not self._control("cancel_batch").run(r):
+            return False
+        queues = self.app.known_queues()
+        for job_id in self._pending(r.hscan_iter(self._keys.members, count=1000)):
+            cancel_call(self.app, job_id, queues).run(r)
+        return True
+
+    async def acancel(self) -> bool:
+        client = await self.app.aredis()
+        if not await self._control("cancel_batch").arun(client):
+            return False
+        queues = await self.app.aknown_queues()
+        found = [p async for p in client.hscan_iter(self._keys.members, count=1000)]
+        for job_id in self._pending(found):
+            await cancel_call(self.app, job_id, queues).arun(client)
+        return True
+
+    def _pending(self, members: Iterable[tuple[Any, Any]]) -> list[str]:
+        # A scan of the shard's members: cancelling is rare, a member's end must stay O(1).
+        return [_text(job) or "" for job, batch in members if _text(batch) == self.id]
+
+    def _control(self, name: str) -> Call[int]:
+        names = self._scripts._workflow_names(self.app.queues())
+        keys = self._scripts._workflow_keys(names)
+        args: list[Any] = [self.id, _ttl_ms(self.app), *names]
+        return Call(name, keys, args, int)
+
+
+# -- making a batch ---------------------------------------------------------------------------
+
+
+class BatchEnded(InvalidJob):
+    """`Batch.add` to a batch that ended, was cancelled, or is unknown (nothing was added)."""
+
+
+def make_batch(
+    app: App,
+    members: Iterable[Prepared],
+    on_complete: Prepared | None,
+    on_success: Prepared | None,
+    open: bool,
+) -> Batch:
+    """`App.batch`."""
+    members = list(members)
+    batch_id = new_job_id(_shard_for(app, members, on_complete, on_success))
+    callbacks = [(r, p) for r, p in (("c", on_complete), ("s", on_success)) if p is not None]
+    jobs = _send(app, batch_id, members, callbacks, add=False, open=open)
+    made = _callback_jobs(app, jobs[len(members) :], callbacks)
+    return Batch(app, batch_id, jobs[: len(members)], *made)
+
+
+async def amake_batch(
+    app: App,
+    members: Iterable[Prepared],
+    on_complete: Prepared | None,
+    on_success: Prepared | None,
+    open: bool,
+) -> Batch:
+    """`App.abatch`."""
+    members = list(members)
+    batch_id = new_job_id(_shard_for(app, members, on_complete, on_success))
+    callbacks = [(r, p) for r, p in (("c", on_complete), ("s", on_success)) if p is not None]
+    jobs = await _asend(app, batch_id, members, callbacks, add=False, open=open)
+    made = _callback_jobs(app, jobs[len(members) :], callbacks)
+    return Batch(app, batch_id, jobs[: len(members)], *made)
+
+
+def _callback_jobs(
+    app: App, jobs: Sequence[Job[Any]], callbacks: Sequence[tuple[str, Prepared]]
+) -> tuple[Job[Any] | None, Job[Any] | None]:
+    by_role = {role: job for (role, _), job in zip(callbacks, jobs, strict=True)}
+    return by_role.get("c"), by_role.get("s")
+
+
+def _shard_for(app: App, members: Sequence[Prepared], *callbacks: Prepared | None) -> int:
+    """The job shard of a new batch: the main one if anything of it is limited (limiter keys
+    live there), else this producer's turn. Every member and callback goes there."""
+    everything = [*members, *(c for c in callbacks if c is not None)]
+    limited = any(
+        p.options.limits or _limited(app, p.task) for p in everything if isinstance(p, Prepared)
+    )
+    return app._job_shard_for(None, limited, next(app._turn))
+
+
+def _limited(app: App, task: str) -> bool:
+    known = app.tasks.get(task)
+    return bool(known is not None and known.limits)
+
+
+def _pinned(app: App, batch_id: str, p: Prepared, what: str) -> Prepared:
+    """``p`` with its batch named (it goes in its record) and, with several job shards, its
+    id in the batch's shard; `InvalidJob` for what a batch cannot hold yet."""
+    if not isinstance(p, Prepared):
+        raise InvalidJob(f"a batch takes jobs made by task.prepare(...), got {type(p).__name__}")
+    o = p.options
+    if o.depends_on or o.key is not None or o.job_id is not None:
+        raise InvalidJob(
+            f"a batch's {what} (task {p.task!r}) cannot have depends_on or a dedup key (key=): "
+            "a batch counts each of its members once, as it ends"
+        )
+    if what != "member" and (o.delay or o.at is not None):
+        raise InvalidJob(f"a batch's {what} (task {p.task!r}) cannot have delay= or at=")
+    shard = job_shard_of(batch_id)
+    if shard and (o.limits or _limited(app, p.task)):
+        raise InvalidJob(
+            f"a job of task {p.task!r} has limits, which live in the main job shard, and batch "
+            f"{batch_id} lives in job shard {shard}"
+        )
+    job_id = new_job_id(shard) if len(app.job_keys) > 1 else None
+    return dataclasses.replace(p, options=dataclasses.replace(o, batch=batch_id, job_id=job_id))
+
+
+def _plan(
+    app: App,
+    batch_id: str,
+    members: Sequence[Prepared],
+    callbacks: Sequence[tuple[str, Prepared]],
+    sent: Any,
+    *,
+    add: bool,
+    open: bool = False,
+) -> tuple[list[Call[Any]], list[list[int]], Call[int], list[str]]:
+    """The enqueue calls of the members, the open_batch call sent after them in one MULTI (it
+    writes the callbacks, encoded by the same enqueue path, held), and the callbacks' ids."""
+    pinned = [_pinned(app, batch_id, p, "member") for p in members]
+    calls, positions = app._enqueue_calls(pinned, sent) if pinned else ([], [])
+    queues = [str(c.args[0]) for c in calls]
+    groups: list[Any] = []
+    held: list[str] = []
+    for role, p in callbacks:
+        call = app._enqueue_calls([_pinned(app, batch_id, p, "callback")], sent)[0][0]
+        at = 1 if call.name == "enqueue" else 2  # enqueue.lua's or enqueue_after.lua's args
+        job_id, spec, priority = call.args[at], call.args[at + 1], call.args[at + 2]
+        groups += [role, job_id, spec, priority, call.args[0]]
+        queues.append(str(call.args[0]))
+        held.append(str(job_id))
+    keys, scripts = app.job_shard(batch_id)
+    names = scripts._workflow_names([q or "default" for q in queues])
+    ids = [a for c in calls for a in _ids(c)]
+    k = [keys.jobs, keys.seq, keys.queues, *scripts._workflow_keys(names)]
+    k += [keys.due_of(n) for n in names]
+    ttl = _ttl_ms(app)
+    args: list[Any] = [batch_id, "add" if add else "new", 0 if open else 1, ttl, ttl]
+    args += [len(names), *names, len(callbacks), *groups, *ids]
+    return calls, positions, Call("open_batch", k, args, int), held
+
+
+def _ids(call: Call[Any]) -> list[Any]:
+    """The job ids an enqueue call sends (enqueue.lua: groups of 7; enqueue_after.lua: 5 + n)."""
+    if call.name == "enqueue":
+        return list(call.args[1::7])
+    ids, i = [], 2
+    while i < len(call.args):
+        ids.append(call.args[i])
+        i += 5 + int(call.args[i + 4])
+    return ids
+
+
+def _ttl_ms(app: App) -> int:
+    return round(app.settings.result_ttl * 1000)
+
+
+def _send(
+    app: App,
+    batch_id: str,
+    members: Sequence[Prepared],
+    callbacks: Sequence[tuple[str, Prepared]],
+    *,
+    add: bool,
+    open: bool = False,
+) -> list[Job[Any]]:
+    def send(sent: Any) -> list[Job[Any]]:
+        calls, positions, opening, held = _plan(
+            app, batch_id, members, callbacks, sent, add=add, open=open
+        )
+        with app.redis.pipeline(transaction=True) as pipe:
+            for call in [*calls, opening]:
+                pipe.execute_command(*_eval(call))  # type: ignore[no-untyped-call]
+            raw = pipe.execute(raise_on_error=False)
+        return _replies(app, calls, positions, held, raw)
+
+    return _refused(lambda: app.producing.around(send))
+
+
+async def _asend(
+    app: App,
+    batch_id: str,
+    members: Sequence[Prepared],
+    callbacks: Sequence[tuple[str, Prepared]],
+    *,
+    add: bool,
+    open: bool = False,
+) -> list[Job[Any]]:
+    async def send(sent: Any) -> list[Job[Any]]:
+        calls, positions, opening, held = _plan(
+            app, batch_id, members, callbacks, sent, add=add, open=open
+        )
+        async with (await app.aredis()).pipeline(transaction=True) as pipe:
+            for call in [*calls, opening]:
+                pipe.execute_command(*_eval(call))
+            raw = await pipe.execute(raise_on_error=False)
+        return _replies(app, calls, positions, held, raw)
+
+    try:
+        return await app.producing.aaround(send)
+    except redis.ResponseError as exc:
+        _raise_refused(exc)
+        raise
+
+
+def _eval(call: Call[Any]) -> tuple[Any, ...]:
+    # EVAL, not EVALSHA: inside MULTI a NOSCRIPT would fail that one call and let the others
+    # write, so a member could be enqueued but not counted. Redis caches the script all the same.
+    return ("EVAL", SOURCES[call.name], len(call.keys), *call.keys, *call.args)
+
+
+def _replies(
+    app: App,
+    calls: Sequence[Call[Any]],
+    positions: Sequence[list[int]],
+    held: Sequence[str],
+    raw: Sequence[Any],
+) -> list[Job[Any]]:
+    """The members' jobs then the callbacks', or the first error Redis answered with."""
+    for reply in raw:
+        if isinstance(reply, Exception):
+            raise reply
+    results = [call.parse(reply) for call, reply in zip(calls, raw, strict=False)]
+    counted = int(raw[-1])
+    if counted != sum(map(len, positions)):
+        raise DrumbeatError(f"a batch counted {counted} of {sum(map(len, positions))} members")
+    return app._jobs_of(results, positions) + [Job(app, job_id) for job_id in held]
+
+
+def _refused(send: Any) -> list[Job[Any]]:
+    try:
+        return send()  # type: ignore[no-any-return]
+    except redis.ResponseError as exc:
+        _raise_refused(exc)
+        raise
+
+
+def _raise_refused(exc: Exception) -> None:
+    text = str(exc)
+    for what in ("BATCH_ENDED", "BATCH_CANCELLED", "BATCH_UNKNOWN"):
+        if what in text:
+            said = {"BATCH_ENDED": "has ended", "BATCH_CANCELLED": "was cancelled"}
+            raise BatchEnded(
+                f"batch {text.split(what, 1)[1].strip()} {said.get(what, 'is unknown')}: "
+                "nothing was added to it"
+            ) from exc
+    raise_if_refused(exc)
+
+
+def _confirmed(message: Any) -> None:
+    if not message or message.get("type") != "subscribe":
+        raise DrumbeatError(f"could not subscribe to a batch's channel (got {message!r})")
+
+
+def _text(value: Any) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _decoded(values: Sequence[Any]) -> list[str]:
+    return [v for v in (_text(x) for x in values) if v]

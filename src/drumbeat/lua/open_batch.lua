@@ -1,0 +1,77 @@
+-- Opens a batch, or adds members to one that has not ended (docs/workflows.md, batches). Sent
+-- in one MULTI after the enqueue calls of its members (enqueue.lua, enqueue_after.lua), so no
+-- member can end before it is counted; a member this call finds no state of (its enqueue call
+-- failed) is not counted. An add refused takes those members back out (nothing of them stays).
+--
+-- KEYS[1] jobs (hash)  KEYS[2] seq (string)  KEYS[3] queues (set)
+-- KEYS[4..] the workflow keys (_workflows.lua: workflow_keys) with the ready and wake keys of
+--         each queue named, then the `due` key of each
+-- ARGV[1] batch id  ARGV[2] new or add  ARGV[3] 1: closed at once, 0: open until close_batch
+-- ARGV[4] ms its fields are kept after it ended  ARGV[5] outcome ttl ms (a callback cancelled)
+-- ARGV[6] q, then ARGV[7..6+q] the names of the queues of its members and callbacks (the
+--         default one first)
+-- ARGV    then c, the number of callbacks, and c groups of 5: role (c: on_complete, s:
+--         on_success), id, spec, priority, queue (empty for the default one): each waits in
+--         `deps` (held by the batch, as a dependent by its dependencies) until the batch ends
+-- ARGV    then the member ids
+-- Returns how many members were counted, or the error "BATCH_ENDED <id>" / "BATCH_CANCELLED
+--         <id>" / "BATCH_UNKNOWN <id>" (add only)
+local bid, mode, nq = ARGV[1], ARGV[2], tonumber(ARGV[6])
+local names = {unpack(ARGV, 7, 6 + nq)}
+local w = workflow_keys(3, names, tonumber(ARGV[5]))
+local dues = {}
+for q = 1, nq do dues[q] = KEYS[3 + WORKFLOW_KEYS + 2 * nq + q] end
+local c = tonumber(ARGV[7 + nq])
+local at = 8 + nq + 5 * c
+local now = now_ms()
+
+if mode == 'add' then
+  local h = batch_head(w, bid)
+  local refused = (not h and 'BATCH_UNKNOWN') or (h.state == 'x' and 'BATCH_CANCELLED')
+    or (redis.call('HEXISTS', w.batches, bid .. '|end') == 1 and 'BATCH_ENDED')
+  if refused then
+    for i = at, #ARGV do
+      local id = ARGV[i]
+      local q = queue_index(names, parse_state(redis.call('HGET', w.state, id)).queue)
+      if q then
+        redis.call('ZREM', w.readies[q], id)
+        redis.call('ZREM', dues[q], id)
+      end
+      redis.call('HDEL', KEYS[1], id)
+      redis.call('HDEL', w.state, id)
+    end
+    return redis.error_reply(refused .. ' ' .. bid)
+  end
+else
+  local h = {state = ARGV[3] == '1' and 'c' or 'o', ttl = tonumber(ARGV[4]), on_complete = '',
+             on_success = ''}
+  for i = 0, c - 1 do
+    local role, id, spec = ARGV[8 + nq + 5 * i], ARGV[9 + nq + 5 * i], ARGV[10 + nq + 5 * i]
+    local priority, queue = tonumber(ARGV[11 + nq + 5 * i]), ARGV[12 + nq + 5 * i]
+    if role == 'c' then h.on_complete = id else h.on_success = id end
+    local seq = redis.call('INCR', KEYS[2])
+    redis.call('HSET', KEYS[1], KEEP_FIELD, KEEP_VALUE, id, spec)
+    redis.call('HSET', w.state, KEEP_FIELD, KEEP_VALUE, id,
+      format_state({attempt = 0, stalls = 0, priority = priority, seq = seq, unknown = 0,
+                    queue = queue, key = ''}))
+    redis.call('HSET', w.deps, id, '1')
+    if queue ~= '' then redis.call('SADD', KEYS[3], queue) end
+  end
+  write_batch_head(w, bid, h)
+end
+
+local pairs_ = {}
+for i = at, #ARGV do
+  if redis.call('HEXISTS', w.state, ARGV[i]) == 1 then
+    pairs_[#pairs_ + 1] = ARGV[i]
+    pairs_[#pairs_ + 1] = bid
+  end
+end
+local k = #pairs_ / 2
+call_many('HSET', w.members, pairs_)
+redis.call('HINCRBY', w.batches, bid .. '|n', k)
+redis.call('HINCRBY', w.batches, bid .. '|left', k)
+end_batch_if_done(w, bid, now)  -- closed with no member: it ends here
+settle_todo(w, now)
+wake_released(w)
+return k

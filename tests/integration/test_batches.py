@@ -1,0 +1,335 @@
+"""Batches: members enqueued as one group, callbacks once every member ended (``App.batch``), on
+a real Redis and a real worker (docs/workflows.md, batches)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+import redis
+
+import drumbeat
+from drumbeat import BatchEnded, JobStatus, current_job
+from drumbeat.job import encode_success
+from drumbeat.testing import arun_until_idle, run_until_idle
+from tests.conftest import reap_call
+
+
+def _claim(app: drumbeat.App, r: redis.Redis, worker: str = "w", n: int = 1) -> Any:
+    return app.scripts.claim(worker, n, 10_000, 100).run(r).jobs
+
+
+def _ack(app: drumbeat.App, r: redis.Redis, claimed: Any) -> list[int]:
+    outcome = encode_success(app.codec, None, 1 << 20)
+    return app.scripts.complete([(claimed.id, claimed.token, outcome, 60_000, "")]).run(r)
+
+
+async def test_on_complete_runs_once_after_every_member_and_reads_the_batch(
+    app: drumbeat.App,
+) -> None:
+    order: list[str] = []
+    seen: list[Any] = []
+
+    @app.task
+    async def build(name: str) -> None:
+        order.append(name)
+        if name == "bad":
+            raise RuntimeError("broken")
+
+    @app.task
+    async def publish(root: str) -> None:
+        order.append("publish:" + root)
+        batch = current_job().batch
+        assert batch is not None
+        seen.append((batch.id, dict(await batch.astatus()), await batch.afailed_ids()))
+
+    @app.task
+    async def notify(root: str) -> None:
+        order.append("notify")
+
+    names = ["a", "bad", "c"]
+    batch = await app.abatch(
+        [build.prepare(n) for n in names],
+        on_complete=publish.prepare("root"),
+        on_success=notify.prepare("root"),
+    )
+    assert batch.on_complete is not None and batch.on_success is not None
+    assert await batch.on_complete.astatus() is JobStatus.WAITING
+    assert dict(await batch.astatus()) == {
+        "total": 3, "pending": 3, "succeeded": 0, "failed": 0, "cancelled": 0
+    }  # fmt: skip
+    await arun_until_idle(app)
+    # Once, after all three; on_success does not run (a member failed): it is cancelled.
+    assert order.count("publish:root") == 1 and order[-1] == "publish:root"
+    assert sorted(order[:3]) == sorted(names) and "notify" not in order
+    bad = batch.jobs[1].id
+    counts = {"total": 3, "pending": 0, "succeeded": 2, "failed": 1, "cancelled": 0}
+    assert seen == [(batch.id, counts, [bad])]
+    assert await batch.on_success.astatus() is JobStatus.CANCELLED
+    status = await batch.astatus()
+    assert status.ended and status.state == "closed"
+
+
+async def test_on_success_runs_when_every_member_succeeded(app: drumbeat.App) -> None:
+    ran: list[str] = []
+
+    @app.task
+    async def build(name: str) -> None:
+        ran.append(name)
+
+    @app.task
+    async def notify() -> None:
+        ran.append("notify")
+        batch = current_job().batch
+        assert batch is not None and (await batch.astatus())["succeeded"] == 2
+
+    batch = await app.abatch([build.prepare("a"), build.prepare("b")], on_success=notify.prepare())
+    await arun_until_idle(app)
+    assert ran[-1] == "notify" and ran.count("notify") == 1
+    assert batch.on_success is not None and await batch.on_success.astatus() is JobStatus.COMPLETE
+
+
+def test_wait_blocks_until_the_end_without_polling(redis_url: str, namespace: str) -> None:
+    app = drumbeat.App(redis_url, namespace=namespace)
+    try:
+
+        @app.task
+        def work() -> None: ...
+
+        batch = app.batch([work.prepare() for _ in range(3)])
+        with pytest.raises(drumbeat.ResultTimeout):
+            batch.wait(timeout=0.2)
+        r = app.redis
+        before = int(r.info("stats")["total_commands_processed"])
+        done: list[Any] = []
+        waiter = __import__("threading").Thread(target=lambda: done.append(batch.wait(30)))
+        waiter.start()
+        time.sleep(1.0)  # a poller would have sent commands all along
+        during = int(r.info("stats")["total_commands_processed"]) - before
+        assert not done and during < 10
+        run_until_idle(app)
+        waiter.join(10)
+        assert done and done[0].ended and done[0]["succeeded"] == 3
+        assert batch.wait(0.1).ended  # an ended batch returns at once
+    finally:
+        app.close()
+
+
+async def test_await_done_wakes_when_the_last_member_ends(app: drumbeat.App) -> None:
+    @app.task
+    async def work() -> None:
+        await asyncio.sleep(0.05)
+
+    batch = await app.abatch([work.prepare() for _ in range(4)])
+    waiting = asyncio.create_task(batch.await_done(timeout=20))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    await arun_until_idle(app)
+    status = await asyncio.wait_for(waiting, 5)
+    assert status.ended and status.succeeded == 4
+
+
+async def test_an_open_batch_takes_members_until_closed_and_a_member_may_add(
+    app: drumbeat.App,
+) -> None:
+    ran: list[str] = []
+
+    @app.task
+    async def child(name: str) -> None:
+        ran.append(name)
+
+    @app.task
+    async def parent() -> None:
+        ran.append("parent")
+        batch = current_job().batch
+        assert batch is not None
+        await batch.aadd([child.prepare("grandchild")])  # while it runs, the batch cannot end
+
+    @app.task
+    async def done() -> None:
+        ran.append("done")
+
+    batch = await app.abatch([parent.prepare()], on_complete=done.prepare(), open=True)
+    await arun_until_idle(app)
+    assert "done" not in ran  # open: it cannot end yet
+    await batch.aadd([child.prepare("late")])
+    assert (await batch.astatus())["pending"] == 1
+    assert await batch.aclose() is True and await batch.aclose() is False
+    await arun_until_idle(app)
+    assert ran[-1] == "done" and ran.count("done") == 1
+    assert sorted(ran[:-1]) == ["grandchild", "late", "parent"]
+    assert (await batch.astatus())["total"] == 3
+    with pytest.raises(BatchEnded, match=batch.id):
+        await batch.aadd([child.prepare("too late")])
+    assert "too late" not in ran and await arun_until_idle(app) == 0
+
+
+async def test_an_empty_batch_ends_when_closed(app: drumbeat.App) -> None:
+    ran: list[str] = []
+
+    @app.task
+    async def done() -> None:
+        ran.append("done")
+
+    batch = await app.abatch([], on_complete=done.prepare())
+    assert (await batch.astatus()).ended
+    await arun_until_idle(app)
+    assert ran == ["done"]
+
+
+async def test_a_stale_ack_counts_nothing(app: drumbeat.App, r: redis.Redis) -> None:
+    @app.task
+    async def work() -> None: ...
+
+    batch = await app.abatch([work.prepare()], on_complete=work.prepare())
+    first = _claim(app, r, "a")[0]
+    r.zadd(app.keys.leases, {first.id: 1})  # its lease lapses: another worker takes it over
+    assert reap_call(app).run(r).requeued == 1
+    second = _claim(app, r, "b")[0]
+    assert _ack(app, r, first) == [0]
+    failure = b'{"ok":false,"error":"stale"}'
+    assert app.scripts.bury([(first.id, first.token, failure, 60_000)]).run(r) == [0]
+    status = await batch.astatus()
+    assert status.pending == 1 and status.succeeded == status.failed == 0
+    assert _ack(app, r, second) == [1]
+    assert _ack(app, r, second) == [0]  # sent again: counted once
+    status = await batch.astatus()
+    assert status.ended and status.succeeded == 1 and status.total == 1
+    assert batch.on_complete is not None and await batch.on_complete.astatus() is JobStatus.QUEUED
+
+
+async def test_a_retried_member_is_counted_once_at_its_final_outcome(app: drumbeat.App) -> None:
+    attempts: list[int] = []
+    seen: list[Any] = []
+
+    @app.task(retries=2, backoff=0.01)
+    async def flaky() -> None:
+        attempts.append(current_job().attempt)
+        status = await current_job().batch.astatus()  # type: ignore[union-attr]
+        seen.append(status.pending)
+        if len(attempts) < 3:
+            raise RuntimeError("not yet")
+
+    @app.task
+    async def after() -> None:
+        seen.append("after")
+
+    batch = await app.abatch([flaky.prepare()], on_complete=after.prepare())
+    await arun_until_idle(app)
+    assert attempts == [1, 2, 3] and seen == [1, 1, 1, "after"]
+    status = await batch.astatus()
+    assert (status.total, status.succeeded, status.failed) == (1, 1, 0)
+
+
+async def test_a_member_dead_lettered_by_its_stalls_is_counted(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    @app.task
+    async def work() -> None: ...
+
+    batch = await app.abatch([work.prepare()], on_complete=work.prepare())
+    claimed = _claim(app, r)[0]
+    r.zadd(app.keys.leases, {claimed.id: 1})
+    assert claimed.id in reap_call(app, max_stalls=0).run(r).buried
+    status = await batch.astatus()
+    assert status.ended and status.failed == 1
+    assert await batch.afailed_ids() == [claimed.id]
+    assert batch.on_complete is not None and await batch.on_complete.astatus() is JobStatus.QUEUED
+
+
+async def test_cancelling_a_batch_cancels_its_pending_members_and_callbacks(
+    app: drumbeat.App,
+) -> None:
+    ran: list[str] = []
+
+    @app.task
+    async def work(name: str) -> None:
+        ran.append(name)
+
+    other = await work.aenqueue("not in the batch")
+    batch = await app.abatch(
+        [work.prepare(n) for n in "abc"],
+        on_complete=work.prepare("complete"),
+        on_success=work.prepare("success"),
+    )
+    assert await batch.acancel() is True and await batch.acancel() is False
+    assert [await j.astatus() for j in batch.jobs] == [JobStatus.CANCELLED] * 3
+    assert batch.on_complete is not None and batch.on_success is not None
+    assert await batch.on_complete.astatus() is JobStatus.CANCELLED
+    assert await batch.on_success.astatus() is JobStatus.CANCELLED
+    status = await batch.astatus()
+    assert status.ended and status.cancelled == 3 and status.state == "cancelled"
+    await arun_until_idle(app)
+    assert ran == ["not in the batch"] and await other.astatus() is JobStatus.COMPLETE
+
+
+async def test_cancelling_one_member_counts_it_as_not_succeeded(app: drumbeat.App) -> None:
+    ran: list[str] = []
+
+    @app.task
+    async def work(name: str) -> None:
+        ran.append(name)
+
+    batch = await app.abatch(
+        [work.prepare("a"), work.prepare("b")],
+        on_complete=work.prepare("complete"),
+        on_success=work.prepare("success"),
+    )
+    assert await batch.jobs[0].acancel()
+    await arun_until_idle(app)
+    assert ran == ["b", "complete"]
+    assert await batch.afailed_ids() == [batch.jobs[0].id]
+
+
+async def test_what_a_batch_cannot_hold_is_refused(app: drumbeat.App) -> None:
+    @app.task
+    async def work() -> None: ...
+
+    job = await work.aenqueue()
+    with pytest.raises(drumbeat.InvalidJob, match="depends_on"):
+        await app.abatch([work.options(depends_on=job).prepare()])
+    with pytest.raises(drumbeat.InvalidJob, match="dedup key"):
+        await app.abatch([work.options(key="k").prepare()])
+    with pytest.raises(drumbeat.InvalidJob, match="delay"):
+        await app.abatch([work.prepare()], on_complete=work.options(delay=1).prepare())
+    with pytest.raises(BatchEnded, match="unknown"):
+        await app.get_batch("f" * 32).aadd([work.prepare()])
+    assert await arun_until_idle(app) == 1  # nothing of the refused ones was enqueued
+
+
+async def test_a_batch_keys_are_forgotten_after_its_end(app: drumbeat.App, r: redis.Redis) -> None:
+    @app.task
+    async def boom() -> None:
+        raise RuntimeError("no")
+
+    batch = await app.abatch([boom.prepare() for _ in range(3)])
+    await arun_until_idle(app)
+    assert (await batch.astatus()).failed == 3
+    assert r.hlen(app.keys.batches) > 0 and r.hlen(app.keys.members) == 0
+    r.zadd(app.keys.batchttl, {batch.id: 1})  # its time is up
+    reap_call(app).run(r)
+    assert r.hlen(app.keys.batches) == 0 and r.zcard(app.keys.batchttl) == 0
+    with pytest.raises(drumbeat.JobNotFound, match=batch.id):
+        await batch.astatus()
+
+
+async def test_members_of_several_queues_and_delayed_ones(app: drumbeat.App) -> None:
+    ran: list[str] = []
+
+    @app.task(queue="slow")
+    async def slow(name: str) -> None:
+        ran.append(name)
+
+    @app.task
+    async def done() -> None:
+        ran.append("done")
+
+    batch = await app.abatch(
+        [slow.prepare("s"), slow.options(delay=0.2).prepare("later"), done.prepare()],
+        on_complete=done.prepare(),
+    )
+    await arun_until_idle(app, queues=["default", "slow"])
+    assert ran[-1] == "done" and sorted(ran[:-1]) == ["done", "later", "s"]
+    assert (await batch.astatus()).succeeded == 3
