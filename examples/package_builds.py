@@ -5,7 +5,10 @@ checkpointing after each child. While it runs, urgent single-child builds arrive
 priority. The worker has one slot, so without checkpoints each urgent build would wait for all
 200 children; with them it starts at the next checkpoint, and the long job resumes where it was.
 Then the worker is stopped mid-way and restarted: the long job is handed back with its progress
-and carries on from it. A timeline of what ran when is printed; exits 0 when all is done.
+and carries on from it. The builds are one batch (docs/workflows.md, batches): the long job and
+each urgent build as it arrives are its members, and the publish step runs once, after the last
+of them ended, however they were interrupted. A timeline of what ran when is printed; exits 0
+when all is done.
 """
 
 from __future__ import annotations
@@ -52,6 +55,18 @@ def build_urgent(child_id: int, enqueued: float) -> float:
     return waited
 
 
+@app.task(name="builds.publish", priority=5)
+def publish(root_id: int) -> None:
+    """The batch's callback: runs once every build of the package ended."""
+    batch = drumbeat.current_job().batch
+    assert batch is not None
+    status = batch.status()
+    _note(
+        f"publish package {root_id}: {status.succeeded} builds succeeded, "
+        f"{status.failed + status.cancelled} did not"
+    )
+
+
 def _worker() -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "drumbeat", "worker", "examples.package_builds:app",
@@ -71,7 +86,13 @@ def main() -> int:
     console.print(f"[bold]package builds[/] on the embedded Redis at [cyan]{app.url}[/]")
     _reset_namespace()
     t0 = time.time()
-    long = build_children.enqueue(1, list(range(1000, 1000 + CHILDREN)))
+    # Open: urgent builds join it as they arrive; closed once the last one was added.
+    batch = app.batch(
+        [build_children.prepare(1, list(range(1000, 1000 + CHILDREN)))],
+        on_complete=publish.prepare(1),
+        open=True,
+    )
+    long = batch.jobs[0]
     worker = _worker()
     codes: list[int] = []
     try:
@@ -79,8 +100,9 @@ def main() -> int:
             time.sleep(0.01)
         urgent = []
         for child in (1017, 1101, 1150):
-            urgent.append(build_urgent.enqueue(child, time.time()))
+            urgent += batch.add([build_urgent.prepare(child, time.time())])
             time.sleep(0.3)
+        batch.close()
         waits = [job.result(timeout=30) for job in urgent]
         while (long.progress() or 0) < 120:
             time.sleep(0.01)
@@ -90,6 +112,9 @@ def main() -> int:
         _note(f"long job handed back with progress {long.progress()}; a new worker starts")
         worker = _worker()
         built = long.result(timeout=60)
+        ended = batch.wait(timeout=30)
+        assert batch.on_complete is not None
+        batch.on_complete.result(timeout=30)
     finally:
         worker.send_signal(signal.SIGTERM)
         codes.append(worker.wait(30))
@@ -105,9 +130,11 @@ def main() -> int:
         f"{built} children built; urgent builds started after "
         + ", ".join(f"{w * 1000:.0f} ms" for w in waits)
         + f" (without checkpoints they would wait for the {CHILDREN} children, about "
-        f"{CHILDREN * 0.02:.0f} s); worker exit codes {codes}"
+        f"{CHILDREN * 0.02:.0f} s); the batch of {ended.total} builds ended, published once; "
+        f"worker exit codes {codes}"
     )
-    return 0 if built == CHILDREN and all(c == 0 for c in codes) else 1
+    ok = built == CHILDREN and ended.succeeded == ended.total == 4
+    return 0 if ok and all(c == 0 for c in codes) else 1
 
 
 if __name__ == "__main__":
