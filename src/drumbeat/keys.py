@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 PREFIX = "drumbeat"
 
@@ -159,15 +159,18 @@ class Keys:
     namespace: str
     shard: int | str | None = None
     """None: the main shard; n: schedule shard n; ``j<k>``: job shard k (see `job_keys`)."""
+    _tag: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_name(self.namespace, "namespace")
+        inner = self.namespace if self.shard is None else f"{self.namespace}:{self.shard}"
+        # Formed once: every key of the hot path is built from it.
+        object.__setattr__(self, "_tag", "{" + inner + "}")
 
     @property
     def tag(self) -> str:
         """The Cluster hash tag shared by every key of this shard."""
-        inner = self.namespace if self.shard is None else f"{self.namespace}:{self.shard}"
-        return "{" + inner + "}"
+        return self._tag
 
     @classmethod
     def job_keys(cls, namespace: str, shard: int) -> Keys:

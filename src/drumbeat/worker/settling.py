@@ -174,6 +174,10 @@ class Settler:
         self._closing = False
         self._stranded: list[Claim] = []
         """Time-slot runs whose settle Redis refused for good (`_give_back`)."""
+        self.queued: Callable[[], None] = lambda: None
+        """Told when time-slot runs went to their queue as jobs: this worker's claims of jobs
+        look for them at once (a busy worker does not block on the wake key queue_runs sets,
+        and skips claims that found nothing for a while: `claiming._JOBS_QUIET_S`)."""
 
     def add(self, claim: Claim, outcome: Outcome) -> None:
         self.pending.append((claim, outcome))
@@ -378,6 +382,8 @@ class Settler:
                     failed += failures
             self.processed += processed
             self.failed += failed
+            if kind is QUEUE_KIND and any(accepted):
+                self.queued()
         return again, refused
 
     def _count(self, calls: list[_Batch]) -> list[str | int]:
