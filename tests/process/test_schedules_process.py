@@ -179,3 +179,68 @@ def _check_no_overlap_and_no_double(
             first, again = sorted(same, key=lambda x: x[3])
             assert len(same) == 2 and first[4] == victim_pid, f"{sid} doubled at {due}"
             assert again[3] > first[3] and again[4] != victim_pid
+
+
+def test_a_worker_frozen_past_its_lease_loses_its_runs_and_every_schedule_goes_on(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    """SIGSTOP past its lease (the process and its heartbeat stop): every run it held, claimed
+    from the time slots or queued as a job (half the schedules have a limit of their own, so
+    their runs go through their queue as jobs), goes back when its lease lapses and runs on
+    the other worker as a later attempt; the schedules it held keep running meanwhile.
+    Resumed, its settles of those runs are refused: no schedule gains a second entry or loses
+    its one, and the frozen worker goes on and stops cleanly."""
+    app = drumbeat.App(redis_url, namespace=namespace, lease=1.0)
+
+    @app.task(name="monitor")
+    async def monitor(n: int) -> None: ...
+
+    n = 200
+    app.schedule_many(
+        [drumbeat.Schedule(f"mon:{i}", monitor, every=1, args=(i,),
+                           **({"concurrency_limit": 1, "limit_by": "n"} if i % 2 else {}))
+         for i in range(n)]
+    )  # fmt: skip
+    workers = [_worker(redis_url, namespace) for _ in range(2)]
+    frozen, other = workers
+    try:
+        wait_for(lambda: r.zcard(app.keys.workers), lambda k: k == 2,
+                 message="two worker processes should register", timeout=30)  # fmt: skip
+        _until(r, redis_now_ms(r) + 2000)  # runs flow through both
+        stopped = redis_now_ms(r)
+        frozen.send_signal(signal.SIGSTOP)
+        _until(r, stopped + 4000)  # four leases
+        frozen.send_signal(signal.SIGCONT)
+        _until(r, stopped + 6000)
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        for w in workers:
+            assert w.wait(30) == 0, "a resumed worker stops cleanly"
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait(10)
+
+    runs: dict[str, list[tuple[int, float, float, int, int]]] = defaultdict(list)
+    for entry in r.lrange(f"test:{{{namespace}}}:runs", 0, -1):
+        sid, due, start, end, attempt, pid = entry.decode().split("|")
+        runs[sid].append((int(due), float(start), float(end), int(attempt), int(pid)))
+    # While it was frozen (after its lease lapsed and the reaper took its runs back), the other
+    # worker ran every schedule, of both kinds.
+    during = range(stopped + 2000, stopped + 4000)
+    ran_during = {sid for sid, rs in runs.items() if any(int(s) in during for _, s, *_ in rs)}
+    assert len(ran_during) == n, f"{n - len(ran_during)} schedules stopped with the frozen worker"
+    # What the frozen worker held ran again on the other one, as a later attempt.
+    again = [run for rs in runs.values() for run in rs if run[3] > 1]
+    assert again and all(run[4] == other.pid for run in again), again[:5]
+    # Its refused settles added nothing: one entry per schedule (in a slot, or its run queued
+    # as a job), none lost.
+    k = app.keys
+    where = {sid.decode(): at for sid, at in r.hgetall(k.where).items()}
+    assert len(where) == n
+    slotted = [e for ms in r.zrange(k.slots, 0, -1) for e in r.lrange(k.slot(int(ms)), 0, -1)]
+    ids = sorted(e.decode().split("|", 1)[0].split(";", 1)[0] for e in slotted)
+    queued = sorted(sid for sid, at in where.items() if at == b"q")
+    assert sorted(ids + queued) == sorted(where), "a schedule doubled or lost"
+    app.close()
