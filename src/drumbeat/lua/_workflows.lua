@@ -129,8 +129,9 @@ end
 
 -- Counts the end of `id` (ok, failed or cancelled) in its batch, if it is a member: O(1),
 -- and once, since its `members` field goes here (a stale run's settle never gets this far).
-local function count_member(w, id, how, now)
-  local bid = redis.call('HGET', w.members, id)
+-- `bid`: its batch when the caller read it already (false: not a member), nil: read here.
+local function count_member(w, id, how, now, bid)
+  if bid == nil then bid = redis.call('HGET', w.members, id) end
   if not bid then return end
   redis.call('HDEL', w.members, id)
   local field = how == DEP_OK and '|ok' or (how == DEP_CANCELLED and '|x' or '|ko')
@@ -168,7 +169,7 @@ local function settle_todo(w, now)
   while todo[i] do
     local id, ended = todo[i][1], todo[i][2]
     i = i + 1
-    count_member(w, id, ended, now)
+    count_member(w, id, ended, now, todo[i - 1][3])
     local n = tonumber(redis.call('HGET', w.dependents, id))
     if n then
       redis.call('HDEL', w.dependents, id)
@@ -217,7 +218,7 @@ local function settle_ended(w, ids, how, now)
     local batches = redis.call('HMGET', w.members, unpack(ids, from, last))
     for j = 1, last - from + 1 do
       if counts[j] or batches[j] then
-        w.todo[#w.todo + 1] = {ids[from + j - 1], how}
+        w.todo[#w.todo + 1] = {ids[from + j - 1], how, batches[j]}
         settle_todo(w, now)
       end
     end
