@@ -40,7 +40,7 @@ from .serialization import CODECS, Codec
 Mode = Literal["rate", "delay"]
 
 
-def _stable_hash(*parts: str | int) -> int:
+def stable_hash(*parts: str | int) -> int:
     """A hash that is the same in every process and Python version (unlike ``hash()``)."""
     data = "\x1f".join(str(p) for p in parts).encode()
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
@@ -60,7 +60,7 @@ def phase_ms(schedule_id: str, interval_ms: int) -> int:
 
 def jitter_ms(schedule_id: str, grid_ms: int, jitter: int) -> int:
     """A per-run offset in ``[0, jitter]``, stable for one (schedule, slot)."""
-    return 0 if jitter <= 0 else _stable_hash("jitter", schedule_id, grid_ms) % (jitter + 1)
+    return 0 if jitter <= 0 else stable_hash("jitter", schedule_id, grid_ms) % (jitter + 1)
 
 
 def first_slot(now_ms: int, interval_ms: int, phase: int) -> int:

@@ -24,11 +24,11 @@ from drumbeat.errors import InvalidJob, UnknownTask
 from drumbeat.keys import DEFAULT_QUEUE, Keys
 from drumbeat.middleware import check_header_size, check_headers
 from drumbeat.schedule import (
-    _stable_hash,
     check_schedule_id,
     decode_schedule_spec,
     encode_schedule_spec,
     parse_record,
+    stable_hash,
 )
 from drumbeat.scripts import Scripts
 from drumbeat.serialization import encode_call
@@ -66,7 +66,7 @@ class ScheduleStore:
         """The shard a schedule of the default queue without limits lives in."""
         if not self.apart:
             return self.jobs_shard
-        return _stable_hash("shard", schedule_id) % len(self.apart)
+        return stable_hash("shard", schedule_id) % len(self.apart)
 
     def homes(self, schedule_id: str) -> list[int]:
         """The shards a schedule may live in: its hashed one, then the jobs' shard."""
