@@ -333,3 +333,40 @@ async def test_members_of_several_queues_and_delayed_ones(app: drumbeat.App) -> 
     await arun_until_idle(app, queues=["default", "slow"])
     assert ran[-1] == "done" and sorted(ran[:-1]) == ["done", "later", "s"]
     assert (await batch.astatus()).succeeded == 3
+
+
+async def test_a_callback_can_be_depended_on(app: drumbeat.App) -> None:
+    ran: list[str] = []
+
+    @app.task
+    async def work(name: str) -> None:
+        ran.append(name)
+        if name == "bad":
+            raise RuntimeError("no")
+
+    batch = await app.abatch(
+        [work.prepare("bad")], on_complete=work.prepare("complete"), on_success=work.prepare("ok")
+    )
+    assert batch.on_complete is not None and batch.on_success is not None
+    after_complete = await work.options(depends_on=batch.on_complete).aenqueue("after complete")
+    after_success = await work.options(depends_on=batch.on_success).aenqueue("after success")
+    await arun_until_idle(app)
+    assert ran == ["bad", "complete", "after complete"]
+    assert await after_complete.astatus() is JobStatus.COMPLETE
+    assert await after_success.astatus() is JobStatus.DEAD  # its dependency was cancelled
+
+
+async def test_a_large_batch_counts_every_member(app: drumbeat.App, r: redis.Redis) -> None:
+    @app.task
+    async def work() -> None: ...
+
+    @app.task
+    async def done() -> None: ...
+
+    batch = await app.abatch([work.prepare() for _ in range(3000)], on_complete=done.prepare())
+    assert r.hlen(app.keys.members) == 3000
+    await arun_until_idle(app, concurrency=50)
+    status = await batch.astatus()
+    assert status.ended and status.succeeded == 3000 and r.hlen(app.keys.members) == 0
+    # The batch is a handful of fields, whatever its size: its counts, not a set of members.
+    assert r.hlen(app.keys.batches) == 5  # head, n, left, ok, end
