@@ -7,6 +7,7 @@ dependent does until the last count releases them. The page for users is docs/wo
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 # The fields of one batch in `batches` that `status` reads (lua/_workflows.lua writes them).
 _FIELDS = ("", "|n", "|left", "|ok", "|ko", "|x", "|end")
 _STATES = {"o": "open", "c": "closed", "x": "cancelled"}
+# A waiter whose connection was lost tries again this often (until its deadline).
+_RECONNECT_S = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +139,16 @@ class Batch:
 
     def wait(self, timeout: float | None = None) -> BatchStatus:
         """Blocks until the batch ended (no polling: its end is told on the shard's
-        `batchdone` channel) and returns its status; `ResultTimeout` after ``timeout`` s."""
+        `batchdone` channel) and returns its status; `ResultTimeout` after ``timeout`` s. A
+        lost connection (Redis restarted, failed over) is made again, and the status read."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                return self._wait(deadline, timeout)
+            except (redis.ConnectionError, redis.TimeoutError):
+                time.sleep(min(_RECONNECT_S, self._next_wait(deadline, timeout)))
+
+    def _wait(self, deadline: float | None, timeout: float | None) -> BatchStatus:
         pubsub = self.app.connections.blocking.pubsub()
         try:
             pubsub.subscribe(self._keys.batchdone)
@@ -154,6 +165,13 @@ class Batch:
     async def await_done(self, timeout: float | None = None) -> BatchStatus:
         """`wait` for async callers."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                return await self._await(deadline, timeout)
+            except (redis.ConnectionError, redis.TimeoutError):
+                await asyncio.sleep(min(_RECONNECT_S, self._next_wait(deadline, timeout)))
+
+    async def _await(self, deadline: float | None, timeout: float | None) -> BatchStatus:
         pubsub = (await self.app.connections.ablocking()).pubsub()
         try:
             await pubsub.subscribe(self._keys.batchdone)
