@@ -1,11 +1,12 @@
 """drumbeat: a Redis-backed priority job queue and scheduler that keeps a lot of work on time."""
 
 from .app import App
-from .batches import Batch, BatchEnded, BatchStatus
+from .batches import Batch, BatchStatus
 from .config import Settings
 from .connections import EvictionPolicyWarning
 from .context import Context, acheckpoint, checkpoint, current_job
 from .errors import (
+    BatchEnded,
     ConfigurationError,
     DrumbeatError,
     InvalidJob,

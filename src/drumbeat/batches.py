@@ -8,7 +8,6 @@ dependent does until the last count releases them. The page for users is docs/wo
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,13 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from .batch_send import asend, new_batch_id, send, ttl_ms
 from .connections import MAX_BLOCK
-from .errors import DrumbeatError, InvalidJob, JobNotFound, ResultTimeout
+from .errors import DrumbeatError, JobNotFound, ResultTimeout
 from .job import Job, cancel_call
-from .keys import job_shard_of, new_job_id
-from .scripts import SOURCES, Call
+from .scripts import Call
 from .task import Prepared
-from .workflows import raise_if_refused
 
 if TYPE_CHECKING:
     from .app import App
@@ -206,12 +204,12 @@ class Batch:
         """Adds members to the batch, until it ended (an open batch, or a closed one with
         members left: a member may add to its own batch); `BatchEnded` afterwards, with
         nothing of them enqueued."""
-        jobs = _send(self.app, self.id, list(members), (), add=True)
+        jobs = send(self.app, self.id, list(members), (), add=True)
         self.jobs += jobs
         return jobs
 
     async def aadd(self, members: Iterable[Prepared]) -> list[Job[Any]]:
-        jobs = await _asend(self.app, self.id, list(members), (), add=True)
+        jobs = await asend(self.app, self.id, list(members), (), add=True)
         self.jobs += jobs
         return jobs
 
@@ -252,15 +250,11 @@ class Batch:
     def _control(self, name: str) -> Call[int]:
         names = self._scripts._workflow_names(self.app.queues())
         keys = self._scripts._workflow_keys(names)
-        args: list[Any] = [self.id, _ttl_ms(self.app), *names]
+        args: list[Any] = [self.id, ttl_ms(self.app), *names]
         return Call(name, keys, args, int)
 
 
-# -- making a batch ---------------------------------------------------------------------------
-
-
-class BatchEnded(InvalidJob):
-    """`Batch.add` to a batch that ended, was cancelled, or is unknown (nothing was added)."""
+# -- making a batch (the MULTI that sends it: batch_send.py) -----------------------------------
 
 
 def make_batch(
@@ -272,11 +266,12 @@ def make_batch(
 ) -> Batch:
     """`App.batch`."""
     members = list(members)
-    batch_id = new_job_id(_shard_for(app, members, on_complete, on_success))
-    callbacks = [(r, p) for r, p in (("c", on_complete), ("s", on_success)) if p is not None]
-    jobs = _send(app, batch_id, members, callbacks, add=False, open=open)
-    made = _callback_jobs(app, jobs[len(members) :], callbacks)
-    return Batch(app, batch_id, jobs[: len(members)], *made)
+    callbacks = _callbacks(on_complete, on_success)
+    batch_id = new_batch_id(app, [*members, *(p for _, p in callbacks)])
+    jobs = send(app, batch_id, members, callbacks, add=False, open=open)
+    return Batch(
+        app, batch_id, jobs[: len(members)], *_callback_jobs(jobs[len(members) :], callbacks)
+    )
 
 
 async def amake_batch(
@@ -288,198 +283,26 @@ async def amake_batch(
 ) -> Batch:
     """`App.abatch`."""
     members = list(members)
-    batch_id = new_job_id(_shard_for(app, members, on_complete, on_success))
-    callbacks = [(r, p) for r, p in (("c", on_complete), ("s", on_success)) if p is not None]
-    jobs = await _asend(app, batch_id, members, callbacks, add=False, open=open)
-    made = _callback_jobs(app, jobs[len(members) :], callbacks)
-    return Batch(app, batch_id, jobs[: len(members)], *made)
+    callbacks = _callbacks(on_complete, on_success)
+    batch_id = new_batch_id(app, [*members, *(p for _, p in callbacks)])
+    jobs = await asend(app, batch_id, members, callbacks, add=False, open=open)
+    return Batch(
+        app, batch_id, jobs[: len(members)], *_callback_jobs(jobs[len(members) :], callbacks)
+    )
+
+
+def _callbacks(
+    on_complete: Prepared | None, on_success: Prepared | None
+) -> list[tuple[str, Prepared]]:
+    """The callbacks by role, as open_batch.lua takes them (c: on_complete, s: on_success)."""
+    return [(r, p) for r, p in (("c", on_complete), ("s", on_success)) if p is not None]
 
 
 def _callback_jobs(
-    app: App, jobs: Sequence[Job[Any]], callbacks: Sequence[tuple[str, Prepared]]
+    jobs: Sequence[Job[Any]], callbacks: Sequence[tuple[str, Prepared]]
 ) -> tuple[Job[Any] | None, Job[Any] | None]:
     by_role = {role: job for (role, _), job in zip(callbacks, jobs, strict=True)}
     return by_role.get("c"), by_role.get("s")
-
-
-def _shard_for(app: App, members: Sequence[Prepared], *callbacks: Prepared | None) -> int:
-    """The job shard of a new batch: the main one if anything of it is limited (limiter keys
-    live there), else this producer's turn. Every member and callback goes there."""
-    everything = [*members, *(c for c in callbacks if c is not None)]
-    limited = any(
-        p.options.limits or _limited(app, p.task) for p in everything if isinstance(p, Prepared)
-    )
-    return app._job_shard_for(None, limited, next(app._turn))
-
-
-def _limited(app: App, task: str) -> bool:
-    known = app.tasks.get(task)
-    return bool(known is not None and known.limits)
-
-
-def _pinned(app: App, batch_id: str, p: Prepared, what: str) -> Prepared:
-    """``p`` with its batch named (it goes in its record) and, with several job shards, its
-    id in the batch's shard; `InvalidJob` for what a batch cannot hold yet."""
-    if not isinstance(p, Prepared):
-        raise InvalidJob(f"a batch takes jobs made by task.prepare(...), got {type(p).__name__}")
-    o = p.options
-    if o.depends_on or o.key is not None or o.job_id is not None:
-        raise InvalidJob(
-            f"a batch's {what} (task {p.task!r}) cannot have depends_on or a dedup key (key=): "
-            "a batch counts each of its members once, as it ends"
-        )
-    if what != "member" and (o.delay or o.at is not None):
-        raise InvalidJob(f"a batch's {what} (task {p.task!r}) cannot have delay= or at=")
-    shard = job_shard_of(batch_id)
-    if shard and (o.limits or _limited(app, p.task)):
-        raise InvalidJob(
-            f"a job of task {p.task!r} has limits, which live in the main job shard, and batch "
-            f"{batch_id} lives in job shard {shard}"
-        )
-    job_id = new_job_id(shard) if len(app.job_keys) > 1 else None
-    return dataclasses.replace(p, options=dataclasses.replace(o, batch=batch_id, job_id=job_id))
-
-
-def _plan(
-    app: App,
-    batch_id: str,
-    members: Sequence[Prepared],
-    callbacks: Sequence[tuple[str, Prepared]],
-    sent: Any,
-    *,
-    add: bool,
-    open: bool = False,
-) -> tuple[list[Call[Any]], list[list[int]], Call[int], list[str]]:
-    """The enqueue calls of the members, the open_batch call sent after them in one MULTI (it
-    writes the callbacks, encoded by the same enqueue path, held), and the callbacks' ids."""
-    pinned = [_pinned(app, batch_id, p, "member") for p in members]
-    calls, positions = app._enqueue_calls(pinned, sent) if pinned else ([], [])
-    queues = [str(c.args[0]) for c in calls]
-    groups: list[Any] = []
-    held: list[str] = []
-    for role, p in callbacks:
-        call = app._enqueue_calls([_pinned(app, batch_id, p, "callback")], sent)[0][0]
-        at = 1 if call.name == "enqueue" else 2  # enqueue.lua's or enqueue_after.lua's args
-        job_id, spec, priority = call.args[at], call.args[at + 1], call.args[at + 2]
-        groups += [role, job_id, spec, priority, call.args[0]]
-        queues.append(str(call.args[0]))
-        held.append(str(job_id))
-    keys, scripts = app.job_shard(batch_id)
-    names = scripts._workflow_names([q or "default" for q in queues])
-    ids = [a for c in calls for a in _ids(c)]
-    k = [keys.jobs, keys.seq, keys.queues, *scripts._workflow_keys(names)]
-    k += [keys.due_of(n) for n in names]
-    ttl = _ttl_ms(app)
-    args: list[Any] = [batch_id, "add" if add else "new", 0 if open else 1, ttl, ttl]
-    args += [len(names), *names, len(callbacks), *groups, *ids]
-    return calls, positions, Call("open_batch", k, args, int), held
-
-
-def _ids(call: Call[Any]) -> list[Any]:
-    """The job ids an enqueue call sends (enqueue.lua: groups of 7; enqueue_after.lua: 5 + n)."""
-    if call.name == "enqueue":
-        return list(call.args[1::7])
-    ids, i = [], 2
-    while i < len(call.args):
-        ids.append(call.args[i])
-        i += 5 + int(call.args[i + 4])
-    return ids
-
-
-def _ttl_ms(app: App) -> int:
-    return round(app.settings.result_ttl * 1000)
-
-
-def _send(
-    app: App,
-    batch_id: str,
-    members: Sequence[Prepared],
-    callbacks: Sequence[tuple[str, Prepared]],
-    *,
-    add: bool,
-    open: bool = False,
-) -> list[Job[Any]]:
-    def send(sent: Any) -> list[Job[Any]]:
-        calls, positions, opening, held = _plan(
-            app, batch_id, members, callbacks, sent, add=add, open=open
-        )
-        with app.redis.pipeline(transaction=True) as pipe:
-            for call in [*calls, opening]:
-                pipe.execute_command(*_eval(call))  # type: ignore[no-untyped-call]
-            raw = pipe.execute(raise_on_error=False)
-        return _replies(app, calls, positions, held, raw)
-
-    return _refused(lambda: app.producing.around(send))
-
-
-async def _asend(
-    app: App,
-    batch_id: str,
-    members: Sequence[Prepared],
-    callbacks: Sequence[tuple[str, Prepared]],
-    *,
-    add: bool,
-    open: bool = False,
-) -> list[Job[Any]]:
-    async def send(sent: Any) -> list[Job[Any]]:
-        calls, positions, opening, held = _plan(
-            app, batch_id, members, callbacks, sent, add=add, open=open
-        )
-        async with (await app.aredis()).pipeline(transaction=True) as pipe:
-            for call in [*calls, opening]:
-                pipe.execute_command(*_eval(call))
-            raw = await pipe.execute(raise_on_error=False)
-        return _replies(app, calls, positions, held, raw)
-
-    try:
-        return await app.producing.aaround(send)
-    except redis.ResponseError as exc:
-        _raise_refused(exc)
-        raise
-
-
-def _eval(call: Call[Any]) -> tuple[Any, ...]:
-    # EVAL, not EVALSHA: inside MULTI a NOSCRIPT would fail that one call and let the others
-    # write, so a member could be enqueued but not counted. Redis caches the script all the same.
-    return ("EVAL", SOURCES[call.name], len(call.keys), *call.keys, *call.args)
-
-
-def _replies(
-    app: App,
-    calls: Sequence[Call[Any]],
-    positions: Sequence[list[int]],
-    held: Sequence[str],
-    raw: Sequence[Any],
-) -> list[Job[Any]]:
-    """The members' jobs then the callbacks', or the first error Redis answered with."""
-    for reply in raw:
-        if isinstance(reply, Exception):
-            raise reply
-    results = [call.parse(reply) for call, reply in zip(calls, raw, strict=False)]
-    counted = int(raw[-1])
-    if counted != sum(map(len, positions)):
-        raise DrumbeatError(f"a batch counted {counted} of {sum(map(len, positions))} members")
-    return app._jobs_of(results, positions) + [Job(app, job_id) for job_id in held]
-
-
-def _refused(send: Any) -> list[Job[Any]]:
-    try:
-        return send()  # type: ignore[no-any-return]
-    except redis.ResponseError as exc:
-        _raise_refused(exc)
-        raise
-
-
-def _raise_refused(exc: Exception) -> None:
-    text = str(exc)
-    for what in ("BATCH_ENDED", "BATCH_CANCELLED", "BATCH_UNKNOWN"):
-        if what in text:
-            said = {"BATCH_ENDED": "has ended", "BATCH_CANCELLED": "was cancelled"}
-            raise BatchEnded(
-                f"batch {text.split(what, 1)[1].strip()} {said.get(what, 'is unknown')}: "
-                "nothing was added to it"
-            ) from exc
-    raise_if_refused(exc)
 
 
 def _confirmed(message: Any) -> None:

@@ -8,8 +8,10 @@
     │   │                         negative delay, a name that breaks the key schema, ...
     │   ├── SerializationError    arguments or a result that the codec cannot encode
     │   ├── PayloadTooLarge       an encoded payload over `Settings.max_payload_bytes`
-    │   └── UnknownDependency (LookupError) a ``depends_on`` job that is unknown, or ended
-    │                             with its outcome not kept or expired
+    │   ├── UnknownDependency (LookupError) a ``depends_on`` job that is unknown, or ended
+    │   │                         with its outcome not kept or expired
+    │   └── BatchEnded            `Batch.add` to a batch that ended, was cancelled, or is
+    │                             unknown
     ├── UnknownTask (LookupError) a task name no registered task answers to
     ├── LeaseLost                 this worker's lease on a job was taken over (fencing)
     ├── WorkerCrashed             a part of a worker kept failing; the worker stopped
@@ -49,6 +51,10 @@ class PayloadTooLarge(InvalidJob):
 
 class UnknownDependency(InvalidJob, LookupError):
     """A dependency that is no job: unknown, or ended with its outcome not kept or expired."""
+
+
+class BatchEnded(InvalidJob):
+    """`Batch.add` to a batch that ended, was cancelled, or is unknown; nothing was added."""
 
 
 class UnknownTask(DrumbeatError, LookupError):

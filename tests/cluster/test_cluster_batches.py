@@ -1,0 +1,52 @@
+"""Batches on a Redis Cluster: a batch, its members and its callbacks live in one job shard (its
+slot), whichever master serves it; every key its scripts touch is passed in KEYS."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+import drumbeat
+from drumbeat.keys import job_shard_of
+from tests.cluster.conftest import ClusterServer
+from tests.conftest import running_worker
+
+pytestmark = pytest.mark.cluster
+
+
+async def test_batches_end_with_their_callbacks_in_each_job_shard(
+    redis_cluster: ClusterServer,
+) -> None:
+    ns = "c" + uuid.uuid4().hex[:12]
+    app = drumbeat.App(redis_cluster.url, namespace=ns, job_shards=3, idle_block=0.5)
+    ran: list[str] = []
+
+    @app.task
+    async def step(name: str) -> str:
+        ran.append(name)
+        return name
+
+    try:
+        batches = [
+            await app.abatch(
+                [step.prepare(f"{i}.{j}") for j in range(5)], on_complete=step.prepare(f"cb{i}")
+            )
+            for i in range(6)  # each batch goes to the next shard's turn
+        ]
+        assert len({job_shard_of(b.id) for b in batches}) == 3
+        for b in batches:
+            assert b.on_complete is not None
+            shards = {job_shard_of(j.id) for j in [*b.jobs, b.on_complete]}
+            assert shards == {job_shard_of(b.id)}
+        async with running_worker(app, concurrency=4):
+            done = await asyncio.gather(*(b.await_done(timeout=30) for b in batches))
+            for b in batches:
+                assert b.on_complete is not None
+                await b.on_complete.aresult(timeout=30)
+        assert [s.succeeded for s in done] == [5] * 6
+        for i in range(6):
+            assert ran.index(f"cb{i}") > max(ran.index(f"{i}.{j}") for j in range(5))
+    finally:
+        await app.aclose()
