@@ -361,7 +361,7 @@ class App:
         succeeded (else it is cancelled). ``open=True`` keeps it from ending until
         `Batch.close` (add members meanwhile); members may be added until it ended either way
         (docs/workflows.md)."""
-        return make_batch(self, members, on_complete, on_success, open)
+        return make_batch(self, members, on_complete=on_complete, on_success=on_success, open=open)
 
     async def abatch(
         self,
@@ -372,7 +372,9 @@ class App:
         open: bool = False,
     ) -> Batch:
         """`batch` for async callers."""
-        return await amake_batch(self, members, on_complete, on_success, open)
+        return await amake_batch(
+            self, members, on_complete=on_complete, on_success=on_success, open=open
+        )
 
     def get_batch(self, batch_id: str) -> Batch:
         """A handle on an existing batch (its ``jobs`` are empty: they were added elsewhere)."""

@@ -75,6 +75,7 @@ def _plan(
     *,
     add: bool,
     open: bool = False,
+    parent: str = "",
 ) -> tuple[list[Call[Any]], list[list[int]], Call[int], list[str]]:
     """The enqueue calls of the members, the open_batch call sent after them in one MULTI (it
     writes the callbacks, encoded by the same enqueue path, held), and the callbacks' ids."""
@@ -96,7 +97,7 @@ def _plan(
     k = [keys.jobs, keys.seq, keys.queues, *scripts._workflow_keys(names)]
     k += [keys.due_of(n) for n in names]
     ttl = ttl_ms(app)
-    args: list[Any] = [batch_id, "add" if add else "new", 0 if open else 1, ttl, ttl]
+    args: list[Any] = [batch_id, "add" if add else "new", 0 if open else 1, ttl, ttl, parent]
     args += [len(names), *names, len(callbacks), *groups, *ids]
     return calls, positions, Call("open_batch", k, args, int), held
 
@@ -124,10 +125,11 @@ def send(
     *,
     add: bool,
     open: bool = False,
+    parent: str = "",
 ) -> list[Job[Any]]:
     def send(sent: Any) -> list[Job[Any]]:
         calls, positions, opening, held = _plan(
-            app, batch_id, members, callbacks, sent, add=add, open=open
+            app, batch_id, members, callbacks, sent, add=add, open=open, parent=parent
         )
         with app.redis.pipeline(transaction=True) as pipe:
             for call in [*calls, opening]:
@@ -146,10 +148,11 @@ async def asend(
     *,
     add: bool,
     open: bool = False,
+    parent: str = "",
 ) -> list[Job[Any]]:
     async def send(sent: Any) -> list[Job[Any]]:
         calls, positions, opening, held = _plan(
-            app, batch_id, members, callbacks, sent, add=add, open=open
+            app, batch_id, members, callbacks, sent, add=add, open=open, parent=parent
         )
         async with (await app.aredis()).pipeline(transaction=True) as pipe:
             for call in [*calls, opening]:

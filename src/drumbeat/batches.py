@@ -19,6 +19,7 @@ from .batch_send import asend, new_batch_id, send, ttl_ms
 from .connections import MAX_BLOCK
 from .errors import DrumbeatError, JobNotFound, ResultTimeout
 from .job import Job, cancel_call
+from .keys import job_shard_of, new_job_id
 from .scripts import Call
 from .task import Prepared
 
@@ -213,6 +214,44 @@ class Batch:
         self.jobs += jobs
         return jobs
 
+    def add_batch(
+        self,
+        members: Iterable[Prepared],
+        *,
+        on_complete: Prepared | None = None,
+        on_success: Prepared | None = None,
+        open: bool = False,
+    ) -> Batch:
+        """A batch nested in this one (as `App.batch` makes one): it counts here as one member
+        (succeeded if all of its own did), and so does each of its callbacks, so this batch
+        ends after them. `BatchEnded` if this one ended."""
+        return make_batch(
+            self.app,
+            members,
+            on_complete=on_complete,
+            on_success=on_success,
+            open=open,
+            parent=self.id,
+        )
+
+    async def aadd_batch(
+        self,
+        members: Iterable[Prepared],
+        *,
+        on_complete: Prepared | None = None,
+        on_success: Prepared | None = None,
+        open: bool = False,
+    ) -> Batch:
+        """`add_batch` for async callers."""
+        return await amake_batch(
+            self.app,
+            members,
+            on_complete=on_complete,
+            on_success=on_success,
+            open=open,
+            parent=self.id,
+        )
+
     def close(self) -> bool:
         """Closes an open batch: it ends once no member is left (at once if none is). False
         if it was closed already."""
@@ -224,13 +263,16 @@ class Batch:
     def cancel(self) -> bool:
         """Cancels the batch: its callbacks never run (cancelled), and its pending members
         are cancelled (queued ones at once, running ones at their next checkpoint). False if
-        it had ended or was cancelled already."""
+        it had ended or was cancelled already. A nested batch pending is cancelled too."""
         r = self.app.redis
         if not self._control("cancel_batch").run(r):
             return False
         queues = self.app.known_queues()
-        for job_id in self._pending(r.hscan_iter(self._keys.members, count=1000)):
-            cancel_call(self.app, job_id, queues).run(r)
+        for member in self._pending(r.hscan_iter(self._keys.members, count=1000)):
+            if r.hexists(self._keys.batches, member):
+                Batch(self.app, member).cancel()
+            else:
+                cancel_call(self.app, member, queues).run(r)
         return True
 
     async def acancel(self) -> bool:
@@ -239,8 +281,11 @@ class Batch:
             return False
         queues = await self.app.aknown_queues()
         found = [p async for p in client.hscan_iter(self._keys.members, count=1000)]
-        for job_id in self._pending(found):
-            await cancel_call(self.app, job_id, queues).arun(client)
+        for member in self._pending(found):
+            if await client.hexists(self._keys.batches, member):
+                await Batch(self.app, member).acancel()
+            else:
+                await cancel_call(self.app, member, queues).arun(client)
         return True
 
     def _pending(self, members: Iterable[tuple[Any, Any]]) -> list[str]:
@@ -260,15 +305,17 @@ class Batch:
 def make_batch(
     app: App,
     members: Iterable[Prepared],
+    *,
     on_complete: Prepared | None,
     on_success: Prepared | None,
     open: bool,
+    parent: str = "",
 ) -> Batch:
     """`App.batch`."""
     members = list(members)
     callbacks = _callbacks(on_complete, on_success)
-    batch_id = new_batch_id(app, [*members, *(p for _, p in callbacks)])
-    jobs = send(app, batch_id, members, callbacks, add=False, open=open)
+    batch_id = _new_id(app, [*members, *(p for _, p in callbacks)], parent)
+    jobs = send(app, batch_id, members, callbacks, add=False, open=open, parent=parent)
     return Batch(
         app, batch_id, jobs[: len(members)], *_callback_jobs(jobs[len(members) :], callbacks)
     )
@@ -277,18 +324,25 @@ def make_batch(
 async def amake_batch(
     app: App,
     members: Iterable[Prepared],
+    *,
     on_complete: Prepared | None,
     on_success: Prepared | None,
     open: bool,
+    parent: str = "",
 ) -> Batch:
     """`App.abatch`."""
     members = list(members)
     callbacks = _callbacks(on_complete, on_success)
-    batch_id = new_batch_id(app, [*members, *(p for _, p in callbacks)])
-    jobs = await asend(app, batch_id, members, callbacks, add=False, open=open)
+    batch_id = _new_id(app, [*members, *(p for _, p in callbacks)], parent)
+    jobs = await asend(app, batch_id, members, callbacks, add=False, open=open, parent=parent)
     return Batch(
         app, batch_id, jobs[: len(members)], *_callback_jobs(jobs[len(members) :], callbacks)
     )
+
+
+def _new_id(app: App, everything: Sequence[Prepared], parent: str) -> str:
+    # A nested batch lives in its parent's job shard: one script counts it there.
+    return new_job_id(job_shard_of(parent)) if parent else new_batch_id(app, everything)
 
 
 def _callbacks(

@@ -370,3 +370,57 @@ async def test_a_large_batch_counts_every_member(app: drumbeat.App, r: redis.Red
     assert status.ended and status.succeeded == 3000 and r.hlen(app.keys.members) == 0
     # The batch is a handful of fields, whatever its size: its counts, not a set of members.
     assert r.hlen(app.keys.batches) == 5  # head, n, left, ok, end
+
+
+async def test_a_nested_batch_counts_in_its_parent_after_its_callbacks(app: drumbeat.App) -> None:
+    ran: list[str] = []
+
+    @app.task
+    async def work(name: str) -> None:
+        ran.append(name)
+        if name == "bad":
+            raise RuntimeError("no")
+
+    @app.task
+    async def fan_out() -> None:
+        ran.append("fan out")
+        batch = current_job().batch
+        assert batch is not None
+        await batch.aadd_batch(
+            [work.prepare("child 1"), work.prepare("bad")], on_complete=work.prepare("child done")
+        )
+
+    parent = await app.abatch(
+        [fan_out.prepare()],
+        on_complete=work.prepare("parent done"),
+        on_success=work.prepare("parent ok"),
+    )
+    await arun_until_idle(app)
+    assert ran[0] == "fan out" and ran[-2:] == ["child done", "parent done"]
+    assert "parent ok" not in ran  # a member of the nested batch failed
+    status = await parent.astatus()
+    # fan_out, the nested batch (failed: a member of it failed), its on_complete
+    assert (status.total, status.succeeded, status.failed) == (3, 2, 1)
+    [nested] = await parent.afailed_ids()
+    child = app.get_batch(nested)
+    assert (await child.astatus()).failed == 1
+    with pytest.raises(BatchEnded, match=parent.id):
+        await parent.aadd_batch([work.prepare("too late")])
+    assert "too late" not in ran and await arun_until_idle(app) == 0
+
+
+async def test_cancelling_a_batch_cancels_the_batches_nested_in_it(app: drumbeat.App) -> None:
+    ran: list[str] = []
+
+    @app.task
+    async def work(name: str) -> None:
+        ran.append(name)
+
+    parent = await app.abatch([], on_complete=work.prepare("parent done"), open=True)
+    child = await parent.aadd_batch([work.prepare("child")], on_complete=work.prepare("done"))
+    assert await parent.acancel()
+    await arun_until_idle(app)
+    assert ran == []
+    assert (await child.astatus()).state == "cancelled"
+    status = await parent.astatus()
+    assert status.ended and status.pending == 0 and status.cancelled == 2  # the batch, its callback

@@ -95,11 +95,13 @@ end
 -- Ends a batch nothing of which is left and which is closed: releases on_complete, and
 -- on_success if every member succeeded (else cancels it: its own dependents settle through
 -- `w.todo`), unless the batch was cancelled; its fields expire `ttl` ms from now (reap.lua);
--- its waiters (`Batch.wait`) hear of it on `batchdone`.
+-- its waiters (`Batch.wait`) hear of it on `batchdone`. A batch nested in another is counted
+-- there as a member that ended (through `w.todo`: count_member finds it in `members`).
 local function end_batch(w, bid, h, now)
   redis.call('HSET', w.batches, bid .. '|end', string.format('%d', now))
+  local failed = tonumber(redis.call('HGET', w.batches, bid .. '|f') or '0')
+  w.todo[#w.todo + 1] = {bid, h.state == 'x' and DEP_CANCELLED or (failed == 0 and DEP_OK or DEP_FAILED)}
   if h.state ~= 'x' then
-    local failed = tonumber(redis.call('HGET', w.batches, bid .. '|f') or '0')
     if h.on_complete ~= '' and redis.call('HEXISTS', w.deps, h.on_complete) == 1 then
       release_dependent(w, h.on_complete, now)
     end

@@ -8,46 +8,54 @@
 --         each queue named, then the `due` key of each
 -- ARGV[1] batch id  ARGV[2] new or add  ARGV[3] 1: closed at once, 0: open until close_batch
 -- ARGV[4] ms its fields are kept after it ended  ARGV[5] outcome ttl ms (a callback cancelled)
--- ARGV[6] q, then ARGV[7..6+q] the names of the queues of its members and callbacks (the
+-- ARGV[6] the id of the batch it is nested in (new only; empty: none): it counts there as one
+--         member, and so does each of its callbacks, so that one ends after them
+-- ARGV[7] q, then ARGV[8..7+q] the names of the queues of its members and callbacks (the
 --         default one first)
 -- ARGV    then c, the number of callbacks, and c groups of 5: role (c: on_complete, s:
 --         on_success), id, spec, priority, queue (empty for the default one): each waits in
 --         `deps` (held by the batch, as a dependent by its dependencies) until the batch ends
 -- ARGV    then the member ids
 -- Returns how many members were counted, or the error "BATCH_ENDED <id>" / "BATCH_CANCELLED
---         <id>" / "BATCH_UNKNOWN <id>" (add only)
-local bid, mode, nq = ARGV[1], ARGV[2], tonumber(ARGV[6])
-local names = {unpack(ARGV, 7, 6 + nq)}
+--         <id>" / "BATCH_UNKNOWN <id>" naming the batch added to (or nested in)
+local bid, mode, parent, nq = ARGV[1], ARGV[2], ARGV[6], tonumber(ARGV[7])
+local names = {unpack(ARGV, 8, 7 + nq)}
 local w = workflow_keys(3, names, tonumber(ARGV[5]))
 local dues = {}
 for q = 1, nq do dues[q] = KEYS[3 + WORKFLOW_KEYS + 2 * nq + q] end
-local c = tonumber(ARGV[7 + nq])
-local at = 8 + nq + 5 * c
+local c = tonumber(ARGV[8 + nq])
+local at = 9 + nq + 5 * c
 local now = now_ms()
 
-if mode == 'add' then
-  local h = batch_head(w, bid)
-  local refused = (not h and 'BATCH_UNKNOWN') or (h.state == 'x' and 'BATCH_CANCELLED')
-    or (redis.call('HEXISTS', w.batches, bid .. '|end') == 1 and 'BATCH_ENDED')
-  if refused then
-    for i = at, #ARGV do
-      local id = ARGV[i]
-      local q = queue_index(names, parse_state(redis.call('HGET', w.state, id)).queue)
-      if q then
-        redis.call('ZREM', w.readies[q], id)
-        redis.call('ZREM', dues[q], id)
-      end
-      redis.call('HDEL', KEYS[1], id)
-      redis.call('HDEL', w.state, id)
+-- Members may join a batch until it ended (a member may add to its own batch while it runs).
+local function refusal(id)
+  local h = batch_head(w, id)
+  return (not h and 'BATCH_UNKNOWN') or (h.state == 'x' and 'BATCH_CANCELLED')
+    or (redis.call('HEXISTS', w.batches, id .. '|end') == 1 and 'BATCH_ENDED')
+end
+
+local joins = mode == 'add' and bid or (parent ~= '' and parent)
+local refused = joins and refusal(joins)
+if refused then
+  for i = at, #ARGV do
+    local id = ARGV[i]
+    local q = queue_index(names, parse_state(redis.call('HGET', w.state, id)).queue)
+    if q then
+      redis.call('ZREM', w.readies[q], id)
+      redis.call('ZREM', dues[q], id)
     end
-    return redis.error_reply(refused .. ' ' .. bid)
+    redis.call('HDEL', KEYS[1], id)
+    redis.call('HDEL', w.state, id)
   end
-else
+  return redis.error_reply(refused .. ' ' .. joins)
+end
+if mode ~= 'add' then
   local h = {state = ARGV[3] == '1' and 'c' or 'o', ttl = tonumber(ARGV[4]), on_complete = '',
              on_success = ''}
+  local nested = {}
   for i = 0, c - 1 do
-    local role, id, spec = ARGV[8 + nq + 5 * i], ARGV[9 + nq + 5 * i], ARGV[10 + nq + 5 * i]
-    local priority, queue = tonumber(ARGV[11 + nq + 5 * i]), ARGV[12 + nq + 5 * i]
+    local role, id, spec = ARGV[9 + nq + 5 * i], ARGV[10 + nq + 5 * i], ARGV[11 + nq + 5 * i]
+    local priority, queue = tonumber(ARGV[12 + nq + 5 * i]), ARGV[13 + nq + 5 * i]
     if role == 'c' then h.on_complete = id else h.on_success = id end
     local seq = redis.call('INCR', KEYS[2])
     redis.call('HSET', KEYS[1], KEEP_FIELD, KEEP_VALUE, id, spec)
@@ -56,8 +64,15 @@ else
                     queue = queue, key = ''}))
     redis.call('HSET', w.deps, id, '1')
     if queue ~= '' then redis.call('SADD', KEYS[3], queue) end
+    nested[#nested + 1] = id
   end
   write_batch_head(w, bid, h)
+  if parent ~= '' then
+    nested[#nested + 1] = bid
+    for _, id in ipairs(nested) do redis.call('HSET', w.members, id, parent) end
+    redis.call('HINCRBY', w.batches, parent .. '|n', #nested)
+    redis.call('HINCRBY', w.batches, parent .. '|left', #nested)
+  end
 end
 
 local pairs_ = {}
