@@ -137,12 +137,12 @@ local function count_member(w, id, how, now, bid)
   if not bid then return end
   redis.call('HDEL', w.members, id)
   local field = how == DEP_OK and '|ok' or (how == DEP_CANCELLED and '|x' or '|ko')
-  redis.call('HINCRBY', w.batches, bid .. field, 1)
+  redis.call('HINCRBY', w.batches, bid .. field, '1')
   if how ~= DEP_OK then
-    local f = redis.call('HINCRBY', w.batches, bid .. '|f', 1)
+    local f = redis.call('HINCRBY', w.batches, bid .. '|f', '1')
     redis.call('HSET', w.batches, bid .. '|f' .. f, id)
   end
-  if redis.call('HINCRBY', w.batches, bid .. '|left', -1) <= 0 then
+  if redis.call('HINCRBY', w.batches, bid .. '|left', '-1') <= 0 then
     end_batch_if_done(w, bid, now)
   end
 end

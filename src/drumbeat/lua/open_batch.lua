@@ -70,8 +70,8 @@ if mode ~= 'add' then
   if parent ~= '' then
     nested[#nested + 1] = bid
     for _, id in ipairs(nested) do redis.call('HSET', w.members, id, parent) end
-    redis.call('HINCRBY', w.batches, parent .. '|n', #nested)
-    redis.call('HINCRBY', w.batches, parent .. '|left', #nested)
+    redis.call('HINCRBY', w.batches, parent .. '|n', string.format('%d', #nested))
+    redis.call('HINCRBY', w.batches, parent .. '|left', string.format('%d', #nested))
   end
 end
 
@@ -84,8 +84,8 @@ for i = at, #ARGV do
 end
 local k = #pairs_ / 2
 call_many('HSET', w.members, pairs_)
-redis.call('HINCRBY', w.batches, bid .. '|n', k)
-redis.call('HINCRBY', w.batches, bid .. '|left', k)
+redis.call('HINCRBY', w.batches, bid .. '|n', string.format('%d', k))
+redis.call('HINCRBY', w.batches, bid .. '|left', string.format('%d', k))
 end_batch_if_done(w, bid, now)  -- closed with no member: it ends here
 settle_todo(w, now)
 wake_released(w)
