@@ -9,7 +9,8 @@ slots), as plain jobs (``enqueue_many``) and as the members of one batch with an
 ``on_complete`` callback (``app.batch``), alternated, on one private redis-server. Per job:
 the Redis server's CPU (``INFO cpu``, user + sys) and its commands (``INFO commandstats``:
 those a script runs count, as the work they are), enqueue and drain together; and the drain
-rate (jobs/s from the worker's start to the last end). Medians of the rounds.
+rate (jobs/s from the worker's start to the last end); and how long the batch's write (one
+MULTI) held Redis. Medians of the rounds.
 
 "Callback latency": batches of 10 members run by a worker at light load, one batch at a time;
 from the end of the last member's task function to the start of the callback's (one clock:
@@ -57,9 +58,12 @@ async def _round(url: str, n: int, batched: bool, tag: str) -> dict[str, float]:
     cpu0, calls0 = _redis_counters(r)
     members = [noop.prepare() for _ in range(n)]
     if batched:
+        exec0 = _exec_us(r)
         batch = await app.abatch(members, on_complete=after.prepare())
+        write_ms = (_exec_us(r) - exec0) / 1000
     else:
         await app.aenqueue_many(members)
+        write_ms = 0.0
     start = time.perf_counter()
     await arun_until_idle(app, timeout=600)
     drained = max(ended) - start
@@ -68,7 +72,13 @@ async def _round(url: str, n: int, batched: bool, tag: str) -> dict[str, float]:
         assert (await batch.astatus()).succeeded == n
     r.close()
     await app.aclose()
-    return {"cpu_us": (cpu1 - cpu0) * 1e6 / n, "calls": (calls1 - calls0) / n, "rate": n / drained}
+    per = {"cpu_us": (cpu1 - cpu0) * 1e6 / n, "calls": (calls1 - calls0) / n}
+    return {**per, "rate": n / drained, "write_ms": write_ms}
+
+
+def _exec_us(r: redis.Redis) -> int:
+    """µs Redis spent in MULTI/EXEC so far (a batch is written in one)."""
+    return int(r.info("commandstats").get("cmdstat_exec", {}).get("usec", 0))
 
 
 async def _latency(url: str, batches: int, size: int) -> list[float]:
@@ -143,6 +153,10 @@ async def main(argv: list[str]) -> int:
         print(f"{what:28}{p:>12.1f}{unit:>2}{b:>14.1f}{unit:>2}{b - p:>+12.1f}{unit:>2}")
     p, b = med(plain, "rate"), med(batched, "rate")
     print(f"{'drain rate (jobs/s)':28}{p:>14,.0f}{b:>16,.0f}{b / p:>13.0%} of plain")
+    print(
+        f"the batch's write (one MULTI: enqueue and open_batch) held Redis "
+        f"{med(batched, 'write_ms'):.0f} ms"
+    )
     ms = [g * 1000 for g in gaps]
     print(
         f"\nlast member's end -> callback start, {small} batches of 10 at light load: "

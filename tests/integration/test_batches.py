@@ -424,3 +424,26 @@ async def test_cancelling_a_batch_cancels_the_batches_nested_in_it(app: drumbeat
     assert (await child.astatus()).state == "cancelled"
     status = await parent.astatus()
     assert status.ended and status.pending == 0 and status.cancelled == 2  # the batch, its callback
+
+
+async def test_limited_members_are_counted_as_they_end(app: drumbeat.App) -> None:
+    running: list[int] = []
+    most: list[int] = []
+
+    @app.task(concurrency_limit=1)
+    async def one_at_a_time(i: int) -> None:
+        running.append(i)
+        most.append(len(running))
+        await asyncio.sleep(0.01)
+        running.remove(i)
+
+    @app.task
+    async def done() -> None:
+        most.append(-1)
+
+    batch = await app.abatch(
+        [one_at_a_time.prepare(i) for i in range(6)], on_complete=done.prepare()
+    )
+    await arun_until_idle(app, concurrency=4)
+    assert max(most) == 1 and most[-1] == -1 and most.count(-1) == 1
+    assert (await batch.astatus()).succeeded == 6
