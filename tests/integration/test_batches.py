@@ -447,3 +447,25 @@ async def test_limited_members_are_counted_as_they_end(app: drumbeat.App) -> Non
     await arun_until_idle(app, concurrency=4)
     assert max(most) == 1 and most[-1] == -1 and most.count(-1) == 1
     assert (await batch.astatus()).succeeded == 6
+
+
+async def test_producer_middleware_sees_members_and_callbacks(app: drumbeat.App) -> None:
+    seen: list[tuple[str, str, str]] = []
+
+    @app.middleware
+    class Note(drumbeat.Middleware):
+        def before_enqueue(self, job: drumbeat.Enqueueing) -> None:
+            job.headers["via"] = "batch"
+
+        def after_enqueue(self, job: drumbeat.Enqueueing, error: BaseException | None) -> None:
+            seen.append((job.task, job.id, job.headers["via"]))
+
+    @app.task
+    async def work() -> str:
+        return current_job().headers["via"]
+
+    batch = await app.abatch([work.prepare(), work.prepare()], on_complete=work.prepare())
+    assert batch.on_complete is not None
+    assert [s[1] for s in seen] == [*(j.id for j in batch.jobs), batch.on_complete.id]
+    await arun_until_idle(app)
+    assert await batch.on_complete.aresult(timeout=1) == "batch"
