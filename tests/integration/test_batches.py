@@ -12,6 +12,7 @@ import redis
 
 import drumbeat
 from drumbeat import BatchEnded, JobStatus, current_job
+from drumbeat.batch_send import _eval, _plan, new_batch_id
 from drumbeat.job import encode_success
 from drumbeat.testing import arun_until_idle, run_until_idle
 from tests.conftest import reap_call
@@ -469,3 +470,43 @@ async def test_producer_middleware_sees_members_and_callbacks(app: drumbeat.App)
     assert [s[1] for s in seen] == [*(j.id for j in batch.jobs), batch.on_complete.id]
     await arun_until_idle(app)
     assert await batch.on_complete.aresult(timeout=1) == "batch"
+
+
+def _multi(r: redis.Redis, calls: list[Any]) -> list[Any]:
+    with r.pipeline(transaction=True) as pipe:
+        for call in calls:
+            pipe.execute_command(*_eval(call))
+        return pipe.execute()  # type: ignore[no-any-return]
+
+
+async def test_a_batch_written_again_after_a_lost_reply_counts_nothing_twice(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    ran: list[str] = []
+
+    @app.task
+    async def work(name: str) -> None:
+        ran.append(name)
+
+    # The client runs a MULTI again when its reply is lost: the same calls, the same ids.
+    batch_id = new_batch_id(app, [])
+    members = [work.prepare(n) for n in "abc"]
+    calls, _, opening, _ = _plan(
+        app, batch_id, members, [("c", work.prepare("cb"))], None, add=False
+    )
+    assert _multi(r, [*calls, opening])[-1] == 3
+    first = _claim(app, r)[0]
+    assert _ack(app, r, first) == [1]  # one member ended meanwhile
+    assert _multi(r, [*calls, opening])[-1] == 3
+    batch = app.get_batch(batch_id)
+    status = await batch.astatus()
+    assert (status.total, status.pending, status.succeeded) == (3, 2, 1)
+    assert r.zcard(app.keys.ready) == 2  # the ended member's copy was taken back
+    # An add sent again is a repeat too.
+    calls, _, adding, _ = _plan(app, batch_id, [work.prepare("d")], [], None, add=True)
+    assert _multi(r, [*calls, adding])[-1] == 1
+    assert _multi(r, [*calls, adding])[-1] == 1
+    assert (await batch.astatus()).total == 4
+    await arun_until_idle(app)
+    assert sorted(ran) == ["b", "c", "cb", "d"] and ran[-1] == "cb"
+    assert (await batch.astatus()).succeeded == 4

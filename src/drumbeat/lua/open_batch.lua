@@ -27,6 +27,38 @@ local c = tonumber(ARGV[8 + nq])
 local at = 9 + nq + 5 * c
 local now = now_ms()
 
+-- Takes back the copy of member `id` this call's enqueue wrote (a dead one keeps its record).
+local function take_back(id)
+  local q = queue_index(names, parse_state(redis.call('HGET', w.state, id)).queue)
+  if q then
+    redis.call('ZREM', w.readies[q], id)
+    redis.call('ZREM', dues[q], id)
+  end
+  if not redis.call('ZSCORE', w.dead, id) then
+    redis.call('HDEL', KEYS[1], id)
+    redis.call('HDEL', w.state, id)
+  end
+end
+
+-- The client runs the MULTI again when its reply was lost (redis-py retries a connection
+-- error): this call is then a repeat when the batch it opens exists, or when one of its
+-- members is counted already or has ended. A repeat counts nothing again: the members that
+-- ended since are taken back (their enqueue wrote them anew), the others were written again
+-- as they were.
+local repeated = mode == 'new' and redis.call('HEXISTS', w.batches, bid) == 1
+for i = at, #ARGV do
+  if repeated then break end
+  local id = ARGV[i]
+  repeated = redis.call('HGET', w.members, id) == bid or redis.call('ZSCORE', w.dead, id)
+    or redis.call('HEXISTS', w.results, id) == 1
+end
+if repeated then
+  for i = at, #ARGV do
+    if redis.call('HGET', w.members, ARGV[i]) ~= bid then take_back(ARGV[i]) end
+  end
+  return #ARGV - at + 1
+end
+
 -- Members may join a batch until it ended (a member may add to its own batch while it runs).
 local function refusal(id)
   local h = batch_head(w, id)
@@ -37,16 +69,7 @@ end
 local joins = mode == 'add' and bid or (parent ~= '' and parent)
 local refused = joins and refusal(joins)
 if refused then
-  for i = at, #ARGV do
-    local id = ARGV[i]
-    local q = queue_index(names, parse_state(redis.call('HGET', w.state, id)).queue)
-    if q then
-      redis.call('ZREM', w.readies[q], id)
-      redis.call('ZREM', dues[q], id)
-    end
-    redis.call('HDEL', KEYS[1], id)
-    redis.call('HDEL', w.state, id)
-  end
+  for i = at, #ARGV do take_back(ARGV[i]) end
   return redis.error_reply(refused .. ' ' .. joins)
 end
 if mode ~= 'add' then
