@@ -7,7 +7,8 @@
 -- KEYS[5] dead (zset)    KEYS[6] errors (hash)  KEYS[7] results (hash) KEYS[8] expires (zset)
 -- KEYS[9] waiting (zset) KEYS[10] cancels (hash) KEYS[10+i] done:<id> (list) of the i-th job
 -- KEYS[10+n+1..] the workflow keys (_workflows.lua: workflow_keys): the jobs' dependents are
---         dead-lettered (or released, where they allow the failure) in this call
+--         dead-lettered (or released, where they allow the failure), and the ends of batch
+--         members counted, in this call
 -- ARGV[1] outcome ttl ms of dependents dead-lettered here  ARGV[2] q: how many queues' keys
 --         the workflow keys hold  ARGV[2 + 1..q] their names (the default one first)
 -- ARGV    then groups of 4, one per job: id, token, error record, ttl_ms of the outcome

@@ -14,7 +14,8 @@
 -- KEYS[15 + 2q + 1..] the workflow keys (_workflows.lua: workflow_keys), with the ready and
 --          wake keys of the default queue and each other queue: a job waiting for its
 --          dependencies (`deps`) is cancelled at once too, and the dependents of a job
---          cancelled here are dead-lettered (or released, where they allow it) in this call
+--          cancelled here are dead-lettered (or released, where they allow it), and a batch
+--          member cancelled here counted, in this call
 -- ARGV[1] job id  ARGV[2] outcome ttl ms  ARGV[2 + q] the q-th other queue's name
 -- Returns 1 cancelled (it was waiting), 2 cancel requested (it is running), 0 nothing to
 --         cancel (finished, dead, a schedule's run, or unknown)

@@ -8,7 +8,8 @@
 -- KEYS[9] progress (hash) KEYS[10] cancels (hash)
 -- KEYS[10+i] done:<id> (list) of the i-th job
 -- KEYS[10+n+1..] the workflow keys (_workflows.lua: workflow_keys): the jobs' dependents are
---         released (or dead-lettered, for a cancelled job) in this call
+--         released (or dead-lettered, for a cancelled job), and the ends of batch members
+--         counted (count_member), in this call
 -- ARGV[1] how the jobs ended, for their dependents: ok, or cancelled
 -- ARGV[2] outcome ttl ms of dependents dead-lettered here  ARGV[3] q: how many queues' keys
 --         the workflow keys hold  ARGV[3 + 1..q] their names (the default one first)

@@ -19,7 +19,8 @@
 -- ARGV[6 + i] the i-th other queue's name
 -- KEYS[17 + 2q + 1..] the workflow keys (_workflows.lua: workflow_keys), with the ready and
 --          wake keys of the default queue and each other queue: the dependents of a job
---          dead-lettered or cancelled here are settled in this call, and dependents released
+--          dead-lettered or cancelled here are settled (a batch member counted) in this call,
+--          and dependents released
 --          into a queue their releaser had no keys of (`freed`) move to their queue's `ready`;
 --          ended batches whose time is up (`batchttl`) are forgotten
 -- A job of a queue not given (registered after the caller read `queues`) is left for the next
