@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from .errors import BatchEnded, DrumbeatError, InvalidJob
+from .errors import BatchEnded, InvalidJob
 from .job import Job
 from .keys import job_shard_of, new_job_id
 from .scripts import SOURCES, Call
@@ -48,15 +48,22 @@ def _pinned(app: App, batch_id: str, p: Prepared, what: str) -> Prepared:
     if not isinstance(p, Prepared):
         raise InvalidJob(f"a batch takes jobs made by task.prepare(...), got {type(p).__name__}")
     o = p.options
-    if o.depends_on or o.key is not None or o.job_id is not None:
+    if o.depends_on or o.job_id is not None:
         raise InvalidJob(
-            f"a batch's {what} (task {p.task!r}) cannot have depends_on or a dedup key (key=) "
-            "yet: a batch counts the jobs its call writes, and those may write none (a "
-            "duplicate) or end at once (docs/workflows.md, batches)"
+            f"a batch's {what} (task {p.task!r}) cannot have depends_on yet: a dependent may "
+            "be dead-lettered, or refused, by its own enqueue (docs/workflows.md, batches)"
         )
-    if what != "member" and (o.delay or o.at is not None):
-        raise InvalidJob(f"a batch's {what} (task {p.task!r}) cannot have delay= or at=")
+    if what != "member" and (o.delay or o.at is not None or o.key is not None):
+        raise InvalidJob(
+            f"a batch's {what} (task {p.task!r}) cannot have delay=, at= or a dedup key (key=)"
+        )
     shard = job_shard_of(batch_id)
+    if o.key is not None and app._job_shard_for(o.key, False, 0) != shard:
+        raise InvalidJob(
+            f"a member of task {p.task!r} has the dedup key {o.key!r}, which lives in job shard "
+            f"{app._job_shard_for(o.key, False, 0)}, and batch {batch_id} lives in job shard "
+            f"{shard}: a key is deduplicated in its own shard (Settings.job_shards)"
+        )
     if shard and (o.limits or _limited(app, p.task)):
         raise InvalidJob(
             f"a job of task {p.task!r} has limits, which live in the main job shard, and batch "
@@ -185,9 +192,6 @@ def _replies(
         if isinstance(reply, Exception):
             raise reply
     results = [call.parse(reply) for call, reply in zip(calls, raw, strict=False)]
-    counted = int(raw[-1])
-    if counted != sum(map(len, positions)):
-        raise DrumbeatError(f"a batch counted {counted} of {sum(map(len, positions))} members")
     return app._jobs_of(results, positions) + [Job(app, job_id) for job_id in held]
 
 

@@ -292,7 +292,7 @@ async def test_what_a_batch_cannot_hold_is_refused(app: drumbeat.App) -> None:
     with pytest.raises(drumbeat.InvalidJob, match="depends_on"):
         await app.abatch([work.options(depends_on=job).prepare()])
     with pytest.raises(drumbeat.InvalidJob, match="dedup key"):
-        await app.abatch([work.options(key="k").prepare()])
+        await app.abatch([work.prepare()], on_complete=work.options(key="k").prepare())
     with pytest.raises(drumbeat.InvalidJob, match="delay"):
         await app.abatch([work.prepare()], on_complete=work.options(delay=1).prepare())
     with pytest.raises(BatchEnded, match="unknown"):
@@ -510,3 +510,25 @@ async def test_a_batch_written_again_after_a_lost_reply_counts_nothing_twice(
     await arun_until_idle(app)
     assert sorted(ran) == ["b", "c", "cb", "d"] and ran[-1] == "cb"
     assert (await batch.astatus()).succeeded == 4
+
+
+async def test_a_member_whose_dedup_key_is_taken_is_no_member(app: drumbeat.App) -> None:
+    ran: list[str] = []
+
+    @app.task
+    async def work(name: str) -> None:
+        ran.append(name)
+
+    holder = await work.options(key="docs").aenqueue("holder")
+    batch = await app.abatch(
+        [work.options(key="docs").prepare("dup"), work.options(key="cli").prepare("cli")],
+        on_complete=work.prepare("done"),
+    )
+    dup, cli = batch.jobs
+    assert dup.duplicate and dup.id == holder.id and not cli.duplicate
+    assert (await batch.astatus()).total == 1  # the job holding the key runs on its own
+    await arun_until_idle(app)
+    assert sorted(ran) == ["cli", "done", "holder"] and ran[-1] == "done"
+    # Its key is free again once the member ended: a later batch's member takes it.
+    again = await app.abatch([work.options(key="cli").prepare("cli again")])
+    assert not again.jobs[0].duplicate
