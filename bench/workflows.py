@@ -4,6 +4,8 @@ and how soon the callback starts after the last member ended.
     python -m bench.workflows                 # 10,000 members, 3 rounds, 200 small batches
     python -m bench.workflows --quick         # 2,000 members, 1 round, 50 small batches
 
+A full run takes /tmp/drumbeat-bench.lock as bench.core does (one benchmark at a time).
+
 "Overhead": the same N no-op jobs enqueued, then drained by one worker (in this process, 10
 slots), as plain jobs (``enqueue_many``) and as the members of one batch with an
 ``on_complete`` callback (``app.batch``), alternated, on one private redis-server. Per job:
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shlex
 import statistics
 import sys
@@ -32,6 +35,7 @@ import redis
 
 import drumbeat
 from bench._redis import RedisServer
+from bench.core import _git_revision, bench_lock
 from bench.machine import cpu_model
 from drumbeat.testing import arun_until_idle
 
@@ -131,14 +135,18 @@ async def main(argv: list[str]) -> int:
     n = args.members or (2_000 if args.quick else 10_000)
     rounds, small = (1, 50) if args.quick else (3, 200)
     print(f"$ python -m bench.workflows {shlex.join(argv)}".rstrip())
-    print(f"CPU: {cpu_model()}; drumbeat {drumbeat.__version__}, Python {sys.version.split()[0]}")
-    with RedisServer() as server:
+    python = sys.version.split()[0]
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; git {_git_revision()}; Python {python}")
+    with bench_lock(not args.quick), RedisServer() as server:
+        load = os.getloadavg()
         plain: list[dict[str, float]] = []
         batched: list[dict[str, float]] = []
         for i in range(rounds):  # alternated, so drift hits both alike
             plain.append(await _round(server.url, n, False, f"p{i}"))
             batched.append(await _round(server.url, n, True, f"b{i}"))
         gaps = await _latency(server.url, small, 10)
+        version = redis.Redis.from_url(server.url).info("server")["redis_version"]
+    print(f"Redis {version}; load average {load[0]:.2f} at start, {os.getloadavg()[0]:.2f} at end")
 
     def med(rows: list[dict[str, float]], key: str) -> float:
         return statistics.median(row[key] for row in rows)

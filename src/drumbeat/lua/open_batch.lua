@@ -47,7 +47,7 @@ end
 -- as they were.
 local repeated = mode == 'new' and redis.call('HEXISTS', w.batches, bid) == 1
 for i = at, #ARGV do
-  if repeated then break end
+  if repeated or mode == 'new' then break end
   local id = ARGV[i]
   repeated = redis.call('HGET', w.members, id) == bid or redis.call('ZSCORE', w.dead, id)
     or redis.call('HEXISTS', w.results, id) == 1
@@ -99,10 +99,14 @@ if mode ~= 'add' then
 end
 
 local pairs_ = {}
-for i = at, #ARGV do
-  if redis.call('HEXISTS', w.state, ARGV[i]) == 1 then
-    pairs_[#pairs_ + 1] = ARGV[i]
-    pairs_[#pairs_ + 1] = bid
+for from = at, #ARGV, CALL_MANY_CHUNK do  -- one HMGET per chunk, not a call per member
+  local last = math.min(#ARGV, from + CALL_MANY_CHUNK - 1)
+  local states = redis.call('HMGET', w.state, unpack(ARGV, from, last))
+  for j = 1, last - from + 1 do
+    if states[j] then
+      pairs_[#pairs_ + 1] = ARGV[from + j - 1]
+      pairs_[#pairs_ + 1] = bid
+    end
   end
 end
 local k = #pairs_ / 2
