@@ -134,7 +134,7 @@ def send(
     open: bool = False,
     parent: str = "",
 ) -> list[Job[Any]]:
-    def send(sent: Any) -> list[Job[Any]]:
+    def write(sent: Any) -> list[Job[Any]]:
         calls, positions, opening, held = _plan(
             app, batch_id, members, callbacks, sent, add=add, open=open, parent=parent
         )
@@ -144,7 +144,7 @@ def send(
             raw = pipe.execute(raise_on_error=False)
         return _replies(app, calls, positions, held, raw)
 
-    return _refused(lambda: app.producing.around(send))
+    return _refused(lambda: app.producing.around(write))
 
 
 async def asend(
@@ -157,7 +157,7 @@ async def asend(
     open: bool = False,
     parent: str = "",
 ) -> list[Job[Any]]:
-    async def send(sent: Any) -> list[Job[Any]]:
+    async def write(sent: Any) -> list[Job[Any]]:
         calls, positions, opening, held = _plan(
             app, batch_id, members, callbacks, sent, add=add, open=open, parent=parent
         )
@@ -168,7 +168,7 @@ async def asend(
         return _replies(app, calls, positions, held, raw)
 
     try:
-        return await app.producing.aaround(send)
+        return await app.producing.aaround(write)
     except redis.ResponseError as exc:
         _raise_refused(exc)
         raise
