@@ -10,6 +10,7 @@ import pytest
 
 import drumbeat
 from drumbeat.keys import job_shard_of
+from drumbeat.testing import run_until_idle
 from tests.cluster.conftest import ClusterServer
 from tests.conftest import running_worker
 
@@ -50,3 +51,23 @@ async def test_batches_end_with_their_callbacks_in_each_job_shard(
             assert ran.index(f"cb{i}") > max(ran.index(f"{i}.{j}") for j in range(5))
     finally:
         await app.aclose()
+
+
+def test_a_batch_from_the_sync_client_on_a_cluster(redis_cluster: ClusterServer) -> None:
+    ns = "c" + uuid.uuid4().hex[:12]
+    app = drumbeat.App(redis_cluster.url, namespace=ns, job_shards=2, idle_block=0.5)
+
+    @app.task
+    def step(name: str) -> str:
+        return name
+
+    try:
+        batch = app.batch([step.prepare(str(i)) for i in range(4)], on_complete=step.prepare("cb"))
+        batch.add([step.prepare("late")])
+        with pytest.raises(drumbeat.ResultTimeout):
+            batch.wait(timeout=0.2)
+        run_until_idle(app)
+        assert batch.wait(timeout=10).succeeded == 5
+        assert batch.on_complete is not None and batch.on_complete.result(timeout=10) == "cb"
+    finally:
+        app.close()
