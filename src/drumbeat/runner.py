@@ -42,9 +42,9 @@ from .outcomes import (
     RunDone,
     Unknown,
 )
-from .protocol import FIELD_SEP, RUN_PREFIX, RUN_STATE_FIELDS, RUN_STATE_SEP, SCHEDULE_FIELDS
+from .protocol import RUN_PREFIX, RUN_STATE_FIELDS, RUN_STATE_SEP
 from .replies import Claimed
-from .schedule import Cadence, decode_schedule_call, is_misfire, jitter_ms
+from .schedule import Cadence, decode_schedule_call, is_misfire, jitter_ms, run_call
 
 if TYPE_CHECKING:
     from .app import App
@@ -93,8 +93,6 @@ _UNREADABLE_RETRY_MS = 60_000
 
 _RUN_PREFIX_LEN = len(RUN_PREFIX)
 _RUN_STATE_LEN = len(RUN_STATE_FIELDS)
-_SPEC_FIELD = SCHEDULE_FIELDS.index("spec")
-_FIELD_SEP_BYTES = FIELD_SEP.encode()
 
 
 def printable(text: str) -> str:
@@ -409,10 +407,7 @@ class Runner:
             due, grid, gen = int(due_s), int(grid_s), int(gen_s)
             if job.spec is None:
                 raise SerializationError("no schedule record")
-            # "<task name>|<spec>" from the time slots, "<task name>|<record>" as a job
-            task_name, spec_blob = job.spec.split(_FIELD_SEP_BYTES, 1)
-            if job.slot_run is None:
-                spec_blob = spec_blob.split(_FIELD_SEP_BYTES, _SPEC_FIELD)[_SPEC_FIELD]
+            task_name, spec_blob = run_call(job.spec, queued=job.slot_run is None)
             if named is not None:
                 named.task_name = task_name.decode(errors="replace")
             args, kwargs, cadence, limits, headers = decode_schedule_call(spec_blob)

@@ -293,6 +293,20 @@ def decode_schedule_spec(blob: bytes) -> tuple[list[Any], dict[str, Any], Cadenc
     return decode_schedule_call(blob)[:4]
 
 
+def run_call(claimed: bytes, queued: bool) -> tuple[bytes, bytes]:
+    """A schedule run's (task name, schedule spec) from the record its claim gave:
+    ``<task name>|<spec>`` from the time slots, ``<task name>|<schedule record>`` for a run
+    queued as a job (``queued``). ``ValueError`` for one that has not all its fields."""
+    name, rest = claimed.split(_SEP_BYTES, 1)
+    if queued:
+        rest = rest.split(_SEP_BYTES, _SPEC_FIELD)[_SPEC_FIELD]
+    return name, rest
+
+
+_SEP_BYTES = FIELD_SEP.encode()
+_SPEC_FIELD = SCHEDULE_FIELDS.index("spec")
+
+
 def decode_schedule_call(
     blob: bytes,
 ) -> tuple[list[Any], dict[str, Any], Cadence, Any, dict[str, str]]:

@@ -295,6 +295,31 @@ async def test_a_schedule_carries_its_headers_to_each_run(redis_url: str, namesp
     await app.aclose()
 
 
+async def test_a_limited_schedules_run_is_seen_queued_then_run(
+    redis_url: str, namespace: str
+) -> None:
+    """A run of a limited schedule goes to its queue as a job: middleware sees that first
+    step end as `queued`, then the run itself, with its headers, as `ok`."""
+    app = drumbeat.App(redis_url, namespace=namespace)
+    rec = Recorder()
+    app.middleware(rec)
+    ran: list[dict[str, str]] = []
+
+    @app.task(concurrency_limit=1)
+    def tick() -> None:
+        ran.append(drumbeat.current_job().headers)
+
+    await app.aschedule("limited", tick, every=3600, headers={"team": "ops"})
+    assert await app.arun_now("limited") == 1
+    async with running_worker(app):
+        await wait_for_async(lambda: len(rec.runs) >= 2, message="no run seen", timeout=10)
+    assert ran == [{"team": "ops"}]
+    assert [(r["id"], r["outcome"], r["headers"].get("team")) for r in rec.runs] == [
+        ("s:limited", "queued", "ops"), ("s:limited", "ok", "ops"),
+    ]  # fmt: skip
+    await app.aclose()
+
+
 @pytest.mark.process
 def test_drumbeat_worker_runs_the_apps_middleware(
     redis_url: str, namespace: str, tmp_path: Path

@@ -23,15 +23,14 @@ from typing import Any
 from drumbeat.errors import SerializationError
 from drumbeat.job import decode_spec
 from drumbeat.middleware import Middleware, overrides
-from drumbeat.protocol import FIELD_SEP, RUN_PREFIX
+from drumbeat.protocol import RUN_PREFIX
 from drumbeat.replies import Claimed
-from drumbeat.schedule import decode_schedule_call
+from drumbeat.schedule import decode_schedule_call, run_call
 
 log = logging.getLogger("drumbeat.worker")
 
 
 _RUN_PREFIX_LEN = len(RUN_PREFIX)
-_FIELD_SEP_BYTES = FIELD_SEP.encode()
 
 
 class JobInfo:
@@ -93,8 +92,8 @@ class JobInfo:
         if spec is None:
             return
         try:
-            if self.claimed.id.startswith(RUN_PREFIX):  # "<task name>|<schedule spec>"
-                name, blob = spec.split(_FIELD_SEP_BYTES, 1)
+            if self.claimed.id.startswith(RUN_PREFIX):
+                name, blob = run_call(spec, queued=self.claimed.slot_run is None)
                 self._task = name.decode(errors="replace")
                 self._headers = decode_schedule_call(blob)[4]
             else:
@@ -115,8 +114,9 @@ class JobEnd:
     outcome: str
     """done | retry | dead (a job); ok | fail | skip (a schedule run); cancelled (a stop, a
     lost lease, or `Job.cancel`); handback (back to its queue, not an attempt: a stop at a
-    checkpoint, or a task this worker lacks); limited (waiting for its limits); crashed
-    (the worker itself failed running it)."""
+    checkpoint, or a task this worker lacks); limited (waiting for its limits); queued (a
+    schedule's run sent to its queue as a job); crashed (the worker itself failed running
+    it)."""
     duration: float
     """Seconds from the start of the run to its end."""
     error: str = ""

@@ -18,6 +18,7 @@ from drumbeat.outcomes import (
     HandBack,
     Outcome,
     Parked,
+    Queued,
     RunDone,
     Unknown,
 )
@@ -35,7 +36,7 @@ log = logging.getLogger("drumbeat.worker")
 
 _END_NAMES: dict[type[Outcome], str] = {
     Done: "done", Again: "retry", Bury: "dead", Cancelled: "cancelled", HandBack: "handback",
-    Unknown: "handback", Parked: "limited",
+    Unknown: "handback", Parked: "limited", Queued: "queued",
 }  # fmt: skip
 
 
