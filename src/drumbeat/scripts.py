@@ -169,7 +169,7 @@ class Scripts:
         # string operations in `Keys`, and the hot path passes dozens per call).
         k = keys
         self._claim_keys = (k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.lateness,
-                            k.tasks, k.progress, k.pauses)  # fmt: skip
+                            k.progress, k.pauses)  # fmt: skip
         self._claim_queue_keys: dict[str, tuple[str, str, str]] = {}
 
     def enqueue(

@@ -59,7 +59,7 @@ def test_the_keys_of_hot_path_calls_are_the_keys_of_the_schema(shard: int | None
     scripts = Scripts(k)
     claim = scripts.claim("w", 5, 1000, 10, queues=["default", "q2"])
     assert list(claim.keys) == [
-        k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.lateness, k.tasks, k.progress,
+        k.jobs, k.state, k.owners, k.leases, k.fence, k.seq, k.lateness, k.progress,
         k.pauses, k.ready_of("default"), k.due_of("default"), k.wake_of("default"),
         k.ready_of("q2"), k.due_of("q2"), k.wake_of("q2"),
     ]  # fmt: skip

@@ -11,9 +11,9 @@
 -- while the default queue (schedules are its) is paused.
 --
 -- KEYS[1] jobs (hash)    KEYS[2] state (hash)   KEYS[3] owners (hash)   KEYS[4] leases (zset)
--- KEYS[5] fence (string) KEYS[6] seq (string)   KEYS[7] lateness (hash) KEYS[8] tasks (hash)
--- KEYS[9] progress (hash) KEYS[10] pauses (set: the paused queues, this shard's copy)
--- KEYS[8 + 3q] ready, KEYS[9 + 3q] due, KEYS[10 + 3q] wake (zsets) of the q-th served queue
+-- KEYS[5] fence (string) KEYS[6] seq (string)   KEYS[7] lateness (hash) KEYS[8] progress (hash)
+-- KEYS[9] pauses (set: the paused queues, this shard's copy)
+-- KEYS[7 + 3q] ready, KEYS[8 + 3q] due, KEYS[9 + 3q] wake (zsets) of the q-th served queue
 -- ARGV[1] worker id   ARGV[2] limit   ARGV[3] lease_ms   ARGV[4] most due entries to read
 -- ARGV[5] number of served queues (n)   ARGV[5 + q] the q-th served queue's name
 -- Returns {now_ms, next_due_ms or -1, {due limiter markers "l:<key name>", and the served
@@ -66,11 +66,11 @@ local limit = tonumber(ARGV[2])
 local nq = tonumber(ARGV[5])
 local queues, readies, reports = {}, {}, {}
 -- One read of the shard's copy of `pauses` per claim (a set of a few names, mostly empty).
-local paused = paused_set(KEYS[10])
+local paused = paused_set(KEYS[9])
 for q = 1, nq do
   local name = ARGV[5 + q]
   if name == '' then name = 'default' end
-  queues[q] = {ready = KEYS[8 + 3 * q], due = KEYS[9 + 3 * q], wake = KEYS[10 + 3 * q],
+  queues[q] = {ready = KEYS[7 + 3 * q], due = KEYS[8 + 3 * q], wake = KEYS[9 + 3 * q],
                paused = paused[name]}
   if paused[name] then
     reports[#reports + 1] = PAUSE_PREFIX .. name
@@ -79,8 +79,8 @@ for q = 1, nq do
   end
 end
 local k = {ready = queues[1].ready, jobs = KEYS[1], state = KEYS[2], owners = KEYS[3],
-           leases = KEYS[4], fence = KEYS[5], seq = KEYS[6], tasks = KEYS[8],
-           due = queues[1].due, progress = KEYS[9]}
+           leases = KEYS[4], fence = KEYS[5], seq = KEYS[6], due = queues[1].due,
+           progress = KEYS[8]}
 local c = {worker = ARGV[1], now = now, lease_ms = tonumber(ARGV[3]),
            out = {now, -1, reports, -1}, lateness = {}}
 -- Numbers passed to redis.call as strings, formatted once: Redis formats a number argument
