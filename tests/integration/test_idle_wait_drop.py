@@ -87,3 +87,33 @@ async def test_a_short_wait_arms_no_pop_and_a_long_one_does(app: drumbeat.App) -
     finally:
         await claimer.close()
         await client.aclose()
+
+
+async def test_jobs_came_ends_an_idle_wait_under_way_short_or_long(app: drumbeat.App) -> None:
+    """Runs this worker just queued in a queue it serves (a limited schedule's), or a signal,
+    end its idle wait: it does not wait for its timer (the next slot due, a minute off here),
+    nor, once told before it starts, wait at all."""
+    claimer, client = await _claimer(app)
+    now = claimer.now_ms()
+    try:
+        # A short wait (no pop armed): it ends within the loop turns that follow, long before
+        # its 40-ms timer could.
+        wait = asyncio.ensure_future(claimer._wait_for_work(4, now, claimer.now_ms() + 40))
+        await asyncio.sleep(0)
+        assert not wait.done() and claimer._waking is not None, "the wait should be under way"
+        claimer.jobs_came()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert wait.done(), "the short wait went on after jobs_came"
+        # A long one (a pop armed): not its timer's minute.
+        wait = asyncio.ensure_future(claimer._wait_for_work(4, now, now + 60_000))
+        await asyncio.sleep(0.005)
+        assert not wait.done(), "the wait should be under way"
+        claimer.jobs_came()
+        await asyncio.wait_for(wait, 5)
+        claimer.jobs_came()
+        told = asyncio.ensure_future(claimer._wait_for_work(4, now, now + 60_000))
+        await asyncio.wait_for(told, 5)
+    finally:
+        await claimer.close()
+        await client.aclose()

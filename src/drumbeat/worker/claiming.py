@@ -94,6 +94,11 @@ class Claimer:
         """Put-backs of wake markers dropped pops took (referenced until they end)."""
         self._next_due_ms: int | None = None
         self._due_sooner = asyncio.Event()
+        self._came = False
+        """Set by `jobs_came`: the next idle wait does not start (jobs sent to a queue this
+        worker serves wait for no timer: a limited schedule's run this worker queued, a
+        signal), and one under way (`_waking`) ends."""
+        self._waking: asyncio.Future[None] | None = None
         self.lendable: Callable[[], bool] = lambda: False
         """Whether a running job checkpoints (so promoting what comes due may let it lend)."""
         self.on_best: Callable[[int, int], None] = lambda best, shard: None
@@ -184,7 +189,14 @@ class Claimer:
                 await backoff.wait(self.stopping, backoff.failed(log, "claiming", exc))
 
     def jobs_came(self) -> None:
-        """Jobs may wait (a signal, a wake): the next claims look for them again."""
+        """Jobs may wait (a signal, runs this worker queued): the next claims look for them
+        again, and an idle wait under way ends."""
+        self._look_again()
+        self._came = True
+        if self._waking is not None and not self._waking.done():
+            self._waking.set_result(None)
+
+    def _look_again(self) -> None:
         for shard in range(len(self._quiet_until)):
             self._quiet_until[shard] = 0.0
 
@@ -318,7 +330,8 @@ class Claimer:
         timeout = self.settings.idle_block
         if next_due_ms is not None:
             timeout = min(timeout, (next_due_ms - now_ms) / 1000)
-        if timeout <= 0:
+        if timeout <= 0 or self._came:
+            self._came = False
             return None
         if self._rewire and self._waiter is not None:
             old, self._waiter = self._waiter, None
@@ -336,16 +349,27 @@ class Claimer:
                 # Claims paced a few ms apart (slots coming due): a pop armed for so short a
                 # wait is mostly dropped when the next claim fills the slots, and each drop
                 # costs its connection, made again for the next pop. A job sent meanwhile
-                # waits for the next claim, this long at most.
-                await asyncio.sleep(timeout)
+                # waits for the next claim, this long at most, unless it says so (`jobs_came`).
+                # (What asyncio.sleep does, with a future `jobs_came` may end early.)
+                waking = self._waking = asyncio.get_running_loop().create_future()
+                timer = asyncio.get_running_loop().call_later(timeout, _wake, waking)
+                try:
+                    await waking
+                finally:
+                    timer.cancel()
+                    self._waking, self._came = None, False
                 return None
             self._block = asyncio.ensure_future(self._pop_any())
         stop = asyncio.ensure_future(self.stopping.wait())
-        await asyncio.wait({self._block, stop}, timeout=timeout, return_when="FIRST_COMPLETED")
+        waking = self._waking = asyncio.get_running_loop().create_future()
+        await asyncio.wait({self._block, stop, waking}, timeout=timeout,
+                           return_when="FIRST_COMPLETED")  # fmt: skip
         stop.cancel()
+        waking.cancel()
+        self._waking, self._came = None, False
         if self._block.done():
             self._block.exception()  # consumed; a failed block just means: look again
-            self.jobs_came()  # a wake marker (or a failed wait): look for jobs
+            self._look_again()  # a wake marker (or a failed wait): look for jobs
         return None
 
     async def _wait_then_claim(self, free: int) -> ClaimResult | None:
@@ -475,3 +499,8 @@ class Claimer:
         # A marker lost here costs an idle worker at most one `idle_block` of delay.
         if not back.cancelled() and back.exception() is not None:
             log.debug("putting back a wake marker failed: %s", back.exception())
+
+
+def _wake(waking: asyncio.Future[None]) -> None:
+    if not waking.done():
+        waking.set_result(None)
