@@ -77,9 +77,9 @@ end
 
 -- A batch's fields in `batches` (the batch id is a job id of its shard; docs/redis-keys.md):
 -- "<id>" its head "<state>|<ttl ms>|<on_complete id>|<on_success id>" (state: o open, c closed,
--- x cancelled); "<id>|n" members added, "<id>|left" not yet ended, "<id>|ok", "<id>|ko"
--- (dead-lettered), "<id>|x" (cancelled); "<id>|f" how many did not succeed and "<id>|f<i>" the
--- i-th of them; "<id>|end" the ms it ended. batches.py reads the same fields.
+-- x cancelled); "<id>|n" members added, "<id>|left" not yet ended, "<id>|ko" (dead-lettered),
+-- "<id>|x" (cancelled); "<id>|f" how many did not succeed (ko + x) and "<id>|f<i>" the i-th of
+-- them; "<id>|end" the ms it ended. The succeeded are n - left - f. batches.py reads the same.
 local function batch_head(w, bid)
   local raw = redis.call('HGET', w.batches, bid)
   if not raw then return nil end
@@ -131,14 +131,14 @@ end
 
 -- Counts the end of `id` (ok, failed or cancelled) in its batch, if it is a member: O(1),
 -- and once, since its `members` field goes here (a stale run's settle never gets this far).
--- `bid`: its batch when the caller read it already (false: not a member), nil: read here.
+-- `bid`: its batch when the caller read it already (false: not a member), nil: read here. A
+-- success costs two commands: the succeeded count is what is left of the others.
 local function count_member(w, id, how, now, bid)
   if bid == nil then bid = redis.call('HGET', w.members, id) end
   if not bid then return end
   redis.call('HDEL', w.members, id)
-  local field = how == DEP_OK and '|ok' or (how == DEP_CANCELLED and '|x' or '|ko')
-  redis.call('HINCRBY', w.batches, bid .. field, '1')
   if how ~= DEP_OK then
+    redis.call('HINCRBY', w.batches, bid .. (how == DEP_CANCELLED and '|x' or '|ko'), '1')
     local f = redis.call('HINCRBY', w.batches, bid .. '|f', '1')
     redis.call('HSET', w.batches, bid .. '|f' .. f, id)
   end
@@ -151,7 +151,7 @@ end
 -- did not succeed included (O(those), once).
 local function forget_batch(w, bid)
   local f = tonumber(redis.call('HGET', w.batches, bid .. '|f') or '0')
-  redis.call('HDEL', w.batches, bid, bid .. '|n', bid .. '|left', bid .. '|ok', bid .. '|ko',
+  redis.call('HDEL', w.batches, bid, bid .. '|n', bid .. '|left', bid .. '|ko',
     bid .. '|x', bid .. '|f', bid .. '|end')
   for from = 1, f, CALL_MANY_CHUNK do
     local fields = {}
@@ -171,8 +171,10 @@ local function settle_todo(w, now)
   while todo[i] do
     local id, ended = todo[i][1], todo[i][2]
     i = i + 1
-    count_member(w, id, ended, now, todo[i - 1][3])
-    local n = tonumber(redis.call('HGET', w.dependents, id))
+    local bid, n = todo[i - 1][3], todo[i - 1][4]
+    count_member(w, id, ended, now, bid)
+    if n == nil then n = redis.call('HGET', w.dependents, id) end
+    n = tonumber(n)
     if n then
       redis.call('HDEL', w.dependents, id)
       for from = 1, n, CALL_MANY_CHUNK do
@@ -220,7 +222,7 @@ local function settle_ended(w, ids, how, now)
     local batches = redis.call('HMGET', w.members, unpack(ids, from, last))
     for j = 1, last - from + 1 do
       if counts[j] or batches[j] then
-        w.todo[#w.todo + 1] = {ids[from + j - 1], how, batches[j]}
+        w.todo[#w.todo + 1] = {ids[from + j - 1], how, batches[j], counts[j]}
         settle_todo(w, now)
       end
     end
