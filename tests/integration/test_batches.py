@@ -15,7 +15,7 @@ from drumbeat import BatchEnded, JobStatus, current_job
 from drumbeat.batch_send import _eval, _plan, new_batch_id
 from drumbeat.job import encode_success
 from drumbeat.testing import arun_until_idle, run_until_idle
-from tests.conftest import reap_call
+from tests.conftest import reap_call, running_worker
 
 
 def _claim(app: drumbeat.App, r: redis.Redis, worker: str = "w", n: int = 1) -> Any:
@@ -532,3 +532,30 @@ async def test_a_member_whose_dedup_key_is_taken_is_no_member(app: drumbeat.App)
     # Its key is free again once the member ended: a later batch's member takes it.
     again = await app.abatch([work.options(key="cli").prepare("cli again")])
     assert not again.jobs[0].duplicate
+
+
+async def test_a_schedule_starts_a_batch(app: drumbeat.App) -> None:
+    published = asyncio.Event()
+    found: list[Any] = []
+
+    @app.task
+    async def build(i: int) -> int:
+        return i
+
+    @app.task
+    async def publish() -> None:
+        batch = current_job().batch
+        assert batch is not None
+        found.append(await batch.astatus())
+        published.set()
+
+    @app.task
+    async def nightly() -> None:
+        assert current_job().schedule_id == "nightly" and current_job().batch is None
+        await app.abatch([build.prepare(i) for i in range(3)], on_complete=publish.prepare())
+
+    await app.aschedule("nightly", nightly, every=1)
+    async with running_worker(app):
+        await asyncio.wait_for(published.wait(), 15)
+        await app.aunschedule("nightly")
+    assert found[0].succeeded == 3
