@@ -22,6 +22,10 @@ from .workflows import raise_if_refused
 if TYPE_CHECKING:
     from .app import App
 
+# A batch's fields are kept result_ttl after it ended, and at least this long: its callbacks,
+# queued at its end, read it (`current_job().batch`) even where outcomes are not kept.
+_KEEP_AT_LEAST_MS = 600_000
+
 # Batches go to the job shards in turn, each process from its own place in the turn.
 _TURN = itertools.count(int.from_bytes(os.urandom(2), "big"))
 
@@ -104,7 +108,8 @@ def _plan(
     k = [keys.jobs, keys.seq, keys.queues, *scripts._workflow_keys(names)]
     k += [keys.due_of(n) for n in names]
     ttl = ttl_ms(app)
-    args: list[Any] = [batch_id, "add" if add else "new", 0 if open else 1, ttl, ttl, parent]
+    keep = max(ttl, _KEEP_AT_LEAST_MS)
+    args: list[Any] = [batch_id, "add" if add else "new", 0 if open else 1, keep, ttl, parent]
     args += [len(names), *names, len(callbacks), *groups, *ids]
     return calls, positions, Call("open_batch", k, args, int), held
 
