@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import drumbeat
 from drumbeat import BatchEnded, JobStatus, current_job
@@ -559,3 +562,72 @@ async def test_a_schedule_starts_a_batch(app: drumbeat.App) -> None:
         await asyncio.wait_for(published.wait(), 15)
         await app.aunschedule("nightly")
     assert found[0].succeeded == 3
+
+
+# A batch drawn at random: its members' behaviours, and the batches nested in it (depth 2).
+_BEHAVIOURS = st.sampled_from(["ok", "fail", "retry", "cancel"])
+_LEAVES = st.lists(_BEHAVIOURS, max_size=4)
+_TREES = st.tuples(_LEAVES, st.lists(st.tuples(_LEAVES, st.just([])), max_size=2))
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(tree=_TREES)
+def test_random_batches_count_every_member_once_and_call_back_once(
+    redis_url: str, tree: tuple[list[str], list[Any]]
+) -> None:
+    app = drumbeat.App(redis_url, namespace="b" + uuid.uuid4().hex[:12])
+    events: list[tuple[str, str]] = []
+    tries: dict[str, int] = {}
+    try:
+
+        @app.task(retries=1, backoff=0.0)
+        def member(name: str, how: str) -> None:
+            tries[name] = tries.get(name, 0) + 1
+            events.append(("end", name))
+            if how == "fail" or (how == "retry" and tries[name] == 1):
+                raise RuntimeError(how)
+
+        @app.task
+        def callback(kind: str, tag: str) -> None:
+            events.append((kind, tag))
+
+        def make(leaves: list[str], tag: str, parent: Any) -> tuple[Any, list[str]]:
+            members = [member.prepare(f"{tag}.{i}", how) for i, how in enumerate(leaves)]
+            calls = {"on_complete": callback.prepare("complete", tag)}
+            calls["on_success"] = callback.prepare("success", tag)
+            made = (parent.add_batch if parent else app.batch)(members, open=True, **calls)
+            for job, how in zip(made.jobs, leaves, strict=True):
+                if how == "cancel":
+                    assert job.cancel()
+            return made, [f"{tag}.{i}" for i in range(len(leaves))]
+
+        def ok(leaves: list[str], nested: list[Any]) -> bool:
+            return all(h in ("ok", "retry") for h in leaves) and all(ok(*n) for n in nested)
+
+        top, names = make(tree[0], "t", None)
+        batches = [(top, tree[0], tree[1], "t", names)]
+        for k, child in enumerate(tree[1]):
+            made, child_names = make(child[0], f"t{k}", top)
+            batches.append((made, child[0], [], f"t{k}", child_names))
+        for made, *_ in batches:
+            made.close()
+        drumbeat.testing.run_until_idle(app, concurrency=4)
+
+        for made, leaves, nested, tag, names in batches:
+            status = made.status()
+            assert status.ended and status.pending == 0
+            assert status.total == len(leaves) + 3 * len(nested)  # a nested batch and its callbacks
+            assert status.cancelled >= leaves.count("cancel")
+            assert events.count(("complete", tag)) == 1
+            assert events.count(("success", tag)) == (1 if ok(leaves, nested) else 0)
+            started = events.index(("complete", tag))
+            assert all(events.index(("end", n)) < started for n in names if ("end", n) in events)
+        assert sorted(n for n, c in tries.items() if c > 1) == sorted(
+            f"{tag}.{i}" for _, leaves, _, tag, _ in batches for i, h in enumerate(leaves)
+            if h in ("retry", "fail")
+        )  # fmt: skip
+        assert app.redis.hlen(app.keys.members) == 0
+    finally:
+        app.close()
