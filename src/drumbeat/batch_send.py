@@ -52,14 +52,12 @@ def _pinned(app: App, batch_id: str, p: Prepared, what: str) -> Prepared:
     if not isinstance(p, Prepared):
         raise InvalidJob(f"a batch takes jobs made by task.prepare(...), got {type(p).__name__}")
     o = p.options
-    if o.depends_on or o.job_id is not None:
+    if o.job_id is not None:
+        raise InvalidJob(f"a batch's {what} (task {p.task!r}) cannot be a chain's step")
+    if what != "member" and (o.delay or o.at is not None or o.key is not None or o.depends_on):
         raise InvalidJob(
-            f"a batch's {what} (task {p.task!r}) cannot have depends_on yet: a dependent may "
-            "be dead-lettered, or refused, by its own enqueue (docs/workflows.md, batches)"
-        )
-    if what != "member" and (o.delay or o.at is not None or o.key is not None):
-        raise InvalidJob(
-            f"a batch's {what} (task {p.task!r}) cannot have delay=, at= or a dedup key (key=)"
+            f"a batch's {what} (task {p.task!r}) cannot have delay=, at=, depends_on or a "
+            "dedup key (key=): it is held until its batch ends"
         )
     shard = job_shard_of(batch_id)
     if o.key is not None and app._job_shard_for(o.key, False, 0) != shard:
@@ -104,7 +102,11 @@ def _plan(
         held.append(str(job_id))
     keys, scripts = app.job_shard(batch_id)
     names = scripts._workflow_names([q or "default" for q in queues])
-    ids = [a for c in calls for a in _ids(c)]
+    ids = [
+        _flag(pinned[i].options) + str(job_id)
+        for call, where in zip(calls, positions, strict=True)
+        for job_id, i in zip(_ids(call), where, strict=True)
+    ]
     k = [keys.jobs, keys.seq, keys.queues, *scripts._workflow_keys(names)]
     k += [keys.due_of(n) for n in names]
     ttl = ttl_ms(app)
@@ -112,6 +114,12 @@ def _plan(
     args: list[Any] = [batch_id, "add" if add else "new", 0 if open else 1, keep, ttl, parent]
     args += [len(names), *names, len(callbacks), *groups, *ids]
     return calls, positions, Call("open_batch", k, args, int), held
+
+
+def _flag(o: Any) -> str:
+    """How open_batch.lua takes a member: d with dependencies (its enqueue may dead-letter it),
+    k with a dedup key (it may be a duplicate), else 0."""
+    return "d" if o.depends_on else "k" if o.key is not None else "0"
 
 
 def _ids(call: Call[Any]) -> list[Any]:

@@ -293,7 +293,7 @@ async def test_what_a_batch_cannot_hold_is_refused(app: drumbeat.App) -> None:
 
     job = await work.aenqueue()
     with pytest.raises(drumbeat.InvalidJob, match="depends_on"):
-        await app.abatch([work.options(depends_on=job).prepare()])
+        await app.abatch([work.prepare()], on_complete=work.options(depends_on=job).prepare())
     with pytest.raises(drumbeat.InvalidJob, match="dedup key"):
         await app.abatch([work.prepare()], on_complete=work.options(key="k").prepare())
     with pytest.raises(drumbeat.InvalidJob, match="delay"):
@@ -631,3 +631,46 @@ def test_random_batches_count_every_member_once_and_call_back_once(
         assert app.redis.hlen(app.keys.members) == 0
     finally:
         app.close()
+
+
+async def test_members_with_dependencies_are_counted_however_their_enqueue_went(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    ran: list[str] = []
+
+    @app.task
+    async def work(name: str) -> None:
+        ran.append(name)
+        if name == "boom":
+            raise RuntimeError("no")
+
+    done, failed = await work.aenqueue("done"), await work.aenqueue("boom")
+    await arun_until_idle(app)
+    live = await work.aenqueue("live")
+    batch = await app.abatch(
+        [
+            work.options(depends_on=done).prepare("after done"),  # queued at once
+            work.options(depends_on=live).prepare("after live"),  # waits for it
+            work.options(depends_on=failed).prepare("after boom"),  # dead-lettered at once
+        ],
+        on_complete=work.prepare("complete"),
+    )
+    after_done, after_live, after_boom = batch.jobs
+    assert await after_done.astatus() is JobStatus.QUEUED
+    assert await after_live.astatus() is JobStatus.WAITING
+    assert await after_boom.astatus() is JobStatus.DEAD
+    status = await batch.astatus()
+    assert (status.total, status.pending, status.failed) == (3, 2, 1)
+    await arun_until_idle(app)
+    assert ran[-1] == "complete" and "after boom" not in ran
+    assert ran.index("after live") > ran.index("live")
+    assert await batch.afailed_ids() == [after_boom.id]
+    # A dependency unknown: the enqueue is refused, and nothing of the batch is written.
+    before = r.hlen(app.keys.jobs)
+    with pytest.raises(drumbeat.UnknownDependency):
+        await app.abatch(
+            [work.prepare("plain"), work.options(depends_on="f" * 32).prepare("unknown")],
+            on_complete=work.prepare("never"),
+        )
+    assert r.hlen(app.keys.jobs) == before and r.hlen(app.keys.members) == 0
+    assert await arun_until_idle(app) == 0 and "never" not in ran
