@@ -187,9 +187,7 @@ async def test_a_job_at_light_load_costs_one_claim(
     """The wait's own claim took the job and left `ready` empty: the worker starts it and waits
     again on that reply, rather than claiming once more before its next wait (two claims per
     job, before)."""
-    app = drumbeat.App(
-        own_redis.url, namespace=namespace, maintenance_interval=60.0, lease=120.0
-    )
+    app = drumbeat.App(own_redis.url, namespace=namespace, maintenance_interval=60.0, lease=120.0)
 
     @app.task
     async def work() -> None: ...
