@@ -251,7 +251,9 @@ async def test_a_hand_back_releases_the_permit(lapp: drumbeat.App, r: redis.Redi
     assert r.zcard(lapp.keys.parked(key)) == 0
     assert await first.astatus() == "queued", "the first job should be handed back"
     assert second.id in permits or await second.astatus() == "complete"
-    assert await arun_until_idle(lapp, concurrency=2) == 2, "both run on the next worker"
+    # Both run (the second may have been claimed by the stopping worker's last claim, before
+    # its stop, and then runs there): the first once more, the second once.
+    await arun_until_idle(lapp, concurrency=2)
     assert sorted(started) == ["first", "first", "second"]
 
 
