@@ -292,6 +292,11 @@ _records = st.one_of(
         st.dictionaries(st.text(max_size=5), _json_like),
     ),
     st.just(b'{"t": "chaos.strict", "c": [[' + b"[" * 5000 + b"]" * 5000 + b"], {}]}"),
+    # A well-formed job of a task no worker knows: handed back (to `due`) until
+    # unknown_task_grace passes, then dead-lettered.
+    st.builds(
+        lambda t: json.dumps({"t": t, "c": [[], {}]}).encode(), st.text(min_size=1, max_size=9)
+    ),
     st.builds(
         lambda n: b'{"t": "chaos.strict", "c": [["' + b"x" * n + b'"], {}]}',
         st.sampled_from([0, 1000, 600_000]),
@@ -301,6 +306,13 @@ _states = st.one_of(st.none(), st.binary(max_size=40), st.just(b"0|0|0|1"))
 
 
 async def test_fuzzed_records_are_dead_lettered_and_cost_no_other_job(
+    own_server: RedisServer, admin: redis.Redis
+) -> None:
+    async with open_app(own_server, unknown_task_grace=0) as app:
+        await _fuzzed_records_are_dead_lettered_and_cost_no_other_job(app, admin)
+
+
+async def _fuzzed_records_are_dead_lettered_and_cost_no_other_job(
     chaos_app: drumbeat.App, admin: redis.Redis
 ) -> None:
     count = 500 * SCALE
@@ -334,12 +346,14 @@ async def test_fuzzed_records_are_dead_lettered_and_cost_no_other_job(
     async with running_worker(chaos_app, concurrency=16) as worker:
         for i, job in enumerate(good):
             assert await job.aresult(timeout=60) == i
-        await until(lambda: admin.zcard(keys.ready) == 0 and worker.table.running == 0,
+        await until(lambda: admin.zcard(keys.ready) + admin.zcard(keys.due) == 0
+                    and worker.table.running == 0,
                     "every fuzzed record to be taken", timeout=120)  # fmt: skip
     fuzzed = {f"fuzz{i}" for i in range(len(rows))}
     dead = {m.decode() for m in admin.zrange(keys.dead, 0, -1)}
     finished = {k.decode() for k in admin.hkeys(keys.results)} & fuzzed
-    assert fuzzed <= dead | finished, "a fuzzed record was neither dead-lettered nor finished"
+    lost = {i: rows[int(i[4:])] for i in sorted(fuzzed - dead - finished)}
+    assert not lost, f"fuzzed records neither dead-lettered nor finished: {lost}"
     errors = admin.hmget(keys.errors, sorted(dead & fuzzed))
     assert all(e for e in errors), "every dead letter should say why"
     assert len(rows) == count
