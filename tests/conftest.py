@@ -19,7 +19,7 @@ import pytest
 import redis
 
 import drumbeat
-from drumbeat import embedded
+from drumbeat.redis_server import find_binary
 from drumbeat.replies import Reaped
 from drumbeat.scripts import Call
 from tests.pg import MISSING, PostgresServer, find_bindir
@@ -122,7 +122,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def server_binary() -> str:
     """`DRUMBEAT_TEST_REDIS_SERVER`, else what the embedded Redis would use."""
-    return os.environ.get("DRUMBEAT_TEST_REDIS_SERVER") or str(embedded.find_binary())
+    return os.environ.get("DRUMBEAT_TEST_REDIS_SERVER") or str(find_binary())
 
 
 @pytest.fixture(autouse=True)

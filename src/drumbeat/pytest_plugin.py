@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from drumbeat import embedded
+from drumbeat import redis_server
 from drumbeat.app import App
 from drumbeat.errors import ConfigurationError
 from drumbeat.testing import DEFAULT_TIMEOUT, arun_until_idle, run_until_idle
@@ -37,13 +37,13 @@ class PrivateRedis:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        """Starts `embedded.find_binary`'s redis-server and waits until it answers PING.
+        """Starts `redis_server.find_binary`'s redis-server and waits until it answers PING.
 
         Raises:
             ConfigurationError: no redis-server, or it did not come up in time.
         """
         self.proc = subprocess.Popen(
-            [str(embedded.find_binary()), "--port", "0", "--unixsocket", str(self.socket),
+            [str(redis_server.find_binary()), "--port", "0", "--unixsocket", str(self.socket),
              "--unixsocketperm", "700", "--dir", str(self.dir), "--save", "",
              "--appendonly", "no", "--maxmemory-policy", "noeviction"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from drumbeat import embedded
+from drumbeat import embedded, embedded_probe
 from drumbeat.errors import ConfigurationError
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -217,7 +217,7 @@ def test_a_server_slow_to_answer_shutdown_is_waited_for(home: Path) -> None:
     pid = _server_pid(url)
     # Longer than stop's probe, INFO and SHUTDOWN timeouts together; shorter than Redis's
     # busy-reply threshold (5 s), past which it would answer BUSY instead.
-    busy = 4 * embedded._PROBE_TIMEOUT
+    busy = 4 * embedded_probe.PROBE_TIMEOUT
     spin = (
         "local t = redis.call('TIME') local s = t[1] + t[2] / 1e6 "
         "repeat t = redis.call('TIME') until t[1] + t[2] / 1e6 - s > tonumber(ARGV[1]) return 1"
