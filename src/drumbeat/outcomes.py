@@ -6,6 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def printable(text: str) -> str:
+    """``text`` as valid UTF-8: an error message may hold lone surrogates (from bytes decoded
+    with ``surrogateescape``, say), which neither the JSON codec nor a Redis argument can carry;
+    they are kept visible as escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 @dataclass(frozen=True, slots=True)
 class Done:
     outcome: bytes

@@ -1,22 +1,19 @@
-"""Runs one claimed job: decode, look up the task, call it under its timeout, and decide what
-happens next (ack, retry after a backoff, or dead letter). Talks to Redis only through its
-caller."""
+"""Runs one claimed job: decode, look up the task, acquire its limits, call it (`calling`), and
+decide what happens next (ack, retry after a backoff, or dead letter); a schedule's run
+(`schedule_run`) ends in its schedule's next slot. Talks to Redis only through its caller."""
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import logging
 import random
-import threading
 import time
 import traceback
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .batches import Batch
+from .calling import TaskCaller
 from .context import Checkpoints, Running, _current
 from .errors import Interrupted, InvalidJob, Retry, SerializationError, UnknownTask
 from .job import (
@@ -41,10 +38,11 @@ from .outcomes import (
     Queued,
     RunDone,
     Unknown,
+    printable,
 )
-from .protocol import RUN_PREFIX, RUN_STATE_FIELDS, RUN_STATE_SEP
+from .protocol import RUN_PREFIX
 from .replies import Claimed
-from .schedule import Cadence, decode_schedule_call, is_misfire, jitter_ms, run_call
+from .schedule_run import ScheduleRun, decode_run, not_run
 
 if TYPE_CHECKING:
     from .app import App
@@ -52,15 +50,6 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger("drumbeat.worker")
-
-
-@dataclass(slots=True)
-class _SyncCall:
-    """Where a sync task's call in the pool is (`Runner.abandoned`); under the runner's lock."""
-
-    started: bool = False
-    done: bool = False
-    given_up: bool = False
 
 
 class Named(Protocol):
@@ -88,75 +77,9 @@ class Gate(Protocol):
     ) -> int | None: ...
 
 
-# A schedule record that cannot be read still comes back this much later, so it cannot spin.
-_UNREADABLE_RETRY_MS = 60_000
-
-_RUN_PREFIX_LEN = len(RUN_PREFIX)
-_RUN_STATE_LEN = len(RUN_STATE_FIELDS)
-
-
-def printable(text: str) -> str:
-    """``text`` as valid UTF-8: an error message may hold lone surrogates (from bytes decoded
-    with ``surrogateescape``, say), which neither the JSON codec nor a Redis argument can carry;
-    they are kept visible as escapes."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def backoff_delay(task: Task[Any, Any], failures: int, rand: Callable[[], float]) -> float:
     """The delay before retry ``failures`` (`TaskConfig.retry_delay`)."""
     return task.config.retry_delay(failures, rand)
-
-
-class _Slot:
-    """A schedule's run under way: where its schedule goes once it ends (`next`)."""
-
-    __slots__ = (
-        "cadence", "due", "gen", "grid", "manual", "now_ms", "schedule_id", "start_ms", "started"
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        schedule_id: str,
-        *,
-        due: int,
-        grid: int,
-        gen: int,
-        manual: bool,
-        cadence: Cadence,
-        now_ms: Callable[[], int],
-        started: float,
-        start_ms: int,
-    ) -> None:
-        self.schedule_id = schedule_id
-        self.due = due
-        self.grid = grid
-        self.gen = gen
-        self.manual = manual
-        """Queued by `Schedule.run_now`: it keeps the slot it jumped ahead of."""
-        self.cadence = cadence
-        self.now_ms = now_ms
-        self.started = started
-        """When the run began (`time.monotonic`)."""
-        self.start_ms = start_ms
-        """When the run began (Redis ms): a late one stands for the slots passed by then."""
-
-    def next(self, outcome: str, error: str = "") -> RunDone:
-        """The outcome of the run, ended now, and its schedule's next slot."""
-        end, grid, cadence = self.now_ms(), self.grid, self.cadence
-        if self.manual and grid > end:
-            nxt = (grid, grid + jitter_ms(self.schedule_id, grid, cadence.jitter_ms), 0)
-        else:
-            nxt = cadence.after_run(self.schedule_id, grid, end, self.start_ms)
-        duration = round((time.monotonic() - self.started) * 1000)
-        return RunDone(
-            outcome,
-            duration,
-            self.gen,
-            nxt[0],
-            nxt[1],
-            printable(error) if error else "",
-            self.start_ms,
-        )
 
 
 class Runner:
@@ -171,10 +94,12 @@ class Runner:
         self.rand = random.random
         self.gate: Gate | None = None
         """Acquires the limits of jobs of limited tasks (None: limits are not checked)."""
-        self.abandoned = 0
-        """Threads still running a sync call this runner gave up on (timed out or cancelled):
-        a thread cannot be stopped, so each holds a thread of the pool until its call returns."""
-        self._abandoned_lock = threading.Lock()
+        self.caller = TaskCaller(executor)
+
+    @property
+    def abandoned(self) -> int:
+        """Threads still running a sync call this runner gave up on (`TaskCaller.abandoned`)."""
+        return self.caller.abandoned
 
     def run(
         self,
@@ -214,7 +139,7 @@ class Runner:
             if task.is_async and task.config.timeout is None:  # the common case, inlined
                 value = await task.fn(*spec.args, **spec.kwargs)
             else:
-                value = await self._timed(task, spec.args, spec.kwargs, checkpoints)
+                value = await self.caller.call(task, spec.args, spec.kwargs, checkpoints)
             return Done(encode_success(self.app.codec, value, self.limit), ttl_ms)
         except Interrupted as stop:
             return self.cancelled(job, now_ms()) if stop.reason == "cancelled" else HandBack()
@@ -335,7 +260,7 @@ class Runner:
         instead: it holds no lease there to wait for its limits with, and the workers of
         that queue run it."""
         start_ms, started = now_ms(), time.monotonic()
-        decoded = self._decode_run(job, named, (start_ms, started), now_ms)
+        decoded = decode_run(job, named, (start_ms, started), now_ms)
         if isinstance(decoded, RunDone):
             return decoded
         slot, task_name, args, kwargs, limits, headers = decoded
@@ -359,7 +284,7 @@ class Runner:
             if task.is_async and task.config.timeout is None:  # the common case, inlined
                 await task.fn(*args, **kwargs)
             else:
-                await self._timed(task, args, kwargs, checkpoints)
+                await self.caller.call(task, args, kwargs, checkpoints)
             return slot.next("ok")
         except Interrupted as stop:  # a run is not resumed: it ends, the schedule goes on
             return slot.next("skip" if stop.reason == "handback" else "fail", stop.reason)
@@ -375,7 +300,7 @@ class Runner:
     async def _run_limits(
         self,
         job: Claimed,
-        slot: _Slot,
+        slot: ScheduleRun,
         task: Task[Any, Any],
         spec: Spec,
         *,
@@ -390,120 +315,24 @@ class Runner:
         acquired = await self._acquire(job, task, spec, named, now_ms)
         return slot.next("fail", acquired.reason) if isinstance(acquired, Bury) else acquired
 
-    def _decode_run(
-        self,
-        job: Claimed,
-        named: Named | None,
-        start: tuple[int, float],
-        now_ms: Callable[[], int],
-    ) -> tuple[_Slot, bytes, list[Any], dict[str, Any], Any, dict[str, str]] | RunDone:
-        """A run's place in its schedule and its record's (task name, args, kwargs, limits,
-        headers); a damaged record is reported (`RunDone`) and comes back later. ``start``:
-        when the run began, (Redis ms, `time.monotonic`)."""
-        gen = -1
-        try:
-            # A fifth field, the first start of a run that stalled, is finish_runs' business.
-            due_s, grid_s, gen_s, manual = job.extra.split(RUN_STATE_SEP)[:_RUN_STATE_LEN]
-            due, grid, gen = int(due_s), int(grid_s), int(gen_s)
-            if job.spec is None:
-                raise SerializationError("no schedule record")
-            task_name, spec_blob = run_call(job.spec, queued=job.slot_run is None)
-            if named is not None:
-                named.task_name = task_name.decode(errors="replace")
-            args, kwargs, cadence, limits, headers = decode_schedule_call(spec_blob)
-        except Exception as exc:
-            error = f"unreadable schedule record: {type(exc).__name__}: {exc}"
-            retry_at = start[0] + _UNREADABLE_RETRY_MS
-            return RunDone("fail", 0, gen, retry_at, retry_at, error)
-        slot = _Slot(job.id[_RUN_PREFIX_LEN:], due=due, grid=grid, gen=gen, manual=manual == "1",
-                     cadence=cadence, now_ms=now_ms, started=start[1],
-                     start_ms=start[0])  # fmt: skip
-        return slot, task_name, args, kwargs, limits, headers
-
     def _run_task(
-        self, job: Claimed, slot: _Slot, start_ms: int, task_name: bytes
+        self, job: Claimed, slot: ScheduleRun, start_ms: int, task_name: bytes
     ) -> Task[Any, Any] | RunDone | Queued:
         """The task of a run that may start here; else what becomes of the run: settled without
         it (a misfire, a run that stalled too often, or its task unknown here: it keeps its
         cadence, the task may be deployed later), or sent to its queue as a job (a run claimed
         from the time slots whose schedule is routed there: that queue's workers run it)."""
-        not_run = self._not_run(job, slot.due, start_ms, slot.cadence.grace_ms)
-        if not_run is not None:
-            return slot.next(*not_run)
+        skipped = not_run(
+            job, slot.due, start_ms, slot.cadence.grace_ms, self.app.settings.max_stalls
+        )
+        if skipped is not None:
+            return slot.next(*skipped)
         if job.slot_run is not None and job.slot_run.queue is not None:
             return Queued(job.slot_run.queue)
         try:
             return self.app.get_task(task_name.decode())
         except UnknownTask as exc:
             return slot.next("fail", str(exc))
-
-    def _not_run(
-        self, job: Claimed, due: int, start_ms: int, grace_ms: int
-    ) -> tuple[str, str] | None:
-        """Why a run is settled without running its task, as (outcome, error), or None."""
-        if job.stalls > self.app.settings.max_stalls:  # reap.lua requeued it for this
-            return "fail", f"lease expired {job.stalls} times (worker crashed or hung)"
-        if job.attempt == 1 and is_misfire(due, start_ms, grace_ms):
-            return "skip", ""
-        return None
-
-    async def _timed(
-        self,
-        task: Task[Any, Any],
-        args: list[Any],
-        kwargs: dict[str, Any],
-        checkpoints: Checkpoints | None,
-    ) -> Any:
-        timeout = task.config.timeout
-        if timeout is None:  # wait_for costs a timer handle per job; skip it
-            return await self._call(task, args, kwargs)
-        if checkpoints is None:
-            return await asyncio.wait_for(self._call(task, args, kwargs), timeout)
-        # Time spent paused at checkpoints (lending the slot) does not count: the deadline moves
-        # by it. A sync task's thread is not stopped on timeout; its result is dropped.
-        run = asyncio.ensure_future(self._call(task, args, kwargs))
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        try:
-            while True:
-                left = started + timeout + checkpoints.paused - loop.time()
-                if left <= 0:
-                    raise TimeoutError
-                done, _ = await asyncio.wait({run}, timeout=left)
-                if done:
-                    return run.result()
-        finally:
-            if not run.done():
-                run.cancel()
-
-    async def _call(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
-        if task.is_async:
-            return await task.fn(*args, **kwargs)
-        # copy_context carries `current_job()` into the thread.
-        run = contextvars.copy_context().run
-        call = _SyncCall()
-
-        def in_thread() -> Any:
-            with self._abandoned_lock:
-                call.started = True
-                if call.given_up:  # given up on after the pool took it, before it began
-                    self.abandoned += 1
-            try:
-                return run(task.fn, *args, **kwargs)
-            finally:
-                with self._abandoned_lock:
-                    call.done = True
-                    if call.given_up:
-                        self.abandoned -= 1
-
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self.executor, in_thread)
-        except asyncio.CancelledError:  # a timeout, a cancel, a stop: the thread runs on
-            with self._abandoned_lock:
-                call.given_up = True
-                if call.started and not call.done:
-                    self.abandoned += 1
-            raise
 
     def _ttl_ms(self, task: Task[Any, Any]) -> int:
         ttl = task.config.result_ttl
