@@ -3,7 +3,6 @@
 from .app import App
 from .batches import Batch, BatchStatus
 from .config import Settings
-from .connections import EvictionPolicyWarning
 from .context import Context, acheckpoint, checkpoint, current_job
 from .errors import (
     BatchEnded,
@@ -27,6 +26,7 @@ from .middleware import Enqueueing, Middleware
 from .resources import Resource, aresource, resource
 from .schedule import Cadence
 from .schedules import Schedule, ScheduleInfo
+from .server_checks import EvictionPolicyWarning
 from .task import Bound, CallOptions, Options, Prepared, Task
 from .task_ref import TaskRef
 from .worker import JobEnd, JobInfo, Worker, run_worker

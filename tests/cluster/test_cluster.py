@@ -12,7 +12,7 @@ import pytest
 import redis
 
 import drumbeat
-from drumbeat import admin, connections
+from drumbeat import admin, cluster, connections
 from drumbeat.keys import Keys, job_shard_of
 from drumbeat.worker.routing import Nodes, Routed
 from tests.cluster.conftest import ClusterServer
@@ -33,7 +33,7 @@ _FAILOVER_NEEDS_8 = pytest.mark.skipif(
 
 
 def test_cluster_url_names_its_nodes_and_options() -> None:
-    nodes, options = connections.cluster_nodes(
+    nodes, options = cluster.cluster_nodes(
         "redis+cluster://u%40x:p%3As@10.0.0.1:7000,10.0.0.2:7001/?socket_timeout=2.5"
     )
     assert nodes == [("10.0.0.1", 7000), ("10.0.0.2", 7001)]
@@ -52,7 +52,7 @@ def test_cluster_url_names_its_nodes_and_options() -> None:
 )
 def test_bad_cluster_urls_say_what_was_expected(url: str, expected: str) -> None:
     with pytest.raises(ValueError, match=expected):
-        connections.cluster_nodes(url)
+        cluster.cluster_nodes(url)
 
 
 def test_app_on_a_cluster_url_uses_cluster_clients(cluster_app: drumbeat.App) -> None:

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 import drumbeat
-from drumbeat import connections
+from drumbeat import cluster, connections
 from tests.cluster.conftest import ClusterServer
 from tests.cluster.test_cluster import _masters_of, _spread_namespace
 from tests.conftest import running_worker
@@ -23,14 +23,14 @@ pytestmark = pytest.mark.cluster
 
 def test_a_rediss_cluster_url_connects_to_every_node_over_tls() -> None:
     url = "rediss+cluster://u:p@10.0.0.1:7000,10.0.0.2:7001?ssl_ca_certs=/ca.crt&socket_timeout=2"
-    nodes, options = connections.cluster_nodes(url)
+    nodes, options = cluster.cluster_nodes(url)
     assert nodes == [("10.0.0.1", 7000), ("10.0.0.2", 7001)]
     assert options == {
         "ssl": True, "ssl_ca_certs": "/ca.crt", "socket_timeout": 2.0,
         "username": "u", "password": "p",
     }  # fmt: skip
     assert connections.is_cluster("REDISS+CLUSTER://h:1")
-    assert "ssl" not in connections.cluster_nodes("redis+cluster://h:1")[1]
+    assert "ssl" not in cluster.cluster_nodes("redis+cluster://h:1")[1]
 
 
 async def test_jobs_and_schedules_run_on_every_master_over_tls(tls_cluster: ClusterServer) -> None:
