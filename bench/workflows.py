@@ -18,7 +18,9 @@ MULTI) held Redis. Medians of the rounds.
 from the end of the last member's task function to the start of the callback's (one clock:
 the worker runs in this process). p50 / p99 over the batches.
 
-Celery chords and RQ ``depends_on`` are not run here (bench/peers_env.py installs them).
+``python -m bench.workflows --peers`` runs issue 31's other figure instead: a callback after
+10,000 no-op members in drumbeat (a batch), Celery (a chord, Redis backend) and RQ
+(``depends_on``), side by side (bench/workflows_peers.py).
 """
 
 from __future__ import annotations
@@ -128,6 +130,10 @@ def _pct(values: list[float], p: float) -> float:
 
 
 async def main(argv: list[str]) -> int:
+    if "--peers" in argv:  # drumbeat vs Celery's chord vs RQ's depends_on
+        from bench import workflows_peers
+
+        return workflows_peers.main([a for a in argv if a != "--peers"])
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--members", type=int, default=None)

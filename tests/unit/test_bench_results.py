@@ -15,7 +15,7 @@ DOCS = [REPO / "README.md", REPO / "bench" / "README.md", *sorted((REPO / "docs"
 CITED = re.compile(r"bench/results/([\w.-]*\w)")
 RUN = re.compile(
     r"(?:core|periodic|cluster-periodic|cluster-jobs|schedule-memory|checkpoints|elastic|limits"
-    r"|dashboard)"
+    r"|dashboard|workflows-peers)"
     r"-(?:quick-)?\d{8}T\d{6}Z"
 )
 SOURCE = re.compile(r"\((periodic-\d{8}T\d{6}Z\.json)\)")
