@@ -37,13 +37,12 @@ async def test_dropping_the_idle_wait_never_waits_for_its_pop_to_time_out(
     waited_out = 0
     try:
         for i in range(TRIES):
-            block = asyncio.ensure_future(claimer._pop_any())
-            claimer._block = block
+            block = claimer.wakes.arm()
             # The pop makes a new connection (the last cancel closed its own) while others use
             # the client: the moment a swallowed cancel needs.
             await asyncio.wait({block}, timeout=0.0001 * (i % 7))
             await client.ping()
-            await claimer.cancel_block()
+            await claimer.wakes.drop()
             if block.done() and not block.cancelled():
                 waited_out += 1  # it ran to its timeout before cancel_block returned
     finally:
@@ -57,17 +56,17 @@ async def test_a_marker_taken_by_a_dropped_pop_is_put_back(app: drumbeat.App) ->
     key = app.keys.wake
     try:
         dropped: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        claimer._dropped.add(dropped)
-        dropped.add_done_callback(claimer._give_back)
+        claimer.wakes.dropped.add(dropped)
+        dropped.add_done_callback(claimer.wakes.give_back)
         await client.zadd(key, {"m": 7})
         popped = await client.bzpopmin([key], 1)  # as the dropped pop would have, late
         assert popped is not None and await client.zcard(key) == 0
         dropped.set_result(popped)
         await asyncio.sleep(0)  # the callback runs
-        assert claimer._giving_back, "the put-back is under way"
-        await asyncio.wait(claimer._giving_back)
+        assert claimer.wakes.giving_back, "the put-back is under way"
+        await asyncio.wait(claimer.wakes.giving_back)
         assert await client.zscore(key, "m") == 7.0, "the marker is back for idle workers"
-        assert not claimer._dropped
+        assert not claimer.wakes.dropped
     finally:
         await claimer.close()
         await client.aclose()
@@ -81,9 +80,9 @@ async def test_a_short_wait_arms_no_pop_and_a_long_one_does(app: drumbeat.App) -
     try:
         now = claimer.now_ms()
         await claimer._wait_for_work(1, now, now + 5)
-        assert claimer._block is None, "a 5-ms wait armed a pop"
+        assert not claimer.wakes.armed(), "a 5-ms wait armed a pop"
         await claimer._wait_for_work(1, now, now + 200)
-        assert claimer._block is not None, "a 200-ms wait should arm one (jobs wake it)"
+        assert claimer.wakes.armed(), "a 200-ms wait should arm one (jobs wake it)"
     finally:
         await claimer.close()
         await client.aclose()

@@ -21,7 +21,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 import redis
 import redis.asyncio as aredis
@@ -37,6 +36,7 @@ from .retrying import Backoff, is_transient
 from .routing import Routed
 from .slotted import SlotLane
 from .waiter import PopRefused, Waiter
+from .wakes import WakePop
 
 log = logging.getLogger("drumbeat.worker")
 
@@ -50,8 +50,6 @@ _BUSY_PROMOTE_EVERY = 0.05
 _JOBS_QUIET_S = 0.02
 # An idle wait shorter than this (s) arms no pop on the wake keys (`_wait_for_work`).
 _SHORT_WAIT_S = 0.05
-# How long dropping the outstanding idle wait waits for its pop to end (s): see `cancel_block`.
-_CANCEL_WAIT_S = 0.01
 
 
 class Claimer:
@@ -87,11 +85,11 @@ class Claimer:
         self._routed: Routed | None = None
         self._rewire = False
         """On a cluster: the last pipelined wait failed, so its master may have changed."""
-        self._block: asyncio.Future[Any] | None = None
-        self._dropped: set[asyncio.Future[Any]] = set()
-        """Pops dropped whose cancel was not honoured (`cancel_block`), until they end."""
-        self._giving_back: set[asyncio.Future[Any]] = set()
-        """Put-backs of wake markers dropped pops took (referenced until they end)."""
+        # Per shard, its wake keys: a job shard's of every queue served, a schedule shard's
+        # of its default queue.
+        groups = [[shard.k.wake_of(q) for q in self.queues] if i < jobs else [shard.k.wake]
+                  for i, shard in enumerate(self.shards)]  # fmt: skip
+        self.wakes = WakePop(groups, settings.idle_block, per_shard=False, came=self.jobs_came)
         self._next_due_ms: int | None = None
         self._due_sooner = asyncio.Event()
         self._came = False
@@ -130,6 +128,8 @@ class Claimer:
         self._client = client
         self._link = Link(client) if routed is None else routed
         self._routed = routed
+        self.wakes.client = client
+        self.wakes.per_shard = routed is not None
         if len(self.shards) == 1:  # the pipelined wait claims from one shard
             self._waiter = await self._new_waiter()
 
@@ -140,13 +140,10 @@ class Claimer:
         client = self._client
         if self._routed is not None:
             client = await self._routed.nodes.client_of(self.shards[0].k.ready, fresh=True)
-        return Waiter(client, self._wake_keys(), self.settings.idle_block)
+        return Waiter(client, self.wakes.keys, self.settings.idle_block)
 
     async def close(self) -> None:
-        await self.cancel_block()
-        left = [*self._dropped, *self._giving_back]
-        if left:  # each ends within its `idle_block`; the client they use must outlive them
-            await asyncio.wait(left)
+        await self.wakes.close()
         if self._waiter is not None:
             await self._waiter.aclose()
         if self._link is not None:
@@ -215,7 +212,7 @@ class Claimer:
         # Clear before any await: a job finishing (or a signal) during the cancel sets it again.
         self.table.slot_free.clear()
         self._due_sooner.clear()
-        await self.cancel_block()
+        await self.wakes.drop()
         timeout = None
         if self._next_due_ms is not None and self.lendable():
             timeout = max(_BUSY_PROMOTE_EVERY, (self._next_due_ms - self.now_ms()) / 1000)
@@ -341,34 +338,33 @@ class Claimer:
         if (
             timeout >= self.settings.idle_block
             and self._waiter is not None
-            and (self._block is None or self._block.done())
+            and not self.wakes.armed()
         ):
             return await self._wait_then_claim(free)
-        if self._block is None or self._block.done():
-            if timeout < _SHORT_WAIT_S:
-                # Claims paced a few ms apart (slots coming due): a pop armed for so short a
-                # wait is mostly dropped when the next claim fills the slots, and each drop
-                # costs its connection, made again for the next pop. A job sent meanwhile
-                # waits for the next claim, this long at most, unless it says so (`jobs_came`).
-                # (What asyncio.sleep does, with a future `jobs_came` may end early.)
-                waking = self._waking = asyncio.get_running_loop().create_future()
-                timer = asyncio.get_running_loop().call_later(timeout, _wake, waking)
-                try:
-                    await waking
-                finally:
-                    timer.cancel()
-                    self._waking, self._came = None, False
-                return None
-            self._block = asyncio.ensure_future(self._pop_any())
+        if not self.wakes.armed() and timeout < _SHORT_WAIT_S:
+            # Claims paced a few ms apart (slots coming due): a pop armed for so short a
+            # wait is mostly dropped when the next claim fills the slots, and each drop
+            # costs its connection, made again for the next pop. A job sent meanwhile
+            # waits for the next claim, this long at most, unless it says so (`jobs_came`).
+            # (What asyncio.sleep does, with a future `jobs_came` may end early.)
+            waking = self._waking = asyncio.get_running_loop().create_future()
+            timer = asyncio.get_running_loop().call_later(timeout, _wake, waking)
+            try:
+                await waking
+            finally:
+                timer.cancel()
+                self._waking, self._came = None, False
+            return None
+        block = self.wakes.arm()
         stop = asyncio.ensure_future(self.stopping.wait())
         waking = self._waking = asyncio.get_running_loop().create_future()
-        await asyncio.wait({self._block, stop, waking}, timeout=timeout,
+        await asyncio.wait({block, stop, waking}, timeout=timeout,
                            return_when="FIRST_COMPLETED")  # fmt: skip
         stop.cancel()
         waking.cancel()
         self._waking, self._came = None, False
-        if self._block.done():
-            self._block.exception()  # consumed; a failed block just means: look again
+        if block.done():
+            block.exception()  # consumed; a failed block just means: look again
             self._look_again()  # a wake marker (or a failed wait): look for jobs
         return None
 
@@ -428,77 +424,6 @@ class Claimer:
         return self.shards[shard].claim(
             self.worker_id, limit, s.lease_ms, s.batch_limit, queues=queues
         )
-
-    async def _pop_any(self) -> Any:
-        """Pops a marker off any wake key: one ``BZPOPMIN`` over all of them, or on a cluster
-        one per shard (a marker a pop takes as another returns is no loss: every wake is
-        followed by a claim on every shard)."""
-        assert self._client is not None
-        client, block = self._client, self.settings.idle_block
-        if not isinstance(self._link, Routed):
-            return await client.bzpopmin(self._wake_keys(), block)
-        groups = self._wake_groups()
-        pops = [asyncio.ensure_future(client.bzpopmin(keys, block)) for keys in groups]
-        try:
-            done, _ = await asyncio.wait(pops, return_when="FIRST_COMPLETED")
-            return next(iter(done)).result()
-        finally:
-            for pop in pops:  # not awaited: a cancel may be swallowed (`cancel_block`)
-                if not pop.done():
-                    pop.cancel()
-                    self._dropped.add(pop)
-                    pop.add_done_callback(self._give_back)
-
-    def _wake_keys(self) -> list[str]:
-        """What an idle wait blocks on: a marker for any queue served, on any shard."""
-        return [key for group in self._wake_groups() for key in group]
-
-    def _wake_groups(self) -> list[list[str]]:
-        """Per shard, its wake keys: a job shard's of every queue served, a schedule shard's
-        of its default queue."""
-        return [[shard.k.wake_of(q) for q in self.queues] if i < self.jobs else [shard.k.wake]
-                for i, shard in enumerate(self.shards)]  # fmt: skip
-
-    async def cancel_block(self) -> None:
-        """Drops the outstanding `BZPOPMIN` (a busy worker must not swallow wake markers meant
-        for idle ones; cancelling costs its connection, a reconnect on the next wait).
-
-        The cancel is not always honoured: a pop still making its connection (each wait after
-        a cancel makes a new one) sits in redis-py's ``asyncio.wait_for``, which on Python 3.11
-        swallows a cancel that lands as the write it waits for completes (fixed in 3.12), and
-        the pop then blocks for its whole `idle_block`. Awaited, that held every busy worker
-        2 s with its slots free (`bench.periodic` at 100,000 schedules: lateness p99 1.5 s in
-        5 of 11 runs). So the wait is short, and a pop that outlives it is left to end on its
-        own; a marker it takes meanwhile is put back for the idle workers (`_give_back`)."""
-        block, self._block = self._block, None
-        if block is None or block.done():
-            return
-        block.cancel()
-        await asyncio.wait({block}, timeout=_CANCEL_WAIT_S)
-        if block.done():
-            self._give_back(block)
-        else:
-            self._dropped.add(block)
-            block.add_done_callback(self._give_back)
-
-    def _give_back(self, block: asyncio.Future[Any]) -> None:
-        """Puts back the wake marker a dropped pop took, if it took one."""
-        self._dropped.discard(block)
-        if block.cancelled() or block.exception() is not None:
-            return
-        popped = block.result()
-        if popped and self._client is not None:
-            key, member, score = popped
-            self.jobs_came()
-            back = asyncio.ensure_future(self._client.zadd(key, {member: score}))
-            self._giving_back.add(back)
-            back.add_done_callback(self._gave_back)
-
-    def _gave_back(self, back: asyncio.Future[Any]) -> None:
-        self._giving_back.discard(back)
-        # A marker lost here costs an idle worker at most one `idle_block` of delay.
-        if not back.cancelled() and back.exception() is not None:
-            log.debug("putting back a wake marker failed: %s", back.exception())
 
 
 def _wake(waking: asyncio.Future[None]) -> None:
