@@ -9,6 +9,9 @@ The supervisor only starts, watches and signals processes; sizing the pool from 
 `Scaler`'s business (`autoscale.Autoscaler`, which looks from a thread of its own), asked every
 loop for a count between MIN and MAX. A scale-down retires a worker with SIGUSR1: it claims no
 more, finishes its jobs and exits, which is not a crash.
+
+What the workers say on their pipe, and which of them hang, is `worker_watch.WorkerPipe`'s to
+hear; the rolling restart a SIGHUP asks for is `rolling_restart.RollingRestart`'s to drive.
 """
 
 from __future__ import annotations
@@ -26,14 +29,8 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Protocol
 
-from drumbeat.worker.liveness import (
-    PROTOCOL,
-    SUPERVISOR_FD,
-    SUPERVISOR_HOLDS,
-    SUPERVISOR_PROTOCOL,
-    SUPERVISOR_READY,
-    parse,
-)
+from drumbeat.rolling_restart import RollingRestart
+from drumbeat.worker_watch import WorkerPipe, exit_reason
 
 log = logging.getLogger("drumbeat.supervisor")
 
@@ -119,14 +116,14 @@ class Supervisor:
         if self.maximum < self.minimum:
             raise ValueError(f"expected MIN <= MAX processes, got {processes}:{maximum}")
         self.scaler = scaler
-        self._retired: list[subprocess.Popen[bytes]] = []  # scaled down: finishing their jobs
+        self.retired: list[subprocess.Popen[bytes]] = []
+        """Workers told to leave (scaled down, a spare no longer wanted): finishing their jobs."""
         self.argv = [sys.executable, *argv]
         self.slots = [_Slot(i) for i in range(processes)]
         self.shutdown_grace = shutdown_grace
         self._signals: list[int] = []
-        # Retiring workers write their pid here; each gets a successor before it leaves.
-        self._retiring, self._retiring_w = os.pipe()
-        os.set_blocking(self._retiring, False)
+        self.pipe = WorkerPipe()
+        """What the workers say: beats, who serves, who asks for a successor."""
         # A retiring worker's pid -> its successor, started before it leaves. Keyed by the pid:
         # only its own exit hands the successor on; another worker that exits 0 meanwhile (a
         # task called sys.exit(0), a worker that stopped on its own) is a death, restarted as
@@ -138,24 +135,11 @@ class Supervisor:
         # A spare or a rolling restart's new worker that spent its budget before it took its
         # slot: its successor starts once it has.
         self._deferred: set[int] = set()
-        self._env = {**os.environ, SUPERVISOR_FD: str(self._retiring_w),
-                     SUPERVISOR_PROTOCOL: str(PROTOCOL), SUPERVISOR_READY: "1",
-                     SUPERVISOR_HOLDS: "1"}  # fmt: skip
+        self._env = {**os.environ, **self.pipe.env}
         self.hang_timeout = hang_timeout
         self.ready_wait = ready_wait
-        self._beats: dict[int, float] = {}  # pid -> its last beat (its start before the first)
-        self._beaten: set[int] = set()  # pids that beat at least once
-        self._ready: set[int] = set()  # pids that said they serve
-        self._hung: set[int] = set()  # pids killed as hung, until their death is handled
-        self._unread = b""  # the start of a line not yet all read from the pipe
-        self._reloads = 0  # SIGHUPs not yet started on
-        self._roll: list[int] = []  # slots still to replace in the rolling restart under way
-        self._successor: subprocess.Popen[bytes] | None = None
-        self._successor_started = 0.0
-        self._leaving: subprocess.Popen[bytes] | None = None
-        # The roll's last new worker that took its place after ready_wait without saying it
-        # serves (older code, or a start slower than that), until it says so.
-        self._unproven: subprocess.Popen[bytes] | None = None
+        self.restart = RollingRestart(self)
+        """The rolling restart a SIGHUP asks for."""
 
     def run(self) -> int:
         """Runs until SIGTERM/SIGINT (returns 0 once every worker stopped) or a crash loop
@@ -170,7 +154,7 @@ class Supervisor:
                     self._close_scaler()
                     self._stop()
                     return 1
-                self._rolling()
+                self.restart.step()
                 self._autoscale()
                 time.sleep(_POLL)
             self._close_scaler()
@@ -180,8 +164,7 @@ class Supervisor:
             self._close_scaler()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_DFL)
-            os.close(self._retiring)
-            os.close(self._retiring_w)
+            self.pipe.close()
 
     def _close_scaler(self) -> None:
         """Ends the scaler's looks before the workers stop: a stopping pool takes no more
@@ -194,82 +177,7 @@ class Supervisor:
         self._signals.append(signum)  # only a flag: the loop acts on it
 
     def _on_hup(self, signum: int, frame: FrameType | None) -> None:
-        self._reloads += 1  # a rolling restart (a deploy): the loop acts on it
-
-    def _rolling(self) -> None:
-        """One step of a rolling restart: for each slot in turn, a new worker (new code)
-        starts; once it serves (`ready_wait`) the old one is stopped gracefully, and once that
-        has left, the next slot. Capacity never drops below N, however long the new code takes
-        to start. A new worker that dies while starting ends the restart and leaves the old
-        workers serving."""
-        if self._reloads and not self._roll and self._successor is None:
-            self._reloads = 0
-            self._roll = list(range(len(self.slots)))
-            self._unproven = None  # of an earlier roll: its fate is not this one's business
-            log.info("SIGHUP: restarting %d worker processes one at a time", len(self._roll))
-        if self._roll and self._unproven_died():
-            return
-        if self._leaving is not None:
-            if self._leaving.poll() is None:
-                return
-            self._leaving = None
-        if not self._roll:
-            return
-        slot = self.slots[self._roll[0]]
-        if self._successor is None:
-            self._successor, self._successor_started = self._spawn(), time.monotonic()
-            return
-        if self._successor.poll() is not None:
-            # New code that cannot start (an import error, a failing on_startup hook): each
-            # next slot would fail alike, so the roll ends here and no old worker is stopped.
-            log.error("rolling restart stopped: the new worker process pid %d (replacing "
-                      "worker process %d, pid %s) %s after %.1f s, before it served (see its "
-                      "log above); the %d remaining old workers keep serving: fix the code "
-                      "and send SIGHUP again", self._successor.pid, slot.index,
-                      "-" if slot.proc is None else slot.proc.pid,
-                      _exit_reason(self._successor.returncode),
-                      time.monotonic() - self._successor_started,
-                      len(self._roll))  # fmt: skip
-            self._successor, self._roll = None, []
-            return
-        if self._successor.pid not in self._ready:
-            waited = time.monotonic() - self._successor_started
-            if waited < self.ready_wait:
-                return
-            log.warning("the new worker pid %d has not said it serves after %.0f s "
-                        "(ready_wait, DRUMBEAT_READY_WAIT); it takes the place of the old one "
-                        "all the same", self._successor.pid, waited)  # fmt: skip
-            self._unproven = self._successor
-        old, slot.proc = slot.proc, self._successor
-        slot.started, slot.pause = self._successor_started, 0.5
-        self._successor = None
-        self._roll.pop(0)
-        if old is not None:
-            self._drop_spare(old.pid)  # the new worker takes its place: a successor is spare
-        if old is not None and old.poll() is None:
-            old.send_signal(signal.SIGTERM)  # it finishes or hands back its jobs, then exits
-            self._leaving = old
-
-    def _unproven_died(self) -> bool:
-        """True if the roll's new worker that took its place unproven (`ready_wait`) died
-        before it served: new code whose start fails slowly. The roll stops (a new worker
-        still warming up is stopped too), so the other old workers serve on."""
-        proc = self._unproven
-        if proc is None or proc.pid in self._ready:
-            self._unproven = None
-            return False
-        if proc.poll() is None:
-            return False
-        log.error("rolling restart stopped: the new worker process pid %d %s before it "
-                  "served, after it had taken an old worker's place (it was silent for "
-                  "ready_wait, %g s; see its log above); the %d remaining old workers keep "
-                  "serving: fix the code and send SIGHUP again", proc.pid,
-                  _exit_reason(proc.returncode), self.ready_wait, len(self._roll))  # fmt: skip
-        if self._successor is not None and self._successor.poll() is None:
-            self._successor.send_signal(signal.SIGTERM)
-            self._retired.append(self._successor)
-        self._successor, self._roll, self._unproven = None, [], None
-        return True
+        self.restart.ask()  # a rolling restart (a deploy): the loop acts on it
 
     @property
     def pids(self) -> list[int]:
@@ -283,20 +191,20 @@ class Supervisor:
 
     def _autoscale(self) -> None:
         """Forgets retired workers that left; asks the scaler for a count and scales to it."""
-        for proc in self._retired:
+        for proc in self.retired:
             if proc.poll() is not None:
                 log.info("retired worker pid %d exited (%s)", proc.pid, proc.returncode)
-        self._retired = [p for p in self._retired if p.poll() is None]
+        self.retired = [p for p in self.retired if p.poll() is None]
         if self.scaler is None or self._signals:  # a stop began: no more decisions
             return
-        self.scale_to(self.scaler.decide(len(self.pids), self.desired, len(self._retired)))
+        self.scale_to(self.scaler.decide(len(self.pids), self.desired, len(self.retired)))
 
     def scale_to(self, n: int) -> None:
         """Grows the pool to ``n`` processes (they start at the next look) or shrinks it,
         retiring the newest: SIGUSR1, after which a worker claims no more, finishes its jobs
         and exits. Clamped to MIN..MAX; deferred while a rolling restart replaces slots."""
         n = max(self.minimum, min(self.maximum, n))
-        if n == len(self.slots) or self._roll or self._successor is not None or self._signals:
+        if n == len(self.slots) or self.restart.under_way or self._signals:
             return
         log.info("scaling from %d to %d worker processes", len(self.slots), n)
         while len(self.slots) < n:
@@ -307,17 +215,22 @@ class Supervisor:
             slot = idle[-1] if idle else self.slots[-1]
             self.slots.remove(slot)
             if slot.proc is not None:
-                self._drop_spare(slot.proc.pid)  # it was recycling: nothing takes its place
+                self.drop_spare(slot.proc.pid)  # it was recycling: nothing takes its place
             if slot.proc is not None and slot.proc.poll() is None:
                 slot.proc.send_signal(signal.SIGUSR1)
-                self._retired.append(slot.proc)
+                self.retired.append(slot.proc)
 
     def _tend(self) -> bool:
         """Starts the workers that are due to (re)start; False on a crash loop."""
         now = time.monotonic()
         self._start_successors(now)
         self._hand_over(now)
-        self._kill_hung(now)
+        # Importing the app may be slow on a busy machine, whatever hang_timeout the jobs call
+        # for: a start-up has at least QUICK_DEATH.
+        start_timeout = max(self.hang_timeout, QUICK_DEATH)
+        self.pipe.kill_hung(
+            self._live(), now, hang_timeout=self.hang_timeout, start_timeout=start_timeout
+        )
         for slot in self.slots:
             proc = slot.proc
             if proc is not None and proc.poll() is None:
@@ -329,7 +242,7 @@ class Supervisor:
             if proc is not None and spare is not None:
                 # It retired (recycled); its successor is already running. (Had it died while
                 # finishing its jobs, the successor takes its place all the same.)
-                self._hung.discard(proc.pid)
+                self.pipe.hung.discard(proc.pid)
                 log.log(logging.INFO if proc.returncode == 0 else logging.WARNING,
                         "worker process %d (pid %d) retired (exit %s); pid %d takes its place",
                         slot.index, proc.pid, proc.returncode, spare.pid)  # fmt: skip
@@ -344,8 +257,8 @@ class Supervisor:
                 # A hang is not a crash loop: it is rarely the start-up (which has a whole
                 # hang_timeout), mostly a job, which its stalls dead-letter in the end; one bad
                 # job must not stop the pool. Nor does it spin: one restart per hang_timeout.
-                hung = proc.pid in self._hung
-                self._hung.discard(proc.pid)
+                hung = proc.pid in self.pipe.hung
+                self.pipe.hung.discard(proc.pid)
                 if lived < QUICK_DEATH and proc.returncode != 0 and not hung:
                     slot.quick_deaths.append(now)
                     if len(slot.quick_deaths) >= CRASH_LOOP:
@@ -356,14 +269,14 @@ class Supervisor:
                 slot.restart_at = now + slot.pause
                 slot.pause = min(slot.pause * 2, 30.0)
             if now >= slot.restart_at:
-                slot.proc = self._spawn()
+                slot.proc = self.spawn()
                 slot.started = now
         return True
 
     def _start_successors(self, now: float) -> None:
         """Starts a successor for each slot's worker that asked for one (it retires once the
         successor serves, `_hand_over`)."""
-        asked = self._retirements()
+        asked = self.pipe.read()
         self._deferred &= {p.pid for p in self._live()}
         asked += [pid for pid in self._deferred if self._slot_of(pid) is not None]
         for pid in asked:  # successors start before the retiring leave
@@ -371,9 +284,9 @@ class Supervisor:
                 continue  # said twice: one successor
             if self._slot_of(pid) is not None:
                 self._deferred.discard(pid)
-                self._spares[pid] = self._spawn()
+                self._spares[pid] = self.spawn()
                 self._handing_over[pid] = _Handover(now)
-            elif any(p.pid == pid for p in (*self._spares.values(), self._successor) if p):
+            elif any(p.pid == pid for p in (*self._spares.values(), self.restart.successor) if p):
                 self._deferred.add(pid)  # not in its slot yet: it gets a successor once it is
             else:
                 # Not a slot's worker (one scaled down or leaving a rolling restart): it was
@@ -403,34 +316,6 @@ class Supervisor:
         codes = [s.proc.returncode for s in self.slots if s.proc is not None]
         log.info("all worker processes stopped (exit codes %s)", codes)
 
-    def _retirements(self) -> list[int]:
-        """Reads every line the workers wrote since the last look: notes the beats and who
-        serves, and returns the pids of the workers that asked for a successor."""
-        data = self._unread
-        while True:
-            try:
-                chunk = os.read(self._retiring, 65536)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            data += chunk
-        *lines, self._unread = data.split(b"\n")
-        now, retiring = time.monotonic(), []
-        for line in lines:
-            message = parse(line)
-            if message is None:
-                log.warning("ignoring a line a worker wrote on the pipe: %r", line[:80])
-            elif message[0] == "retire":
-                retiring.append(message[1])
-            elif message[0] == "ready":
-                if message[1] in self._beats:
-                    self._ready.add(message[1])
-            elif message[1] in self._beats:  # not a process that has gone since
-                self._beats[message[1]] = now
-                self._beaten.add(message[1])
-        return retiring
-
     def _hand_over(self, now: float) -> None:
         """Tells each recycling worker to retire (SIGUSR1) once its successor serves, or has
         had `ready_wait` to (an older worker never says it serves). A successor that dies before
@@ -444,14 +329,14 @@ class Supervisor:
             spare = self._spares.get(pid)
             if spare is None:
                 if over.restart_at is not None and now >= over.restart_at:
-                    self._spares[pid] = self._spawn()
+                    self._spares[pid] = self.spawn()
                     over.started, over.restart_at = now, None
                 continue
-            if spare.poll() is not None and spare.pid not in self._ready:
+            if spare.poll() is not None and spare.pid not in self.pipe.ready:
                 self._successor_died(slot, pid, spare, over, now)
                 continue
-            if spare.pid in self._ready or now - over.started >= self.ready_wait:
-                if spare.pid not in self._ready:
+            if spare.pid in self.pipe.ready or now - over.started >= self.ready_wait:
+                if spare.pid not in self.pipe.ready:
                     log.warning("the successor pid %d of worker process %d (pid %d) has not "
                                 "said it serves after %.0f s (ready_wait, DRUMBEAT_READY_WAIT); "
                                 "pid %d retires all the same", spare.pid, slot.index, pid,
@@ -469,8 +354,8 @@ class Supervisor:
         has lost no capacity (it stops on a crash loop only when a slot has no worker left)."""
         del self._spares[pid]
         lived = now - over.started
-        hung = spare.pid in self._hung
-        self._hung.discard(spare.pid)
+        hung = spare.pid in self.pipe.hung
+        self.pipe.hung.discard(spare.pid)
         if lived >= QUICK_DEATH:
             over.pause, over.quick_deaths = 0.5, 0  # it lived: not a crash loop
         elif spare.returncode != 0 and not hung:
@@ -481,70 +366,36 @@ class Supervisor:
                       "%d times within %.0f s of starting, the last %s (see its log above); "
                       "pid %d serves on past its budget, until it exits or a SIGHUP replaces "
                       "it", slot.index, pid, over.quick_deaths, QUICK_DEATH,
-                      _exit_reason(spare.returncode), pid)  # fmt: skip
+                      exit_reason(spare.returncode), pid)  # fmt: skip
             return
         log.error("the successor pid %d of worker process %d (pid %d) %s after %.1f s, before "
                   "it served (see its log above); pid %d claims on, another successor starts "
-                  "in %.1f s", spare.pid, slot.index, pid, _exit_reason(spare.returncode),
+                  "in %.1f s", spare.pid, slot.index, pid, exit_reason(spare.returncode),
                   lived, pid, over.pause)  # fmt: skip
         over.restart_at = now + over.pause
         over.pause = min(over.pause * 2, 30.0)
 
-    def _kill_hung(self, now: float) -> None:
-        """Kills every worker silent for `hang_timeout`; `_tend` restarts it as a death (its
-        jobs come back when their leases lapse)."""
-        live = self._live()
-        for proc in live:
-            silent = now - self._beats.get(proc.pid, now)
-            # Importing the app may be slow on a busy machine, whatever hang_timeout the jobs
-            # call for: a start-up has at least QUICK_DEATH.
-            beaten = proc.pid in self._beaten
-            if silent <= (self.hang_timeout if beaten else max(self.hang_timeout, QUICK_DEATH)):
-                continue
-            since = "its last beat" if beaten else "it started, never beat"
-            log.error("worker process pid %d is hung: %.1f s since %s (hang_timeout %g s); "
-                      "killing it (SIGKILL) and starting another", proc.pid, silent, since,
-                      self.hang_timeout)  # fmt: skip
-            proc.kill()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                log.error("worker process pid %d outlived SIGKILL for 5 s", proc.pid)
-            self._hung.add(proc.pid)
-        pids = {p.pid for p in live}
-        for gone in self._beats.keys() - pids:
-            del self._beats[gone]
-        self._beaten &= pids
-        self._ready &= pids
-
-    def _drop_spare(self, pid: int) -> None:
+    def drop_spare(self, pid: int) -> None:
         """Stops the successor started for worker ``pid`` when its slot goes (a scale-down, a
         rolling restart) before ``pid`` left: it has no jobs yet, so a graceful stop."""
         self._handing_over.pop(pid, None)
         spare = self._spares.pop(pid, None)
         if spare is not None and spare.poll() is None:
             spare.send_signal(signal.SIGTERM)
-            self._retired.append(spare)
+            self.retired.append(spare)
 
     def _slot_of(self, pid: int) -> _Slot | None:
         """The slot whose worker is ``pid``."""
         return next((s for s in self.slots if s.proc is not None and s.proc.pid == pid), None)
 
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(self.argv, env=self._env, pass_fds=(self._retiring_w,))
-        self._beats[proc.pid] = time.monotonic()  # its allowance to start counts from now
+    def spawn(self) -> subprocess.Popen[bytes]:
+        """Starts one worker process, handing it the write end of the pipe."""
+        proc = subprocess.Popen(self.argv, env=self._env, pass_fds=(self.pipe.write_fd,))
+        self.pipe.started(proc.pid)
         return proc
 
     def _live(self) -> list[subprocess.Popen[bytes]]:
         procs = [s.proc for s in self.slots if s.proc is not None] + [*self._spares.values()]
-        procs += [p for p in (self._successor, self._leaving) if p is not None]
-        procs += self._retired
+        procs += [p for p in (self.restart.successor, self.restart.leaving) if p is not None]
+        procs += self.retired
         return [p for p in procs if p.poll() is None]
-
-
-def _exit_reason(code: int | None) -> str:
-    """How a process ended, for a log line: "exited with 1", "was killed by SIGKILL"."""
-    if code is not None and code < 0:
-        with contextlib.suppress(ValueError):
-            return f"was killed by {signal.Signals(-code).name}"
-    return f"exited with {code}"

@@ -655,14 +655,14 @@ def standins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[S
         for slot in sup.slots:
             if slot.proc is not None:
                 slot.proc.wait(10)
-        for fd in (sup._retiring, sup._retiring_w):
+        for fd in (sup.pipe.read_fd, sup.pipe.write_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
 
 
 def _spare(sup: Supervisor) -> subprocess.Popen[bytes]:
     """The one live process the supervisor started outside its slots (a successor)."""
-    held = {s.proc for s in sup.slots} | set(sup._retired)
+    held = {s.proc for s in sup.slots} | set(sup.retired)
     (spare,) = [p for p in sup._live() if p not in held]
     return spare
 
@@ -684,7 +684,7 @@ def test_a_worker_exiting_0_unretired_does_not_take_the_successor_of_one_recycli
     assert sup._tend()
     a, b = (slot.proc for slot in sup.slots)
     assert a is not None and b is not None
-    os.write(sup._retiring_w, f"retire {a.pid}\n".encode())
+    os.write(sup.pipe.write_fd, f"retire {a.pid}\n".encode())
     _exit0(tmp_path, b)
     started = set(sup._live())
     assert sup._tend()
@@ -711,11 +711,11 @@ def test_a_successor_whose_slot_is_scaled_away_is_stopped_not_left_running(
     assert sup._tend()
     a = sup.slots[1].proc
     assert a is not None
-    os.write(sup._retiring_w, f"retire {a.pid}\n".encode())
+    os.write(sup.pipe.write_fd, f"retire {a.pid}\n".encode())
     assert sup._tend()
     successor = _spare(sup)
     sup.scale_to(1)  # A's slot goes, the newest: nothing is to take its place
-    assert successor in sup._retired, "the successor of a slot scaled away was left running"
+    assert successor in sup.retired, "the successor of a slot scaled away was left running"
     wait_for(successor.poll, until=lambda code: code is not None,
              message="the successor of a slot scaled away should be stopped")  # fmt: skip
 
@@ -765,10 +765,10 @@ def test_a_successor_that_asks_for_its_own_before_it_took_its_slot_gets_one_once
     assert sup._tend()
     a = sup.slots[0].proc
     assert a is not None
-    os.write(sup._retiring_w, f"retire {a.pid}\n".encode())
+    os.write(sup.pipe.write_fd, f"retire {a.pid}\n".encode())
     assert sup._tend()
     s = _spare(sup)
-    os.write(sup._retiring_w, f"retire {s.pid}\n".encode())
+    os.write(sup.pipe.write_fd, f"retire {s.pid}\n".encode())
     started = set(sup._live())
     assert sup._tend()
     assert set(sup._live()) == started, "S is not in its slot yet: no successor so early"
@@ -791,8 +791,8 @@ def test_a_roll_stops_when_a_new_worker_that_took_its_place_unproven_dies_before
     old0, old1 = (slot.proc for slot in sup.slots)
     assert old0 is not None and old1 is not None
     sup._on_hup(signal.SIGHUP, None)
-    sup._rolling()  # the roll starts, with a new worker for slot 0
-    sup._rolling()  # silent for ready_wait: it takes slot 0's place, the old one is stopped
+    sup.restart.step()  # the roll starts, with a new worker for slot 0
+    sup.restart.step()  # silent for ready_wait: it takes slot 0's place, the old one is stopped
     new0 = sup.slots[0].proc
     assert new0 is not None and new0 not in (old0, old1)
     wait_for(old0.poll, until=lambda code: code is not None,
@@ -800,8 +800,8 @@ def test_a_roll_stops_when_a_new_worker_that_took_its_place_unproven_dies_before
     new0.kill()  # its start failed
     new0.wait(10)
     for _ in range(3):
-        sup._rolling()
-    assert not sup._roll, "the roll should stop"
+        sup.restart.step()
+    assert not sup.restart.roll, "the roll should stop"
     assert sup.slots[1].proc is old1 and old1.poll() is None, (
         "the old worker of slot 1 should serve on, not be replaced by another new worker"
     )
