@@ -4,11 +4,12 @@
     python -m bench.redis_cpu idle [--n 100000] [--calls 200] [--callgrind]
 
 ``attach`` samples a running Redis (e.g. the private one of a `bench.periodic` run, found with
-``ps``) with ``SLOWLOG`` at a 0 µs threshold for a few seconds, then prints, per script (its sha
-mapped to a name through `drumbeat.scripts.SHAS`) and per command: calls, µs per call (Redis's
-own timing), words per call (the slow log keeps 32) and share of the sampled time. Redis 7.0
-logs a script's inner commands too, and recording them slows the script: use it for the mix of
-calls and their relative weight, not for absolute times. The settings are restored after.
+``ps``) with ``SLOWLOG`` at a 0 µs threshold for a few seconds, then prints, per script (its
+sha mapped to a name through `drumbeat.script_sources.SHAS`) and per command: calls, µs per call
+(Redis's own timing), words per call (the slow log keeps 32) and share of the sampled time.
+Redis 7.0 logs a script's inner commands too, and recording them slows the script: use it for
+the mix of calls and their relative weight, not for absolute times. The settings are restored
+after.
 
 ``idle`` claims jobs ``--calls`` times with nothing due (``--n`` schedules waiting in the time
 slots) and prints what one claim costs Redis (CPU, or instructions with ``--callgrind``): the
@@ -42,7 +43,7 @@ TASK = "bench.redis_cpu.noop"
 
 
 def _names() -> dict[str, str]:
-    from drumbeat.scripts import SHAS
+    from drumbeat.script_sources import SHAS
 
     return {sha: name for name, sha in SHAS.items()}
 

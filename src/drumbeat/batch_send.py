@@ -16,7 +16,8 @@ from redis.exceptions import RedisClusterException
 from .errors import BatchEnded, ConfigurationError, InvalidJob
 from .job import Job
 from .keys import job_shard_of, new_job_id
-from .scripts import SOURCES, Call
+from .script_sources import SOURCES
+from .scripts import Call
 from .task import Prepared
 from .workflows import raise_if_refused
 
@@ -102,13 +103,13 @@ def _plan(
         queues.append(str(call.args[0]))
         held.append(str(job_id))
     keys, scripts = app.job_shard(batch_id)
-    names = scripts._workflow_names([q or "default" for q in queues])
+    names = scripts.workflow_names([q or "default" for q in queues])
     ids = [
         _flag(pinned[i].options) + str(job_id)
         for call, where in zip(calls, positions, strict=True)
         for job_id, i in zip(_ids(call), where, strict=True)
     ]
-    k = [keys.jobs, keys.seq, keys.queues, *scripts._workflow_keys(names)]
+    k = [keys.jobs, keys.seq, keys.queues, *scripts.workflow_keys(names)]
     k += [keys.due_of(n) for n in names]
     ttl = ttl_ms(app)
     keep = max(ttl, _KEEP_AT_LEAST_MS)

@@ -294,8 +294,8 @@ class Batch:
         return [_text(job) or "" for job, batch in members if _text(batch) == self.id]
 
     def _control(self, name: str) -> Call[int]:
-        names = self._scripts._workflow_names(self.app.queues())
-        keys = self._scripts._workflow_keys(names)
+        names = self._scripts.workflow_names(self.app.queues())
+        keys = self._scripts.workflow_keys(names)
         args: list[Any] = [self.id, ttl_ms(self.app), *names]
         return Call(name, keys, args, int)
 

@@ -1,4 +1,4 @@
-"""The Lua scripts: loaded once, called by sha, one typed method each.
+"""The Lua scripts, called by sha (their sources: script_sources.py), one typed method each.
 
 Each method returns a `Call` (sha, keys, args and a parser) that runs on the sync or the async
 client alike, alone or in a pipeline, so the sync and async APIs share one definition of every
@@ -7,11 +7,8 @@ operation. Every key a script touches is passed in ``KEYS`` (Cluster-safe).
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Generic, TypeVar
 
 import redis
@@ -34,98 +31,9 @@ from .replies import (
     parse_renewed,
     parse_status,
 )
+from .script_sources import SHAS, SOURCES
 
 T = TypeVar("T")
-
-SCRIPT_NAMES = (
-    "enqueue",
-    "enqueue_after",
-    "claim",
-    "complete",
-    "retry",
-    "bury",
-    "extend_leases",
-    "handback",
-    "reap",
-    "job_status",
-    "revive",
-    "purge",
-    "finish_runs",
-    "queue_runs",
-    "save_progress",
-    "claim_urgent",
-    "cancel",
-    "scale_signal",
-    "beat_supervisor",
-    "tally",
-    "defer_unknown",
-    "acquire_limits",
-    "release_limits",
-    "slot_schedules",
-    "unslot_schedules",
-    "claim_slots",
-    "settle_slots",
-    "reap_runners",
-    "handback_slots",
-    "renew_runner",
-    "pause_slots",
-    "resume_slots",
-    "run_slots_now",
-    "move_bucket_to_slots",
-    "count_pending",
-    "pause_queue",
-    "resume_queue",
-    "open_batch",
-    "close_batch",
-    "cancel_batch",
-)
-
-
-_DEFINITION = re.compile(r"^local (?:function )?([A-Za-z_]\w*)", re.M)
-_NAME = re.compile(r"[A-Za-z_]\w*")
-
-
-def _definitions(lib: str) -> dict[str, str]:
-    """_lib.lua's top-level definitions (``local NAME = ...``, ``local function NAME``), each
-    with the comment lines just above it, in file order."""
-    starts = []
-    for m in _DEFINITION.finditer(lib):
-        start = m.start()
-        while start > 0:  # take in the comment block right above
-            above = lib.rfind("\n", 0, start - 1) + 1
-            if not lib.startswith("--", above):
-                break
-            start = above
-        starts.append((start, m.group(1)))
-    ends = [start for start, _ in starts[1:]] + [len(lib)]
-    return {name: lib[start:end] for (start, name), end in zip(starts, ends, strict=True)}
-
-
-def _with_lib(body: str, lib: dict[str, str]) -> str:
-    """``body`` after the _lib.lua definitions it uses, directly or through each other.
-
-    Only those: a script runs its whole text on every call, so each unused helper would cost
-    a closure per call, and a cold Redis (light load) pays for every line it reads."""
-    needed: set[str] = set()
-    todo = [n for n in set(_NAME.findall(body)) if n in lib]
-    while todo:
-        name = todo.pop()
-        if name not in needed:
-            needed.add(name)
-            todo += [n for n in set(_NAME.findall(lib[name])) if n in lib and n not in needed]
-    return "".join(text for name, text in lib.items() if name in needed) + "\n" + body
-
-
-def _load_sources() -> dict[str, str]:
-    lua = resources.files("drumbeat") / "lua"
-    # The workflow helpers after _lib.lua's, which they use.
-    lib = _definitions((lua / "_lib.lua").read_text())
-    lib.update(_definitions((lua / "_workflows.lua").read_text()))
-    return {name: _with_lib((lua / f"{name}.lua").read_text(), lib) for name in SCRIPT_NAMES}
-
-
-SOURCES = _load_sources()
-SHAS = {name: hashlib.sha1(src.encode()).hexdigest() for name, src in SOURCES.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,8 +131,8 @@ class Scripts:
         k = self.k
         keys = [k.leases, k.owners, k.jobs, k.state, k.uniq, k.results, k.expires, k.waiting]
         keys += [k.progress, k.cancels] + [k.done(i[0]) for i in items]
-        names = self._workflow_names([*queues, *self.release_into])
-        keys += self._workflow_keys(names)
+        names = self.workflow_names([*queues, *self.release_into])
+        keys += self.workflow_keys(names)
         args: list[str | bytes] = ["cancelled" if cancelled else "ok", str(ttl_ms)]
         args += [str(len(names)), *names]
         for job_id, token, outcome, job_ttl_ms, dedup_key in items:
@@ -251,8 +159,8 @@ class Scripts:
         k = self.k
         keys = [k.leases, k.owners, k.state, k.uniq, k.dead, k.errors, k.results, k.expires]
         keys += [k.waiting, k.cancels] + [k.done(i[0]) for i in items]
-        names = self._workflow_names([*queues, *self.release_into])
-        keys += self._workflow_keys(names)
+        names = self.workflow_names([*queues, *self.release_into])
+        keys += self.workflow_keys(names)
         args: list[str | bytes | int] = [ttl_ms, len(names), *names]
         return Call("bury", keys, args + [x for item in items for x in item], parse_ints)
 
@@ -263,15 +171,15 @@ class Scripts:
         priority, dedup key, n, then n dependencies ("<1 may fail, else 0><job id>")."""
         k = self.k
         keys = [k.jobs, k.seq, k.queues, k.uniqfor, k.uniqends]
-        keys += self._workflow_keys([_queue_name(queue)])
+        keys += self.workflow_keys([_queue_name(queue)])
         return Call("enqueue_after", keys, [_queue_arg(queue), ttl_ms, *groups], parse_enqueue)
 
     @staticmethod
-    def _workflow_names(queues: Sequence[str]) -> list[str]:
+    def workflow_names(queues: Sequence[str]) -> list[str]:
         """The queue names whose keys a settle gets: the default queue first, each once."""
         return [DEFAULT_QUEUE, *_others(queues)]
 
-    def _workflow_keys(self, names: Sequence[str]) -> list[str]:
+    def workflow_keys(self, names: Sequence[str]) -> list[str]:
         """The keys _workflows.lua's `workflow_keys` reads, then each queue's ready and wake."""
         k = self.k
         keys = [k.deps, k.dependents, k.edges, k.freed, k.dead, k.errors, k.results, k.expires]
@@ -389,7 +297,7 @@ class Scripts:
             max_stalls, limit, dead_ttl_ms, worker_ttl_ms, result_ttl_ms, int(take_over),
         ]  # fmt: skip
         args += others
-        keys += self._workflow_keys([DEFAULT_QUEUE, *others])
+        keys += self.workflow_keys([DEFAULT_QUEUE, *others])
         return Call("reap", keys, args, parse_reap)
 
     def job_status(
@@ -478,7 +386,7 @@ class Scripts:
         others = _others(queues)
         for queue in others:
             keys += [k.ready_of(queue), k.due_of(queue)]
-        keys += self._workflow_keys([DEFAULT_QUEUE, *others])
+        keys += self.workflow_keys([DEFAULT_QUEUE, *others])
         return Call("cancel", keys, [job_id, ttl_ms, *others], int)
 
     def scale_signal(

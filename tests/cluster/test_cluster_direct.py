@@ -13,7 +13,7 @@ import redis
 
 import drumbeat
 from drumbeat import connections
-from drumbeat.scripts import SOURCES
+from drumbeat.script_sources import SOURCES
 from tests.cluster.conftest import ClusterServer, Node
 from tests.cluster.test_cluster import _enqueue_through_failover
 from tests.helpers import commands, wait_for, wait_for_async

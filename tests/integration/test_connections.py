@@ -17,7 +17,7 @@ import redis.asyncio as redis_async
 
 import drumbeat
 from drumbeat import connections
-from drumbeat.scripts import SOURCES
+from drumbeat.script_sources import SOURCES
 from tests.conftest import RedisServer, running_worker
 from tests.helpers import entries, wait_for
 

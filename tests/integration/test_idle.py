@@ -15,7 +15,7 @@ import pytest
 import redis
 
 import drumbeat
-from drumbeat.scripts import SHAS
+from drumbeat.script_sources import SHAS
 from tests.conftest import RedisServer, running_worker, server_binary
 from tests.helpers import blocked_in, commands, wait_for_async
 

@@ -18,7 +18,7 @@ import drumbeat
 from drumbeat.errors import InvalidJob
 from drumbeat.job import decode_spec
 from drumbeat.replies import Claimed
-from drumbeat.scripts import SOURCES
+from drumbeat.script_sources import SOURCES
 from drumbeat.testing import arun_until_idle
 from drumbeat.worker.limiting import Gate
 from tests.conftest import RedisServer, running_worker

@@ -19,7 +19,7 @@ from drumbeat.errors import ConfigurationError, InvalidJob
 from drumbeat.job import decode_spec
 from drumbeat.protocol import FIELD_SEP, JOB_STATE_FIELDS, SHORT_JOB_STATE_FIELDS
 from drumbeat.replies import Claimed
-from drumbeat.scripts import SHAS
+from drumbeat.script_sources import SHAS
 from drumbeat.task import Options, Prepared
 from tests.conftest import RedisServer, reap_call, running_worker
 from tests.helpers import commands, redis_now_ms, set_due, wait_for_async

@@ -12,7 +12,8 @@ import pytest
 from drumbeat.keys import Keys
 from drumbeat.replies import Claimed, parse_claim
 from drumbeat.schedules.slots import Settled, SlotScripts
-from drumbeat.scripts import SCRIPT_NAMES, SOURCES, Scripts
+from drumbeat.script_sources import SCRIPT_NAMES, SOURCES
+from drumbeat.scripts import Scripts
 
 LIB = (resources.files("drumbeat") / "lua" / "_lib.lua").read_text()
 DEFINED = set(re.findall(r"^local (?:function )?([A-Za-z_]\w*)", LIB, re.M))

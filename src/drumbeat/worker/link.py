@@ -16,7 +16,8 @@ from typing import Any
 import redis.asyncio as aredis
 from redis.exceptions import NoScriptError, ResponseError, TimeoutError
 
-from drumbeat.scripts import SOURCES, Call
+from drumbeat.script_sources import SOURCES
+from drumbeat.scripts import Call
 
 
 def pack(conn: Any, commands: Sequence[Sequence[Any]]) -> bytes | list[bytes]:

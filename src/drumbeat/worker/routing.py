@@ -30,7 +30,8 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 
 from drumbeat import connections
-from drumbeat.scripts import SOURCES, Call
+from drumbeat.script_sources import SOURCES
+from drumbeat.scripts import Call
 
 from .link import Link
 
