@@ -15,6 +15,7 @@
 """
 
 from .hooks import Hooks, JobEnd, JobInfo
-from .process import Worker, run_worker
+from .main import run_worker
+from .process import Worker
 
 __all__ = ["Hooks", "JobEnd", "JobInfo", "Worker", "run_worker"]

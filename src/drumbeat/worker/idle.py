@@ -15,7 +15,8 @@ from drumbeat.errors import NotIdle
 from drumbeat.keys import DEFAULT_QUEUE
 
 from .hooks import JobEnd, JobInfo
-from .process import Worker, tune_gc
+from .main import tune_gc
+from .process import Worker
 from .recycling import Budget
 
 if TYPE_CHECKING:
