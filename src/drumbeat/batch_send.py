@@ -40,7 +40,7 @@ def new_batch_id(app: App, everything: Sequence[Prepared]) -> str:
     limited = any(
         p.options.limits or _limited(app, p.task) for p in everything if isinstance(p, Prepared)
     )
-    return new_job_id(app._job_shard_for(None, limited, next(_TURN)))
+    return new_job_id(app.enqueuer.shard_for(None, limited, next(_TURN)))
 
 
 def _limited(app: App, task: str) -> bool:
@@ -62,10 +62,10 @@ def _pinned(app: App, batch_id: str, p: Prepared, what: str) -> Prepared:
             "dedup key (key=): it is held until its batch ends"
         )
     shard = job_shard_of(batch_id)
-    if o.key is not None and app._job_shard_for(o.key, False, 0) != shard:
+    if o.key is not None and app.enqueuer.shard_for(o.key, False, 0) != shard:
         raise InvalidJob(
             f"a member of task {p.task!r} has the dedup key {o.key!r}, which lives in job shard "
-            f"{app._job_shard_for(o.key, False, 0)}, and batch {batch_id} lives in job shard "
+            f"{app.enqueuer.shard_for(o.key, False, 0)}, and batch {batch_id} lives in job shard "
             f"{shard}: a key is deduplicated in its own shard (Settings.job_shards)"
         )
     if shard and (o.limits or _limited(app, p.task)):
@@ -91,12 +91,12 @@ def _plan(
     """The enqueue calls of the members, the open_batch call sent after them in one MULTI (it
     writes the callbacks, encoded by the same enqueue path, held), and the callbacks' ids."""
     pinned = [_pinned(app, batch_id, p, "member") for p in members]
-    calls, positions = app._enqueue_calls(pinned, sent) if pinned else ([], [])
+    calls, positions = app.enqueuer.calls(pinned, sent) if pinned else ([], [])
     queues = [str(c.args[0]) for c in calls]
     groups: list[Any] = []
     held: list[str] = []
     for role, p in callbacks:
-        call = app._enqueue_calls([_pinned(app, batch_id, p, "callback")], sent)[0][0]
+        call = app.enqueuer.calls([_pinned(app, batch_id, p, "callback")], sent)[0][0]
         at = 1 if call.name == "enqueue" else 2  # enqueue.lua's or enqueue_after.lua's args
         job_id, spec, priority = call.args[at], call.args[at + 1], call.args[at + 2]
         groups += [role, job_id, spec, priority, call.args[0]]
@@ -219,7 +219,7 @@ def _replies(
         if isinstance(reply, Exception):
             raise reply
     results = [call.parse(reply) for call, reply in zip(calls, raw, strict=False)]
-    return app._jobs_of(results, positions) + [Job(app, job_id) for job_id in held]
+    return app.enqueuer.jobs_of(results, positions) + [Job(app, job_id) for job_id in held]
 
 
 def _refused(send: Any) -> list[Job[Any]]:

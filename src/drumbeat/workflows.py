@@ -123,16 +123,8 @@ def raise_if_refused(exc: Exception) -> None:
 
 def chain_steps(app: App, steps: Sequence[Prepared]) -> list[Prepared]:
     """``steps``, each after the one before: the next depends on it (on top of its own
-    ``depends_on``), all in one job shard, with ids given here so one enqueue sends them."""
-    from .task import Prepared  # noqa: PLC0415 (task.py imports this module)
-
-    steps = list(steps)
-    for step in steps:
-        if not isinstance(step, Prepared):
-            raise InvalidJob(
-                f"chain takes jobs made by task.prepare(...) or task.options(...).prepare(...), "
-                f"got {type(step).__name__}"
-            )
+    ``depends_on``), all in one job shard, with ids given here so one enqueue sends them
+    (the caller checked that each is a `Prepared`: task.py imports this module)."""
     if not steps:
         return []
     first = steps[0].options
@@ -141,7 +133,7 @@ def chain_steps(app: App, steps: Sequence[Prepared]) -> list[Prepared]:
     else:
         keyed = next((s.options.key for s in steps if s.options.key is not None), None)
         limited = any(s.options.limits or _task_limited(app, s.task) for s in steps)
-        shard = app._job_shard_for(keyed, limited, next(app._turn))
+        shard = app.enqueuer.shard_for(keyed, limited, app.enqueuer.next_turn())
     chained, previous = [], None
     for step in steps:
         o = step.options

@@ -87,7 +87,7 @@ async def test_a_batch_of_keyed_jobs_goes_in_one_call_per_shard_in_the_order_giv
     async def once(n: int) -> None: ...
 
     keys = [f"order{n}" for n in range(30)]
-    calls, _ = sharded._enqueue_calls([once.options(key=k).prepare(n) for n, k in enumerate(keys)])
+    calls, _ = sharded.enqueuer.calls([once.options(key=k).prepare(n) for n, k in enumerate(keys)])
     assert len(calls) == SHARDS, f"{len(calls)} calls for 30 keyed jobs over {SHARDS} shards"
     first = await sharded.aenqueue_many([once.options(key=k).prepare(1) for k in keys])
     assert [job_shard_of(job.id) for job in first] == [

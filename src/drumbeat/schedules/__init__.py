@@ -3,6 +3,7 @@
 
 - ``models.py``: the public models and the decoding of a stored record.
 - ``store.py``: where each schedule lives (shards), and the schedule API's writes and reads.
+- ``methods.py``: the schedule methods of `App` (which inherits them), handing to the store.
 - ``slots.py``: the time slots: entries, claims and settles (the worker's lane runs them).
 - ``changes.py``: the changes by id (upsert, remove, pause, resume, run now), one script each.
 - ``reads.py``: lookups and listings, as plans (``plans.py``) for the sync and async clients.

@@ -231,7 +231,7 @@ class Gate:
     def _tell_per_shard(self, keyed: list[tuple[str, Limit]]) -> None:
         """A run outside the main shard acquires its limits on its own shard's keys (a script
         touches one slot). Limited schedules and jobs live in the main shard (`Scheduler`,
-        `App._job_shard_for`), but a schedule's task may have gained a limit since it was
+        `Enqueuer.shard_for`), but a schedule's task may have gained a limit since it was
         registered, and a job's producer may not have known its task's limits: say once per
         key that the limit then holds per shard."""
         for name, _ in keyed:
