@@ -70,6 +70,7 @@ SHARD_KEYS: dict[str, str] = {
     "dependents": "hash",
     "edges": "hash",
     "freed": "zset",
+    "orphans": "hash",
     "members": "hash",
     "batches": "hash",
     "batchttl": "zset",
@@ -413,6 +414,12 @@ class Keys:
     def edges(self) -> str:
         """The dependents of each job, one field each: ``<job id>|<i>``."""
         return self.key("edges")
+
+    @property
+    def orphans(self) -> str:
+        """Dependents dead-lettered through a dependency, and the dependency's list of them, so
+        that a retry of the dependency brings them back to wait (lua/_workflows.lua)."""
+        return self.key("orphans")
 
     @property
     def freed(self) -> str:

@@ -102,15 +102,21 @@ def _lateness(shards: list[Mapping[Any, Any]]) -> Histogram:
 
 
 def job_counts(app: App) -> JobCounts:
-    """The workers' counters, in one round trip."""
+    """The workers' counters, in one round trip: theirs are in the main shard; each job shard
+    also counts there the dependents its scripts dead-lettered (lua/_workflows.lua)."""
+    n = len(app.job_keys)
     with pipeline(app.redis, transaction=False) as pipe:
-        pipe.hgetall(app.keys.metrics)
+        for keys in app.job_keys:
+            pipe.hgetall(keys.metrics)
         for keys in app.scheduler.shards:
             pipe.hgetall(keys.lateness)
         raw = pipe.execute()
-    fields = {text(k): int(v) for k, v in raw[0].items()}
+    fields: defaultdict[str, int] = defaultdict(int)
+    for shard in raw[:n]:
+        for k, v in shard.items():
+            fields[text(k)] += int(v)
     jobs, durations = _durations(fields)
-    return JobCounts(jobs, durations, _lateness(raw[1:]))
+    return JobCounts(jobs, durations, _lateness(raw[n:]))
 
 
 class AppCollector(Collector):

@@ -184,7 +184,7 @@ class Scripts:
         k = self.k
         keys = [k.deps, k.dependents, k.edges, k.freed, k.dead, k.errors, k.results, k.expires]
         keys += [k.state, k.uniq, k.signals, k.members, k.batches, k.batchttl, k.batchdone]
-        keys += [k.jobs, k.progress]
+        keys += [k.jobs, k.progress, k.orphans, k.metrics]
         for name in names:
             keys += [k.ready_of(name), k.wake_of(name)]
         return keys
@@ -323,6 +323,7 @@ class Scripts:
         others = _others(queues)
         for queue in others:
             keys += [k.ready_of(queue), k.wake_of(queue)]
+        keys += self._workflow_keys([DEFAULT_QUEUE, *others])  # its dependents come back
         return Call("revive", keys, [len(ids), *ids, *others], int)
 
     def tally(self, fields: Sequence[str | int]) -> Call[int]:
@@ -356,7 +357,8 @@ class Scripts:
 
     def purge(self, ids: Sequence[str]) -> Call[int]:
         k = self.k
-        return Call("purge", [k.dead, k.errors, k.state, k.jobs, k.progress], list(ids), int)
+        keys = [k.dead, k.errors, k.state, k.jobs, k.progress, k.orphans]
+        return Call("purge", keys, list(ids), int)
 
     def save_progress(self, job_id: str, token: int, progress: bytes) -> Call[int]:
         k = self.k

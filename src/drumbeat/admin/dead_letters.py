@@ -139,19 +139,28 @@ def _apply(app: App, ids: Sequence[str] | None, make: _Make) -> int:
 def _apply_all(app: App, keys: Keys, scripts: Scripts, make: _Make) -> int:
     """Walks one shard's dead set oldest first up to the newest entry present now, so jobs
     that die again meanwhile (a retried job failing at once) are not picked up in a loop.
-    Entries a script skips stay in place, so the offset moves past them."""
+    Entries a script skips stay in place, so the offset moves past them: it is how many of
+    the entries walked are still there, read again after each call, since a retry also takes
+    out the dependents it brings back to wait (lua/_workflows.lua: adopt_orphans), wherever
+    they stand in the set."""
     batch = app.settings.batch_limit
     client = app.redis
     dead = keys.dead
     newest = pairs(client.zrange(dead, -1, -1, withscores=True))
     if not newest:
         return 0
-    upto = int(newest[0][1])
-    total, offset = 0, 0
+    upto = newest[0][1]
+    total = 0
+    walked: list[str] = []
     while True:
+        offset = len(walked)
         chunk = members(client.zrange(dead, "-inf", upto, byscore=True, offset=offset, num=batch))
         if not chunk:
             return total
-        done = make(scripts, chunk).run(client)
-        total += done
-        offset += len(chunk) - done
+        total += make(scripts, chunk).run(client)
+        walked += chunk
+        with client.pipeline(transaction=False) as pipe:
+            for job_id in walked:
+                pipe.zscore(dead, job_id)
+            scores = pipe.execute()
+        walked = [j for j, s in zip(walked, scores, strict=True) if s is not None and s <= upto]

@@ -11,9 +11,14 @@
 -- *_batch.lua): `members` names its batch while it lives, and its end is counted in the
 -- batch's fields of `batches` in the same call, as its dependents are settled.
 --
+-- A dependent dead-lettered through a dependency that is itself dead-lettered stays findable
+-- in `orphans`, so that `drumbeat dead retry` of that dependency (revive.lua) brings it back to
+-- wait for it, and the workflow can complete (as RQ's and BullMQ's users expect): see
+-- keep_orphan below.
+--
 -- `w`, the keys and names a settle needs: deps, dependents, edges, state, uniq, dead, errors,
--- results, expires, freed, signals, members, batches, batchttl, batchdone, jobs, progress
--- (keys); names, readies, wakes (queue names as queue_index takes them, the default one first,
+-- results, expires, freed, signals, members, batches, batchttl, batchdone, jobs, progress,
+-- orphans, metrics (keys); names, readies, wakes (queue names as queue_index takes them, the default one first,
 -- and their `ready` and `wake` keys); ttl_ms (outcome TTL of the dependents dead-lettered
 -- here); before = {}, buried = {} and todo = {} (filled here).
 
@@ -57,10 +62,27 @@ local function release_dependent(w, id, now)
   end
 end
 
+-- The task name of a job's record (JSON or msgpack, as serialization.py writes it), '?' when
+-- it has none or it is unreadable (as the dead-letter listing says).
+local function task_of(w, id)
+  local spec = redis.call('HGET', w.jobs, id)
+  if not spec then return '?' end
+  local decoded, record = pcall(function()
+    if string.sub(spec, 1, 1) == '{' then return cjson.decode(spec) end
+    return cmsgpack.unpack(spec)
+  end)
+  if decoded and type(record) == 'table' and type(record.t) == 'string' then return record.t end
+  return '?'
+end
+
 -- Dead-letters a waiting dependent at once, its error naming the dependency that failed or
--- was cancelled; its record stays, as a buried job's does, for `drumbeat dead retry`.
+-- was cancelled; its record stays, as a buried job's does, for `drumbeat dead retry`. It is
+-- counted in `metrics` as its task's attempt dead-lettered (`drumbeat_jobs_total{outcome=
+-- "dead"}`, as worker/tally.py counts a buried attempt; no run time: it never ran), here
+-- since no worker settles it.
 local function bury_dependent(w, id, dep, how, now)
   redis.call('HDEL', w.deps, id)
+  redis.call('HINCRBY', w.metrics, 'j|dead|' .. task_of(w, id), '1')
   local s = parse_state(redis.call('HGET', w.state, id))
   release_key(w.uniq, id, s.key)
   local said = how == DEP_CANCELLED and 'was cancelled' or 'failed (dead-lettered)'
@@ -73,6 +95,108 @@ local function bury_dependent(w, id, dep, how, now)
     redis.call('ZADD', w.expires, now + w.ttl_ms, id)
   end
   w.buried[#w.buried + 1] = id
+end
+
+-- `orphans` (hash): "<id>" of a dependent dead-lettered through dependencies that are in the
+-- dead set: "<left>|<dead>", how many of its dependencies have not ended (each keeps its edge
+-- to it in `edges`) and how many are dead-lettered (each lists it: "<dependency id>|n" their
+-- count, "<dependency id>|<i>" the i-th). A dependent one of whose dependencies was cancelled,
+-- or failed and is no longer in the dead set, cannot come back: it has no field.
+
+-- Keeps `id`, just dead-lettered, as an orphan of `through` (the dependencies that failed it;
+-- false for one that cannot be retried: then it is no orphan), `left` others not ended yet.
+-- Returns whether it is kept.
+local function keep_orphan(w, id, left, through)
+  for _, dep in ipairs(through) do
+    if not dep or not redis.call('ZSCORE', w.dead, dep) then return false end
+  end
+  redis.call('HSET', w.orphans, id, string.format('%d|%d', left, #through))
+  for _, dep in ipairs(through) do
+    local i = redis.call('HINCRBY', w.orphans, dep .. '|n', '1')
+    redis.call('HSET', w.orphans, dep .. '|' .. i, id)
+  end
+  return true
+end
+
+-- An orphan's dependency `dep` ended as `how` (DEP_OK: or failed where it may): one less left;
+-- one more dead, listed under `dep`, when it was dead-lettered; else it is an orphan no more.
+local function settle_orphan(w, id, dep, how)
+  local raw = redis.call('HGET', w.orphans, id)
+  if not raw then return end
+  local left, dead = string.match(raw, '^(%d+)|(%d+)$')
+  left, dead = tonumber(left) - 1, tonumber(dead)
+  if how == DEP_OK then
+    redis.call('HSET', w.orphans, id, string.format('%d|%d', math.max(left, 0), dead))
+  elseif how == DEP_FAILED and redis.call('ZSCORE', w.dead, dep) then
+    redis.call('HSET', w.orphans, id, string.format('%d|%d', math.max(left, 0), dead + 1))
+    local i = redis.call('HINCRBY', w.orphans, dep .. '|n', '1')
+    redis.call('HSET', w.orphans, dep .. '|' .. i, id)
+  else
+    redis.call('HDEL', w.orphans, id)
+  end
+end
+
+-- `dep` left the dead set to run again (revive.lua): each orphan it lists waits for it once
+-- more (an edge, as enqueue_after.lua writes one), and an orphan none of whose dependencies is
+-- dead-lettered any longer leaves the dead set to wait in `deps` (not to run at once), its
+-- own orphans coming back in turn. Its record and state stayed; its dedup key is taken again
+-- if free. Returns how many came back.
+local function adopt_orphans(w, dep)
+  local back, todo, i = 0, {dep}, 1
+  while todo[i] do
+    local d = todo[i]
+    i = i + 1
+    local n = tonumber(redis.call('HGET', w.orphans, d .. '|n'))
+    redis.call('HDEL', w.orphans, d, d .. '|n')
+    for e = 1, n or 0 do
+      local id = redis.call('HGET', w.orphans, d .. '|' .. e)
+      redis.call('HDEL', w.orphans, d .. '|' .. e)
+      local raw = id and redis.call('HGET', w.orphans, id)
+      if raw and redis.call('ZSCORE', w.dead, id) then
+        local left, dead = string.match(raw, '^(%d+)|(%d+)$')
+        left, dead = tonumber(left) + 1, tonumber(dead) - 1
+        local c = redis.call('HINCRBY', w.dependents, d, '1')
+        redis.call('HSET', w.edges, d .. '|' .. c, '0' .. id)
+        if dead > 0 then
+          redis.call('HSET', w.orphans, id, string.format('%d|%d', left, dead))
+        else
+          redis.call('HDEL', w.orphans, id)
+          redis.call('ZREM', w.dead, id)
+          redis.call('HDEL', w.errors, id)
+          redis.call('HDEL', w.results, id)
+          redis.call('ZREM', w.expires, id)
+          local s = parse_state(redis.call('HGET', w.state, id))
+          if s.key ~= '' and redis.call('HSETNX', w.uniq, s.key, id) == 0 then
+            s.key = ''
+            redis.call('HSET', w.state, id, format_state(s))
+          end
+          redis.call('HSET', w.deps, id, string.format('%d', left))
+          back = back + 1
+          todo[#todo + 1] = id
+        end
+      end
+    end
+  end
+  return back
+end
+
+-- Forgets what `orphans` holds of jobs that leave the dead set for good (purged, or trimmed
+-- after dead_ttl): their own field, and the orphans they list, which can no longer come back
+-- (they stay dead-lettered, for a retry of their own). O(the orphans they list), once.
+local function forget_orphans(w, ids)
+  for _, id in ipairs(ids) do
+    local n = tonumber(redis.call('HGET', w.orphans, id .. '|n')) or 0
+    redis.call('HDEL', w.orphans, id, id .. '|n')
+    for from = 1, n, CALL_MANY_CHUNK do
+      local fields = {}
+      for e = from, math.min(n, from + CALL_MANY_CHUNK - 1) do fields[#fields + 1] = id .. '|' .. e end
+      local listed = redis.call('HMGET', w.orphans, unpack(fields))
+      redis.call('HDEL', w.orphans, unpack(fields))
+      for _, x in ipairs(listed) do
+        if x then redis.call('HDEL', w.orphans, x) end
+      end
+    end
+  end
 end
 
 -- A batch's fields in `batches` (the batch id is a job id of its shard; docs/redis-keys.md):
@@ -185,8 +309,9 @@ local function settle_todo(w, now)
         for _, edge in ipairs(who) do
           local x = edge and string.sub(edge, 2)
           local left = x and tonumber(redis.call('HGET', w.deps, x))
-          if left then  -- else cancelled or dead-lettered while it waited
-            if ended == DEP_OK or string.sub(edge, 1, 1) == '1' then
+          local allowed = ended == DEP_OK or (edge and string.sub(edge, 1, 1) == '1')
+          if left then
+            if allowed then
               if left <= 1 then
                 release_dependent(w, x, now)
               else
@@ -194,8 +319,11 @@ local function settle_todo(w, now)
               end
             else
               bury_dependent(w, x, id, ended, now)
+              keep_orphan(w, x, left - 1, ended == DEP_FAILED and {id} or {false})
               todo[#todo + 1] = {x, DEP_FAILED}
             end
+          elseif x then  -- cancelled, or dead-lettered while it waited: an orphan, maybe
+            settle_orphan(w, x, id, allowed and DEP_OK or ended)
           end
         end
       end
@@ -232,16 +360,17 @@ end
 
 -- `w` from KEYS[base + 1 ..] as scripts.py passes them (`Scripts._workflow_keys`): deps,
 -- dependents, edges, freed, dead, errors, results, expires, state, uniq, signals, members,
--- batches, batchttl, batchdone, jobs, progress, then the ready and wake keys of each queue in
--- `names` (queue names, the default one first).
-local WORKFLOW_KEYS = 17
+-- batches, batchttl, batchdone, jobs, progress, orphans, metrics, then the ready and wake keys
+-- of each queue in `names` (queue names, the default one first).
+local WORKFLOW_KEYS = 19
 local function workflow_keys(base, names, ttl_ms)
   local w = {deps = KEYS[base + 1], dependents = KEYS[base + 2], edges = KEYS[base + 3],
              freed = KEYS[base + 4], dead = KEYS[base + 5], errors = KEYS[base + 6],
              results = KEYS[base + 7], expires = KEYS[base + 8], state = KEYS[base + 9],
              uniq = KEYS[base + 10], signals = KEYS[base + 11], members = KEYS[base + 12],
              batches = KEYS[base + 13], batchttl = KEYS[base + 14], batchdone = KEYS[base + 15],
-             jobs = KEYS[base + 16], progress = KEYS[base + 17], names = names, readies = {},
+             jobs = KEYS[base + 16], progress = KEYS[base + 17], orphans = KEYS[base + 18],
+             metrics = KEYS[base + 19], names = names, readies = {},
              wakes = {}, ttl_ms = ttl_ms, before = {}, buried = {}, todo = {}}
   for q = 1, #names do
     w.readies[q] = KEYS[base + WORKFLOW_KEYS + 2 * q - 1]

@@ -58,29 +58,36 @@ for _, job in ipairs(jobs) do
       format_state({attempt = 0, stalls = 0, priority = job.priority, seq = seq, unknown = 0,
                     queue = queue, key = job.key}))
     if job.key ~= '' then redis.call('HSET', w.uniq, job.key, job.id) end
-    local live, failed, how = {}, nil, nil
+    local live, failed, how, through = {}, nil, nil, {}
     for _, dep in ipairs(job.deps) do
       local id = string.sub(dep, 2)
       id = alias[id] or id
       local state = dependency_state(w, id)
       if state == DEP_LIVE then
         live[#live + 1] = {id, string.sub(dep, 1, 1)}
-      elseif state ~= DEP_OK and string.sub(dep, 1, 1) ~= '1' and not failed then
-        failed, how = id, state
+      elseif state ~= DEP_OK and string.sub(dep, 1, 1) ~= '1' then
+        if not failed then failed, how = id, state end
+        through[#through + 1] = state == DEP_FAILED and id
       end
     end
+    -- A dependent dead-lettered here is an orphan of its dead-lettered dependencies (a retry
+    -- of them brings it back): then the live ones get their edges, to count down its wait.
+    local edges = not failed
     if failed then
       now = now or now_ms()
       bury_dependent(w, job.id, failed, how, now)
+      edges = keep_orphan(w, job.id, #live, through)
     elseif #live == 0 then
       now = now or now_ms()
       release_dependent(w, job.id, now)
     else
+      redis.call('HSET', w.deps, job.id, string.format('%d', #live))
+    end
+    if edges then
       for _, dep in ipairs(live) do
         local e = redis.call('HINCRBY', w.dependents, dep[1], '1')
         redis.call('HSET', w.edges, dep[1] .. '|' .. e, dep[2] .. job.id)
       end
-      redis.call('HSET', w.deps, job.id, string.format('%d', #live))
     end
     out[#out + 1] = job.id
     out[#out + 1] = 1

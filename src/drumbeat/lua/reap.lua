@@ -129,6 +129,7 @@ if #old > 0 then
   redis.call('HDEL', KEYS[6], unpack(old))
   redis.call('HDEL', KEYS[16], unpack(old))
   redis.call('ZREM', KEYS[5], unpack(old))
+  forget_orphans(w, old)
   if #old == limit then out[2] = 1 end
 end
 

@@ -1,5 +1,6 @@
 -- Requeues dead-lettered jobs with a fresh set of attempts (`drumbeat dead retry`), each in its
--- queue.
+-- queue, and brings back the dependents they dead-lettered (their orphans, _workflows.lua:
+-- adopt_orphans) to wait for them again.
 --
 -- KEYS[1] dead (zset)  KEYS[2] errors (hash)  KEYS[3] state (hash)  KEYS[4] ready (zset)
 -- KEYS[5] results (hash) KEYS[6] expires (zset) KEYS[7] seq (string) KEYS[8] wake (zset)
@@ -8,17 +9,29 @@
 --          read "finished" from it again and again while the job is queued
 -- KEYS[10 + n + 2q - 1] ready (zset), KEYS[10 + n + 2q] wake (zset) of the q-th other queue
 --          (n ids; KEYS[4] and KEYS[8] are the default queue's)
+-- KEYS[10 + n + 2m + 1 ..] the workflow keys (_workflows.lua: workflow_keys; m other queues),
+--          with the ready and wake keys of the default queue and the m others
 -- ARGV[1] n   ARGV[1 + i] the i-th job id   ARGV[1 + n + q] the q-th other queue's name
 -- Returns the number of jobs requeued (ids not in the dead set, without a record, or of a queue
--- not given, are skipped).
+-- not given, are skipped); the dependents brought back to wait are not in it.
 local n_ids = tonumber(ARGV[1])
 local names, readies, wakes, woken = {'default'}, {KEYS[4]}, {KEYS[8]}, {}
 for q = 1, #ARGV - 1 - n_ids do
   names[q + 1] = ARGV[1 + n_ids + q]
   readies[q + 1], wakes[q + 1] = KEYS[10 + n_ids + 2 * q - 1], KEYS[10 + n_ids + 2 * q]
 end
-local n = 0
+local w = workflow_keys(10 + n_ids + 2 * (#names - 1), names, 0)
+-- Orphans last: a dependent retried with the dependency that dead-lettered it comes back to
+-- wait for it (with that one), rather than to run at once.
+local order = {}
 for i = 1, n_ids do
+  if not redis.call('HGET', w.orphans, ARGV[1 + i]) then order[#order + 1] = i end
+end
+for i = 1, n_ids do
+  if redis.call('HGET', w.orphans, ARGV[1 + i]) then order[#order + 1] = i end
+end
+local n = 0
+for _, i in ipairs(order) do
   local id = ARGV[1 + i]
   local s = parse_state(redis.call('HGET', KEYS[3], id))
   local q = queue_index(names, s.queue)
@@ -34,6 +47,7 @@ for i = 1, n_ids do
     redis.call('ZADD', readies[q], ready_score(s.priority, s.seq), id)
     woken[q] = true
     n = n + 1
+    adopt_orphans(w, id)
   end
 end
 for q in pairs(woken) do wake(wakes[q]) end
