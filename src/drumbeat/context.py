@@ -104,13 +104,14 @@ class Running:
         return ctx
 
 
-_current: ContextVar[Running] = ContextVar("drumbeat_job")
+current_run: ContextVar[Running] = ContextVar("drumbeat_job")
+"""The run of the job in this task or thread: the runner sets it around each run."""
 
 
 def current_job() -> Context:
     """The Context of the job running in this task or thread; ``LookupError`` outside a job."""
     try:
-        return _current.get().context()
+        return current_run.get().context()
     except LookupError:
         raise LookupError("current_job() is only available while a drumbeat job runs") from None
 
@@ -132,13 +133,13 @@ def checkpoint(progress: Any = None) -> None:
         LeaseLost: the job's lease was taken over; this run's work is no longer its own.
         SerializationError: ``progress`` cannot be encoded, or is too large.
     """
-    run = _current.get(None)
+    run = current_run.get(None)
     if run is not None and run.checkpoints is not None:
         run.checkpoints.checkpoint(progress)
 
 
 async def acheckpoint(progress: Any = None) -> None:
     """The async twin of `checkpoint`, for ``async def`` tasks."""
-    run = _current.get(None)
+    run = current_run.get(None)
     if run is not None and run.checkpoints is not None:
         await run.checkpoints.acheckpoint(progress)

@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, cast, overload
 
-from .context import Running, _current
+from .context import Running, current_run
 from .errors import ConfigurationError
 
 log = logging.getLogger("drumbeat.resources")
@@ -266,7 +266,7 @@ _checks: ContextVar[tuple[Running, set[Resource[Any]]]] = ContextVar("drumbeat_r
 
 def _checked_in_job() -> set[Resource[Any]] | None:
     """The resources checked in the running job; None outside a job (check every use)."""
-    run = _current.get(None)
+    run = current_run.get(None)
     if run is None:
         return None
     entry = _checks.get(None)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .batches import Batch
 from .calling import TaskCaller
-from .context import Checkpoints, Running, _current
+from .context import Checkpoints, Running, current_run
 from .errors import Interrupted, InvalidJob, Retry, SerializationError, UnknownTask
 from .job import (
     Job,
@@ -134,7 +134,7 @@ class Runner:
         run = Running((job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
                        None, None, progress, checkpoints, granted_ms, spec.headers,
                        deps, batch))  # fmt: skip
-        token = _current.set(run)
+        token = current_run.set(run)
         try:
             if task.is_async and task.config.timeout is None:  # the common case, inlined
                 value = await task.fn(*spec.args, **spec.kwargs)
@@ -146,7 +146,7 @@ class Runner:
         except Exception as exc:
             return self._failure(job, task, exc, now_ms())
         finally:
-            _current.reset(token)
+            current_run.reset(token)
 
     async def _task_of(
         self, job: Claimed, now_ms: Callable[[], int], named: Named | None
@@ -279,7 +279,7 @@ class Runner:
         run = Running((job.id, task.name, job.attempt, job.token, job.priority, self.worker_id,
                        slot.schedule_id, slot.due, None, checkpoints, granted_ms,
                        headers))  # fmt: skip
-        token = _current.set(run)
+        token = current_run.set(run)
         try:
             if task.is_async and task.config.timeout is None:  # the common case, inlined
                 await task.fn(*args, **kwargs)
@@ -295,7 +295,7 @@ class Runner:
                 error = f"{type(exc).__name__}: {exc}"[:2000]
             return slot.next("fail", error)
         finally:
-            _current.reset(token)
+            current_run.reset(token)
 
     async def _run_limits(
         self,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import drumbeat
-from drumbeat.context import Running, _current
+from drumbeat.context import Running, current_run
 from drumbeat.resources import Resource, Resources, bind
 
 
@@ -55,7 +55,7 @@ def _in_job(fn: Callable[[], Any], n: int = 1) -> Any:
     job = Running((f"job{n}", "t", 1, n, 0, "w", None, None, None, None, None, {}))
 
     def run() -> Any:
-        _current.set(job)
+        current_run.set(job)
         return fn()
 
     return contextvars.copy_context().run(run)

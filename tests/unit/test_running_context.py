@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from drumbeat import Context, current_job
-from drumbeat.context import Running, _current
+from drumbeat.context import Running, current_run
 
 FIELDS = ("s:a", "tasks.ping", 1, 41, 5, "w1", "a", 1000, ("done", 3), None, 1234, {"h": "1"})
 
@@ -18,7 +18,7 @@ def test_a_run_makes_its_context_when_first_asked_then_gives_the_same_one() -> N
     assert run._context is None, "nothing asked: no Context made"
 
     def task() -> tuple[Context, Context]:
-        _current.set(run)
+        current_run.set(run)
         return current_job(), current_job()
 
     first, again = contextvars.copy_context().run(task)
