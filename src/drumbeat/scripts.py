@@ -323,7 +323,7 @@ class Scripts:
         others = _others(queues)
         for queue in others:
             keys += [k.ready_of(queue), k.wake_of(queue)]
-        keys += self._workflow_keys([DEFAULT_QUEUE, *others])  # its dependents come back
+        keys += self.workflow_keys([DEFAULT_QUEUE, *others])  # its dependents come back
         return Call("revive", keys, [len(ids), *ids, *others], int)
 
     def tally(self, fields: Sequence[str | int]) -> Call[int]:
