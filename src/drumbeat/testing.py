@@ -37,10 +37,15 @@ async def arun_until_idle(
     retries, limits and errors. It is idle when, over the queues it serves, nothing is ready,
     running or parked on a rate or concurrency limit, and no delayed job or retry comes due
     within what is left of ``timeout`` (one due later is left waiting, and not counted).
-    Schedules waiting for their next run are not counted: a periodic schedule is never done,
-    so its runs are taken only while other work keeps the worker busy. Nor are the jobs of a
-    paused queue (`App.pause_queue`): no worker takes them until it is resumed, so they are
-    left waiting (and logged at INFO), not waited for.
+
+    Schedules: the runs already due when it is called, and those made due by `App.run_now`
+    (before the call or during it, say by a task), are run and waited for, like jobs. A
+    periodic schedule is never done (it is due again within any timeout), so its later runs
+    are not waited for: one that comes due while other work keeps the worker busy is taken
+    and counted, and waited for while it runs. Nor are the jobs of a paused queue
+    (`App.pause_queue`): no worker takes them until it is resumed, so they are left waiting
+    (and logged at INFO), not waited for; while the default queue is paused, so are the
+    schedules' runs.
 
     Args:
         app: the app whose tasks to run.

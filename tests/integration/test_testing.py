@@ -7,6 +7,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from typer.testing import CliRunner
 import drumbeat
 from drumbeat.cli import USAGE_ERROR, cli
 from drumbeat.testing import NotIdle, arun_until_idle, run_until_idle
+from drumbeat.worker.idle import Reader
+from drumbeat.worker.process import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,6 +106,123 @@ def test_does_not_wait_for_a_schedules_next_run(sync_app: drumbeat.App) -> None:
     assert job.result(timeout=1) == "done"
 
 
+def test_runs_a_schedule_run_made_due_by_run_now(sync_app: drumbeat.App) -> None:
+    seen: list[str] = []
+
+    @sync_app.task
+    def report(name: str) -> None:
+        seen.append(name)
+
+    sync_app.schedule("daily-report", report, every=86400, args=["daily"])
+    assert sync_app.run_now("daily-report") == 1
+    assert run_until_idle(sync_app, timeout=10) == 1
+    assert seen == ["daily"]
+    assert run_until_idle(sync_app, timeout=10) == 0  # its next run is a day away
+
+
+@pytest.mark.parametrize(("job_shards", "schedule_shards"), [(1, 3), (2, 2)])
+def test_runs_the_run_now_runs_of_every_schedule_shard(
+    redis_url: str, namespace: str, job_shards: int, schedule_shards: int
+) -> None:
+    app = drumbeat.App(
+        redis_url, namespace=namespace, job_shards=job_shards, schedule_shards=schedule_shards
+    )
+    try:
+        seen: list[int] = []
+
+        @app.task
+        def report(n: int) -> None:
+            seen.append(n)
+
+        for n in range(8):
+            app.schedule(f"report-{n}", report, every=86400, args=[n])
+        homes = {app.scheduler.shard_of(f"report-{n}") for n in range(8)}
+        assert len(homes) > 1, "the schedules should live in several shards"
+        assert app.run_now(*(f"report-{n}" for n in range(8))) == 8
+        assert run_until_idle(app, timeout=10) == 8
+        assert sorted(seen) == list(range(8))
+    finally:
+        app.close()
+
+
+def test_leaves_a_schedule_run_waiting_while_the_default_queue_is_paused(
+    sync_app: drumbeat.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    @sync_app.task
+    def report() -> None: ...
+
+    sync_app.schedule("daily-report", report, every=86400)
+    sync_app.pause_queue("default")
+    sync_app.run_now("daily-report")
+    with caplog.at_level("INFO", logger="drumbeat.worker"):
+        assert run_until_idle(sync_app, timeout=5) == 0
+    assert "1 jobs wait in paused queues" in caplog.text
+    sync_app.resume_queue("default")
+    assert run_until_idle(sync_app, timeout=5) == 1
+
+
+def test_runs_a_schedule_already_due_once_and_not_its_later_runs(sync_app: drumbeat.App) -> None:
+    seen: list[float] = []
+
+    @sync_app.task
+    def tick() -> None:
+        seen.append(time.time())
+
+    sync_app.schedule("every-2s", tick, every=2)
+    info = sync_app.get_schedule("every-2s")
+    assert info is not None and info.next_due_ms is not None
+    # No worker runs meanwhile: the run waits in its slot, due, when run_until_idle starts.
+    time.sleep(max(0.0, info.next_due_ms / 1000 - time.time()) + 0.2)
+    started = time.monotonic()
+    assert run_until_idle(sync_app, timeout=10) == 1
+    assert time.monotonic() - started < 1.5, "it waited for the next run, 2 s later"
+    assert len(seen) == 1
+
+
+def test_returns_with_a_schedule_due_every_second(sync_app: drumbeat.App) -> None:
+    """A schedule is due within any timeout for ever: its run made due now is run, and the
+    periodic ones after it do not keep run_until_idle from returning."""
+    seen: list[float] = []
+
+    @sync_app.task
+    async def beat() -> None:
+        seen.append(time.time())
+
+    sync_app.schedule("heartbeat", beat, every=1)
+    sync_app.run_now("heartbeat")
+    started = time.monotonic()
+    assert run_until_idle(sync_app, timeout=5) in {1, 2}  # one more if its slot came meanwhile
+    assert time.monotonic() - started < 3
+    assert 1 <= len(seen) <= 2
+
+
+async def test_counts_runs_due_at_the_start_and_run_now_ones_not_later_periodic_ones(
+    app: drumbeat.App,
+) -> None:
+    """What run_until_idle waits for, read by its `Reader` (no worker runs, so nothing is
+    claimed): a run made due by run_now after the first read counts; a periodic run that
+    came due after it does not."""
+
+    @app.task
+    def tick() -> None: ...
+
+    await app.aschedule("every-2s", tick, every=2)
+    await app.aschedule("weekly", tick, every=7 * 86400)
+    client = await app.aredis()
+    reader = Reader(Worker(app))
+    assert (await reader.read(client, 0)).schedule_runs == 0  # the cutoff: now
+    info = await app.aget_schedule("every-2s")
+    assert info is not None and info.next_due_ms is not None
+    await asyncio.sleep(max(0.0, info.next_due_ms / 1000 - time.time()) + 0.2)
+    assert await app.arun_now("weekly") == 1
+    # A due slot the last read did not list counts one run until the next read looks into it.
+    await reader.read(client, 0)
+    left = await reader.read(client, 0)
+    assert left.schedule_runs == 1, "the run made due by run_now, not the periodic one"
+    assert not left.idle
+    assert "1 schedule runs due" in str(left)
+
+
 def test_raises_on_timeout_saying_what_was_still_pending(sync_app: drumbeat.App) -> None:
     @sync_app.task
     async def hangs() -> None:
@@ -162,6 +282,30 @@ def test_burst_worker_exits_0_once_idle(redis_url: str, namespace: str) -> None:
         assert proc.returncode == 0, proc.stderr
         assert "4 runs" in proc.stderr
         assert [job.status() for job in jobs] == ["complete"] * 4
+    finally:
+        producer.close()
+
+
+def test_burst_worker_runs_a_schedule_run_made_due_by_run_now(
+    redis_url: str, namespace: str
+) -> None:
+    env = {**os.environ, "DRUMBEAT_REDIS_URL": redis_url, "DRUMBEAT_TEST_NAMESPACE": namespace}
+    producer = drumbeat.App(redis_url, namespace=namespace)
+    try:
+
+        @producer.task(name="add")  # the name tests.apps.cli_app's worker knows
+        def add(a: int, b: int = 0) -> int: ...
+
+        producer.schedule("sums", add, every=86400, args=[1, 2])
+        assert producer.run_now("sums") == 1
+        proc = subprocess.run(
+            [sys.executable, "-m", "drumbeat", "worker", "tests.apps.cli_app:app", "--burst"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert "after 1 runs" in proc.stderr, proc.stderr
+        info = producer.get_schedule("sums")
+        assert info is not None and info.runs == 1
     finally:
         producer.close()
 

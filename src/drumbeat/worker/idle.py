@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 
 from drumbeat import connections
 from drumbeat.errors import NotIdle
-from drumbeat.keys import DEFAULT_QUEUE
+from drumbeat.keys import DEFAULT_QUEUE, Keys
+from drumbeat.replies import parse_ints
+from drumbeat.scripts import Call
 
 from .hooks import JobEnd, JobInfo
 from .main import tune_gc
@@ -41,11 +43,12 @@ _RAN = frozenset({"done", "retry", "dead", "ok", "fail"})
 @dataclass(frozen=True, slots=True)
 class Pending:
     """The work left for a worker: in Redis over the shards and queues it serves, and in its
-    own hands. Schedules waiting for their next run are not counted (a periodic schedule is
-    never done); a schedule's run is, once it is ready, held, or retried."""
+    own hands. Of the schedules, the runs due when the worker started, or made due by
+    `App.run_now` since, are counted, and any run held (running or retrying); a periodic run
+    due later is not waited for (a schedule is never done)."""
 
     ready: int
-    """Jobs (and schedule runs) waiting in `ready`."""
+    """Jobs (and schedule runs queued as jobs) waiting in `ready`."""
     due: int
     """Delayed jobs and retries backing off that come due within the window asked for."""
     running: int
@@ -56,51 +59,120 @@ class Pending:
     next_due: float | None = None
     """Seconds until the first of ``due`` comes due (None: none)."""
     paused: int = 0
-    """Jobs of paused queues (`App.pause_queue`): ready, due within the window or parked. Not
-    pending: no worker takes them until their queue is resumed, so waiting for them could only
-    time out."""
+    """Jobs of paused queues (`App.pause_queue`): ready, due within the window or parked; and
+    the schedule runs due while the default queue is paused. Not pending: no worker takes them
+    until their queue is resumed, so waiting for them could only time out."""
+    schedule_runs: int = 0
+    """Schedule runs waiting in due time slots: those due when the reads began, those made
+    due by `App.run_now` since, and those back from a lapsed lease."""
 
     @property
     def idle(self) -> bool:
-        return not (self.ready or self.due or self.running or self.parked)
+        return not (self.ready or self.due or self.running or self.parked or self.schedule_runs)
 
     def __str__(self) -> str:
         due = f"{self.due} delayed or retrying"
         if self.next_due is not None:
             due += f" (the first due in {self.next_due:.1f} s)"
         text = f"{self.ready} ready, {self.running} running, {due}, {self.parked} parked"
+        if self.schedule_runs:
+            text += f", {self.schedule_runs} schedule runs due"
         if self.paused:
             text += f" ({self.paused} more wait in paused queues, not counted)"
         return text
 
 
-async def pending(worker: Worker, client: aredis.Redis, window: float) -> Pending:
-    """What is left for ``worker``: read with one `count_pending.lua` call per shard it claims
-    from (each atomic: a job moving between sets is never missed).
+def count_pending(
+    k: Keys,
+    queues: Sequence[str],
+    window_ms: int,
+    limit: int,
+    *,
+    cutoff_ms: int | None = None,
+    slots: Sequence[int] = (),
+) -> Call[list[int]]:
+    """count_pending.lua on the shard of ``k``: the work pending in ``queues`` (the default one
+    first), [ready, due within ``window_ms``, held, parked, ms until the first due one counted
+    (-1: none), work waiting in paused queues, schedule runs due, the cutoff, then the slots
+    to pass next]; ``limit`` bounds the entries read from each `due` and the slots listed.
 
     Args:
-        worker: whose shards and queues to read, and whose claims to count.
-        client: an asyncio client of the app's Redis.
-        window: seconds ahead within which a delayed job or a retry counts as pending.
+        cutoff_ms: every run of a time slot due by it counts (-1: Redis' now, which the reply
+            gives back); None: schedule runs are not counted.
+        slots: the slots the last reply listed (their `slot:<ms>` keys are read).
     """
-    jobs = len(worker.app.job_scripts)
-    calls = []
-    for i, shard in enumerate(worker.shards):
-        # Schedule shards apart from the job shards hold the default queue's runs only.
-        queues = worker.queues if i < jobs else [DEFAULT_QUEUE]
-        if DEFAULT_QUEUE in queues or i < jobs:
-            calls.append(shard.count_pending(queues, max(0, round(window * 1000)), DUE_READ))
-    replies: list[list[int]] = [await call.arun(client) for call in calls]
-    firsts = [r[4] for r in replies if r[4] >= 0]
-    return Pending(
-        ready=sum(r[0] for r in replies),
-        due=sum(r[1] for r in replies),
-        # This worker's claims hold leases too (until just after they are settled).
-        running=max(sum(r[2] for r in replies), len(worker.table)),
-        parked=sum(r[3] for r in replies),
-        next_due=min(firsts) / 1000 if firsts else None,
-        paused=sum(r[5] for r in replies),
-    )
+    # Beside its one caller: `Scripts.count_pending` (scripts.py) is the wrapper of the
+    # script's old contract, to go once that module's split has landed.
+    keys = [k.leases, k.busy, k.parking, k.pauses, k.slots]
+    for queue in queues:
+        keys += [k.ready_of(queue), k.due_of(queue)]
+    keys += [k.slot(ms) for ms in slots]
+    cutoff = "" if cutoff_ms is None else cutoff_ms
+    args = [window_ms, limit, len(queues), cutoff, *queues, *slots]
+    return Call("count_pending", keys, args, parse_ints)
+
+
+@dataclass(slots=True)
+class _Shard:
+    """One shard `Reader` reads: its keys, the queues it holds for the worker, and what the
+    last read learnt of its time slots."""
+
+    keys: Keys
+    queues: Sequence[str]
+    slotted: bool
+    """It holds schedules, and the worker runs them (it serves the default queue)."""
+    cutoff: int = -1
+    """Redis' ms at the first read: a slot due by it counts whole."""
+    slots: Sequence[int] = ()
+    """The slots the last reply listed."""
+
+
+class Reader:
+    """Reads what is left for ``worker``: one `count_pending.lua` call per shard it claims
+    from (each atomic: a job or a run moving between sets is never missed)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        jobs = len(worker.app.job_scripts)
+        self.shards: list[_Shard] = []
+        for i, shard in enumerate(worker.shards):
+            # Schedule shards apart from the job shards hold the default queue's runs only.
+            queues = worker.queues if i < jobs else [DEFAULT_QUEUE]
+            if DEFAULT_QUEUE in queues or i < jobs:
+                # Schedules live in the main shard and the schedule shards apart; the lane
+                # (there when the worker serves the default queue) runs them.
+                slotted = worker.lane is not None and (i == 0 or i >= jobs)
+                self.shards.append(_Shard(shard.k, queues, slotted))
+
+    async def read(self, client: aredis.Redis, window: float) -> Pending:
+        """What is left.
+
+        Args:
+            client: an asyncio client of the app's Redis.
+            window: seconds ahead within which a delayed job or a retry counts as pending.
+        """
+        window_ms = max(0, round(window * 1000))
+        replies: list[list[int]] = []
+        for s in self.shards:
+            cutoff = s.cutoff if s.slotted else None
+            call = count_pending(
+                s.keys, s.queues, window_ms, DUE_READ, cutoff_ms=cutoff, slots=s.slots
+            )
+            reply = await call.arun(client)
+            if s.slotted:
+                s.cutoff, s.slots = reply[7], reply[8:]
+            replies.append(reply)
+        firsts = [r[4] for r in replies if r[4] >= 0]
+        return Pending(
+            ready=sum(r[0] for r in replies),
+            due=sum(r[1] for r in replies),
+            # This worker's claims hold leases too (until just after they are settled).
+            running=max(sum(r[2] for r in replies), len(self.worker.table)),
+            parked=sum(r[3] for r in replies),
+            next_due=min(firsts) / 1000 if firsts else None,
+            paused=sum(r[5] for r in replies),
+            schedule_runs=sum(r[6] for r in replies),
+        )
 
 
 class Runs:
@@ -139,6 +211,7 @@ async def until_idle(
         WorkerCrashed: the worker itself failed.
     """
     runs = Runs(worker)
+    reader = Reader(worker)
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     # A client of its own: the app's asyncio client would outlive a loop of `run_until_idle`.
@@ -148,7 +221,7 @@ async def until_idle(
         while not serving.done():
             window = wait if wait is not None else max(0.0, (deadline or 0.0) - loop.time())
             before = (runs.started, runs.ran, len(worker.table))
-            left = await pending(worker, client, window)
+            left = await reader.read(client, window)
             # Each shard is read atomically, but not all at once: a run ending between two
             # reads may have moved work into a shard read before. Such a run shows here.
             if left.idle and before == (runs.started, runs.ran, len(worker.table)):
