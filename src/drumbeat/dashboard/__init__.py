@@ -1,7 +1,8 @@
 """``drumbeat dashboard``: a small web UI over one App (Overview with its charts, Jobs,
 Schedules, Dead letters), its JSON (``/api/...``) and its Prometheus metrics (``/metrics``).
 Needs ``drumbeat[dashboard]``. One module per page: `web` (the app, Overview, Dead letters,
-login), `jobs`, `schedules`, `charts`.
+login), `jobs` (its JSON in `job_record` and `job_lists`), `schedules`, `charts`; `query` reads
+the pages' query parameters.
 
 Loopback only by default; see `security` for tokens, CSRF and ``--read-only``.
 """
