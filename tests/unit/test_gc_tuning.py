@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from drumbeat.worker.process import tune_gc
+from drumbeat.worker.main import tune_gc
 
 
 @pytest.fixture
