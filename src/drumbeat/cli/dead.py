@@ -11,21 +11,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from drumbeat import admin
-from drumbeat.cli import (
-    USAGE_ERROR,
-    AppArg,
-    CliError,
-    WideOpt,
-    _err,
-    _errors,
-    _opened,
-    _out,
-    json_option,
-    redis_now_ms,
-    shapes,
-)
+from drumbeat.cli import redis_now_ms, shapes
+from drumbeat.cli.errors import USAGE_ERROR, CliError, err, reported
+from drumbeat.cli.loading import AppArg, opened
+from drumbeat.cli.shapes import json_option
 from drumbeat.cli.tables import (
     ERROR_WIDTH,
+    WideOpt,
+    console,
     fixed,
     flexible,
     fmt_count,
@@ -82,7 +75,7 @@ def dead_ls(
     --wide adds the time of death (UTC), the attempt and the saved progress; errors show
     their first 60 characters, --traceback and --json all of it.
     """
-    with _opened(app_spec) as app:
+    with opened(app_spec) as app:
         letters = admin.dead_letters(app, limit)
         total = admin.dead_count(app)
         now_ms = redis_now_ms(app)
@@ -90,11 +83,11 @@ def dead_ls(
         shapes.emit(shapes.dead_letters_json(letters, total))
         return
     if not letters:
-        _out().print("no dead letters")
+        console().print("no dead letters")
         return
     print_table(_dead_table(letters, total, now_ms, wide=wide), wide=wide)
     if tracebacks:
-        out = _out()
+        out = console()
         for letter in letters:
             if letter.traceback:
                 out.rule(f"{letter.id} ({escape(letter.task)})")
@@ -134,11 +127,11 @@ def _dead_table(letters: list[admin.DeadLetter], total: int, now_ms: int, *, wid
 @dead_cli.command("retry")
 def dead_retry(app_spec: AppArg, ids: IdsArg = None, all_: AllOpt = False) -> None:
     """Requeue dead letters with a fresh set of attempts."""
-    with _errors():
+    with reported():
         targets = _targets(ids, all_, "retry")
-    with _opened(app_spec) as app:
+    with opened(app_spec) as app:
         n = admin.retry_dead(app, targets)
-    _out().print(f"requeued {n} job{'s' if n != 1 else ''}")
+    console().print(f"requeued {n} job{'s' if n != 1 else ''}")
     if targets is not None and n < len(set(targets)):
         _skipped(len(set(targets)) - n, "requeued")
 
@@ -151,24 +144,24 @@ def dead_purge(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete dead letters for good (asks first unless --yes)."""
-    with _errors():
+    with reported():
         targets = _targets(ids, all_, "purge")
-    with _opened(app_spec) as app:
+    with opened(app_spec) as app:
         count = admin.dead_count(app) if targets is None else len(set(targets))
         if count == 0:
-            _out().print("no dead letters")
+            console().print("no dead letters")
             return
         if not yes:
             what = f"all {count} dead letters" if targets is None else f"{count} dead letter(s)"
             typer.confirm(f"Delete {what} for good?", abort=True)
         n = admin.purge_dead(app, targets)
-    _out().print(f"purged {n} job{'s' if n != 1 else ''}")
+    console().print(f"purged {n} job{'s' if n != 1 else ''}")
     if targets is not None and n < len(set(targets)):
         _skipped(len(set(targets)) - n, "purged")
 
 
 def _skipped(n: int, verb: str) -> None:
-    _err().print(
+    err().print(
         f"[yellow]note:[/] {n} id(s) were not {verb}: not in the dead-letter set"
         + (" (or without a job record)" if verb == "requeued" else ""),
         soft_wrap=True,

@@ -8,8 +8,10 @@ import typer
 from rich.markup import escape
 
 from drumbeat import admin
-from drumbeat.cli import AppArg, _opened, _out, json_option, shapes
-from drumbeat.cli.tables import print_table, queues_table
+from drumbeat.cli import shapes
+from drumbeat.cli.loading import AppArg, opened
+from drumbeat.cli.shapes import json_option
+from drumbeat.cli.tables import console, print_table, queues_table
 
 __all__ = ["queues_cli"]
 
@@ -43,7 +45,7 @@ def queues_ls(
     Every known queue and every paused one, the default one first: its ready jobs per
     priority, delayed and parked ones, as ``drumbeat status`` counts them.
     """
-    with _opened(app_spec) as app:
+    with opened(app_spec) as app:
         stats = admin.queue_stats(app, running_limit=0)
     if as_json:
         shapes.emit({"queues": shapes.queues_json(stats)})
@@ -58,16 +60,16 @@ def queues_pause(app_spec: AppArg, queue: QueueArg) -> None:
     Its jobs wait in order (for "default", schedule runs wait too); jobs running finish, and
     enqueues are still accepted.
     """
-    with _opened(app_spec) as app:
+    with opened(app_spec) as app:
         changed = app.pause_queue(queue)
     note = "" if changed else " (it was paused already)"
-    _out().print(f"paused queue {escape(queue)}{note}")
+    console().print(f"paused queue {escape(queue)}{note}")
 
 
 @queues_cli.command("resume")
 def queues_resume(app_spec: AppArg, queue: QueueArg) -> None:
     """Resume a paused queue: idle workers that serve it wake at once."""
-    with _opened(app_spec) as app:
+    with opened(app_spec) as app:
         changed = app.resume_queue(queue)
     note = "" if changed else " (it was not paused)"
-    _out().print(f"resumed queue {escape(queue)}{note}")
+    console().print(f"resumed queue {escape(queue)}{note}")

@@ -18,19 +18,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from drumbeat.app import App
-from drumbeat.cli import (
-    AppArg,
-    CliError,
-    WideOpt,
-    _err,
-    _opened,
-    _out,
-    json_option,
-    redis_now_ms,
-    shapes,
-)
+from drumbeat.cli import redis_now_ms, shapes
+from drumbeat.cli.errors import CliError, err
+from drumbeat.cli.loading import AppArg, opened
+from drumbeat.cli.shapes import json_option
 from drumbeat.cli.tables import (
     ERROR_WIDTH,
+    WideOpt,
+    console,
     fixed,
     flexible,
     fmt_duration,
@@ -165,7 +160,7 @@ def schedules_ls(
     the Redis server's clock.
     """
     seen: set[str] = set()
-    with _opened(app_spec) as app:
+    with opened(app_spec) as app:
         now_ms = redis_now_ms(app)
         shown = heapq.nsmallest(limit, _unique(app.schedules(prefix), seen), key=lambda i: i.id)
     total = len(seen)
@@ -173,7 +168,7 @@ def schedules_ls(
         listed = [shapes.schedule_json(info, schedule_state(info)) for info in shown]
         shapes.emit({**shapes.timestamp("now", now_ms), "total": total, "schedules": listed})
         return
-    out = _out()
+    out = console()
     if not shown:
         out.print("no schedules" + (f" with ids starting {escape(repr(prefix))}" if prefix else ""))
         return
@@ -233,7 +228,7 @@ def schedules_show(
     as_json: Annotated[bool, json_option(SCHEDULE_SHAPE)] = False,
 ) -> None:
     """Show every field of one schedule, with its arguments as JSON and its full last error."""
-    with _opened(app_spec) as app:
+    with opened(app_spec) as app:
         info = app.get_schedule(schedule_id)
         if info is None:
             raise CliError(f"no schedule with id {schedule_id!r}")
@@ -283,7 +278,7 @@ def schedules_show(
         where = "jobs' shard" if home in (None, app.scheduler.jobs_shard) else f"{home} of {shards}"
         table.add_row("shard", where)
     table.add_row("last error", "-" if info.last_error is None else escape(info.last_error))
-    _out().print(table)
+    console().print(table)
 
 
 # -- pause / resume / rm / run-now -------------------------------------------------------------
@@ -312,28 +307,28 @@ def _existing(app: App, ids: list[str]) -> list[str]:
 
 
 def _report(n: int, ids: list[str], found: list[str], done: str, unchanged: str) -> None:
-    _out().print(f"{done} {n} schedule{'s' if n != 1 else ''}")
+    console().print(f"{done} {n} schedule{'s' if n != 1 else ''}")
     missing = [i for i in ids if i not in found]
     if missing:
-        _err().print(
+        err().print(
             f"[yellow]note:[/] no schedule with id {', '.join(escape(repr(i)) for i in missing)}",
             soft_wrap=True,
         )
     if n < len(found):
-        _err().print(f"[yellow]note:[/] {len(found) - n} {unchanged}", soft_wrap=True)
+        err().print(f"[yellow]note:[/] {len(found) - n} {unchanged}", soft_wrap=True)
 
 
 @schedules_cli.command("pause")
 def schedules_pause(app_spec: AppArg, ids: ScheduleIdsArg) -> None:
     """Pause schedules: no new runs until resumed (a run in flight finishes)."""
-    with _opened(app_spec) as app:
+    with opened(app_spec) as app:
         _act(app, _distinct(ids), app.pause, "paused", "already paused")
 
 
 @schedules_cli.command("resume")
 def schedules_resume(app_spec: AppArg, ids: ScheduleIdsArg) -> None:
     """Resume paused schedules at their next slot from now (missed slots are not caught up)."""
-    with _opened(app_spec) as app:
+    with opened(app_spec) as app:
         _act(app, _distinct(ids), app.resume, "resumed", "not paused")
 
 
@@ -343,7 +338,7 @@ def schedules_run_now(app_spec: AppArg, ids: ScheduleIdsArg) -> None:
 
     A schedule that has a run queued or in flight already gets no second one.
     """
-    with _opened(app_spec) as app:
+    with opened(app_spec) as app:
         _act(app, _distinct(ids), app.run_now, "queued a run of", "already queued or running")
 
 
@@ -355,7 +350,7 @@ def schedules_rm(
 ) -> None:
     """Remove schedules for good (asks first unless --yes); a run in flight still finishes."""
     targets = _distinct(ids)
-    with _opened(app_spec) as app:
+    with opened(app_spec) as app:
         found = _existing(app, targets)
         if found and not yes:
             typer.confirm(f"Remove {len(found)} schedule(s) for good?", abort=True)

@@ -23,12 +23,22 @@ __all__ = [
     "autoscale_json",
     "dead_letters_json",
     "emit",
+    "json_option",
     "queues_json",
     "schedule_json",
     "status_json",
     "supervisors_json",
     "timestamp",
 ]
+
+
+def json_option(shape: str) -> Any:
+    """A ``--json`` flag whose help gives the shape printed (docs/cli.md has every field)."""
+    return typer.Option(
+        "--json",
+        help=f"Print JSON for scripts instead of tables: {shape}. Times are given as epoch ms "
+        "(*_ms) and as ISO 8601 UTC (*_at); see docs/cli.md.",
+    )
 
 
 def emit(value: dict[str, Any]) -> None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from typing import Annotated, Any
 
+import typer
 from rich.console import Console, JustifyMethod, RenderableType
 from rich.markup import escape
 from rich.measure import Measurement
@@ -34,6 +35,17 @@ WIDE_LIMIT = 1000
 
 #: How much of an error a table shows, even with ``--wide``; the full text is in ``--json``.
 ERROR_WIDTH = 60
+
+#: The ``--wide`` option of a command that prints tables.
+WideOpt = Annotated[
+    bool,
+    typer.Option(
+        "--wide",
+        "-w",
+        help="Every column, each cell in full on one line (wider than 80 columns, maybe than "
+        "the terminal: pipe into less -S).",
+    ),
+]
 
 
 def console(width: int | None = None) -> Console:

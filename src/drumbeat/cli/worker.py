@@ -14,7 +14,9 @@ import typer
 from rich.logging import RichHandler
 
 from drumbeat.autoscale import Autoscaler
-from drumbeat.cli import USAGE_ERROR, AppArg, _err, _fail, _opened, cli
+from drumbeat.cli import cli
+from drumbeat.cli.errors import USAGE_ERROR, err, fail
+from drumbeat.cli.loading import AppArg, opened
 from drumbeat.keys import check_name
 from drumbeat.supervisor import Supervisor
 from drumbeat.which_redis import announce
@@ -126,11 +128,11 @@ def worker(
     if burst and bounds is not None:
         # Each process would see the others' jobs running and wait for them: no one of them
         # knows when the pool as a whole is idle.
-        raise _fail("--burst runs one worker process; it does not go with --processes or "
+        raise fail("--burst runs one worker process; it does not go with --processes or "
                     "--autoscale", USAGE_ERROR)  # fmt: skip
     code, ran = 0, False
     try:
-        with _opened(app_spec) as app:
+        with opened(app_spec) as app:
             _setup_logging(log_level)
             # First, so a machine missing DRUMBEAT_REDIS_URL shows it before anything else.
             announce(app.connections)
@@ -175,34 +177,34 @@ def _queues(spec: str) -> list[str]:
     """The queues of --queues, checked."""
     names = [q.strip() for q in spec.split(",") if q.strip()]
     if not names:
-        raise _fail(f"--queues expects queue names separated by commas, got {spec!r}",
+        raise fail(f"--queues expects queue names separated by commas, got {spec!r}",
                     USAGE_ERROR)  # fmt: skip
     for name in names:
         try:
             check_name(name, "queue name")
         except ValueError as exc:
-            raise _fail(f"--queues: {exc}", USAGE_ERROR) from None
+            raise fail(f"--queues: {exc}", USAGE_ERROR) from None
     return names
 
 
 def _bounds(spec: str, processes: int | None) -> tuple[int, int]:
     """``MIN:MAX`` of --autoscale, checked."""
     if processes is not None:
-        raise _fail("--autoscale and --processes exclude each other (--processes N is a fixed "
+        raise fail("--autoscale and --processes exclude each other (--processes N is a fixed "
                     "pool, --autoscale N:N the same)", USAGE_ERROR)  # fmt: skip
     lo, sep, hi = spec.partition(":")
     if not (sep and lo.isdigit() and hi.isdigit()):
-        raise _fail(f"--autoscale expects MIN:MAX (e.g. 1:8), got {spec!r}", USAGE_ERROR)
+        raise fail(f"--autoscale expects MIN:MAX (e.g. 1:8), got {spec!r}", USAGE_ERROR)
     low, high = int(lo), int(hi)
     if not 1 <= low <= high <= MAX_PROCESSES:
-        raise _fail(f"--autoscale expects 1 <= MIN <= MAX <= {MAX_PROCESSES}, got {spec!r}",
+        raise fail(f"--autoscale expects 1 <= MIN <= MAX <= {MAX_PROCESSES}, got {spec!r}",
                     USAGE_ERROR)  # fmt: skip
     return low, high
 
 
 def _setup_logging(level: LogLevel) -> None:
     """Rich log lines on stderr, unless logging was configured already (then it is kept)."""
-    handler = RichHandler(console=_err(), show_path=False, rich_tracebacks=True)
+    handler = RichHandler(console=err(), show_path=False, rich_tracebacks=True)
     logging.basicConfig(
         level=level.upper(),
         format="%(message)s",
