@@ -75,6 +75,7 @@ SHARD_KEYS: dict[str, str] = {
     "batches": "hash",
     "batchttl": "zset",
     "batchdone": "channel",
+    "batchlist": "zset",
 }
 
 #: The queue a job goes to unless its task or its call names another.
@@ -445,6 +446,12 @@ class Keys:
     def batchdone(self) -> str:
         """The channel a batch's end is told on (its id), for `Batch.wait`."""
         return self.key("batchdone")
+
+    @property
+    def batchlist(self) -> str:
+        """Every batch of the shard until it is forgotten, by the ms it was made (the listing
+        of ``drumbeat batches ls``)."""
+        return self.key("batchlist")
 
     @property
     def supervisors(self) -> str:

@@ -184,7 +184,7 @@ class Scripts:
         k = self.k
         keys = [k.deps, k.dependents, k.edges, k.freed, k.dead, k.errors, k.results, k.expires]
         keys += [k.state, k.uniq, k.signals, k.members, k.batches, k.batchttl, k.batchdone]
-        keys += [k.jobs, k.progress, k.orphans, k.metrics]
+        keys += [k.jobs, k.progress, k.orphans, k.metrics, k.batchlist]
         for name in names:
             keys += [k.ready_of(name), k.wake_of(name)]
         return keys

@@ -8,6 +8,7 @@ clock, so ages are right however far this machine's clock drifts from the worker
 
 from drumbeat.protocol import PRIORITY_SPAN
 
+from .batches import BatchInfo, batch_info, list_batches
 from .dead_letters import DeadLetter, dead_count, dead_letters, purge_dead, retry_dead
 from .queues import (
     WORKER_TTL_LEASES,
@@ -25,6 +26,7 @@ from .schedules import Lateness, ScheduleStats, lateness_summary, schedule_stats
 __all__ = [
     "PRIORITY_SPAN",
     "WORKER_TTL_LEASES",
+    "BatchInfo",
     "DeadLetter",
     "Lateness",
     "QueueCounts",
@@ -32,10 +34,12 @@ __all__ = [
     "RunningJob",
     "ScheduleStats",
     "WorkerStats",
+    "batch_info",
     "dead_count",
     "dead_letters",
     "lateness_summary",
     "level_range",
+    "list_batches",
     "purge_dead",
     "queue_stats",
     "ready_by_queue",

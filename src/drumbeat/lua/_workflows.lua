@@ -18,7 +18,7 @@
 --
 -- `w`, the keys and names a settle needs: deps, dependents, edges, state, uniq, dead, errors,
 -- results, expires, freed, signals, members, batches, batchttl, batchdone, jobs, progress,
--- orphans, metrics (keys); names, readies, wakes (queue names as queue_index takes them, the default one first,
+-- orphans, metrics, batchlist (keys); names, readies, wakes (queue names as queue_index takes them, the default one first,
 -- and their `ready` and `wake` keys); ttl_ms (outcome TTL of the dependents dead-lettered
 -- here); before = {}, buried = {} and todo = {} (filled here).
 
@@ -272,7 +272,7 @@ local function count_member(w, id, how, now, bid)
 end
 
 -- Forgets an ended batch whose time is up (reap.lua): its fields, those of the members that
--- did not succeed included (O(those), once).
+-- did not succeed included (O(those), once), and its entry in `batchlist`.
 local function forget_batch(w, bid)
   local f = tonumber(redis.call('HGET', w.batches, bid .. '|f') or '0')
   redis.call('HDEL', w.batches, bid, bid .. '|n', bid .. '|left', bid .. '|ko',
@@ -283,6 +283,7 @@ local function forget_batch(w, bid)
     redis.call('HDEL', w.batches, unpack(fields))
   end
   redis.call('ZREM', w.batchttl, bid)
+  redis.call('ZREM', w.batchlist, bid)
 end
 
 -- Settles what `w.todo` holds ({id, how} of jobs that ended): counts each in its batch, and
@@ -360,9 +361,9 @@ end
 
 -- `w` from KEYS[base + 1 ..] as scripts.py passes them (`Scripts._workflow_keys`): deps,
 -- dependents, edges, freed, dead, errors, results, expires, state, uniq, signals, members,
--- batches, batchttl, batchdone, jobs, progress, orphans, metrics, then the ready and wake keys
--- of each queue in `names` (queue names, the default one first).
-local WORKFLOW_KEYS = 19
+-- batches, batchttl, batchdone, jobs, progress, orphans, metrics, batchlist, then the ready and
+-- wake keys of each queue in `names` (queue names, the default one first).
+local WORKFLOW_KEYS = 20
 local function workflow_keys(base, names, ttl_ms)
   local w = {deps = KEYS[base + 1], dependents = KEYS[base + 2], edges = KEYS[base + 3],
              freed = KEYS[base + 4], dead = KEYS[base + 5], errors = KEYS[base + 6],
@@ -370,7 +371,7 @@ local function workflow_keys(base, names, ttl_ms)
              uniq = KEYS[base + 10], signals = KEYS[base + 11], members = KEYS[base + 12],
              batches = KEYS[base + 13], batchttl = KEYS[base + 14], batchdone = KEYS[base + 15],
              jobs = KEYS[base + 16], progress = KEYS[base + 17], orphans = KEYS[base + 18],
-             metrics = KEYS[base + 19], names = names, readies = {},
+             metrics = KEYS[base + 19], batchlist = KEYS[base + 20], names = names, readies = {},
              wakes = {}, ttl_ms = ttl_ms, before = {}, buried = {}, todo = {}}
   for q = 1, #names do
     w.readies[q] = KEYS[base + WORKFLOW_KEYS + 2 * q - 1]

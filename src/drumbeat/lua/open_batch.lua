@@ -115,6 +115,7 @@ if mode ~= 'add' then
     nested[#nested + 1] = id
   end
   write_batch_head(w, bid, h)
+  redis.call('ZADD', w.batchlist, now, bid)  -- listed (`drumbeat batches ls`) until forgotten
   if parent ~= '' then
     nested[#nested + 1] = bid
     for _, id in ipairs(nested) do redis.call('HSET', w.members, id, parent) end
