@@ -21,8 +21,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from drumbeat.cli import shapes
 from drumbeat.cli.schedules import cadence_text, schedule_state
+from drumbeat.cli.shapes import schedule_json as cli_schedule_json
+from drumbeat.cli.shapes import timestamp
 from drumbeat.errors import InvalidJob
 from drumbeat.schedules import ScheduleInfo, reads
 from drumbeat.schedules.plans import drive
@@ -108,7 +109,7 @@ def schedule_json(info: ScheduleInfo, now_ms: int) -> dict[str, Any]:
     cadence as text and how overdue its next one is."""
     due = info.next_due_ms
     return {
-        **shapes.schedule_json(info, schedule_state(info)),
+        **cli_schedule_json(info, schedule_state(info)),
         "cadence_text": cadence_text(info.cadence),
         "overdue_ms": max(0, now_ms - due) if due is not None else None,
     }
@@ -145,7 +146,7 @@ def search_json(app: App, prefix: str, cursor: Cursor | None, limit: int = PAGE)
         listed = [s for s in listed if s.id != prefix]
     now_ms = _now_ms(app)
     return {
-        **shapes.timestamp("now", now_ms),
+        **timestamp("now", now_ms),
         "prefix": prefix,
         "total": None if prefix else app.scheduler.count(app.redis),
         "schedules": [schedule_json(s, now_ms) for s in listed],

@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from drumbeat import admin, metrics, scale_signal
-from drumbeat.cli import shapes
+from drumbeat.cli.shapes import dead_letters_json, status_json
 
 from . import charts
 from .jobs import JobsPages
@@ -63,9 +63,7 @@ def overview_json(app: App) -> dict[str, Any]:
     stats = admin.queue_stats(app)
     schedules = admin.schedule_stats(app)
     signal = scale_signal.read_signal(app)
-    out = shapes.status_json(
-        app.settings.namespace, stats, schedules, signal, app.settings.concurrency
-    )
+    out = status_json(app.settings.namespace, stats, schedules, signal, app.settings.concurrency)
     out["queues"] = {q: list(counts) for q, counts in admin.ready_by_queue(stats).items()}
     out["parked_by_queue"] = {q.name: q.parked for q in stats.queues}
     out["paused_queues"] = [q.name for q in stats.queues if q.paused]
@@ -75,7 +73,7 @@ def overview_json(app: App) -> dict[str, Any]:
 
 def dead_json(app: App, limit: int = DEAD_PAGE) -> dict[str, Any]:
     """``drumbeat dead --json``: the newest ``limit`` dead letters and how many there are."""
-    return shapes.dead_letters_json(admin.dead_letters(app, limit), admin.dead_count(app))
+    return dead_letters_json(admin.dead_letters(app, limit), admin.dead_count(app))
 
 
 def _environment() -> Environment:
