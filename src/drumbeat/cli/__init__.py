@@ -253,22 +253,18 @@ def status(
         print_table(table, wide=wide)
 
 
-# cli/batches.py, being written beside this split, still imports these two by their old names;
-# they go once it takes `loading.opened` and `tables.console`.
-_opened = opened
-_out = console
-
-
 # -- the other commands ------------------------------------------------------------------------
 
 # Imported last: `worker`, `dashboard` and `embedded` register their commands on `cli` above.
 from drumbeat.cli import dashboard as _dashboard_command  # noqa: E402, F401
 from drumbeat.cli import embedded as _embedded_command  # noqa: E402, F401
 from drumbeat.cli import worker as _worker_command  # noqa: E402, F401
+from drumbeat.cli.batches import batches_cli  # noqa: E402
 from drumbeat.cli.dead import dead_cli  # noqa: E402
 from drumbeat.cli.queues import queues_cli  # noqa: E402
 from drumbeat.cli.schedules import schedules_cli  # noqa: E402
 
+cli.add_typer(batches_cli, name="batches")
 cli.add_typer(dead_cli, name="dead")
 cli.add_typer(queues_cli, name="queues")
 cli.add_typer(schedules_cli, name="schedules")
