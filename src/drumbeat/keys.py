@@ -10,19 +10,15 @@ checks the two agree.
 from __future__ import annotations
 
 import hashlib
-import os
-import re
 from dataclasses import dataclass, field
 
-PREFIX = "drumbeat"
+# Names are checked in names.py and job ids made in job_ids.py; much of the package still
+# imports them from here, so they are re-exported (``x as x`` is an export to mypy).
+from drumbeat.job_ids import job_shard_of as job_shard_of  # noqa: PLC0414 - re-exported
+from drumbeat.job_ids import new_job_id as new_job_id  # noqa: PLC0414 - re-exported
+from drumbeat.names import check_name as check_name  # noqa: PLC0414 - re-exported
 
-# Namespaces, task names, dedup keys and job ids end up inside keys, hash fields and the
-# `|`-separated job state that Lua parses, so they may not contain braces (hash tags),
-# whitespace, `|` or other control characters.
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/+=-]*")
-# Task names default to `module.qualname`, which holds `<locals>` for nested functions.
-_TASK_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@/+=<>-]*")
-MAX_NAME_LENGTH = 200
+PREFIX = "drumbeat"
 
 #: The per-shard keys, with the Redis type each one has. ``docs/redis-keys.md`` lists the same.
 SHARD_KEYS: dict[str, str] = {
@@ -115,43 +111,8 @@ def bucket_of(schedule_id: str) -> int:
 #: ``<name>:<limiter key>``.
 LIMIT_KEYS: dict[str, str] = {"limit": "hash", "permits": "zset", "parked": "zset"}
 
-#: A job of job shard k > 0 has the id ``<32 hex digits>.<k>``, one of the main shard the 32 hex
-#: digits alone: a `Job` call finds its shard from the id, with no lookup.
-_SHARDED_JOB_ID = re.compile(r"[0-9a-f]{32}\.([1-9][0-9]*)")
-
-
-def new_job_id(shard: int = 0) -> str:
-    """A fresh job id that names job shard ``shard``."""
-    hexed = os.urandom(16).hex()
-    return hexed if shard == 0 else f"{hexed}.{shard}"
-
-
-def job_shard_of(job_id: str) -> int:
-    """The job shard a job id names (0, the main shard, for any id not made by `new_job_id`
-    for another one: a schedule's run is found through its schedule)."""
-    m = _SHARDED_JOB_ID.fullmatch(job_id)
-    return int(m[1]) if m else 0
-
-
 #: Keys made per job; each one has a Redis expiry.
 JOB_KEYS: dict[str, str] = {"done": "list"}
-
-
-def check_name(value: str, what: str) -> str:
-    """Return ``value`` if it is safe inside the key schema, else raise ``ValueError``."""
-    pattern = _TASK_NAME if what == "task name" else _NAME
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
-    if len(value) > MAX_NAME_LENGTH:
-        raise ValueError(
-            f"{what} is {len(value)} characters long; at most {MAX_NAME_LENGTH} are allowed"
-        )
-    if not pattern.fullmatch(value):
-        raise ValueError(
-            f"{what} {value!r} has characters that would break the Redis key schema; use letters, "
-            "digits and _ . : @ / + = - (starting with a letter or digit)"
-        )
-    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from .errors import InvalidJob
-from .keys import MAX_NAME_LENGTH, WHEEL_BUCKETS, bucket_of, check_name
+from .keys import WHEEL_BUCKETS, bucket_of
+from .names import MAX_NAME_LENGTH, check_name
 from .protocol import FIELD_SEP, OLD_SCHEDULE_FIELDS, PAUSED_FLAG, SCHEDULE_FIELDS
 from .protocol import RUN_PREFIX as RUN_PREFIX  # noqa: PLC0414 (worker, runner import it here)
 from .serialization import CODECS, Codec
