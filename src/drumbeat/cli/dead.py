@@ -126,7 +126,11 @@ def _dead_table(letters: list[admin.DeadLetter], total: int, now_ms: int, *, wid
 
 @dead_cli.command("retry")
 def dead_retry(app_spec: AppArg, ids: IdsArg = None, all_: AllOpt = False) -> None:
-    """Requeue dead letters with a fresh set of attempts."""
+    """Requeue dead letters with a fresh set of attempts.
+
+    The dependents that a retried job dead-lettered (its dependency failed) come back to wait
+    for it, not counted here: they run once it completed (docs/workflows.md).
+    """
     with reported():
         targets = _targets(ids, all_, "retry")
     with opened(app_spec) as app:
@@ -163,6 +167,10 @@ def dead_purge(
 def _skipped(n: int, verb: str) -> None:
     err().print(
         f"[yellow]note:[/] {n} id(s) were not {verb}: not in the dead-letter set"
-        + (" (or without a job record)" if verb == "requeued" else ""),
+        + (
+            " (or without a job record, or back to wait for a dependency retried with it)"
+            if verb == "requeued"
+            else ""
+        ),
         soft_wrap=True,
     )
