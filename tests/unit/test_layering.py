@@ -12,13 +12,6 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "drumbeat"
 MAX_LINES = 450
 
-# Modules over MAX_LINES that other engineers are splitting now (issue 30, item 5); the lead
-# empties this as their splits land.
-_NOT_YET_SPLIT = {
-    "drumbeat/cli/__init__.py",
-    "drumbeat/keys.py",
-}
-
 # Private names of other owners that a module may reach: (module, name) -> why.
 _ALLOWED_PRIVATE = {
     ("drumbeat/cli/worker.py", "_exit"): "os._exit: the worker command leaves without "
@@ -27,16 +20,6 @@ _ALLOWED_PRIVATE = {
     ("drumbeat/worker/liveness.py", "_current_frames"): "sys._current_frames: the stacks of "
     "a stuck job's threads, for the log",
 }
-
-# The cli modules import cli/__init__.py's private helpers (_err, _out, _opened, ...): that
-# module is being split now, and its helpers get public names there. Tolerated until then.
-_PENDING_PACKAGE = "drumbeat.cli"
-
-# The one cycle known now: the CLI imports the dashboard (lazily, to serve it) and the
-# dashboard's pages import drumbeat.cli.shapes and drumbeat.cli.schedules, so the cli package.
-# cli/__init__.py is being split now; a cycle within the two is tolerated until then, any
-# other fails.
-_KNOWN_CYCLE = ("drumbeat.cli", "drumbeat.dashboard")
 
 
 def _modules() -> list[Path]:
@@ -56,10 +39,6 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
-def _within(module: str, package: str) -> bool:
-    return module == package or module.startswith(package + ".")
-
-
 def _source(path: Path, node: ast.ImportFrom) -> str:
     """The module a ``from ... import`` in ``path`` reads, its relative dots resolved."""
     if not node.level:
@@ -72,11 +51,7 @@ def _source(path: Path, node: ast.ImportFrom) -> str:
 
 
 def test_modules_are_short() -> None:
-    long = {
-        _name(p): n
-        for p in _modules()
-        if (n := len(p.read_text().splitlines())) > MAX_LINES and _name(p) not in _NOT_YET_SPLIT
-    }
+    long = {_name(p): n for p in _modules() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (split them by concept): {long}"
 
 
@@ -105,13 +80,10 @@ def _private_uses(path: Path) -> set[tuple[str, str]]:
     from a drumbeat module, or read as an attribute of anything but ``self`` / ``cls``."""
     tree = ast.parse(path.read_text(), str(path))
     own = _own_names(tree)
-    pending = _within(_dotted(path), _PENDING_PACKAGE)
     found: set[tuple[str, str]] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             source = _source(path, node)
-            if pending and _within(source, _PENDING_PACKAGE):
-                continue
             if source.split(".")[0] == "drumbeat":
                 found |= {(_name(path), a.name) for a in node.names if _private(a.name)}
             elif any(_private(part) for part in source.split(".")):
@@ -196,7 +168,6 @@ def _cycles() -> list[list[str]]:
 
 
 def test_no_import_cycles() -> None:
-    known = [c for c in _cycles() if all(any(_within(m, p) for p in _KNOWN_CYCLE) for m in c)]
-    cycles = [c for c in _cycles() if c not in known]
+    cycles = _cycles()
     if cycles:
         pytest.fail(f"modules that import each other at run time: {cycles}")
