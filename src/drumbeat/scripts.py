@@ -331,16 +331,33 @@ class Scripts:
         of field, increment."""
         return Call("tally", [self.k.metrics, self.k.throughput], fields, int)
 
-    def count_pending(self, queues: Sequence[str], window_ms: int, limit: int) -> Call[list[int]]:
+    def count_pending(
+        self,
+        queues: Sequence[str],
+        window_ms: int,
+        limit: int,
+        *,
+        cutoff_ms: int | None = None,
+        slots: Sequence[int] = (),
+    ) -> Call[list[int]]:
         """The work pending on this shard in ``queues`` (the default one first): [ready, due
-        within ``window_ms``, held, parked, ms until the first due one counted (-1: none), jobs
-        waiting in paused queues (not in the counts before)]; ``limit`` bounds the entries
-        read from each `due`."""
+        within ``window_ms``, held, parked, ms until the first due one counted (-1: none), work
+        waiting in paused queues, schedule runs due, the cutoff, then the slots to pass next];
+        ``limit`` bounds the entries read from each `due` and the slots listed.
+
+        Args:
+            cutoff_ms: every run of a time slot due by it counts (-1: Redis' now, which the
+                reply gives back); None: schedule runs are not counted.
+            slots: the slots the last reply listed (their `slot:<ms>` keys are read).
+        """
         k = self.k
-        keys = [k.leases, k.busy, k.parking, k.pauses]
+        keys = [k.leases, k.busy, k.parking, k.pauses, k.slots]
         for queue in queues:
             keys += [k.ready_of(queue), k.due_of(queue)]
-        return Call("count_pending", keys, [window_ms, limit, *queues], parse_ints)
+        keys += [k.slot(ms) for ms in slots]
+        cutoff = "" if cutoff_ms is None else cutoff_ms
+        args = [window_ms, limit, len(queues), cutoff, *queues, *slots]
+        return Call("count_pending", keys, args, parse_ints)
 
     def pause_queue(self, queue: str) -> Call[int]:
         """Adds ``queue`` to this shard's copy of `pauses`; 1 if it was not paused there."""

@@ -12,9 +12,7 @@ from typing import TYPE_CHECKING
 
 from drumbeat import connections
 from drumbeat.errors import NotIdle
-from drumbeat.keys import DEFAULT_QUEUE, Keys
-from drumbeat.replies import parse_ints
-from drumbeat.scripts import Call
+from drumbeat.keys import DEFAULT_QUEUE
 
 from .hooks import JobEnd, JobInfo
 from .main import tune_gc
@@ -25,6 +23,7 @@ if TYPE_CHECKING:
     import redis.asyncio as aredis
 
     from drumbeat.app import App
+    from drumbeat.scripts import Scripts
 
 log = logging.getLogger("drumbeat.worker")
 
@@ -82,42 +81,12 @@ class Pending:
         return text
 
 
-def count_pending(
-    k: Keys,
-    queues: Sequence[str],
-    window_ms: int,
-    limit: int,
-    *,
-    cutoff_ms: int | None = None,
-    slots: Sequence[int] = (),
-) -> Call[list[int]]:
-    """count_pending.lua on the shard of ``k``: the work pending in ``queues`` (the default one
-    first), [ready, due within ``window_ms``, held, parked, ms until the first due one counted
-    (-1: none), work waiting in paused queues, schedule runs due, the cutoff, then the slots
-    to pass next]; ``limit`` bounds the entries read from each `due` and the slots listed.
-
-    Args:
-        cutoff_ms: every run of a time slot due by it counts (-1: Redis' now, which the reply
-            gives back); None: schedule runs are not counted.
-        slots: the slots the last reply listed (their `slot:<ms>` keys are read).
-    """
-    # Beside its one caller: `Scripts.count_pending` (scripts.py) is the wrapper of the
-    # script's old contract, to go once that module's split has landed.
-    keys = [k.leases, k.busy, k.parking, k.pauses, k.slots]
-    for queue in queues:
-        keys += [k.ready_of(queue), k.due_of(queue)]
-    keys += [k.slot(ms) for ms in slots]
-    cutoff = "" if cutoff_ms is None else cutoff_ms
-    args = [window_ms, limit, len(queues), cutoff, *queues, *slots]
-    return Call("count_pending", keys, args, parse_ints)
-
-
 @dataclass(slots=True)
 class _Shard:
-    """One shard `Reader` reads: its keys, the queues it holds for the worker, and what the
+    """One shard `Reader` reads: its scripts, the queues it holds for the worker, and what the
     last read learnt of its time slots."""
 
-    keys: Keys
+    scripts: Scripts
     queues: Sequence[str]
     slotted: bool
     """It holds schedules, and the worker runs them (it serves the default queue)."""
@@ -142,7 +111,7 @@ class Reader:
                 # Schedules live in the main shard and the schedule shards apart; the lane
                 # (there when the worker serves the default queue) runs them.
                 slotted = worker.lane is not None and (i == 0 or i >= jobs)
-                self.shards.append(_Shard(shard.k, queues, slotted))
+                self.shards.append(_Shard(shard, queues, slotted))
 
     async def read(self, client: aredis.Redis, window: float) -> Pending:
         """What is left.
@@ -155,8 +124,8 @@ class Reader:
         replies: list[list[int]] = []
         for s in self.shards:
             cutoff = s.cutoff if s.slotted else None
-            call = count_pending(
-                s.keys, s.queues, window_ms, DUE_READ, cutoff_ms=cutoff, slots=s.slots
+            call = s.scripts.count_pending(
+                s.queues, window_ms, DUE_READ, cutoff_ms=cutoff, slots=s.slots
             )
             reply = await call.arun(client)
             if s.slotted:
