@@ -44,9 +44,7 @@ if PEER == "celery":
 
     # the Redis broker and the Redis result backend (a chord needs a backend), else defaults
     celery_app = Celery("wfbench", broker=BROKER_URL, backend=BROKER_URL)
-    celery_app.conf.update(
-        worker_hijack_root_logger=False, broker_connection_retry_on_startup=True
-    )
+    celery_app.conf.update(worker_hijack_root_logger=False, broker_connection_retry_on_startup=True)
 
     @celery_app.task(name="wf.noop")
     def c_noop() -> None:
