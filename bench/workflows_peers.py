@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -131,14 +132,24 @@ def _enqueue(system: str, apps: Any, url: str, n: int) -> Any:
 
     q = Queue("default", connection=redis.Redis.from_url(url))
     members = q.enqueue_many([Queue.prepare_data(apps.noop) for _ in range(n)])
-    q.enqueue(apps.callback, depends_on=members)
-    return q
+    return q.enqueue(apps.callback, depends_on=members)
 
 
-def _reached(system: str, handle: Any, url: str, n: int) -> int:
+def _send(sent: dict[str, Any], system: str, apps: Any, url: str, *, n: int, t0: float) -> None:
+    """`_enqueue` in a thread of its own; what it sent, its time or its error go in ``sent``."""
+    try:
+        sent["handle"] = _enqueue(system, apps, url, n)
+        sent["enqueue_s"] = time.time() - t0
+    except Exception as exc:
+        sent["error"] = exc
+
+
+def _reached(system: str, handle: Any, url: str, n: int) -> int | None:
     """Members ended so far (read from the system's own records, the members log nothing;
     the callback's own record, once it ran, is not counted)."""
     if system == "drumbeat":
+        if handle is None:
+            return None  # its one MULTI had not returned
         status = handle.status()
         return min(n, int(status.succeeded + status.failed))
     if system == "celery":
@@ -146,7 +157,11 @@ def _reached(system: str, handle: Any, url: str, n: int) -> int:
 
         with redis.Redis.from_url(url) as r:
             return min(n, sum(1 for _ in r.scan_iter("celery-task-meta-*", count=1000)))
-    return min(n, int(handle.finished_job_registry.count + handle.failed_job_registry.count))
+    import redis
+    from rq import Queue
+
+    q = Queue("default", connection=redis.Redis.from_url(url))
+    return min(n, int(q.finished_job_registry.count + q.failed_job_registry.count))
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -184,23 +199,31 @@ def run_one(system: str, n: int, bound: float) -> dict[str, Any]:
         try:
             _warm_up(system, apps, broker.url, lc, procs=procs, logs=logs)
             result["warm_pids"] = len(set(lc.lrange("warm", 0, -1)))
+            sent: dict[str, Any] = {}
             t0 = time.time()
-            handle = _enqueue(system, apps, broker.url, n)
-            result["enqueue_s"] = time.time() - t0
+            # the enqueue in a thread: RQ's can outlast the bound itself
+            thread = threading.Thread(target=_send, args=(sent, system, apps, broker.url),
+                                      kwargs={"n": n, "t0": t0}, daemon=True)  # fmt: skip
+            thread.start()
             got = None
-            while got is None and time.time() - t0 < bound:
+            while got is None and time.time() - t0 < bound and "error" not in sent:
                 # short BLPOPs: redis-py 8 reads with a socket timeout of its own
                 got = lc.blpop(["callback"], timeout=1)
+            if "error" in sent:
+                raise sent["error"]
+            result["enqueue_s"] = sent.get("enqueue_s")  # None: still enqueueing at the bound
             if got is not None:
                 result["finished"] = True
                 result["seconds"] = float(got[1]) - t0
                 time.sleep(1.0)  # a second callback, if any, would show here
                 result["callbacks"] = 1 + int(lc.llen("callback"))
-            else:
+            else:  # stopped at the bound (an enqueue still running is left to its thread)
                 result["finished"] = False
                 result["seconds"] = time.time() - t0
                 result["callbacks"] = 0
-            result["reached"] = _reached(system, handle, broker.url, n)
+            result["reached"] = _reached(system, sent.get("handle"), broker.url, n)
+            if got is not None:
+                thread.join(30)
         finally:
             lc.close()
             _stop(procs)
@@ -221,6 +244,10 @@ def parse_result(stdout: str) -> dict[str, Any]:
     raise ValueError("no RESULT line in the child's output")
 
 
+def _enqueue_times(rows: list[dict[str, Any]]) -> list[float]:
+    return [float(r["enqueue_s"]) for r in rows if r.get("enqueue_s") is not None]
+
+
 def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Per system: its finished runs' seconds, their median, and whether every run finished;
     a ratio to drumbeat's median (peer / drumbeat) where both finished."""
@@ -233,12 +260,22 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]
             "median": statistics.median(done) if all_done else None,
             "finished": all_done,
             "unfinished": [r for r in rows if not r.get("finished")],
-            "enqueue": statistics.median(float(r["enqueue_s"]) for r in rows) if rows else None,
+            "enqueue": statistics.median(enq) if (enq := _enqueue_times(rows)) else None,
         }
     base = out.get("drumbeat", {}).get("median")
     for row in out.values():
         row["ratio"] = row["median"] / base if base and row["median"] is not None else None
     return out
+
+
+def _run_note(row: dict[str, Any]) -> str:
+    enq = row.get("enqueue_s")
+    reached = row.get("reached")
+    return ", ".join([
+        f"enqueue {enq:.2f} s" if enq is not None else "its enqueue call had not returned",
+        f"{reached:,} members ended" if reached is not None else "members ended unknown",
+        f"callbacks {row.get('callbacks')}, warm pids {row.get('warm_pids')}",
+    ])  # fmt: skip
 
 
 def format_table(summary: dict[str, dict[str, Any]], n: int, bound: float) -> str:
@@ -260,9 +297,10 @@ def format_table(summary: dict[str, dict[str, Any]], n: int, bound: float) -> st
         what = f"{reached:,} of {n:,} members ended" if reached is not None else "?"
         base = summary.get("drumbeat", {}).get("median")
         ratio = f"> {bound / base:.0f}x slower" if base else "-"
+        enq = enq if row["enqueue"] is not None else "unreturned"
         lines.append(
-            f"{system:10}{'> ' + format(bound, '.0f') + ' s':>10}  "
-            f"{'not finished: ' + what:26}{enq:>10}  {ratio}"
+            f"{system:10}{'> ' + format(bound, '.0f') + ' s':>10}  {'-':26}{enq:>10}  {ratio}; "
+            f"not finished: {what} at the bound"
         )
     return "\n".join(lines)
 
@@ -353,9 +391,7 @@ def compare(command: str, n: int, runs: int, bound: float, systems: Sequence[str
                 row = _child(system, n, bound)
                 results[system].append(row)
                 state = f"{row['seconds']:.2f} s" if row["finished"] else "not finished"
-                print(f"  run {i + 1} {system}: {state}, enqueue {row['enqueue_s']:.2f} s, "
-                      f"{row['reached']:,} members ended, callbacks {row['callbacks']}, "
-                      f"warm pids {row['warm_pids']}", flush=True)  # fmt: skip
+                print(f"  run {i + 1} {system}: {state}, {_run_note(row)}", flush=True)
         end = os.getloadavg()
     summary = summarize(results)
     table = format_table(summary, n, bound)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from bench.workflows_peers import format_table, parse_result, summarize
+from bench.workflows_peers import _run_note, format_table, parse_result, summarize
 
 
 def _run(system: str, seconds: float, finished: bool = True, reached: int = 100) -> dict:
@@ -49,3 +49,12 @@ def test_a_peer_stopped_at_the_bound_has_no_median_and_says_what_it_reached() ->
     assert "> 150x slower" in rq_line, rq_line
     db_line = next(x for x in table.splitlines() if x.startswith("drumbeat"))
     assert "2.00 s" in db_line and "1.0x" in db_line, db_line
+
+
+def test_a_peer_still_enqueueing_at_the_bound_is_told_apart() -> None:
+    row = {**_run("rq", 300.2, finished=False, reached=968), "enqueue_s": None}
+    summary = summarize({"drumbeat": [_run("drumbeat", 2.0)], "rq": [row]})
+    assert summary["rq"]["enqueue"] is None
+    rq_line = next(x for x in format_table(summary, 2_000, 300).splitlines() if x.startswith("rq"))
+    assert "unreturned" in rq_line and "968 of 2,000 members ended" in rq_line, rq_line
+    assert _run_note(row).startswith("its enqueue call had not returned, 968 members ended")
