@@ -10,7 +10,7 @@ M equal ranges), picks a namespace whose J = ``--shards-per-master`` x M job sha
 on the masters (`Keys.job_keys`), and enqueues ``--jobs`` no-op jobs with ``App(url,
 job_shards=J).enqueue_many`` calls of at most ``batch_limit`` (500) jobs, a multiple of J of
 them: a producer sends each script call's jobs (at most ``batch_limit``) to the next shard in
-turn, so every shard gets as many calls (checked from the enqueued ids, `keys.job_shard_of`).
+turn, so every shard gets as many calls (checked from the enqueued ids, `job_ids.job_shard_of`).
 Then it runs ``drumbeat worker bench.cluster_jobs_app:app --processes W --concurrency C`` on
 the ``redis+cluster://`` URL until every shard's ``ready`` and ``leases`` are empty (polled
 every 20 ms, one pipelined round trip per master). The baseline is the same on one plain
@@ -47,7 +47,8 @@ from typing import Any
 from tests.cluster.small import SmallCluster
 
 import drumbeat
-from drumbeat.keys import Keys, job_shard_of
+from drumbeat.job_ids import job_shard_of
+from drumbeat.keys import Keys
 from drumbeat.protocol import LEASES_HELD
 
 from ._cluster import Server, commandstats, costliest, cpu_seconds, even_namespace

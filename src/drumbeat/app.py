@@ -16,7 +16,8 @@ from .config import Settings
 from .enqueueing import Enqueuer
 from .errors import ConfigurationError, InvalidJob, UnknownTask
 from .job import Job
-from .keys import DEFAULT_QUEUE, Keys, job_shard_of
+from .job_ids import job_shard_of
+from .keys import DEFAULT_QUEUE, Keys
 from .limits import Limit, Limits, argument_value, make_limit, make_limits
 from .middleware import Middleware, Producing, instances
 from .resources import Hook, Register, Resources

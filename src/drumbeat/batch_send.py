@@ -15,7 +15,7 @@ from redis.exceptions import RedisClusterException
 
 from .errors import BatchEnded, ConfigurationError, InvalidJob
 from .job import Job
-from .keys import job_shard_of, new_job_id
+from .job_ids import job_shard_of, new_job_id
 from .script_sources import SOURCES
 from .scripts import Call
 from .task import Prepared

@@ -19,7 +19,7 @@ from .batch_send import asend, new_batch_id, send, ttl_ms
 from .connections import MAX_BLOCK
 from .errors import DrumbeatError, JobNotFound, ResultTimeout
 from .job import Job, cancel_call
-from .keys import job_shard_of, new_job_id
+from .job_ids import job_shard_of, new_job_id
 from .scripts import Call
 from .task import Prepared
 

@@ -19,8 +19,10 @@ from redis.exceptions import NoScriptError
 
 from .errors import InvalidJob
 from .job import Job, encode_spec
-from .keys import DEFAULT_QUEUE, check_name, job_shard_of, new_job_id
+from .job_ids import job_shard_of, new_job_id
+from .keys import DEFAULT_QUEUE
 from .middleware import Enqueueing, check_header_size, check_headers
+from .names import check_name
 from .scripts import Call
 from .serialization import check_size, encode_call
 from .task import Prepared, unique_ms_of

@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 
 # Names are checked in names.py and job ids made in job_ids.py; much of the package still
 # imports them from here, so they are re-exported (``x as x`` is an export to mypy).
-from drumbeat.job_ids import job_shard_of as job_shard_of  # noqa: PLC0414 - re-exported
-from drumbeat.job_ids import new_job_id as new_job_id  # noqa: PLC0414 - re-exported
-from drumbeat.names import check_name as check_name  # noqa: PLC0414 - re-exported
+from drumbeat.names import check_name
 
 PREFIX = "drumbeat"
 

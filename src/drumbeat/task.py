@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypedDict, 
 
 from .errors import InvalidJob
 from .job import Job
-from .keys import DEFAULT_QUEUE, check_name
+from .keys import DEFAULT_QUEUE
 from .limits import Limits, make_limits
 from .middleware import check_headers
+from .names import check_name
 from .protocol import MAX_PRIORITY as MAX_PRIORITY  # noqa: PLC0414 (the CLI imports it here)
 from .protocol import MIN_PRIORITY as MIN_PRIORITY  # noqa: PLC0414 (the CLI imports it here)
 from .workflows import DependsOn, dependencies

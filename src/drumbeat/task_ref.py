@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, Unpack
 
 from .errors import InvalidJob
 from .job import Job
-from .keys import DEFAULT_QUEUE, check_name
+from .keys import DEFAULT_QUEUE
+from .names import check_name
 from .task import LIMIT_OPTIONS, Bound, CallOptions, Options, Prepared, Task, call_options
 
 if TYPE_CHECKING:

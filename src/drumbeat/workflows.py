@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .errors import InvalidJob, UnknownDependency
 from .job import Job
-from .keys import job_shard_of, new_job_id
+from .job_ids import job_shard_of, new_job_id
 from .protocol import RUN_PREFIX
 
 if TYPE_CHECKING:

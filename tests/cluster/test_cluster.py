@@ -13,7 +13,8 @@ import redis
 
 import drumbeat
 from drumbeat import admin, cluster, connections
-from drumbeat.keys import Keys, job_shard_of
+from drumbeat.job_ids import job_shard_of
+from drumbeat.keys import Keys
 from drumbeat.worker.routing import Nodes, Routed
 from tests.cluster.conftest import ClusterServer
 from tests.conftest import running_worker

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 import drumbeat
-from drumbeat.keys import job_shard_of
+from drumbeat.job_ids import job_shard_of
 from drumbeat.testing import run_until_idle
 from tests.cluster.conftest import ClusterServer
 from tests.conftest import running_worker

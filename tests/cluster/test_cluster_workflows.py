@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 import drumbeat
-from drumbeat.keys import job_shard_of
+from drumbeat.job_ids import job_shard_of
 from tests.cluster.conftest import ClusterServer
 from tests.conftest import running_worker
 

@@ -12,7 +12,7 @@ import redis
 
 import drumbeat
 from drumbeat import admin, autoscale
-from drumbeat.keys import job_shard_of
+from drumbeat.job_ids import job_shard_of
 from drumbeat.testing import arun_until_idle
 from tests.conftest import running_worker
 from tests.helpers import leased, wait_for_async

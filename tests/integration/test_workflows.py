@@ -19,6 +19,7 @@ from drumbeat import Dependency, JobStatus, admin, current_job
 from drumbeat.cli.tables import summary_table
 from drumbeat.errors import JobFailed
 from drumbeat.job import encode_success
+from drumbeat.job_ids import job_shard_of
 from drumbeat.testing import arun_until_idle
 from tests.conftest import reap_call
 
@@ -265,7 +266,7 @@ async def test_dependencies_in_another_job_shard_are_refused(
         async def work() -> None: ...
 
         jobs = await app.aenqueue_many([work.prepare(), work.prepare()] * 300)
-        by_shard = {drumbeat.keys.job_shard_of(j.id): j for j in jobs}
+        by_shard = {job_shard_of(j.id): j for j in jobs}
         assert set(by_shard) == {0, 1}
         dependent = await work.options(depends_on=by_shard[1]).aenqueue()
         assert dependent.id.endswith(".1")  # it goes to its dependency's shard

@@ -8,7 +8,7 @@ import redis
 
 import drumbeat
 from drumbeat import JobStatus, admin
-from drumbeat.keys import job_shard_of
+from drumbeat.job_ids import job_shard_of
 from drumbeat.metrics import job_counts
 from drumbeat.testing import arun_until_idle
 

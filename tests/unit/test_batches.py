@@ -8,7 +8,7 @@ import pytest
 import drumbeat
 from drumbeat.batch_send import _plan
 from drumbeat.batches import Batch, BatchStatus
-from drumbeat.keys import job_shard_of
+from drumbeat.job_ids import job_shard_of
 
 
 @pytest.mark.parametrize("job_shards", [1, 3])

@@ -102,7 +102,8 @@ def test_the_default_queue_keeps_the_keys_it_had() -> None:
 
 
 def test_a_job_id_names_its_job_shard() -> None:
-    from drumbeat.keys import Keys, job_shard_of, new_job_id
+    from drumbeat.job_ids import job_shard_of, new_job_id
+    from drumbeat.keys import Keys
 
     assert job_shard_of(new_job_id()) == 0 and "." not in new_job_id()
     assert [job_shard_of(new_job_id(k)) for k in (1, 2, 17)] == [1, 2, 17]

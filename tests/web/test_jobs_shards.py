@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 import drumbeat
-from drumbeat.keys import job_shard_of
+from drumbeat.job_ids import job_shard_of
 from tests.web.conftest import serve
 
 SHARDS = 3

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from drumbeat.errors import SerializationError
 from drumbeat.job import decode_outcome, decode_progress, decode_spec
-from drumbeat.keys import Keys, job_shard_of
+from drumbeat.job_ids import job_shard_of
+from drumbeat.keys import Keys
 from drumbeat.scripts import Call, Scripts
 
 from ._replies import int_or_none, members, pairs

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from drumbeat.keys import DEFAULT_QUEUE, check_name
+from drumbeat.keys import DEFAULT_QUEUE
+from drumbeat.names import check_name
 from drumbeat.scripts import Call
 
 from ._replies import text

@@ -17,7 +17,7 @@ from drumbeat.autoscale import Autoscaler
 from drumbeat.cli import cli
 from drumbeat.cli.errors import USAGE_ERROR, err, fail
 from drumbeat.cli.loading import AppArg, opened
-from drumbeat.keys import check_name
+from drumbeat.names import check_name
 from drumbeat.supervisor import Supervisor
 from drumbeat.which_redis import announce
 from drumbeat.worker import run_worker

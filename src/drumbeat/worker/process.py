@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from drumbeat import connections, resources
 from drumbeat.config import check_concurrency
 from drumbeat.errors import ConfigurationError, WorkerCrashed
-from drumbeat.keys import DEFAULT_QUEUE, check_name
+from drumbeat.keys import DEFAULT_QUEUE
+from drumbeat.names import check_name
 from drumbeat.protocol import MAX_PRIORITY, MIN_PRIORITY
 from drumbeat.runner import Runner
 from drumbeat.schedules.upgrade import move_wheel

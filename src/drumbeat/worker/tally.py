@@ -10,7 +10,7 @@ a dict increment; fields are formatted once per `tally` call.
 The `metrics` hash holds, per task: ``j|<outcome>|<task>`` attempts settled with that outcome,
 ``h|<i>|<task>`` attempts whose run took at most ``DURATION_BUCKETS[i]`` seconds (not
 cumulative; ``i == len(DURATION_BUCKETS)``: longer), and ``s|<task>`` their run time summed in
-microseconds. Task names cannot hold ``|`` (`keys.check_name`), so a field splits unambiguously.
+microseconds. Task names cannot hold ``|`` (`names.check_name`), so a field splits unambiguously.
 """
 
 from __future__ import annotations
