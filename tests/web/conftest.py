@@ -62,9 +62,11 @@ def _missing(what: str) -> None:
     pytest.skip(what)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """A headless Chromium for the session."""
+    """A headless Chromium for the module. Not for the session: Playwright's sync API keeps an
+    event loop running in the main thread while it is open, so a later test of the same worker
+    that calls ``asyncio.run`` (the CLI's, say) would fail."""
     executable = find_chromium()
     if executable is None:
         _missing(MISSING_CHROMIUM)
