@@ -211,6 +211,8 @@ def run_one(system: str, n: int, bound: float) -> dict[str, Any]:
                 got = lc.blpop(["callback"], timeout=1)
             if "error" in sent:
                 raise sent["error"]
+            if got is not None:  # RQ's enqueue call may return just after its callback started
+                thread.join(30)
             result["enqueue_s"] = sent.get("enqueue_s")  # None: still enqueueing at the bound
             if got is not None:
                 result["finished"] = True
@@ -222,8 +224,6 @@ def run_one(system: str, n: int, bound: float) -> dict[str, Any]:
                 result["seconds"] = time.time() - t0
                 result["callbacks"] = 0
             result["reached"] = _reached(system, sent.get("handle"), broker.url, n)
-            if got is not None:
-                thread.join(30)
         finally:
             lc.close()
             _stop(procs)
