@@ -19,6 +19,7 @@ from .query import BadQuery
 
 if TYPE_CHECKING:
     from drumbeat.app import App
+    from drumbeat.keys import Keys
 
 __all__ = [
     "DUE_READS",
@@ -88,12 +89,7 @@ def queued_json(
         *counts, page = pipe.execute()
     listed = [(as_text(member), int(score)) for member, score in page]
     ids = [job_id for job_id, _ in listed]
-    specs, states = [], []
-    if ids:
-        with pipeline(app.redis, transaction=False) as pipe:
-            pipe.hmget(keys.jobs, ids)
-            pipe.hmget(keys.state, ids)
-            specs, states = pipe.execute()
+    specs, states = _records(app, keys, ids)
     jobs = []
     for (job_id, score), spec, raw in zip(listed, specs, states, strict=True):
         state = parse_state(raw)
@@ -166,12 +162,7 @@ def delayed_json(
             byscore=True, offset=skip, num=limit, withscores=True,
         ))  # fmt: skip
         members = [as_text(member) for member, _ in page]
-        specs, states = [], []
-        if members:
-            with pipeline(app.redis, transaction=False) as pipe:
-                pipe.hmget(keys.jobs, members)
-                pipe.hmget(keys.state, members)
-                specs, states = pipe.execute()
+        specs, states = _records(app, keys, members)
         seen = 0
         for member, (_, raw_score), spec, state in zip(members, page, specs, states, strict=True):
             seen += 1
@@ -203,3 +194,14 @@ def delayed_json(
         "jobs": jobs,
         "next": str(DueCursor(score, skip)) if more and score is not None else None,
     }
+
+
+def _records(app: App, keys: Keys, ids: list[str]) -> tuple[list[Any], list[Any]]:
+    """The job records and states of ``ids`` (their places in ``keys``), in one round trip."""
+    if not ids:
+        return [], []
+    with pipeline(app.redis, transaction=False) as pipe:
+        pipe.hmget(keys.jobs, ids)
+        pipe.hmget(keys.state, ids)
+        specs, states = pipe.execute()
+    return specs, states
