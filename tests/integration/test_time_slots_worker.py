@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import AsyncIterator
 
 import pytest
 import redis
@@ -24,9 +25,22 @@ from drumbeat.worker.slotted import SlotLane
 from tests.conftest import running_worker
 from tests.helpers import wait_for_async
 
+_APPS: list[drumbeat.App] = []
+
+
+@pytest.fixture(autouse=True)
+async def _close_apps() -> AsyncIterator[None]:
+    """Closes the test's apps even when it fails before its own `aclose` (else their sockets
+    warn in the next test's teardown)."""
+    yield
+    while _APPS:
+        await _APPS.pop().aclose()
+
 
 def _app(redis_url: str, namespace: str, **settings: object) -> drumbeat.App:
-    return drumbeat.App(redis_url, namespace=namespace, **settings)
+    app = drumbeat.App(redis_url, namespace=namespace, **settings)
+    _APPS.append(app)
+    return app
 
 
 def _now_ms(r: redis.Redis) -> int:
