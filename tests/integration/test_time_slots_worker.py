@@ -54,6 +54,7 @@ def _entries(r: redis.Redis, keys: Keys) -> dict[str, str]:
     for ms in r.zrange(keys.slots, 0, -1):
         for e in r.lrange(keys.slot(int(ms)), 0, -1):
             entry = parse_entry(e.decode(), int(ms))
+            assert entry.schedule_id not in out, f"{entry.schedule_id} waits in two slots"
             out[entry.schedule_id] = entry.record
     return out
 

@@ -191,7 +191,10 @@ class Settler:
                 await self._wanted.wait()
                 self._wanted.clear()
                 await self.flush(link)
-                if self._closing:
+                # An outcome may have come while `flush` sent counts alone, after its last
+                # batch: a close then must still send it (else the stop hands its run back,
+                # and it runs twice).
+                if self._closing and not self.pending:
                     return
         finally:
             if self._tally_timer is not None:
