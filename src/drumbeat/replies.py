@@ -184,6 +184,20 @@ def parse_lent(raw: Any) -> Lent:
 
 
 @dataclass(frozen=True, slots=True)
+class QueuedRuns:
+    """What `SlotScripts.queue_runs` did with each run."""
+
+    statuses: list[int]
+    """Per run: 2 taken by the worker that sent them (in `taken`), 1 queued, 0 refused."""
+    taken: list[Claimed]
+    """The runs taken, in their order, each as a claim gives it."""
+
+
+def parse_queued_runs(raw: Any) -> QueuedRuns:
+    return QueuedRuns([int(x) for x in raw[0]], _claimed(raw, 1))
+
+
+@dataclass(frozen=True, slots=True)
 class Enqueued:
     id: str
     created: bool

@@ -13,8 +13,11 @@ import redis
 
 import drumbeat
 from drumbeat.protocol import QUEUED_AT, RUN_PREFIX
+from drumbeat.replies import Claimed, QueuedRuns
+from drumbeat.schedules.slots import SlotScripts
+from drumbeat.worker.slotted import SlotLane, queue_item
 from tests.conftest import running_worker
-from tests.helpers import wait_for_async
+from tests.helpers import redis_now_ms, wait_for_async
 
 
 def _where(r: redis.Redis, app: drumbeat.App, schedule_id: str) -> bytes | None:
@@ -57,7 +60,10 @@ async def test_limited_and_routed_schedules_wait_in_the_time_slots_and_run_as_jo
     routed = await default.aget_schedule("routed")
     assert routed is not None and routed.queue == "builds"
 
-    async with running_worker(default), running_worker(builder, queues=["builds"]):
+    async with (
+        running_worker(default, queues=["default"]),
+        running_worker(builder, queues=["builds"]),
+    ):
         await wait_for_async(
             lambda: sorted(set(runs)),
             lambda seen: seen == ["limited", "plain", "routed"],
@@ -190,3 +196,55 @@ def test_a_schedule_whose_kind_changes_moves_between_shards(
     assert [i.id for i in app.schedules()] == [sid]
     assert app.pause(sid) == 1 and app.resume(sid) == 1 and app.unschedule(sid) == 1
     app.close()
+
+
+async def test_the_worker_that_serves_its_queue_takes_the_run_as_its_job_unless_paused(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    """A time-slot run of a limited schedule becomes a job its own worker takes at once (it
+    serves the queue): leased to it, never waiting in `ready` for a claim. In a paused queue it
+    waits in `ready`; a run no longer in its slot is refused."""
+
+    @app.task(name="tick")
+    async def tick(i: int) -> None: ...
+
+    limited = [
+        drumbeat.Schedule(sid, "tick", every=3600, args=(i,), concurrency_limit=1)
+        for i, sid in enumerate(("a", "b"))
+    ]
+    await app.aschedule_many(limited)
+    assert await app.arun_now("a", "b") == 2
+    keys = app.scheduler.shards[0]
+    lane = SlotLane("w1", [keys], app.settings, [0])
+    client = await app.aredis()
+    runs: list[Claimed] = []
+    for _ in range(5):  # the first claim learns which slots are due
+        replies = [call.run(r) for call in lane.calls(0, 10, redis_now_ms(r))]
+        runs += (await lane.took(0, replies, client))[1]
+        if len(runs) == 2:
+            break
+    a, b = sorted(runs, key=lambda run: run.id)
+    slots, incarnation = SlotScripts(keys), lane.incarnation[0]
+
+    def queue(run: Claimed) -> QueuedRuns:
+        call = slots.queue_runs(incarnation, "default", [queue_item(run)], taker="w1",
+                                lease_ms=30_000)  # fmt: skip
+        return call.run(r)
+
+    took = queue(a)
+    assert took.statuses == [2]
+    (job,) = took.taken
+    assert (job.id, job.spec, job.attempt) == ("s:a", queue_item(a).record, 1)
+    owner = r.hget(keys.owners, "s:a")
+    assert owner is not None and owner.decode().split("|")[:2] == [str(job.token), "w1"]
+    assert r.zscore(keys.leases, "s:a") is not None
+    assert r.zcard(keys.ready_of("default")) == 0
+    assert _where(r, app, "a") == QUEUED_AT.encode()
+
+    await app.apause_queue("default")
+    queued = queue(b)
+    assert queued.statuses == [1] and queued.taken == []
+    assert r.zrange(keys.ready_of("default"), 0, -1) == [b"s:b"]
+    assert r.hget(keys.owners, "s:b") is None
+
+    assert queue(a).statuses == [0], "sent again (a lost reply): no longer in its slot"

@@ -26,7 +26,7 @@ import redis.asyncio as aredis
 
 from drumbeat.keys import DEFAULT_QUEUE, Keys
 from drumbeat.protocol import FIELD_SEP, RUN_PREFIX
-from drumbeat.replies import parse_ints
+from drumbeat.replies import QueuedRuns, parse_queued_runs
 from drumbeat.scripts import Call
 
 #: Most upcoming slots a claim reply names (UPCOMING in _lib.lua).
@@ -369,17 +369,29 @@ class SlotScripts:
         args: list[str | int] = [back_ms, len(lots), *lots, incarnation, *ids]
         return Call("handback_slots", keys, args, int)
 
-    def queue_runs(self, incarnation: str, queue: str, runs: Sequence[Queueing]) -> Call[list[int]]:
-        """Queues ``runs`` of ``incarnation`` as jobs of ``queue`` for their one attempt
-        (their schedules are limited or routed: queue_runs.lua); 1 queued or 0 refused each."""
+    def queue_runs(
+        self,
+        incarnation: str,
+        queue: str,
+        runs: Sequence[Queueing],
+        *,
+        taker: str = "",
+        lease_ms: int = 0,
+    ) -> Call[QueuedRuns]:
+        """Makes ``runs`` of ``incarnation`` jobs of ``queue`` for their one attempt (their
+        schedules are limited or routed: queue_runs.lua): taken by worker ``taker`` (one that
+        serves the queue) with a lease of ``lease_ms`` unless the queue is paused, else queued
+        in its `ready`."""
         k = self.k
         keys = [k.where, k.jobs, k.state, k.seq, k.busy, k.lateness, k.queues]
-        keys += [k.ready_of(queue), k.wake_of(queue)]
+        keys += [k.ready_of(queue), k.wake_of(queue), k.owners, k.leases, k.fence, k.progress]
+        keys.append(k.pauses)
         args: list[str | bytes | int] = [incarnation, "" if queue == DEFAULT_QUEUE else queue]
+        args += [taker, lease_ms]
         for r in runs:
             args += [r.schedule_id, r.slot_ms, r.record, r.priority, r.run_key, r.stalls,
                      r.claimed_ms]  # fmt: skip
-        return Call("queue_runs", keys, args, parse_ints)
+        return Call("queue_runs", keys, args, parse_queued_runs)
 
     def finish_runs(self, runs: Sequence[tuple[int, Settled]]) -> Call[list[int | tuple[int, str]]]:
         """Settles runs that ran as jobs, each (its claim's token, its settle); see

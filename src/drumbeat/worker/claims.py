@@ -105,6 +105,15 @@ class ClaimTable:
             self._running.pop(claim.key, None)
         self.slot_free.set()
 
+    def rekey(self, claim: Claim, job: Claimed) -> None:
+        """The run goes on as ``job`` (a time-slot run its worker took as a job, with a lease
+        and token of its own): held, and running, under its new key."""
+        running = self._lent if claim.lent else self._running
+        running.pop(claim.key, None)
+        claim.job, claim.key = job, (job.id, job.token)
+        self._held[claim.key] = claim
+        running[claim.key] = claim
+
     def release(self, claim: Claim) -> None:
         """Stops holding the claim: settled, handed back, or given up to its lease."""
         if self._held.get(claim.key) is claim:

@@ -111,7 +111,7 @@ class Worker:
         self._signalled = False
         self._crashed: str | None = None
         self.runner = Runner(app, self.id, self.executor)
-        self.settler = Settler(self.shards, self.table, self.settings)
+        self.settler = Settler(self.shards, self.table, self.settings, self.id, self.queues)
         for shard in self.shards[:jobs]:  # its settles release dependents into what it serves
             # The app's Scripts, which another worker of this process may share: any queue's
             # keys are right to pass, so every worker's queues are kept.

@@ -96,17 +96,21 @@ class Runs:
                 await hooks.before(info)
             try:
                 outcome = await self.runner.run(job, self.now_ms, claim.control, claim)
+                if type(outcome) is Queued and outcome.queue in self.settler.served:
+                    # A limited or routed schedule's run: it becomes a job this worker holds,
+                    # and runs on here as one (its limits acquired as a job's are).
+                    taken = await self.settler.take(claim, outcome)
+                    if taken is None:  # not this worker's to run (`Settler.take`)
+                        return
+                    self.table.rekey(claim, taken)
+                    job = taken
+                    outcome = await self.runner.run(job, self.now_ms, claim.control, claim)
             except asyncio.CancelledError:
                 if not claim.cancelled or claim.lost:
                     raise  # a stop (the claim is handed back) or a lost lease
                 outcome = self.runner.cancelled(job, self.now_ms())  # Job.cancel
             claim.seconds = time.monotonic() - started
-            if isinstance(outcome, Bury):
-                log.error("job %s dead-lettered: %s", job.id, outcome.reason)
-            if isinstance(outcome, Parked):  # no longer claimed: nothing to settle
-                self.table.release(claim)
-            elif not claim.lost:
-                self.settler.add(claim, outcome)
+            self._settle(claim, outcome)
         except asyncio.CancelledError:
             end = "cancelled"
             raise
@@ -125,6 +129,14 @@ class Runs:
                 error = "the worker failed running it" if end == "crashed" else _end_error(outcome)
                 info = info or JobInfo(job)  # a hook added while it ran
                 await hooks.after(JobEnd(info, end, time.monotonic() - started, error))
+
+    def _settle(self, claim: Claim, outcome: Outcome) -> None:
+        if isinstance(outcome, Bury):
+            log.error("job %s dead-lettered: %s", claim.job.id, outcome.reason)
+        if isinstance(outcome, Parked):  # no longer claimed: nothing to settle
+            self.table.release(claim)
+        elif not claim.lost:
+            self.settler.add(claim, outcome)
 
     def cancel(self, job_id: str) -> None:
         """`Job.cancel` of a job this worker may be running (a signal, or the heartbeat)."""

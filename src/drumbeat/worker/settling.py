@@ -2,7 +2,7 @@
 
 Runs end one by one; their outcomes wait in `pending` until the flusher sends every outcome
 that finished while the last batch was in flight, in one write on its own connection. Which
-script settles which outcome, and what it counts, is one table (`KINDS`). Every settled,
+script settles which outcome, and what it counts, is one table (`settle_kinds`). Every settled,
 refused or unsendable claim is released, so no lease is renewed past its job's end.
 """
 
@@ -11,153 +11,49 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import redis
 
 from drumbeat.config import Settings
-from drumbeat.outcomes import (
-    Again,
-    Bury,
-    Cancelled,
-    Done,
-    HandBack,
-    Outcome,
-    Queued,
-    Resettle,
-    RunDone,
-    Unknown,
-)
-from drumbeat.protocol import RUN_PREFIX
+from drumbeat.outcomes import Outcome, Queued, Resettle
 from drumbeat.replies import Claimed
-from drumbeat.schedules.slots import Settled, SlotScripts
+from drumbeat.schedules.slots import SlotScripts
 from drumbeat.scripts import Call, Scripts
 
-from .claims import Claim, ClaimTable
+from .claims import Claim, ClaimKey, ClaimTable
 from .link import Link
 from .retrying import Backoff, is_transient
 from .routing import Routed
-from .slotted import finish_item, handback_ids, handed_back, queue_item, settle_item
+from .settle_kinds import KINDS, QUEUE_KIND, SLOT_KIND, Kind, group_of, slot_item
+from .slotted import handback_ids, handed_back, queue_item
 from .tally import TALLY_INTERVAL, Tally
 
 log = logging.getLogger("drumbeat.worker")
 
 
-@dataclass(frozen=True, slots=True)
-class Kind:
-    """How one type of outcome is settled and counted."""
-
-    what: str
-    """What settling does, for logs."""
-    script: Callable[[Scripts, str, Settings], Callable[[Sequence[Any]], Call[list[int]]]] | None
-    """The script call for a batch of one shard (its `Scripts`) and one queue (None: built by
-    `Settler._calls` itself)."""
-    item: Callable[[Claimed, Any], tuple[Any, ...]]
-    """The script's item for one claim and its outcome; its first two fields are id, token."""
-    counts: Callable[[Any], tuple[int, int]]
-    """(processed, failed) this outcome adds to the worker's counters."""
-    by_queue: bool = False
-    """Its script writes to the job's queue's keys: one call per queue."""
-
-
-def _unknown_wait(settings: Settings) -> tuple[int, int]:
-    """(least, most) ms a job whose task this worker lacks waits before it is claimed again:
-    a second at first, up to a tenth of the grace (at most 10 s), so a worker of a newer deploy
-    gets it soon and one lacking it claims it a few dozen times over the grace at most."""
-    grace_ms = round(settings.unknown_task_grace * 1000)
-    least = min(1000, grace_ms)
-    return least, max(least, min(10_000, grace_ms // 10))
-
-
-def _ttl(settings: Settings) -> int:
-    """Ms the outcome of a dependent dead-lettered with its dependency is kept."""
-    return round(settings.result_ttl * 1000)
-
-
-KINDS: dict[type[Outcome], Kind] = {
-    # Ends of jobs go one call per queue: a dependent of the same queue is released at once
-    # (one of another queue within a `maintenance_interval`, by reap.lua; docs/workflows.md).
-    Done: Kind(
-        "ack", lambda s, q, cfg: lambda items: s.complete(items, (q,), ttl_ms=_ttl(cfg)),
-        lambda j, o: (j.id, j.token, o.outcome, o.ttl_ms, j.extra),
-        lambda o: (1, 0), by_queue=True,
-    ),
-    Again: Kind(
-        "retry", lambda s, q, cfg: lambda items: s.retry(items, q),
-        lambda j, o: (j.id, j.token, o.delay_ms, j.priority),
-        lambda o: (0, 0), by_queue=True,
-    ),
-    Bury: Kind(
-        "dead-letter", lambda s, q, cfg: lambda items: s.bury(items, (q,), ttl_ms=_ttl(cfg)),
-        lambda j, o: (j.id, j.token, o.record, o.ttl_ms),
-        lambda o: (0, 1), by_queue=True,
-    ),
-    Cancelled: Kind(
-        "cancel",
-        lambda s, q, cfg: lambda items: s.complete(items, (q,), cancelled=True, ttl_ms=_ttl(cfg)),
-        lambda j, o: (j.id, j.token, o.record, o.ttl_ms, j.extra),
-        lambda o: (0, 0), by_queue=True,
-    ),
-    HandBack: Kind(
-        "hand-back", lambda s, q, cfg: lambda items: s.handback(items, q),
-        lambda j, o: (j.id, j.token),
-        lambda o: (0, 0), by_queue=True,
-    ),
-    Unknown: Kind(
-        "hand-back (task unknown here)",
-        lambda s, q, cfg: lambda items: s.defer_unknown(items, *_unknown_wait(cfg), queue=q),
-        lambda j, o: (j.id, j.token),
-        lambda o: (0, 0), by_queue=True,
-    ),
-}  # fmt: skip
-
-# A schedule's run, whatever its outcome (a `RunDone`, or the `Resettle` of a schedule changed
-# while it ran), is settled into the time slots: by settle_slots.lua, one call per incarnation,
-# when claimed from them; by finish_runs.lua when it ran as a job. A time-slot run queued as a
-# job (`Queued`) goes by queue_runs.lua, one call per incarnation and queue.
-SLOT_KIND = Kind(
-    "reschedule", None, lambda j, o: (),
-    lambda o: (1, int(o.outcome == "fail")) if isinstance(o, RunDone) else (0, 0),
-)  # fmt: skip
-QUEUE_KIND = Kind("queue as a job", None, lambda j, o: (), lambda o: (0, 0))
-
-
-def _slot_item(job: Claimed, outcome: Outcome) -> Settled:
-    """The settle of a schedule's run (claimed from the time slots, or run as a job)."""
-    if isinstance(outcome, Resettle):
-        sid = job.id[len(RUN_PREFIX) :]
-        slot_ms = 0 if job.slot_run is None else job.slot_run.slot_ms
-        return Settled(sid, outcome.entry, outcome.due_ms, slot_ms, outcome.error)
-    assert isinstance(outcome, RunDone)
-    return settle_item(job, outcome) if job.slot_run is not None else finish_item(job, outcome)
-
-
-def _group_of(claim: Claim, outcome: Outcome) -> tuple[Any, ...]:
-    """The script call an outcome goes in: a time-slot run's by its incarnation ("slot"), or
-    its queue too when it goes there as a job ("queue"); a run that ran as a job ("finish");
-    a job's by its kind of outcome, and its queue when the script writes to it ("job")."""
-    run = claim.job.slot_run
-    if run is not None:
-        if isinstance(outcome, Queued):
-            return ("queue", claim.shard, run.incarnation, outcome.queue)
-        return ("slot", claim.shard, run.incarnation)
-    if isinstance(outcome, RunDone | Resettle):
-        return ("finish", claim.shard)
-    of = type(outcome)
-    return ("job", claim.shard, of, claim.job.queue if KINDS[of].by_queue else "")
-
-
 # One script call: what it does, and the outcomes it settles, in the order of its items.
-_Batch = tuple[Call[list[Any]], Kind, list[tuple[Claim, Outcome]]]
+_Batch = tuple[Call[Any], Kind, list[tuple[Claim, Outcome]]]
 
 
 class Settler:
     """Owns the outcomes not yet in Redis; `run` is the flusher."""
 
-    def __init__(self, shards: list[Scripts], table: ClaimTable, settings: Settings) -> None:
+    def __init__(
+        self,
+        shards: list[Scripts],
+        table: ClaimTable,
+        settings: Settings,
+        worker_id: str = "",
+        queues: Sequence[str] = (),
+    ) -> None:
         self.shards = shards
+        self.worker_id = worker_id
+        self.served = frozenset(queues)
+        """The queues this worker serves: a time-slot run of a schedule limited or routed to
+        one of them becomes a job this worker takes at once (`take`)."""
+        self._takes: dict[ClaimKey, asyncio.Future[Claimed | None]] = {}
         self.table = table
         self.settings = settings
         self.limit = settings.batch_limit
@@ -183,6 +79,23 @@ class Settler:
         self.pending.append((claim, outcome))
         self._wanted.set()
 
+    async def take(self, claim: Claim, outcome: Queued) -> Claimed | None:
+        """Sends a time-slot run whose queue this worker serves to it as a job (with the next
+        batch) and takes that job at once, as a claim would, unless the queue is paused: its
+        run goes on in the slot it holds, rather than waiting for a claim to find it. Returns
+        the job taken, or None: refused (its run was put back), left in its paused queue (the
+        claim is released either way), or never sent (the flusher stopped: the claim is still
+        held, so the stop hands it back)."""
+        taken: asyncio.Future[Claimed | None] = asyncio.get_running_loop().create_future()
+        self._takes[claim.key] = taken
+        self.add(claim, outcome)
+        return await taken
+
+    def _took(self, claim: Claim, job: Claimed | None) -> None:
+        taken = self._takes.pop(claim.key, None)
+        if taken is not None and not taken.done():
+            taken.set_result(job)
+
     async def run(self, link: Link | Routed) -> None:
         """Sends outcomes until `close`; never cancelled mid-batch (a cancelled ack would be
         neither sent nor kept): shutdown calls `close` and waits for it to drain."""
@@ -199,6 +112,8 @@ class Settler:
         finally:
             if self._tally_timer is not None:
                 self._tally_timer.cancel()
+            for claim, _ in self.pending:  # left for the stop to hand back
+                self._took(claim, None)
 
     def close(self) -> None:
         """Asks `run` to send what is pending and return."""
@@ -227,6 +142,7 @@ class Settler:
                                   "expire", len(batch))  # fmt: skip
                     for claim, _ in batch:
                         self.table.release(claim)
+                        self._took(claim, None)
                     await self._give_back([c for c, _ in batch if c.job.slot_run is not None], link)
                     continue
                 retry = batch
@@ -288,7 +204,7 @@ class Settler:
         script needs), per `batch_limit` items."""
         groups: dict[tuple[Any, ...], list[tuple[Claim, Outcome]]] = {}
         for item in batch:
-            groups.setdefault(_group_of(*item), []).append(item)
+            groups.setdefault(group_of(*item, self._takes), []).append(item)
         calls: list[_Batch] = []
         for group, items in groups.items():
             # The lots all settled go with the first settle of their incarnation.
@@ -312,8 +228,12 @@ class Settler:
         slots = SlotScripts(self.shards[shard].k)
         if what == "queue":
             runs = [queue_item(c.job) for c, _ in chunk]
-            return slots.queue_runs(group[2], group[3], runs), QUEUE_KIND, chunk
-        settled = [_slot_item(c.job, o) for c, o in chunk]
+            taker = self.worker_id if group[4] else ""
+            call = slots.queue_runs(
+                group[2], group[3], runs, taker=taker, lease_ms=self.settings.lease_ms
+            )
+            return call, QUEUE_KIND, chunk
+        settled = [slot_item(c.job, o) for c, o in chunk]
         if what == "slot":
             return slots.settle(group[2], settled, drops), SLOT_KIND, chunk
         tokens = [c.job.token for c, _ in chunk]
@@ -348,6 +268,7 @@ class Settler:
         again: list[tuple[Claim, Outcome]] = []
         refused: redis.ResponseError | None = None
         for _, kind, items in calls:
+            taken: Iterator[Claimed] = iter(())
             try:
                 _, accepted = await link.next()
             except redis.ResponseError as exc:
@@ -363,31 +284,43 @@ class Settler:
                 accepted = [0] * len(items)
                 self._stranded += [c for c, _ in items if c.job.slot_run is not None]
             else:
-                lost = [item for item, ok in zip(items, accepted, strict=True) if not ok]
-                for claim, _ in lost:
-                    log.warning("%s of job %s refused: its lease was taken over "
-                                "(fencing token %s)",
-                                kind.what, claim.job.id, claim.job.token)  # fmt: skip
-                self._uncount(lost)
+                accepted, taken = self._accepted(kind, items, accepted)
             release, counts, processed, failed = self.table.release, kind.counts, 0, 0
             for (claim, outcome), ok in zip(items, accepted, strict=True):
                 run = claim.job.slot_run
                 if isinstance(ok, tuple):  # a time-slot run whose schedule changed meanwhile
-                    error = _slot_item(claim.job, outcome).error
+                    error = slot_item(claim.job, outcome).error
                     again.append((claim, Resettle(ok[1], ok[0], error)))
                 else:
                     release(claim)
                     if run is not None:
                         run.claims.done(run.lot)
+                    if kind is QUEUE_KIND:
+                        self._took(claim, next(taken) if ok == 2 else None)
                 if ok:
                     more, failures = counts(outcome)
                     processed += more
                     failed += failures
             self.processed += processed
             self.failed += failed
-            if kind is QUEUE_KIND and any(accepted):
-                self.queued()
         return again, refused
+
+    def _accepted(
+        self, kind: Kind, items: list[tuple[Claim, Outcome]], reply: Any
+    ) -> tuple[list[Any], Iterator[Claimed]]:
+        """What Redis said of each item of a call's ``reply``, and the jobs it took for this
+        worker (`take`); the refused ones are logged and their counts taken back."""
+        accepted, taken = reply, iter(())
+        if kind is QUEUE_KIND:
+            accepted, taken = reply.statuses, iter(reply.taken)
+            if 1 in accepted:
+                self.queued()
+        lost = [item for item, ok in zip(items, accepted, strict=True) if not ok]
+        for claim, _ in lost:
+            log.warning("%s of job %s refused: its lease was taken over (fencing token %s)",
+                        kind.what, claim.job.id, claim.job.token)  # fmt: skip
+        self._uncount(lost)
+        return accepted, taken
 
     def _count(self, calls: list[_Batch]) -> list[str | int]:
         """The metrics counts to send with ``calls`` (and any taken back before)."""
