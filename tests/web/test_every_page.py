@@ -17,7 +17,10 @@ from drumbeat import admin
 from tests.helpers import wait_for
 from tests.web.conftest import ARTIFACTS, ThreadWorker, serve
 
-PAGES = {"overview": "/", "jobs": "/jobs", "schedules": "/schedules", "dead": "/dead"}
+PAGES = {
+    "overview": "/", "jobs": "/jobs", "schedules": "/schedules", "batches": "/batches",
+    "dead": "/dead",
+}  # fmt: skip
 
 
 def _define(app: drumbeat.App, release: threading.Event | None = None) -> None:

@@ -8,7 +8,7 @@ clock, so ages are right however far this machine's clock drifts from the worker
 
 from drumbeat.protocol import PRIORITY_SPAN
 
-from .batches import BatchInfo, batch_info, list_batches
+from .batches import BatchInfo, batch_callbacks, batch_info, list_batches
 from .dead_letters import DeadLetter, dead_count, dead_letters, purge_dead, retry_dead
 from .queues import (
     WORKER_TTL_LEASES,
@@ -34,6 +34,7 @@ __all__ = [
     "RunningJob",
     "ScheduleStats",
     "WorkerStats",
+    "batch_callbacks",
     "batch_info",
     "dead_count",
     "dead_letters",

@@ -19,7 +19,7 @@ from ._replies import pairs, text
 if TYPE_CHECKING:
     from drumbeat.app import App
 
-__all__ = ["BatchInfo", "batch_info", "list_batches"]
+__all__ = ["BatchInfo", "batch_callbacks", "batch_info", "list_batches"]
 
 # The fields of one batch that a listing reads: its head, then the counts (added, not ended,
 # dead-lettered, cancelled) and the ms it ended. Batch.status reads the same.
@@ -48,6 +48,15 @@ class BatchInfo:
     @property
     def made_at(self) -> datetime | None:
         return None if self.made_ms is None else datetime.fromtimestamp(self.made_ms / 1000, UTC)
+
+    @property
+    def phase(self) -> str:
+        """``open``, ``closed`` (members still pending), ``ended`` or ``cancelled``: its state
+        as `drumbeat batches` and the dashboard show it."""
+        status = self.status
+        if status.state == "cancelled" or not status.ended:
+            return status.state
+        return "ended"
 
 
 def list_batches(app: App, limit: int = 50) -> list[BatchInfo]:
@@ -107,3 +116,13 @@ def _info(batch_id: str, made_ms: int | None, fields: list[Any]) -> BatchInfo | 
     on_complete = parts[2] if len(parts) > 2 and parts[2] else None
     on_success = parts[3] if len(parts) > 3 and parts[3] else None
     return BatchInfo(status, made_ms, None if end is None else int(end), on_complete, on_success)
+
+
+def batch_callbacks(app: App, info: BatchInfo) -> dict[str, tuple[str, str]]:
+    """Its callbacks: role (``on_complete``, ``on_success``) -> (job id, job status), for the
+    ones it has."""
+    return {
+        role: (job_id, app.job(job_id).status().value)
+        for role, job_id in (("on_complete", info.on_complete), ("on_success", info.on_success))
+        if job_id is not None
+    }

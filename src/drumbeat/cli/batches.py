@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -33,29 +33,8 @@ BatchIdArg = Annotated[
 ]
 
 
-def _state(info: admin.BatchInfo) -> str:
-    """``open``, ``closed`` (members still pending), ``ended`` or ``cancelled``."""
-    status = info.status
-    if status.state == "cancelled" or not status.ended:
-        return status.state
-    return "ended"
-
-
 def _ago(ms: int | None, now_ms: int) -> str:
     return "-" if ms is None else f"{fmt_duration(max(0, now_ms - ms) / 1000)} ago"
-
-
-def _json(info: admin.BatchInfo, *, failed: bool) -> dict[str, Any]:
-    status = info.status
-    out: dict[str, Any] = {"id": info.id, "state": status.state, "ended": status.ended}
-    out.update(dict(status))
-    for name, ms in (("made", info.made_ms), ("ended", info.ended_ms)):
-        out[f"{name}_ms"] = ms
-        out[f"{name}_at"] = None if ms is None else shapes.iso(ms)
-    out["on_complete"], out["on_success"] = info.on_complete, info.on_success
-    if failed:
-        out["failed_ids"] = list(info.failed_ids)
-    return out
 
 
 @batches_cli.command("ls")
@@ -82,7 +61,7 @@ def batches_ls(
         infos = admin.list_batches(app, limit)
         now_ms = redis_now_ms(app)
     if as_json:
-        shapes.emit({"batches": [_json(info, failed=False) for info in infos]})
+        shapes.emit({"batches": [shapes.batch_json(info, failed=False) for info in infos]})
         return
     if not infos:
         console().print("no batches")
@@ -95,7 +74,7 @@ def batches_ls(
     fixed(table, "made", justify="right")
     for info in infos:
         counts = [str(info.status[name]) for name in _COUNTS]
-        table.add_row(info.id, _state(info), *counts, _ago(info.made_ms, now_ms))
+        table.add_row(info.id, info.phase, *counts, _ago(info.made_ms, now_ms))
     print_table(table)
 
 
@@ -122,20 +101,16 @@ def batches_show(
             info = admin.batch_info(app, batch_id)
         except JobNotFound as exc:
             raise CliError(str(exc)) from None
-        callbacks = {
-            role: (job_id, app.job(job_id).status().value)
-            for role, job_id in (("on_complete", info.on_complete), ("on_success", info.on_success))
-            if job_id is not None
-        }
+        callbacks = admin.batch_callbacks(app, info)
         now_ms = redis_now_ms(app)
     if as_json:
-        shapes.emit(_json(info, failed=True))
+        shapes.emit(shapes.batch_json(info, failed=True))
         return
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
     table.add_row("batch", info.id)
-    table.add_row("state", _state(info))
+    table.add_row("state", info.phase)
     for name in _COUNTS:
         table.add_row(name, str(info.status[name]))
     table.add_row("made", _ago(info.made_ms, now_ms))

@@ -73,6 +73,21 @@ def dead_letters_json(letters: list[admin.DeadLetter], total: int) -> dict[str, 
     }
 
 
+def batch_json(info: admin.BatchInfo, *, failed: bool) -> dict[str, Any]:
+    """``drumbeat batches ls --json``'s shape of one batch; with ``failed``, ``batches show``'s
+    (its failed members' ids too)."""
+    status = info.status
+    out: dict[str, Any] = {"id": info.id, "state": status.state, "ended": status.ended}
+    out.update(dict(status))
+    for name, ms in (("made", info.made_ms), ("ended", info.ended_ms)):
+        out[f"{name}_ms"] = ms
+        out[f"{name}_at"] = None if ms is None else iso(ms)
+    out["on_complete"], out["on_success"] = info.on_complete, info.on_success
+    if failed:
+        out["failed_ids"] = list(info.failed_ids)
+    return out
+
+
 def schedule_json(info: ScheduleInfo, state: str) -> dict[str, Any]:
     c = info.cadence
     return {

@@ -1,8 +1,9 @@
 """The dashboard's app: the guard in front of every route, the Overview and Dead-letters pages
 (server-rendered with Jinja2, autoescaped), the JSON they show (``/api/...``, the shapes
 ``--json`` prints in the CLI), ``/metrics``, login, and the dead-letter and queue actions (POST
-with a CSRF token). The Jobs and Schedules pages live in `jobs` and `schedules`, the overview's
-charts in `charts`. Reads run in a worker thread, so a slow Redis never stalls the event loop.
+with a CSRF token). The Jobs, Schedules and Batches pages live in `jobs`, `schedules` and
+`batches`, the overview's charts in `charts`. Reads run in a worker thread, so a slow Redis
+never stalls the event loop.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from drumbeat import admin, metrics, scale_signal
 from drumbeat.cli.shapes import dead_letters_json, status_json
 
 from . import charts
+from .batches import BatchesPages
 from .jobs import JobsPages
 from .schedules import SchedulesPages
 from .security import CSRF_FIELD, CSRF_HEADER, Guard
@@ -251,6 +253,7 @@ def create_app(app: App, guard: Guard) -> Starlette:
     routes = [
         *JobsPages(pages).routes(),
         *SchedulesPages(pages).routes(),
+        *BatchesPages(pages).routes(),
         Route("/", pages.overview),
         Route("/dead", pages.dead),
         Route("/dead/{action:str}", pages.dead_action, methods=["POST"]),

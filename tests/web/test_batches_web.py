@@ -1,0 +1,109 @@
+"""The Batches pages in a real Chromium (the newest batches, one batch with its counts, failed
+members and callbacks) and their JSON, which is `drumbeat batches ls | show --json`'s."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+import drumbeat
+from tests.helpers import wait_for
+from tests.web.conftest import ThreadWorker, serve
+
+
+def _define(app: drumbeat.App) -> None:
+    @app.task(name="add")
+    def add(a: int, b: int = 0) -> int:
+        return a + b
+
+    @app.task(name="boom", retries=0)
+    def boom(message: str = "boom") -> None:
+        raise RuntimeError(message)
+
+
+@pytest.fixture
+def app(redis_url: str, namespace: str) -> Iterator[drumbeat.App]:
+    a = drumbeat.App(redis_url, namespace=namespace)
+    _define(a)
+    yield a
+    a.close()
+
+
+def _run(app: drumbeat.App, redis_url: str, namespace: str, until: Any, message: str) -> None:
+    """Runs a worker (an app of its own, on a thread: the browser's loop holds this one) until
+    ``until()`` holds."""
+    mine = drumbeat.App(redis_url, namespace=namespace)
+    _define(mine)
+    with ThreadWorker(mine, concurrency=2):
+        wait_for(until, message=message)
+
+
+def test_batches_are_listed_and_one_is_shown_with_failed_members_and_callbacks(
+    app: drumbeat.App, redis_url: str, namespace: str, page: Any
+) -> None:
+    add, boom = app.tasks["add"], app.tasks["boom"]
+    ended = app.batch(
+        [add.prepare(1), boom.prepare("<b>no</b>")],
+        on_complete=add.prepare(0), on_success=add.prepare(2),
+    )  # fmt: skip
+    _run(app, redis_url, namespace, lambda: ended.status().ended, "the batch ended")
+    still_open = app.batch([add.prepare(3)], open=True)  # no worker: its member is pending
+    failed_member = ended.jobs[1].id
+    assert ended.on_complete is not None and ended.on_success is not None
+
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    with serve(app) as served:
+        page.goto(served.url + "/")
+        page.locator('header nav a[href="/batches"]').click()
+        page.wait_for_url(re.compile(r"/batches$"))
+        nav = page.locator('header nav a[href="/batches"]')
+        assert nav.get_attribute("aria-current") == "page"
+        rows = page.locator("#batches tbody tr")
+        assert rows.evaluate_all("rows => rows.map(r => r.dataset.id)") == [
+            still_open.id, ended.id,
+        ], "newest first"  # fmt: skip
+        cells = page.locator(f'tr[data-id="{ended.id}"] td').all_inner_texts()
+        assert cells[1:7] == ["ended", "2", "0", "1", "1", "0"], cells
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", cells[7]), cells
+        cells = page.locator(f'tr[data-id="{still_open.id}"] td').all_inner_texts()
+        assert cells[1:7] == ["open", "1", "1", "0", "0", "0"], cells
+
+        page.locator(f'tr[data-id="{ended.id}"] a').click()
+        page.wait_for_url(re.compile(f"/batches/{ended.id}$"))
+        assert page.locator("#phase").inner_text() == "ended"
+        assert page.locator("#batch td.failed").inner_text() == "1"
+        assert page.locator("#batch td.succeeded").inner_text() == "1"
+        assert page.locator("#failed-ids li").all_inner_texts() == [failed_member]
+        callbacks = {
+            row.get_attribute("data-role"): row.locator("td").all_inner_texts()[1:]
+            for row in page.locator("#callbacks tbody tr").all()
+        }
+        assert callbacks == {
+            "on_complete": [ended.on_complete.id, "complete"],
+            "on_success": [ended.on_success.id, "cancelled"],
+        }
+        page.locator("#failed-ids a").click()  # on to the failed member's job
+        page.wait_for_url(re.compile(r"/jobs\?id="))
+        assert page.locator("#job").get_attribute("data-status") == "dead"
+
+        assert problems == [], "no script error, no Content-Security-Policy violation"
+        missing = page.goto(served.url + "/batches/" + "f" * 32)
+        assert missing is not None and missing.status == 404
+        assert "No batch" in page.locator("#missing").inner_text()
+
+        # The JSON is the CLI's (`drumbeat batches ls | show --json`), with the phase shown.
+        listed = httpx.get(served.url + "/api/batches").json()["batches"]
+        assert [(b["id"], b["phase"], b["failed"]) for b in listed] == [
+            (still_open.id, "open", 0), (ended.id, "ended", 1),
+        ]  # fmt: skip
+        one = httpx.get(served.url + f"/api/batch/{ended.id}").json()
+        assert one["failed_ids"] == [failed_member] and one["made_at"] == listed[1]["made_at"]
+        assert one["callbacks"]["on_success"] == {"id": ended.on_success.id, "status": "cancelled"}
+        assert httpx.get(served.url + "/api/batch/" + "f" * 32).status_code == 404
+        assert httpx.get(served.url + "/batches?limit=0").status_code == 400
