@@ -314,9 +314,9 @@ class Scripts:
         keys.append(k.deps)
         return Call("job_status", keys, [job_id, wait_ms, *others], parse_status)
 
-    def revive(self, ids: Sequence[str], queues: Sequence[str] = ()) -> Call[int]:
-        """``queues``: the queues other than the default one the jobs may belong to (a job
-        of another queue is skipped)."""
+    def revive(self, ids: Sequence[str], queues: Sequence[str] = ()) -> Call[list[int]]:
+        """[requeued, dependents back, batch members outside their ended batch] (revive.lua);
+        ``queues``: the other queues than the default one the jobs may be of (else skipped)."""
         k = self.k
         keys = [k.dead, k.errors, k.state, k.ready, k.results, k.expires, k.seq, k.wake]
         keys += [k.uniq, k.jobs] + [k.done(i) for i in ids]
@@ -324,7 +324,7 @@ class Scripts:
         for queue in others:
             keys += [k.ready_of(queue), k.wake_of(queue)]
         keys += self.workflow_keys([DEFAULT_QUEUE, *others])  # its dependents come back
-        return Call("revive", keys, [len(ids), *ids, *others], int)
+        return Call("revive", keys, [len(ids), *ids, *others], parse_ints)
 
     def tally(self, fields: Sequence[str | int]) -> Call[int]:
         """Adds to the `metrics` counters and the `throughput` series: ``fields`` are pairs

@@ -255,16 +255,16 @@ async def test_retry_and_purge_all_in_batches(small_batches: drumbeat.App) -> No
     app.redis.zadd(app.keys.dead, {"orphan": 1})  # no job record: revive skips it
     assert admin.dead_count(app) == 6
 
-    assert admin.retry_dead(app, None) == 5
+    assert admin.retry_dead(app, None).jobs == 5
     assert [d.id for d in admin.dead_letters(app)] == ["orphan"]
     stats = admin.queue_stats(app)
     assert stats.ready == 5
     assert all(app.job(i).status() is drumbeat.JobStatus.QUEUED for i in ids)
 
-    assert admin.retry_dead(app, ["orphan"]) == 0
+    assert admin.retry_dead(app, ["orphan"]).jobs == 0
     assert admin.purge_dead(app, None) == 1
     assert admin.dead_count(app) == 0
-    assert admin.retry_dead(app, None) == 0
+    assert admin.retry_dead(app, None).jobs == 0
     assert admin.purge_dead(app, None) == 0
 
 
@@ -272,13 +272,13 @@ async def test_retry_and_purge_by_id(small_batches: drumbeat.App) -> None:
     app = small_batches
     ids = await _bury_unknown(app, 5)
     unknown = uuid.uuid4().hex
-    assert admin.retry_dead(app, [ids[0], ids[0], unknown, ids[1], ids[2]]) == 3
+    assert admin.retry_dead(app, [ids[0], ids[0], unknown, ids[1], ids[2]]).jobs == 3
     assert admin.dead_count(app) == 2
     assert admin.purge_dead(app, [ids[0], ids[3], ids[3], ids[4]]) == 2  # ids[0] is queued now
     assert admin.dead_count(app) == 0
     assert not app.redis.hexists(app.keys.jobs, ids[3])
     assert app.job(ids[0]).status() is drumbeat.JobStatus.QUEUED
-    assert admin.retry_dead(app, []) == 0
+    assert admin.retry_dead(app, []).jobs == 0
 
 
 async def test_retry_all_stops_at_what_was_dead_when_it_began(
@@ -289,7 +289,9 @@ async def test_retry_all_stops_at_what_was_dead_when_it_began(
     original = app.scripts.revive
     late = uuid.uuid4().hex
 
-    def revive_while_another_dies(ids: Sequence[str], queues: Sequence[str] = ()) -> Call[int]:
+    def revive_while_another_dies(
+        ids: Sequence[str], queues: Sequence[str] = ()
+    ) -> Call[list[int]]:
         # a job dying meanwhile (e.g. a retried one failing at once) lands after the snapshot
         client = app.redis
         if not client.zscore(app.keys.dead, late):
@@ -298,7 +300,7 @@ async def test_retry_all_stops_at_what_was_dead_when_it_began(
         return original(ids, queues)
 
     monkeypatch.setattr(app.scripts, "revive", revive_while_another_dies)
-    assert admin.retry_dead(app, None) == 4
+    assert admin.retry_dead(app, None).jobs == 4
     assert [d.id for d in admin.dead_letters(app)] == [late]
 
 

@@ -114,7 +114,7 @@ async def test_dead_letters_retry_purge_and_cancel_across_shards(sharded: drumbe
     assert {d.id for d in listed} == {job.id for job in failing}
     assert [d.died_ms for d in listed] == sorted((d.died_ms for d in listed), reverse=True)
     assert admin.dead_letters(sharded, limit=4) == listed[:4], "the newest over all shards"
-    assert admin.retry_dead(sharded, None) == 6, "every shard's dead letters requeued"
+    assert admin.retry_dead(sharded, None).jobs == 6, "every shard's dead letters requeued"
     assert await arun_until_idle(sharded, concurrency=4) == 6
     assert admin.dead_count(sharded) == 6, "they fail again"
     in_two = [j.id for j in failing if job_shard_of(j.id) == 2]

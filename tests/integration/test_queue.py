@@ -388,7 +388,7 @@ async def test_revived_dead_job_runs_again_and_its_waiter_blocks(
         job = await once.aenqueue()
         with pytest.raises(drumbeat.JobFailed):
             await job.aresult(timeout=5)
-    assert app.scripts.revive([job.id]).run(r) == 1
+    assert app.scripts.revive([job.id]).run(r) == [1, 0, 0]
     assert await job.astatus() is drumbeat.JobStatus.QUEUED
     waiter = asyncio.create_task(job.aresult(timeout=30))
     await wait_for_async(lambda: blocked_in(r, "blmove"), message="the waiter should block")

@@ -281,7 +281,7 @@ async def test_a_dead_letter_is_retried_into_its_own_queue(
     async with running_worker(qapp):
         with pytest.raises(drumbeat.JobFailed):
             await job.aresult(timeout=10)
-    assert admin.retry_dead(qapp, [job.id]) == 1
+    assert admin.retry_dead(qapp, [job.id]).jobs == 1
     assert r.zscore(qapp.keys.ready_of("builds"), job.id) is not None
     assert r.zscore(qapp.keys.ready, job.id) is None
     assert await job.astatus() == "queued"

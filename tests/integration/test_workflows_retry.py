@@ -37,7 +37,7 @@ async def test_retrying_a_dead_dependency_brings_its_dead_chain_back_to_wait(
     await arun_until_idle(app)
     assert [await j.astatus() for j in (a, b, c)] == [JobStatus.DEAD] * 3
 
-    assert admin.retry_dead(app, [a.id]) == 1
+    assert admin.retry_dead(app, [a.id]).jobs == 1
     # Back to waiting for the step before them, not queued: they must not run before it.
     assert [await j.astatus() for j in (a, b, c)] == [
         JobStatus.QUEUED, JobStatus.WAITING, JobStatus.WAITING,
@@ -66,7 +66,7 @@ async def test_a_dependent_back_from_the_dead_still_waits_for_its_other_dependen
     await arun_until_idle(app, queues=["later"])
     assert order == ["x", "y", "z"]
 
-    assert admin.retry_dead(app, None) == 1
+    assert admin.retry_dead(app, None).jobs == 1
     assert await join.astatus() is JobStatus.WAITING
     await arun_until_idle(app)
     assert order == ["x", "y", "z", "y", "join"]
@@ -80,7 +80,7 @@ async def test_a_dependent_back_from_the_dead_still_waits_for_its_other_dependen
     join2 = await step2.options(depends_on=[u, v]).aenqueue("join2")
     await arun_until_idle(app)
     assert await join2.astatus() is JobStatus.DEAD
-    assert admin.retry_dead(app, [v.id]) == 1
+    assert admin.retry_dead(app, [v.id]).jobs == 1
     await arun_until_idle(app)
     assert await join2.astatus() is JobStatus.WAITING, "u has not run yet"
     await arun_until_idle(app, queues=["later", "default"])
@@ -99,7 +99,7 @@ async def test_retrying_a_dependency_with_its_dependents_makes_them_wait_for_it(
     b = await step.options(depends_on=a).aenqueue("b")
     assert await b.astatus() is JobStatus.DEAD
     # Dependent first in the call: it still comes back to wait, not to run at once.
-    assert admin.retry_dead(app, [b.id, a.id]) == 1
+    assert admin.retry_dead(app, [b.id, a.id]).jobs == 1
     assert await b.astatus() is JobStatus.WAITING
     order.clear()
     await arun_until_idle(app)
@@ -115,7 +115,7 @@ async def test_a_dependency_failing_again_dead_letters_its_dependents_again(
     a, b = app.chain([step.prepare("a"), step.prepare("b")])
     await arun_until_idle(app)
     fails.add("a")
-    assert admin.retry_dead(app, [a.id]) == 1
+    assert admin.retry_dead(app, [a.id]).jobs == 1
     order.clear()
     await arun_until_idle(app)
     assert order == ["a"]
@@ -123,7 +123,7 @@ async def test_a_dependency_failing_again_dead_letters_its_dependents_again(
     # Purged for good: nothing of it is kept, and its dependent can only be retried itself.
     assert admin.purge_dead(app, [a.id]) == 1
     assert not r.exists(app.keys.orphans)
-    assert admin.retry_dead(app, None) == 1
+    assert admin.retry_dead(app, None).jobs == 1
     assert await b.astatus() is JobStatus.QUEUED
 
 

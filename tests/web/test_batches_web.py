@@ -1,16 +1,19 @@
 """The Batches pages in a real Chromium (the newest batches, one batch with its counts, failed
-members and callbacks) and their JSON, which is `drumbeat batches ls | show --json`'s."""
+members and callbacks) and their JSON, which is `drumbeat batches ls | show --json`'s; and the
+dead-letter retry's reply counting the dependents that came back."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 import pytest
 
 import drumbeat
+from drumbeat import admin
 from tests.helpers import wait_for
 from tests.web.conftest import ThreadWorker, serve
 
@@ -107,3 +110,25 @@ def test_batches_are_listed_and_one_is_shown_with_failed_members_and_callbacks(
         assert one["callbacks"]["on_success"] == {"id": ended.on_success.id, "status": "cancelled"}
         assert httpx.get(served.url + "/api/batch/" + "f" * 32).status_code == 404
         assert httpx.get(served.url + "/batches?limit=0").status_code == 400
+
+
+def test_dead_retry_counts_the_dependents_that_came_back(
+    app: drumbeat.App, redis_url: str, namespace: str
+) -> None:
+    add, boom = app.tasks["add"], app.tasks["boom"]
+    one, two = (app.chain([boom.prepare("x"), add.prepare(1), add.prepare(2)]) for _ in "12")
+    _run(app, redis_url, namespace, lambda: admin.dead_count(app) == 6, "the chains are dead")
+    with serve(app) as served:
+        shown = httpx.post(
+            served.url + "/dead/retry", data={"id": one[0].id, "csrf": served.guard.csrf}
+        )
+        assert shown.status_code == 303
+        notice = unquote(shown.headers["location"])
+        assert notice == "/dead?done=1 requeued and 2 dependents dead-lettered with them"
+        done = httpx.post(
+            served.url + "/dead/retry", data={"all": "1", "csrf": served.guard.csrf},
+            headers={"accept": "application/json"},
+        )  # fmt: skip
+        assert done.json() == {"retry": 1, "dependents": 2, "outside_batch": 0}
+    assert [app.job(c[0].id).status() for c in (one, two)] == [drumbeat.JobStatus.QUEUED] * 2
+    assert admin.dead_count(app) == 0

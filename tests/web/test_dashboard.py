@@ -349,7 +349,7 @@ def test_csrf_is_required_with_a_token_too_and_replicas_agree(
         done = httpx.post(
             served.url + "/dead/retry", data={"all": "1", "csrf": replica}, headers=auth
         )
-        assert done.json() == {"retry": 1}
+        assert done.json() == {"retry": 1, "dependents": 0, "outside_batch": 0}
     assert Guard(host="127.0.0.1").csrf != Guard(host="127.0.0.1").csrf, "no token: per process"
 
 

@@ -9,7 +9,14 @@ clock, so ages are right however far this machine's clock drifts from the worker
 from drumbeat.protocol import PRIORITY_SPAN
 
 from .batches import BatchInfo, batch_callbacks, batch_info, list_batches
-from .dead_letters import DeadLetter, dead_count, dead_letters, purge_dead, retry_dead
+from .dead_letters import (
+    DeadLetter,
+    Revived,
+    dead_count,
+    dead_letters,
+    purge_dead,
+    retry_dead,
+)
 from .queues import (
     WORKER_TTL_LEASES,
     QueueCounts,
@@ -31,6 +38,7 @@ __all__ = [
     "Lateness",
     "QueueCounts",
     "QueueStats",
+    "Revived",
     "RunningJob",
     "ScheduleStats",
     "WorkerStats",

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from drumbeat.errors import SerializationError
 from drumbeat.job import decode_outcome, decode_progress, decode_spec
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from drumbeat.app import App
 
 UNKNOWN_TASK = "?"
+R = TypeVar("R", int, "Revived")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,45 +100,72 @@ def dead_count(app: App) -> int:
         return sum(int(n) for n in pipe.execute())
 
 
-def retry_dead(app: App, ids: Sequence[str] | None) -> int:
+@dataclass(frozen=True, slots=True)
+class Revived:
+    """What `retry_dead` brought back (lua/revive.lua)."""
+
+    jobs: int = 0
+    """Dead letters requeued (ids not in the dead set, or without a job record, are skipped)."""
+    dependents: int = 0
+    """Dependents that were dead-lettered with them (their dependency failed) and came back to
+    wait for them: not in ``jobs`` (docs/workflows.md, *Dead-letter retry*)."""
+    outside_batch: int = 0
+    """Of the jobs and dependents, the batch members whose batch had already ended (or was
+    cancelled) when they came back: it is not reopened, they run outside its counts."""
+
+    def __add__(self, other: Revived) -> Revived:
+        return Revived(
+            self.jobs + other.jobs,
+            self.dependents + other.dependents,
+            self.outside_batch + other.outside_batch,
+        )
+
+
+def retry_dead(app: App, ids: Sequence[str] | None) -> Revived:
     """Requeue dead letters with a fresh set of attempts; ``None`` requeues all of them.
 
-    Returns how many were requeued (ids not in the dead set, or without a job record, are
-    skipped).
+    Returns how many were requeued, and how many dependents came back with them.
     """
     queues = app.known_queues()
-    return _apply(app, ids, lambda scripts, batch: scripts.revive(batch, queues))
+    return _apply(app, ids, lambda scripts, batch: _revive(scripts, batch, queues), Revived())
+
+
+def _revive(scripts: Scripts, ids: Sequence[str], queues: Sequence[str]) -> Call[Revived]:
+    call = scripts.revive(ids, queues)
+    return Call(call.name, call.keys, call.args, lambda raw: Revived(*call.parse(raw)))
 
 
 def purge_dead(app: App, ids: Sequence[str] | None) -> int:
     """Delete dead letters for good; ``None`` deletes all of them. Returns how many."""
-    return _apply(app, ids, lambda scripts, batch: scripts.purge(batch))
+    return _apply(app, ids, lambda scripts, batch: scripts.purge(batch), 0)
 
 
-_Make = Callable[[Scripts, Sequence[str]], Call[int]]
-
-
-def _apply(app: App, ids: Sequence[str] | None, make: _Make) -> int:
+def _apply(
+    app: App, ids: Sequence[str] | None, make: Callable[[Scripts, Sequence[str]], Call[R]], zero: R
+) -> R:
     """``make``'s calls over ``ids`` (each in the job shard it names), or over every dead
-    letter of every job shard."""
+    letter of every job shard; their replies added up from ``zero``."""
     batch = app.settings.batch_limit
     client = app.redis
+    total = zero
     if ids is None:
-        return sum(
-            _apply_all(app, k, s, make) for k, s in zip(app.job_keys, app.job_scripts, strict=True)
-        )
-    total = 0
+        for k, s in zip(app.job_keys, app.job_scripts, strict=True):
+            total = total + _apply_all(app, k, s, make, zero)
+        return total
     by_shard: dict[int, list[str]] = {}
     for job_id in dict.fromkeys(ids):
         by_shard.setdefault(job_shard_of(job_id), []).append(job_id)
     for group in by_shard.values():
         _, scripts = app.job_shard(group[0])
-        total += sum(make(scripts, group[i : i + batch]).run(client)
-                     for i in range(0, len(group), batch))  # fmt: skip
+        for i in range(0, len(group), batch):
+            total = total + make(scripts, group[i : i + batch]).run(client)
     return total
 
 
-def _apply_all(app: App, keys: Keys, scripts: Scripts, make: _Make) -> int:
+def _apply_all(
+    app: App, keys: Keys, scripts: Scripts, make: Callable[[Scripts, Sequence[str]], Call[R]],
+    zero: R,
+) -> R:  # fmt: skip
     """Walks one shard's dead set oldest first up to the newest entry present now, so jobs
     that die again meanwhile (a retried job failing at once) are not picked up in a loop.
     Entries a script skips stay in place, so the offset moves past them: it is how many of
@@ -149,16 +177,16 @@ def _apply_all(app: App, keys: Keys, scripts: Scripts, make: _Make) -> int:
     dead = keys.dead
     newest = pairs(client.zrange(dead, -1, -1, withscores=True))
     if not newest:
-        return 0
+        return zero
     upto = newest[0][1]
-    total = 0
+    total = zero
     walked: list[str] = []
     while True:
         offset = len(walked)
         chunk = members(client.zrange(dead, "-inf", upto, byscore=True, offset=offset, num=batch))
         if not chunk:
             return total
-        total += make(scripts, chunk).run(client)
+        total = total + make(scripts, chunk).run(client)
         walked += chunk
         with client.pipeline(transaction=False) as pipe:
             for job_id in walked:

@@ -129,13 +129,27 @@ def dead_retry(app_spec: AppArg, ids: IdsArg = None, all_: AllOpt = False) -> No
     """Requeue dead letters with a fresh set of attempts.
 
     The dependents that a retried job dead-lettered (its dependency failed) come back to wait
-    for it, not counted here: they run once it completed (docs/workflows.md).
+    for it, counted apart: they run once it completed. A batch member counts in its batch
+    again, unless the batch already ended: it is not reopened, the job runs outside it
+    (docs/workflows.md).
     """
     with reported():
         targets = _targets(ids, all_, "retry")
     with opened(app_spec) as app:
-        n = admin.retry_dead(app, targets)
-    console().print(f"requeued {n} job{'s' if n != 1 else ''}")
+        revived = admin.retry_dead(app, targets)
+    n, back = revived.jobs, revived.dependents
+    said = f"requeued {n} job{'s' if n != 1 else ''}"
+    if back:
+        said += f" and {back} dependent{'s' if back != 1 else ''} that were dead-lettered with them"
+        said += " (back to wait for them)"
+    console().print(said)
+    if revived.outside_batch:
+        err().print(
+            f"[yellow]note:[/] {revived.outside_batch} of them were members of a batch that had "
+            "already ended (or was cancelled): it is not reopened, they run outside its counts "
+            "and callbacks",
+            soft_wrap=True,
+        )
     if targets is not None and n < len(set(targets)):
         _skipped(len(set(targets)) - n, "requeued")
 

@@ -189,12 +189,20 @@ class Pages:
         every = form.get("all") == "1"
         if not ids and not every:
             return JSONResponse({"error": "give id=<job id> (repeatable) or all=1"}, 400)
-        apply = admin.retry_dead if action == "retry" else admin.purge_dead
-        done = await run_in_threadpool(apply, self.app, None if every else ids)
+        targets = None if every else ids
+        if action == "retry":
+            revived = await run_in_threadpool(admin.retry_dead, self.app, targets)
+            reply = {"retry": revived.jobs, "dependents": revived.dependents,
+                     "outside_batch": revived.outside_batch}  # fmt: skip
+            said = f"{revived.jobs} requeued"
+            if revived.dependents:
+                said += f" and {revived.dependents} dependents dead-lettered with them"
+        else:
+            reply = {"purge": await run_in_threadpool(admin.purge_dead, self.app, targets)}
+            said = f"{reply['purge']} purged"
         if "application/json" in request.headers.get("accept", ""):
-            return JSONResponse({action: done})
-        verb = "requeued" if action == "retry" else "purged"
-        return RedirectResponse(f"/dead?done={quote(f'{done} {verb}')}", status_code=303)
+            return JSONResponse(reply)
+        return RedirectResponse(f"/dead?done={quote(said)}", status_code=303)
 
     async def queue_action(self, request: Request) -> Response:
         """Pauses or resumes the queue the form names (`App.pause_queue`)."""

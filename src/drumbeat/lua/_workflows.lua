@@ -136,57 +136,13 @@ local function settle_orphan(w, id, dep, how)
   end
 end
 
--- `dep` left the dead set to run again (revive.lua): each orphan it lists waits for it once
--- more (an edge, as enqueue_after.lua writes one), and an orphan none of whose dependencies is
--- dead-lettered any longer leaves the dead set to wait in `deps` (not to run at once), its
--- own orphans coming back in turn. Its record and state stayed; its dedup key is taken again
--- if free. Returns how many came back.
-local function adopt_orphans(w, dep)
-  local back, todo, i = 0, {dep}, 1
-  while todo[i] do
-    local d = todo[i]
-    i = i + 1
-    local n = tonumber(redis.call('HGET', w.orphans, d .. '|n'))
-    redis.call('HDEL', w.orphans, d, d .. '|n')
-    for e = 1, n or 0 do
-      local id = redis.call('HGET', w.orphans, d .. '|' .. e)
-      redis.call('HDEL', w.orphans, d .. '|' .. e)
-      local raw = id and redis.call('HGET', w.orphans, id)
-      if raw and redis.call('ZSCORE', w.dead, id) then
-        local left, dead = string.match(raw, '^(%d+)|(%d+)$')
-        left, dead = tonumber(left) + 1, tonumber(dead) - 1
-        local c = redis.call('HINCRBY', w.dependents, d, '1')
-        redis.call('HSET', w.edges, d .. '|' .. c, '0' .. id)
-        if dead > 0 then
-          redis.call('HSET', w.orphans, id, string.format('%d|%d', left, dead))
-        else
-          redis.call('HDEL', w.orphans, id)
-          redis.call('ZREM', w.dead, id)
-          redis.call('HDEL', w.errors, id)
-          redis.call('HDEL', w.results, id)
-          redis.call('ZREM', w.expires, id)
-          local s = parse_state(redis.call('HGET', w.state, id))
-          if s.key ~= '' and redis.call('HSETNX', w.uniq, s.key, id) == 0 then
-            s.key = ''
-            redis.call('HSET', w.state, id, format_state(s))
-          end
-          redis.call('HSET', w.deps, id, string.format('%d', left))
-          back = back + 1
-          todo[#todo + 1] = id
-        end
-      end
-    end
-  end
-  return back
-end
-
 -- Forgets what `orphans` holds of jobs that leave the dead set for good (purged, or trimmed
 -- after dead_ttl): their own field, and the orphans they list, which can no longer come back
 -- (they stay dead-lettered, for a retry of their own). O(the orphans they list), once.
 local function forget_orphans(w, ids)
   for _, id in ipairs(ids) do
     local n = tonumber(redis.call('HGET', w.orphans, id .. '|n')) or 0
-    redis.call('HDEL', w.orphans, id, id .. '|n')
+    redis.call('HDEL', w.orphans, id, id .. '|n', id .. '|b')
     for from = 1, n, CALL_MANY_CHUNK do
       local fields = {}
       for e = from, math.min(n, from + CALL_MANY_CHUNK - 1) do fields[#fields + 1] = id .. '|' .. e end
@@ -202,8 +158,10 @@ end
 -- A batch's fields in `batches` (the batch id is a job id of its shard; docs/redis-keys.md):
 -- "<id>" its head "<state>|<ttl ms>|<on_complete id>|<on_success id>" (state: o open, c closed,
 -- x cancelled); "<id>|n" members added, "<id>|left" not yet ended, "<id>|ko" (dead-lettered),
--- "<id>|x" (cancelled); "<id>|f" how many did not succeed (ko + x) and "<id>|f<i>" the i-th of
--- them; "<id>|end" the ms it ended. The succeeded are n - left - f. batches.py reads the same.
+-- "<id>|x" (cancelled); "<id>|f" how many ends did not succeed and "<id>|f<i>" the i-th of
+-- them (a member retried from the dead set back into its batch leaves a hole: rejoin_batch,
+-- so f >= ko + x); "<id>|end" the ms it ended. The succeeded are n - left - ko - x.
+-- batches.py reads the same.
 local function batch_head(w, bid)
   local raw = redis.call('HGET', w.batches, bid)
   if not raw then return nil end
@@ -223,7 +181,8 @@ end
 -- there as a member that ended (through `w.todo`: count_member finds it in `members`).
 local function end_batch(w, bid, h, now)
   redis.call('HSET', w.batches, bid .. '|end', string.format('%d', now))
-  local failed = tonumber(redis.call('HGET', w.batches, bid .. '|f') or '0')
+  local counts = redis.call('HMGET', w.batches, bid .. '|ko', bid .. '|x')
+  local failed = tonumber(counts[1] or '0') + tonumber(counts[2] or '0')
   w.todo[#w.todo + 1] = {bid, h.state == 'x' and DEP_CANCELLED or (failed == 0 and DEP_OK or DEP_FAILED)}
   if h.state ~= 'x' then
     if h.on_complete ~= '' and redis.call('HEXISTS', w.deps, h.on_complete) == 1 then
@@ -265,10 +224,83 @@ local function count_member(w, id, how, now, bid)
     redis.call('HINCRBY', w.batches, bid .. (how == DEP_CANCELLED and '|x' or '|ko'), '1')
     local f = redis.call('HINCRBY', w.batches, bid .. '|f', '1')
     redis.call('HSET', w.batches, bid .. '|f' .. f, id)
+    if how == DEP_FAILED and redis.call('ZSCORE', w.dead, id) then  -- a retry may bring it back
+      redis.call('HSET', w.orphans, id .. '|b', bid .. '|' .. f)
+    end
   end
   if redis.call('HINCRBY', w.batches, bid .. '|left', '-1') <= 0 then
     end_batch_if_done(w, bid, now)
   end
+end
+
+-- `orphans` also holds "<id>|b" of a batch member counted as failed while it is in the dead
+-- set: "<batch id>|<i>", its batch and its place in the batch's failed list ("<batch id>|f<i>",
+-- count_member below). `id` leaves the dead set to run again (revive.lua, adopt_orphans): if
+-- its batch has not ended and was not cancelled, it is a member again, pending (its failure
+-- uncounted, its place in the failed list emptied), so its next end is counted there once;
+-- a batch that ended (its callbacks released) or was cancelled is not reopened: it runs
+-- outside it. Returns 1 back in its batch, -1 outside the batch that counted it, 0 no member.
+local function rejoin_batch(w, id)
+  local raw = redis.call('HGET', w.orphans, id .. '|b')
+  if not raw then return 0 end
+  redis.call('HDEL', w.orphans, id .. '|b')
+  local bid, i = string.match(raw, '^(.*)|(%d+)$')
+  local h = batch_head(w, bid)
+  if not h or h.state == 'x' or redis.call('HEXISTS', w.batches, bid .. '|end') == 1
+      or redis.call('HGET', w.batches, bid .. '|f' .. i) ~= id then
+    return -1
+  end
+  redis.call('HDEL', w.batches, bid .. '|f' .. i)
+  redis.call('HINCRBY', w.batches, bid .. '|ko', '-1')
+  redis.call('HINCRBY', w.batches, bid .. '|left', '1')
+  redis.call('HSET', w.members, id, bid)
+  return 1
+end
+
+-- `dep` left the dead set to run again (revive.lua): each orphan it lists waits for it once
+-- more (an edge, as enqueue_after.lua writes one), and an orphan none of whose dependencies is
+-- dead-lettered any longer leaves the dead set to wait in `deps` (not to run at once), its
+-- own orphans coming back in turn, and back in its batch if it was a member (rejoin_batch).
+-- Its record and state stayed; its dedup key is taken again if free. Returns how many came
+-- back, and how many of those were members of a batch that ended (they run outside it).
+local function adopt_orphans(w, dep)
+  local back, alone, todo, i = 0, 0, {dep}, 1
+  while todo[i] do
+    local d = todo[i]
+    i = i + 1
+    local n = tonumber(redis.call('HGET', w.orphans, d .. '|n'))
+    redis.call('HDEL', w.orphans, d, d .. '|n')
+    for e = 1, n or 0 do
+      local id = redis.call('HGET', w.orphans, d .. '|' .. e)
+      redis.call('HDEL', w.orphans, d .. '|' .. e)
+      local raw = id and redis.call('HGET', w.orphans, id)
+      if raw and redis.call('ZSCORE', w.dead, id) then
+        local left, dead = string.match(raw, '^(%d+)|(%d+)$')
+        left, dead = tonumber(left) + 1, tonumber(dead) - 1
+        local c = redis.call('HINCRBY', w.dependents, d, '1')
+        redis.call('HSET', w.edges, d .. '|' .. c, '0' .. id)
+        if dead > 0 then
+          redis.call('HSET', w.orphans, id, string.format('%d|%d', left, dead))
+        else
+          redis.call('HDEL', w.orphans, id)
+          redis.call('ZREM', w.dead, id)
+          redis.call('HDEL', w.errors, id)
+          redis.call('HDEL', w.results, id)
+          redis.call('ZREM', w.expires, id)
+          local s = parse_state(redis.call('HGET', w.state, id))
+          if s.key ~= '' and redis.call('HSETNX', w.uniq, s.key, id) == 0 then
+            s.key = ''
+            redis.call('HSET', w.state, id, format_state(s))
+          end
+          redis.call('HSET', w.deps, id, string.format('%d', left))
+          back = back + 1
+          if rejoin_batch(w, id) < 0 then alone = alone + 1 end
+          todo[#todo + 1] = id
+        end
+      end
+    end
+  end
+  return back, alone
 end
 
 -- Forgets an ended batch whose time is up (reap.lua): its fields, those of the members that

@@ -1,6 +1,8 @@
 -- Requeues dead-lettered jobs with a fresh set of attempts (`drumbeat dead retry`), each in its
 -- queue, and brings back the dependents they dead-lettered (their orphans, _workflows.lua:
--- adopt_orphans) to wait for them again.
+-- adopt_orphans) to wait for them again. A batch member among them (jobs or dependents) that
+-- its batch counted as failed is a member again, pending, unless the batch ended or was
+-- cancelled: then it runs outside it (_workflows.lua: rejoin_batch).
 --
 -- KEYS[1] dead (zset)  KEYS[2] errors (hash)  KEYS[3] state (hash)  KEYS[4] ready (zset)
 -- KEYS[5] results (hash) KEYS[6] expires (zset) KEYS[7] seq (string) KEYS[8] wake (zset)
@@ -12,8 +14,10 @@
 -- KEYS[10 + n + 2m + 1 ..] the workflow keys (_workflows.lua: workflow_keys; m other queues),
 --          with the ready and wake keys of the default queue and the m others
 -- ARGV[1] n   ARGV[1 + i] the i-th job id   ARGV[1 + n + q] the q-th other queue's name
--- Returns the number of jobs requeued (ids not in the dead set, without a record, or of a queue
--- not given, are skipped); the dependents brought back to wait are not in it.
+-- Returns {requeued, back, alone}: the number of jobs requeued (ids not in the dead set,
+-- without a record, or of a queue not given, are skipped), of dependents brought back to wait
+-- (not among the requeued), and of those two that were members of a batch that ended: they
+-- run outside it.
 local n_ids = tonumber(ARGV[1])
 local names, readies, wakes, woken = {'default'}, {KEYS[4]}, {KEYS[8]}, {}
 for q = 1, #ARGV - 1 - n_ids do
@@ -30,7 +34,7 @@ end
 for i = 1, n_ids do
   if redis.call('HGET', w.orphans, ARGV[1 + i]) then order[#order + 1] = i end
 end
-local n = 0
+local n, back, alone = 0, 0, 0
 for _, i in ipairs(order) do
   local id = ARGV[1 + i]
   local s = parse_state(redis.call('HGET', KEYS[3], id))
@@ -47,8 +51,10 @@ for _, i in ipairs(order) do
     redis.call('ZADD', readies[q], ready_score(s.priority, s.seq), id)
     woken[q] = true
     n = n + 1
-    adopt_orphans(w, id)
+    if rejoin_batch(w, id) < 0 then alone = alone + 1 end
+    local b, a = adopt_orphans(w, id)
+    back, alone = back + b, alone + a
   end
 end
 for q in pairs(woken) do wake(wakes[q]) end
-return n
+return {n, back, alone}
