@@ -5,49 +5,35 @@ dead-letter retry's reply counting the dependents that came back."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote
 
 import httpx
-import pytest
 
 import drumbeat
 from drumbeat import admin
 from tests.helpers import wait_for
+from tests.integration.test_batches_listing import sync_app
 from tests.web.conftest import ThreadWorker, serve
 
-
-def _define(app: drumbeat.App) -> None:
-    @app.task(name="add")
-    def add(a: int, b: int = 0) -> int:
-        return a + b
-
-    @app.task(name="boom", retries=0)
-    def boom(message: str = "boom") -> None:
-        raise RuntimeError(message)
-
-
-@pytest.fixture
-def app(redis_url: str, namespace: str) -> Iterator[drumbeat.App]:
-    a = drumbeat.App(redis_url, namespace=namespace)
-    _define(a)
-    yield a
-    a.close()
+__all__ = ["sync_app"]  # a fixture, used by name: an app with the tasks add and boom
 
 
 def _run(app: drumbeat.App, redis_url: str, namespace: str, until: Any, message: str) -> None:
-    """Runs a worker (an app of its own, on a thread: the browser's loop holds this one) until
-    ``until()`` holds."""
+    """Runs a worker until ``until()`` holds: on a thread, with an app of its own (the
+    browser's loop holds this thread's), which has ``app``'s tasks."""
     mine = drumbeat.App(redis_url, namespace=namespace)
-    _define(mine)
+    for name in ("add", "boom"):
+        task = app.tasks[name]
+        mine.task(name=name, retries=task.config.retries)(task.fn)
     with ThreadWorker(mine, concurrency=2):
         wait_for(until, message=message)
 
 
 def test_batches_are_listed_and_one_is_shown_with_failed_members_and_callbacks(
-    app: drumbeat.App, redis_url: str, namespace: str, page: Any
+    sync_app: drumbeat.App, redis_url: str, namespace: str, page: Any
 ) -> None:
+    app = sync_app
     add, boom = app.tasks["add"], app.tasks["boom"]
     ended = app.batch(
         [add.prepare(1), boom.prepare("<b>no</b>")],
@@ -113,8 +99,9 @@ def test_batches_are_listed_and_one_is_shown_with_failed_members_and_callbacks(
 
 
 def test_dead_retry_counts_the_dependents_that_came_back(
-    app: drumbeat.App, redis_url: str, namespace: str
+    sync_app: drumbeat.App, redis_url: str, namespace: str
 ) -> None:
+    app = sync_app
     add, boom = app.tasks["add"], app.tasks["boom"]
     one, two = (app.chain([boom.prepare("x"), add.prepare(1), add.prepare(2)]) for _ in "12")
     _run(app, redis_url, namespace, lambda: admin.dead_count(app) == 6, "the chains are dead")
