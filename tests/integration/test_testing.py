@@ -17,8 +17,9 @@ from typer.testing import CliRunner
 import drumbeat
 from drumbeat.cli import USAGE_ERROR, cli
 from drumbeat.testing import NotIdle, arun_until_idle, run_until_idle
-from drumbeat.worker.idle import Reader
+from drumbeat.worker.idle import Reader, until_idle
 from drumbeat.worker.process import Worker
+from tests.helpers import wait_for_async
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -254,6 +255,24 @@ async def test_the_async_twin_runs_on_the_callers_loop(app: drumbeat.App) -> Non
     job = await double.aenqueue(21)
     assert await arun_until_idle(app) == 1
     assert await job.aresult(timeout=1) == 42
+
+
+async def test_the_last_settle_ends_the_wait_not_the_next_poll(app: drumbeat.App) -> None:
+    """Once the worker lets go of its last claim (its outcome settled), the work is read again
+    at once: with the poll an hour off, the call still returns when the job is done."""
+    go = asyncio.Event()
+
+    @app.task
+    async def held() -> None:
+        await go.wait()
+
+    await held.aenqueue()
+    worker = Worker(app)
+    idle = asyncio.create_task(until_idle(worker, wait=None, timeout=60, poll=3600))
+    # Running: until_idle has read it pending (queued, then running) and waits for its poll.
+    await wait_for_async(lambda: worker.table.running, message="the job should start")
+    go.set()
+    assert await asyncio.wait_for(idle, 30) == 1
 
 
 async def test_the_sync_one_refuses_a_running_loop(app: drumbeat.App) -> None:

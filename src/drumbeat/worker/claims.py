@@ -71,6 +71,9 @@ class ClaimTable:
         self._lent: dict[ClaimKey, Claim] = {}
         self.slot_free = asyncio.Event()
         """Set whenever a run ends (and by a stop), so a full claim loop looks again."""
+        self.emptied = asyncio.Event()
+        """Set whenever the last claim held is let go, so a wait for the worker to be idle
+        (`idle.until_idle`) reads what is left at once rather than at its next poll."""
 
     @property
     def free(self) -> int:
@@ -118,12 +121,16 @@ class ClaimTable:
         """Stops holding the claim: settled, handed back, or given up to its lease."""
         if self._held.get(claim.key) is claim:
             del self._held[claim.key]
+            if not self._held:
+                self.emptied.set()
 
     def lose(self, key: ClaimKey) -> Claim | None:
         """The lease on ``key`` was taken over: released, marked lost; returns it if held."""
         claim = self._held.pop(key, None)
         if claim is not None:
             claim.lost = True
+            if not self._held:
+                self.emptied.set()
         return claim
 
     def runs(self) -> list[asyncio.Task[None]]:

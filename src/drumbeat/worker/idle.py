@@ -28,7 +28,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("drumbeat.worker")
 
 #: How often the pending work is read while jobs run (a worker with nothing pending is seen
-#: idle after one read; a finished job within about this long).
+#: idle after one read). Its own work is seen ended sooner: the worker letting go of its last
+#: claim (`ClaimTable.emptied`) ends the wait; the poll is for what it does not hold (other
+#: workers' runs, parked jobs, due times). Waiting out the poll instead was 15 ms of the 28 ms
+#: a `run_until_idle` of one no-op job took (bench/README.md, issue 32).
 POLL = 0.02
 #: The most entries `count_pending.lua` reads from each `due`: markers of limiter keys are
 #: skipped among them, and a test has far fewer delayed jobs than this.
@@ -173,7 +176,8 @@ async def until_idle(
         wait: seconds ahead within which a delayed job or a retry is waited for; None: up to
             the timeout.
         timeout: seconds until `NotIdle` is raised; None: never.
-        poll: seconds between reads while work is pending.
+        poll: seconds between reads while work is pending (and at once when the worker
+            lets go of its last claim).
 
     Raises:
         NotIdle: the timeout passed with work still pending (the worker stopped first).
@@ -181,6 +185,7 @@ async def until_idle(
     """
     runs = Runs(worker)
     reader = Reader(worker)
+    emptied = worker.table.emptied
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     # A client of its own: the app's asyncio client would outlive a loop of `run_until_idle`.
@@ -190,6 +195,7 @@ async def until_idle(
         while not serving.done():
             window = wait if wait is not None else max(0.0, (deadline or 0.0) - loop.time())
             before = (runs.started, runs.ran, len(worker.table))
+            emptied.clear()  # set during the read: read again at once
             left = await reader.read(client, window)
             # Each shard is read atomically, but not all at once: a run ending between two
             # reads may have moved work into a shard read before. Such a run shows here.
@@ -205,7 +211,9 @@ async def until_idle(
                     "ended meanwhile (the worker stopped; jobs it was running come back "
                     "when their leases expire)"
                 )
-            await asyncio.wait([serving], timeout=poll)
+            letgo = asyncio.ensure_future(emptied.wait())
+            await asyncio.wait([serving, letgo], timeout=poll, return_when=asyncio.FIRST_COMPLETED)
+            letgo.cancel()
     finally:
         worker.stop()
         try:
