@@ -103,6 +103,10 @@ class Config:
     limited: bool = False
     """drumbeat only: every schedule ``concurrency_limit=1, limit_by="i"`` (its argument), and
     every tenth routed to another queue its workers serve too."""
+    squeeze: float = 0.0
+    """Seconds at the start of the window during which one busy-looping process per CPU takes
+    its share of the machine (capacity taken away, then given back): `recovery_s` says when
+    lateness came back down."""
 
     def drumbeat_flags(self) -> list[str]:
         flags = ["--processes", str(self.processes)] if self.processes else []
@@ -314,6 +318,21 @@ def _sleep_until(
                 )
 
 
+def _squeeze(t: float, procs: Sequence[Proc], outcome: Outcome) -> None:
+    """Until wall-clock ``t`` (not at all for 0), one process per CPU spins (nice 0, as the
+    system's own processes: together they take about half the machine from a busy system)."""
+    if not t:
+        return
+    n = os.cpu_count() or 1
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        _sleep_until(t, procs, outcome)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 @dataclass(slots=True)
 class Trial:
     """One repetition of one system at one case, while it runs: its Redis, processes, times."""
@@ -398,6 +417,7 @@ class Trial:
         _sleep_until(window0, live, out)
         usage0, redis0 = group_usage(pgids), _redis_counters(self.client)
         counts: list[dict[str, int]] = []
+        _squeeze(window0 + self.cfg.squeeze if self.cfg.squeeze else 0.0, live, out)
         _sleep_until(window1, live, out, lambda: counts.append(group_counts(pgids)))
         for role in dict.fromkeys(pgids.values()):
             seen = [c[role] for c in counts]
@@ -435,7 +455,7 @@ def run_one(s: PeerSpec, case: Case, cfg: Config, repetition: int) -> Outcome:
         with RedisServer() as server, server.client() as client:
             trial = Trial(s, case, cfg, out, server.url, client, runs_dir, anchor)
             window = trial.run()
-        analyse(out, s, runs_dir, anchor=anchor, window=window)
+        analyse(out, s, runs_dir, anchor=anchor, window=window, squeeze=cfg.squeeze)
     except RunFailed as exc:
         out.errors.append(str(exc))
     finally:
@@ -534,7 +554,13 @@ def match_runs(
 
 
 def analyse(
-    out: Outcome, s: PeerSpec, runs_dir: Path, *, anchor: float, window: tuple[float, float]
+    out: Outcome,
+    s: PeerSpec,
+    runs_dir: Path,
+    *,
+    anchor: float,
+    window: tuple[float, float],
+    squeeze: float = 0.0,
 ) -> None:
     """Turns the recorded runs into the metrics (see the module docstring of `bench.periodic`)."""
     runs, missed, counters = read_runs(runs_dir)
@@ -582,6 +608,9 @@ def analyse(
     # The system's own processes per run (the bench's recording in the task included): with
     # Redis's, what one run costs the machine.
     m["procs_us_per_run"] = cpu * 1e6 / len(lateness)
+    if squeeze:
+        starts = [matched.start[k] - w0 for k in inside]
+        m.update(recovery(starts, lateness, squeeze, duration))
     for prefix, values in (
         ("late", lateness),
         ("late_own", own if s.due_match != "exposed" else []),
@@ -592,6 +621,36 @@ def analyse(
             m[f"{prefix}_p99"] = _percentile(ordered, 99)
             m[f"{prefix}_max"] = ordered[-1]
             m[f"{prefix}_min"] = ordered[0]
+
+
+#: Lateness (s) under which a second's runs count as on time again after a squeeze.
+RECOVERED_S = 0.1
+
+
+def recovery(
+    starts: Sequence[float], lateness: Sequence[float], squeeze: float, duration: float
+) -> dict[str, float]:
+    """After capacity was taken away for the window's first ``squeeze`` seconds: the p99
+    lateness of the runs that started then, how long after its end lateness came back down
+    (``recovery_s``: from then on every second's p99 is at most `RECOVERED_S`; the rest of the
+    window when it never did) and the p99 lateness of the runs after that. ``starts`` are
+    seconds into the window."""
+    seconds = math.ceil(duration)
+    per_second: list[list[float]] = [[] for _ in range(seconds)]
+    for start, late in zip(starts, lateness, strict=True):
+        if 0 <= start < seconds:
+            per_second[int(start)].append(late)
+    p99 = [_percentile(sorted(v), 99) if v else 0.0 for v in per_second]
+    late_since = max((i + 1 for i, x in enumerate(p99) if x > RECOVERED_S), default=0)
+    end = math.ceil(squeeze)
+    out = {"recovery_s": max(0.0, min(float(seconds), float(late_since)) - squeeze)}
+    during = sorted(x for t, x in zip(starts, lateness, strict=True) if t < squeeze)
+    after = sorted(x for t, x in zip(starts, lateness, strict=True) if t >= max(end, late_since))
+    if during:
+        out["late_p99_squeezed"] = _percentile(during, 99)
+    if after:
+        out["late_p99_recovered"] = _percentile(after, 99)
+    return out
 
 
 def _percentile(ordered: Sequence[float], q: float) -> float:
@@ -658,6 +717,29 @@ def table_lines(outcomes: Sequence[Outcome]) -> list[str]:
             f"{ok}/{len(group)}{' **failed**' if ok < len(group) else ''} |"
         )
     return lines
+
+
+def squeeze_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    """Per repetition, lateness while capacity was taken away and how soon it came back down
+    (`recovery`); nothing without ``--squeeze``."""
+    rows = [o for o in outcomes if "recovery_s" in o.metrics]
+    if not rows:
+        return []
+    lines = [
+        "## Capacity taken away, then given back",
+        "",
+        "| system | schedules | # | % of ideal | duplicates | p99 while squeezed | recovered after "
+        "| p99 after |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for o in rows:
+        m = o.metrics
+        lines.append(
+            f"| {o.system} | {o.case.label} | {o.repetition} | {_fmt(m.get('pct_ideal'), 1)} | "
+            f"{_fmt(m.get('duplicates'))} | {_late(m.get('late_p99_squeezed'))} | "
+            f"{m['recovery_s']:.0f} s | {_late(m.get('late_p99_recovered'))} |"
+        )
+    return [*lines, ""]
 
 
 def detail_lines(outcomes: Sequence[Outcome]) -> list[str]:
@@ -856,6 +938,11 @@ def header_lines(info: Mapping[str, Any], cfg: Config) -> list[str]:
     if cfg.cold:
         lines.append(f"- cold start: the system's processes start {cfg.cold:g} s after the "
                      "schedules were registered")  # fmt: skip
+    if cfg.squeeze:
+        lines.append(f"- squeeze: for the window's first {cfg.squeeze:g} s, one busy-looping "
+                     "process per CPU competes with the system (capacity taken away, then given "
+                     f"back); recovery = seconds after it until every second's p99 lateness "
+                     f"stays <= {RECOVERED_S * 1000:.0f} ms")  # fmt: skip
     if cfg.limited:
         lines.append("- limited: every schedule `concurrency_limit=1, limit_by=\"i\"`, every "
                      "tenth `queue=\"other\"` (served by the same workers): each run goes "
@@ -1006,6 +1093,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
     p.add_argument("--cold", type=float, default=0.0, metavar="S",
                    help="start the system's processes S s after registration ends (with S >= "
                    "the interval, every schedule is due when they start)")  # fmt: skip
+    p.add_argument("--squeeze", type=float, default=0.0, metavar="S",
+                   help="for the window's first S s, one busy-looping process per CPU takes its "
+                   "share of the machine; reports when lateness came back down")  # fmt: skip
     p.add_argument("--out", type=Path, default=BENCH_DIR / "results", help="results directory")
     p.add_argument("--note", default="", help="free text recorded with the results")
     p.add_argument("--render", nargs="+", type=Path, metavar="JSON",
@@ -1031,7 +1121,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
     if a.processes and a.autoscale:
         p.error("--processes and --autoscale exclude each other")
     cfg = Config(systems, cases, duration, repeat, a.workers, a.concurrency, a.quick, a.note,
-                 a.processes, a.autoscale, a.task_sleep, a.cold, a.limited)  # fmt: skip
+                 a.processes, a.autoscale, a.task_sleep, a.cold, a.limited,
+                 a.squeeze)  # fmt: skip
     return a, cfg
 
 
@@ -1105,6 +1196,7 @@ def report(out: Path, cfg: Config, info: Mapping[str, Any], outcomes: Sequence[O
         "CPU s: within the measured window. Lateness: start - due, runs started in the window "
         "(how a run's due time is known, per system, under Method).",
         "",
+        *squeeze_lines(outcomes),
         "## Details",
         "",
         *detail_lines(outcomes),
