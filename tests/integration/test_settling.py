@@ -1,5 +1,6 @@
-"""The flusher at a worker's stop: every outcome in hand when it is asked to close is sent,
-whatever it was awaiting then."""
+"""The flusher: at a worker's stop, every outcome in hand when it is asked to close is sent,
+whatever it was awaiting then; a time-slot run whose settle fails for good goes back to a slot,
+and its lot is counted done for it once."""
 
 from __future__ import annotations
 
@@ -7,16 +8,21 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+import redis
 import redis.asyncio as aredis
 
 import drumbeat
 from drumbeat.job import encode_success
-from drumbeat.outcomes import Done
+from drumbeat.outcomes import Done, RunDone
+from drumbeat.replies import Claimed
+from drumbeat.schedules.slots import SlotScripts
 from drumbeat.scripts import Call
 from drumbeat.worker.claims import ClaimTable
 from drumbeat.worker.link import Link
 from drumbeat.worker.settling import Settler
-from tests.helpers import wait_for_async
+from drumbeat.worker.slotted import SlotLane
+from tests.helpers import redis_now_ms, wait_for_async
 
 
 class _HeldTally(Link):
@@ -70,3 +76,57 @@ async def test_an_outcome_that_comes_while_the_flusher_sends_counts_is_sent_at_c
     assert not settler.pending, "the flusher returned with an outcome unsent"
     assert len(table) == 0, "a settled run is still held: the stop would hand it back"
     assert [await j.astatus() for j in jobs] == ["complete"] * 3
+
+
+async def test_a_run_whose_settle_fails_for_good_leaves_its_lot_to_the_runs_still_in_flight(
+    app: drumbeat.App, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two runs claimed into one lot; the first's settle fails for good (a script error), so it
+    # goes back to a slot. The lot must stay while the second is in flight: a lot counted done
+    # twice for the first was dropped by the next settle, and had the worker then died, the
+    # reaper (which finds in-flight runs by their lots) could never have put the second back.
+    @app.task(name="tick")
+    async def tick() -> None: ...
+
+    await app.aschedule_many([drumbeat.Schedule(sid, "tick", every=3600) for sid in "ab"])
+    assert await app.arun_now("a", "b") == 2  # both due in the same slot: one lot
+    keys = app.scheduler.shards[0]
+    lane = SlotLane("w1", [keys], app.settings, [0])
+    client = await app.aredis()
+    runs: list[Claimed] = []
+    for _ in range(5):  # the first claim learns which slots are due
+        replies = [call.run(r) for call in lane.calls(0, 10, redis_now_ms(r))]
+        runs += (await lane.took(0, replies, client))[1]
+        if len(runs) == 2:
+            break
+    first, second = sorted(runs, key=lambda run: run.id)
+    assert first.slot_run is not None and second.slot_run is not None
+    lot = first.slot_run.lot
+    assert second.slot_run.lot == lot and lane.claims[0].open == {lot: 2}
+
+    settle = SlotScripts.settle
+
+    def broken(self: SlotScripts, incarnation: str, items: list, drops: list) -> Call:  # type: ignore[type-arg]
+        call = settle(self, incarnation, items, drops)  # ARGV[2], the runs' count, unreadable:
+        return Call(call.name, call.keys, [call.args[0], "x", *call.args[2:]], call.parse)
+
+    monkeypatch.setattr(SlotScripts, "settle", broken)
+    link = Link(client)
+    table = ClaimTable(2)
+    settler = Settler([app.scripts], table, app.settings)
+    flusher = asyncio.create_task(settler.run(link))
+    held = [table.hold(0, run) for run in (first, second)]
+    now = redis_now_ms(r)
+    settler.add(held[0], RunDone("ok", 5, 1, now + 3_600_000, now + 3_600_000, "", now))
+    await wait_for_async(lambda: held[0].key in table, lambda h: not h, message="given up")
+    settler.close()
+    await asyncio.wait_for(flusher, 10)
+    await link.aclose()
+
+    assert lane.claims[0].open == {lot: 1}, "the lot was counted done for a run still in flight"
+    assert lane.claims[0].drops() == []
+    assert held[1].key in table
+    waiting = r.lrange(keys.slot(first.slot_run.slot_ms), 0, -1)
+    assert [e.split(b"|")[0] for e in waiting] == [b"a"], "given back to its slot"
+    in_lot = r.lrange(keys.claimed(lane.incarnation[0], lot), 0, -1)
+    assert [e.split(b"|")[0] for e in in_lot] == [b"b"], "the lot holds the run in flight"

@@ -472,8 +472,8 @@ async def test_runs_whose_settle_redis_refuses_go_back_to_their_slot_and_run_aga
         call = settle(self, incarnation, items, drops)
         if broken:
             return call
-        broken.append(1)
-        return Call(call.name, call.keys, ["not a count", *call.args[1:]], call.parse)
+        broken.append(1)  # ARGV[2], the runs' count, unreadable: the script fails
+        return Call(call.name, call.keys, [call.args[0], "x", *call.args[2:]], call.parse)
 
     monkeypatch.setattr(SlotScripts, "settle", refused_once)
     app.schedule("t", tick, every=1)

@@ -165,11 +165,11 @@ class Settler:
         try:
             back = sum(await link.run(calls))
         except Exception:
+            # Their lots stay open: the stop keeps the lease for the reaper to find them.
             log.exception("handing %d schedule runs back failed; they come back when this "
                           "worker's lease lapses", len(claims))  # fmt: skip
             return
-        finally:
-            handed_back(claims)
+        handed_back(claims)
         log.warning("handed %d schedule runs that could not be settled back to their slots",
                     back)  # fmt: skip
 
@@ -281,7 +281,7 @@ class Settler:
                 # they run again elsewhere.
                 log.error("%s of %d jobs failed (%s); they run again when their leases expire",
                           kind.what, len(items), exc)  # fmt: skip
-                accepted = [0] * len(items)
+                accepted = [None] * len(items)  # none settled, none refused: see below
                 self._stranded += [c for c, _ in items if c.job.slot_run is not None]
             else:
                 accepted, taken = self._accepted(kind, items, accepted)
@@ -293,7 +293,7 @@ class Settler:
                     again.append((claim, Resettle(ok[1], ok[0], error)))
                 else:
                     release(claim)
-                    if run is not None:
+                    if run is not None and ok is not None:  # (a stranded run: `_give_back`)
                         run.claims.done(run.lot)
                     if kind is QUEUE_KIND:
                         self._took(claim, next(taken) if ok == 2 else None)
