@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -273,6 +274,31 @@ async def test_the_last_settle_ends_the_wait_not_the_next_poll(app: drumbeat.App
     await wait_for_async(lambda: worker.table.running, message="the job should start")
     go.set()
     assert await asyncio.wait_for(idle, 30) == 1
+
+
+async def test_a_backlog_is_read_again_once_it_is_all_claimed_not_after_each_run(
+    app: drumbeat.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At concurrency 1 the claim table empties between most two runs (a settle's reply before
+    the next claim's): the work left is read again only once the worker has started as many
+    runs as the last read found waiting, not after each run (40 jobs read about 30 times)."""
+    reads = 0
+    read = Reader.read
+
+    async def counted(self: Reader, *args: Any, **kwargs: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return await read(self, *args, **kwargs)
+
+    monkeypatch.setattr(Reader, "read", counted)
+
+    @app.task
+    async def noop(i: int) -> None: ...
+
+    await app.aenqueue_many([noop.prepare(i) for i in range(40)])
+    worker = Worker(app, concurrency=1)
+    assert await asyncio.wait_for(until_idle(worker, wait=None, timeout=60, poll=3600), 30) == 40
+    assert reads <= 5, f"{reads} reads of what is left for 40 runs"
 
 
 async def test_the_sync_one_refuses_a_running_loop(app: drumbeat.App) -> None:

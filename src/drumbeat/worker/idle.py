@@ -165,6 +165,25 @@ class Runs:
             self.ran += 1
 
 
+async def _next_read(
+    serving: asyncio.Task[None], emptied: asyncio.Event, poll: float, runs: Runs, started: int
+) -> None:
+    """Waits until the next read of what is left: ``poll`` seconds, less if the worker stops,
+    or lets go of its last claim (`ClaimTable.emptied`) once it has started ``started`` runs in
+    all (as many as the last read found waiting). Before that, an empty claim table only means
+    it is between two runs of a backlog (at concurrency 1, between every two): a read then
+    would find the rest still waiting."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + poll
+    while (rest := end - loop.time()) > 0:
+        letgo = asyncio.ensure_future(emptied.wait())
+        await asyncio.wait([serving, letgo], timeout=rest, return_when=asyncio.FIRST_COMPLETED)
+        letgo.cancel()
+        if serving.done() or (emptied.is_set() and runs.started >= started):
+            return
+        emptied.clear()
+
+
 async def until_idle(
     worker: Worker, *, wait: float | None, timeout: float | None, poll: float = POLL
 ) -> int:
@@ -211,9 +230,8 @@ async def until_idle(
                     "ended meanwhile (the worker stopped; jobs it was running come back "
                     "when their leases expire)"
                 )
-            letgo = asyncio.ensure_future(emptied.wait())
-            await asyncio.wait([serving, letgo], timeout=poll, return_when=asyncio.FIRST_COMPLETED)
-            letgo.cancel()
+            waiting = left.ready + left.due + left.parked + left.schedule_runs
+            await _next_read(serving, emptied, poll, runs, before[0] + waiting)
     finally:
         worker.stop()
         try:
