@@ -19,6 +19,7 @@ import pytest
 
 import drumbeat
 from drumbeat.testing import arun_until_idle
+from tests.conftest import running_worker
 from tests.helpers import wait_for_async
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -296,8 +297,10 @@ async def test_a_schedule_carries_its_headers_to_each_run(redis_url: str, namesp
 async def test_a_limited_schedules_run_is_seen_queued_then_run(
     redis_url: str, namespace: str
 ) -> None:
-    """A run of a limited schedule goes to its queue as a job: middleware sees that first
-    step end as `queued`, then the run itself, with its headers, as `ok`."""
+    """A run of a limited schedule becomes a job of its queue: its worker, which serves that
+    queue, runs it on at once and middleware sees one run, with its headers, as `ok`. A run
+    routed to a paused queue waits there: seen first as `queued`, then, once the queue is
+    resumed, as its run."""
     app = drumbeat.App(redis_url, namespace=namespace)
     rec = Recorder()
     app.middleware(rec)
@@ -309,10 +312,25 @@ async def test_a_limited_schedules_run_is_seen_queued_then_run(
 
     await app.aschedule("limited", tick, every=3600, headers={"team": "ops"})
     assert await app.arun_now("limited") == 1
-    assert await arun_until_idle(app) == 1  # the queueing step runs no task
+    assert await arun_until_idle(app) == 1
     assert ran == [{"team": "ops"}]
     assert [(r["id"], r["outcome"], r["headers"].get("team")) for r in rec.runs] == [
-        ("s:limited", "queued", "ops"), ("s:limited", "ok", "ops"),
+        ("s:limited", "ok", "ops"),
+    ]  # fmt: skip
+
+    rec.runs.clear()
+    await app.aschedule("routed", tick, every=3600, queue="builds", headers={"team": "ops"})
+    await app.apause_queue("builds")
+    assert await app.arun_now("routed") == 1
+    async with running_worker(app, queues=["default", "builds"]):
+        await wait_for_async(
+            lambda: [r["outcome"] for r in rec.runs], lambda seen: seen == ["queued"],
+            message="the run queued in its paused queue",
+        )  # fmt: skip
+        await app.aresume_queue("builds")
+        await wait_for_async(lambda: len(ran), lambda n: n == 2, message="run once resumed")
+    assert [(r["id"], r["outcome"], r["headers"].get("team")) for r in rec.runs] == [
+        ("s:routed", "queued", "ops"), ("s:routed", "ok", "ops"),
     ]  # fmt: skip
     await app.aclose()
 

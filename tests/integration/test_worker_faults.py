@@ -223,3 +223,32 @@ async def test_a_failing_start_hook_stops_the_worker_before_it_claims(
         await asyncio.wait_for(worker.run(), 10)
     assert await job.astatus() is drumbeat.JobStatus.QUEUED, "it claimed without its resources"
     assert r.zscore(app.keys.workers, worker.id) is None
+
+
+async def test_a_connection_lost_while_the_worker_starts_is_waited_out(
+    app: drumbeat.App, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its start-up steps (the server check, moving an older version's timing wheel) talk to
+    # Redis before the claim loop's retries apply: a cut connection there stopped the worker.
+    from drumbeat.worker import process
+
+    moves: list[int] = []
+    real_move = process.move_wheel
+
+    def cut_once(*args: Any) -> Any:
+        moves.append(1)
+        if len(moves) == 1:
+            raise redis.ConnectionError("Connection closed by server.")
+        return real_move(*args)
+
+    monkeypatch.setattr(process, "move_wheel", cut_once)
+
+    @app.task
+    async def echo(n: int) -> int:
+        return n
+
+    job = await echo.aenqueue(7)
+    async with running_worker(app):
+        assert await job.aresult(timeout=10) == 7
+    assert len(moves) == 2, "tried again after the cut"
+    assert "moving the timing wheel failed (ConnectionError" in caplog.text

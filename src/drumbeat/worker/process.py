@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from drumbeat import connections, resources
@@ -38,7 +39,7 @@ from .limiting import Gate
 from .link import Link
 from .liveness import SUPERVISOR_FD, TICK, CpuMeter, Liveness, tell_supervisor
 from .recycling import Budget, Recycler
-from .retrying import is_transient, supervise
+from .retrying import is_transient, supervise, until_done
 from .routing import Nodes, Routed
 from .running import Runs
 from .settling import Settler
@@ -268,9 +269,12 @@ class Worker:
         settle_link: Link | Routed = Link(client) if nodes is None else Routed(nodes)
         parts: list[asyncio.Task[None]] = []
         try:
-            await connections.acheck_server(client)
+            await until_done("checking the server", lambda: connections.acheck_server(client),
+                             self._stopping)  # fmt: skip
             if self.lane is not None:  # what an older version left in the timing wheel
-                await asyncio.to_thread(move_wheel, self.app.redis, self.app.scheduler.shards)
+                wheel = partial(move_wheel, self.app.redis, self.app.scheduler.shards)
+                await until_done("moving the timing wheel", lambda: asyncio.to_thread(wheel),
+                                 self._stopping)  # fmt: skip
             await self.claimer.open(client, None if nodes is None else Routed(nodes))
             self.gate.client = client
             self.lending.open(client)

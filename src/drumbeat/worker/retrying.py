@@ -157,6 +157,23 @@ class Backoff:
             await asyncio.wait_for(stopping.wait(), pause)
 
 
+async def until_done(
+    what: str, step: Callable[[], Coroutine[Any, Any, Any]], stopping: asyncio.Event
+) -> None:
+    """Runs a start-up ``step`` until it succeeds, waiting out what `is_transient` (a
+    connection lost, Redis loading) as the claim loop does; a stop ends the tries (the last
+    error raised)."""
+    backoff = Backoff()
+    while True:
+        try:
+            await step()
+            return
+        except Exception as exc:
+            if not is_transient(exc) or stopping.is_set():
+                raise
+            await backoff.wait(stopping, backoff.failed(_log, what, exc))
+
+
 #: A part of the worker that crashes this often within `CRASH_WINDOW` seconds stops the worker
 #: (exit non-zero, so whatever runs it starts a fresh process) instead of restarting again.
 CRASH_LIMIT = 5
