@@ -165,6 +165,10 @@ class Callgrind:
     def on(self) -> None:
         self._ctl("-i", "on")
 
+    def off(self) -> None:
+        """Pauses counting (``on()`` resumes; ``take()`` ends the phase)."""
+        self._ctl("-i", "off")
+
     def take(self, keep: Path | None = None) -> int:
         """The instructions since ``on()``; the dump is moved to ``keep`` when given (for
         ``callgrind_annotate``), else deleted."""
