@@ -218,7 +218,9 @@ class Settled:
 
 def _in_order(order: Sequence[int], raw: Any) -> list[int | tuple[int, str]]:
     """`parse_settled` of a reply to runs sent in ``order`` (their places in the call's
-    input), put back in the input's order."""
+    input), put back in the input's order; a number alone: every run settled."""
+    if isinstance(raw, int):
+        return [1] * len(order)
     got = parse_settled(raw)
     out: list[int | tuple[int, str]] = [0] * len(got)
     for place, item in zip(order, got, strict=True):
@@ -334,9 +336,11 @@ class SlotScripts:
         for (slot_ms, ms), group in groups.items():
             keys.append(k.slot(ms))
             args += [slot_ms, ms, len(group)]
-            args += [runs[i].schedule_id for i in group]
-            args += [runs[i].entry for i in group]
             order += group
+        # The ids together, then the entries (settle_slots.lua hands the ids to HMGET as
+        # they are).
+        args += [runs[i].schedule_id for i in order]
+        args += [runs[i].entry for i in order]
         for run in runs:
             if run.error is not None:
                 args += [run.schedule_id, run.error]
