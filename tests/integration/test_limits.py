@@ -498,12 +498,12 @@ async def test_a_claimed_batch_acquires_in_one_round_trip_in_order(
     app.enqueue_many([step.prepare(i) for i in range(8)])
     r = redis.Redis.from_url(own_redis.url)
     client = aredis.Redis.from_url(own_redis.url)
+    gate = Gate(app, [app.scripts], ["default"])
+    gate.client = client
     try:
         claimed = app.scripts.claim("w", 8, 60_000, 100).run(r).jobs
         assert [decode_spec(j.spec or b"").args for j in claimed] == [[i] for i in range(8)]
-        gate = Gate(app, [app.scripts], ["default"])
-        gate.client = client
-        await client.ping()  # the connection's own set-up commands, before counting
+        await gate.release(0, "", 0, [])  # the gate's connection and its set-up, before counting
         r.script_load(SOURCES["acquire_limits"])  # else every call's NOSCRIPT is retried alone
         keyed = gate.keys_of(step, decode_spec(claimed[0].spec or b""))
         reads = int(r.info("stats")["total_reads_processed"])
@@ -516,6 +516,7 @@ async def test_a_claimed_batch_acquires_in_one_round_trip_in_order(
         )
         assert reads <= 2, f"8 acquisitions took {reads} round trips; expected 1 (2 if split)"
     finally:
+        await gate.aclose()
         await client.aclose()
         r.close()
         await app.aclose()
@@ -534,10 +535,10 @@ async def test_acquisitions_waiting_on_a_cancelled_sender_are_cancelled(
     app.enqueue_many([step.prepare(i) for i in range(3)])
     r = redis.Redis.from_url(redis_url)
     client = aredis.Redis.from_url(redis_url)
+    gate = Gate(app, [app.scripts], ["default"])
+    gate.client = client
     try:
         claimed = app.scripts.claim("w", 3, 60_000, 100).run(r).jobs
-        gate = Gate(app, [app.scripts], ["default"])
-        gate.client = client
         keyed = gate.keys_of(step, decode_spec(claimed[0].spec or b""))
         runs = [asyncio.create_task(gate.acquire(0, job, keyed, lambda: 0)) for job in claimed]
         await asyncio.sleep(0)  # the runs ask; the sender is made, not yet run
@@ -546,6 +547,7 @@ async def test_acquisitions_waiting_on_a_cancelled_sender_are_cancelled(
         done = await asyncio.wait_for(asyncio.gather(*runs, return_exceptions=True), 30)
         assert all(isinstance(x, asyncio.CancelledError) for x in done), done
     finally:
+        await gate.aclose()
         await client.aclose()
         r.close()
         await app.aclose()

@@ -276,7 +276,7 @@ class Worker:
                 await until_done("moving the timing wheel", lambda: asyncio.to_thread(wheel),
                                  self._stopping)  # fmt: skip
             await self.claimer.open(client, None if nodes is None else Routed(nodes))
-            self.gate.client = client
+            self.gate.client, self.gate.link = client, None if nodes is None else Routed(nodes)
             self.lending.open(client)
             self.heartbeat.start()
             # Registered (visible to `drumbeat status` and the reaper) before it claims.
@@ -304,6 +304,7 @@ class Worker:
         finally:
             await self._shutdown(client, parts)
             await settle_link.aclose()
+            await self.gate.aclose()
             if nodes is not None:
                 await nodes.aclose()
             await client.aclose()
