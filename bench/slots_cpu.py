@@ -185,48 +185,61 @@ def _both(c: Cycles, runs: list[Any]) -> tuple[list[Any], list[Any]]:
     return runs, c.ends(runs)
 
 
+async def _round(c: Cycles, phase: str, cycles: int, cg: Callgrind | None) -> int:
+    """``cycles`` claims and settles, counted around the claims or the settles (``phase``);
+    returns the runs of the cycles counted."""
+    runs_in_round = 0
+    for _ in range(cycles):
+        if await _new_window_soon(c.client):
+            await c.settle(*_both(c, await c.claim()))  # not measured
+        if cg is not None and phase == "claim":
+            cg.on()
+        runs = await c.claim()
+        if cg is not None and phase == "claim":
+            cg.off()
+        settled = c.ends(runs)
+        if cg is not None and phase == "settle":
+            cg.on()
+        await c.settle(runs, settled)
+        if cg is not None and phase == "settle":
+            cg.off()
+        runs_in_round += len(runs)
+    return runs_in_round
+
+
+def _take(cg: Callgrind, dump: Path, keep: bool) -> int:
+    """The instructions counted since the round began, less the timer's."""
+    ir = cg.take(dump) - _cron(dump)
+    if not keep:
+        dump.unlink()
+    return ir
+
+
 async def _measure(
     url: str, settings: Any, args: argparse.Namespace, cg: Callgrind | None
 ) -> list[tuple[str, int, int]]:
     """(phase, instructions, runs) of each measured round."""
     client = aredis.Redis.from_url(url)
+    c = None
     try:
         c = Cycles(client, settings, args.limit)
         await c.claim()  # registers the incarnation and learns the upcoming slots
+        await _round(c, "warm-up", args.cycles, cg)
         out: list[tuple[str, int, int]] = []
-        phases = ["warm-up"] + ["claim", "settle"] * args.rounds
-        for n, phase in enumerate(phases):
-            runs_in_round, keep = 0, None
-            for _ in range(args.cycles):
-                if await _new_window_soon(client):
-                    await c.settle(*_both(c, await c.claim()))  # not measured
-                if cg is not None and phase == "claim":
-                    cg.on()
-                runs = await c.claim()
-                if cg is not None and phase == "claim":
-                    cg.off()
-                settled = c.ends(runs)
-                if cg is not None and phase == "settle":
-                    cg.on()
-                await c.settle(runs, settled)
-                if cg is not None and phase == "settle":
-                    cg.off()
-                runs_in_round += len(runs)
-            if phase == "warm-up":
-                continue
-            if args.keep is not None:
-                keep = args.keep / f"{phase}-{(n + 1) // 2}.callgrind"
+        for n, phase in enumerate(["claim", "settle"] * args.rounds):
+            runs = await _round(c, phase, args.cycles, cg)
             ir = 0
             if cg is not None:
-                dump = keep or Path(cg.dir) / f"{phase}.callgrind"
-                ir = cg.take(dump) - _cron(dump)
-                if keep is None:
-                    dump.unlink()
-            out.append((phase, ir, runs_in_round))
-            print(f"  {phase}: {runs_in_round} runs, {ir / max(runs_in_round, 1) / 1e3:.2f} k "
-                  "instructions a run", flush=True)  # fmt: skip
+                name = f"{phase}-{n // 2 + 1}.callgrind"
+                dump = args.keep / name if args.keep is not None else Path(cg.dir) / name
+                ir = _take(cg, dump, keep=args.keep is not None)
+            out.append((phase, ir, runs))
+            print(f"  {phase}: {runs} runs, {ir / max(runs, 1) / 1e3:.2f} k instructions a run",
+                  flush=True)  # fmt: skip
         return out
     finally:
+        if c is not None:
+            await c.link.aclose()
         await client.aclose()
 
 
