@@ -6,8 +6,8 @@ Each schedule waits as one entry, ``<id>|<record>``, in the list of the millisec
 schedule's next entry, which the worker builds (`settled_record`), into its next slot. A run is
 its claimer's while `where` still names the slot it was claimed from; the lots only let the
 reaper find the runs of a worker whose lease lapsed. Redis does no per-run parsing, and the
-entries pass through Lua only when settled (`bench.slots_probe --scripts drumbeat` counts
-Redis's instructions a run). A run of a schedule with limits or routed to another queue goes to
+entries pass through Lua only when settled (`python -m bench.slots_cpu` counts Redis's
+instructions a run). A run of a schedule with limits or routed to another queue goes to
 its queue as a job for its one attempt instead (`SlotScripts.queue_runs`), and is settled from
 there (`SlotScripts.finish_runs`). The design: ``docs/design/time-slots.md``.
 
