@@ -183,3 +183,21 @@ def set_due(r: redis.Redis, app: drumbeat.App, schedule_id: str, due_ms: int) ->
     r.rpush(keys.slot(due_ms), head + b"|".join((gen, str(due_ms).encode(), rest)))
     r.zadd(keys.slots, {str(due_ms): due_ms})
     r.hset(keys.where, schedule_id, due_ms)
+
+
+async def claim_due_runs(
+    app: drumbeat.App, r: redis.Redis, n: int, worker: str = "w1"
+) -> tuple[Any, list[Any]]:
+    """Claims ``n`` due time-slot runs of the app's first schedule shard as worker ``worker``'s
+    lane does (its first claim learns which slots are due): (the `SlotLane`, the runs by id)."""
+    from drumbeat.worker.slotted import SlotLane
+
+    lane = SlotLane(worker, [app.scheduler.shards[0]], app.settings, [0])
+    client = await app.aredis()
+    runs: list[Any] = []
+    for _ in range(5):
+        replies = [call.run(r) for call in lane.calls(0, 10, redis_now_ms(r))]
+        runs += (await lane.took(0, replies, client))[1]
+        if len(runs) >= n:
+            break
+    return lane, sorted(runs, key=lambda run: run.id)

@@ -15,14 +15,12 @@ import redis.asyncio as aredis
 import drumbeat
 from drumbeat.job import encode_success
 from drumbeat.outcomes import Done, RunDone
-from drumbeat.replies import Claimed
 from drumbeat.schedules.slots import SlotScripts
 from drumbeat.scripts import Call
 from drumbeat.worker.claims import ClaimTable
 from drumbeat.worker.link import Link
 from drumbeat.worker.settling import Settler
-from drumbeat.worker.slotted import SlotLane
-from tests.helpers import redis_now_ms, wait_for_async
+from tests.helpers import claim_due_runs, redis_now_ms, wait_for_async
 
 
 class _HeldTally(Link):
@@ -91,15 +89,7 @@ async def test_a_run_whose_settle_fails_for_good_leaves_its_lot_to_the_runs_stil
     await app.aschedule_many([drumbeat.Schedule(sid, "tick", every=3600) for sid in "ab"])
     assert await app.arun_now("a", "b") == 2  # both due in the same slot: one lot
     keys = app.scheduler.shards[0]
-    lane = SlotLane("w1", [keys], app.settings, [0])
-    client = await app.aredis()
-    runs: list[Claimed] = []
-    for _ in range(5):  # the first claim learns which slots are due
-        replies = [call.run(r) for call in lane.calls(0, 10, redis_now_ms(r))]
-        runs += (await lane.took(0, replies, client))[1]
-        if len(runs) == 2:
-            break
-    first, second = sorted(runs, key=lambda run: run.id)
+    lane, (first, second) = await claim_due_runs(app, r, 2)
     assert first.slot_run is not None and second.slot_run is not None
     lot = first.slot_run.lot
     assert second.slot_run.lot == lot and lane.claims[0].open == {lot: 2}
@@ -111,7 +101,7 @@ async def test_a_run_whose_settle_fails_for_good_leaves_its_lot_to_the_runs_stil
         return Call(call.name, call.keys, [call.args[0], "x", *call.args[2:]], call.parse)
 
     monkeypatch.setattr(SlotScripts, "settle", broken)
-    link = Link(client)
+    link = Link(await app.aredis())
     table = ClaimTable(2)
     settler = Settler([app.scripts], table, app.settings)
     flusher = asyncio.create_task(settler.run(link))

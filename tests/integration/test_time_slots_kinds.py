@@ -15,9 +15,9 @@ import drumbeat
 from drumbeat.protocol import QUEUED_AT, RUN_PREFIX
 from drumbeat.replies import Claimed, QueuedRuns
 from drumbeat.schedules.slots import SlotScripts
-from drumbeat.worker.slotted import SlotLane, queue_item
+from drumbeat.worker.slotted import queue_item
 from tests.conftest import running_worker
-from tests.helpers import redis_now_ms, wait_for_async
+from tests.helpers import claim_due_runs, wait_for_async
 
 
 def _where(r: redis.Redis, app: drumbeat.App, schedule_id: str) -> bytes | None:
@@ -215,15 +215,7 @@ async def test_the_worker_that_serves_its_queue_takes_the_run_as_its_job_unless_
     await app.aschedule_many(limited)
     assert await app.arun_now("a", "b") == 2
     keys = app.scheduler.shards[0]
-    lane = SlotLane("w1", [keys], app.settings, [0])
-    client = await app.aredis()
-    runs: list[Claimed] = []
-    for _ in range(5):  # the first claim learns which slots are due
-        replies = [call.run(r) for call in lane.calls(0, 10, redis_now_ms(r))]
-        runs += (await lane.took(0, replies, client))[1]
-        if len(runs) == 2:
-            break
-    a, b = sorted(runs, key=lambda run: run.id)
+    lane, (a, b) = await claim_due_runs(app, r, 2)
     slots, incarnation = SlotScripts(keys), lane.incarnation[0]
 
     def queue(run: Claimed) -> QueuedRuns:
