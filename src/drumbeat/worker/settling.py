@@ -278,11 +278,14 @@ class Settler:
                     refused = refused or exc
                     continue
                 # A script error will not go away by retrying: the jobs' leases lapse and
-                # they run again elsewhere.
-                log.error("%s of %d jobs failed (%s); they run again when their leases expire",
-                          kind.what, len(items), exc)  # fmt: skip
+                # they run again elsewhere; time-slot runs, which have no lease of their own,
+                # go back to their slots (`_give_back`).
+                stranded = [c for c, _ in items if c.job.slot_run is not None]
+                log.error("%s of %d jobs failed (%s); %s", kind.what, len(items), exc,
+                          "they go back to their slots" if stranded else
+                          "they run again when their leases expire")  # fmt: skip
                 accepted = [None] * len(items)  # none settled, none refused: see below
-                self._stranded += [c for c, _ in items if c.job.slot_run is not None]
+                self._stranded += stranded
             else:
                 accepted, taken = self._accepted(kind, items, accepted)
             release, counts, processed, failed = self.table.release, kind.counts, 0, 0
