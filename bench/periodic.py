@@ -582,6 +582,14 @@ def analyse(
     m["runs"] = len(lateness)
     m["rate"] = len(lateness) / duration
     m["pct_ideal"] = 100 * m["rate"] / m["ideal_rate"]
+    if lateness and m["pct_ideal"] < SHORT_PCT:  # where in the window the runs went missing
+        per_second = [0] * math.ceil(duration)
+        for k in inside:
+            per_second[min(int(matched.start[k] - w0), len(per_second) - 1)] += 1
+        out.notes.append(
+            f"{m['pct_ideal']:.1f} % of the ideal runs; runs started in each second of the "
+            f"window (ideal {n / interval:,.0f}): " + ", ".join(f"{c:,}" for c in per_second)
+        )
     m["runs_total"] = len(runs) // 3
     m["duplicates"] = matched.duplicates
     m["starved"] = n - len(ran)
@@ -622,6 +630,9 @@ def analyse(
             m[f"{prefix}_max"] = ordered[-1]
             m[f"{prefix}_min"] = ordered[0]
 
+
+#: Below this % of the ideal runs, a run's report says how many started in each second.
+SHORT_PCT = 99.5
 
 #: Lateness (s) under which a second's runs count as on time again after a squeeze.
 RECOVERED_S = 0.1
