@@ -94,8 +94,7 @@ class Claimer:
         self._due_sooner = asyncio.Event()
         self._came = False
         """Set by `jobs_came`: the next idle wait does not start (jobs sent to a queue this
-        worker serves wait for no timer: a limited schedule's run this worker queued, a
-        signal), and one under way (`_waking`) ends."""
+        worker serves wait for no timer: a signal), and one under way (`_waking`) ends."""
         self._waking: asyncio.Future[None] | None = None
         self.lendable: Callable[[], bool] = lambda: False
         """Whether a running job checkpoints (so promoting what comes due may let it lend)."""
@@ -186,8 +185,8 @@ class Claimer:
                 await backoff.wait(self.stopping, backoff.failed(log, "claiming", exc))
 
     def jobs_came(self) -> None:
-        """Jobs may wait (a signal, runs this worker queued): the next claims look for them
-        again, and an idle wait under way ends."""
+        """Jobs may wait (a signal): the next claims look for them again, and an idle wait
+        under way ends."""
         self._look_again()
         self._came = True
         if self._waking is not None and not self._waking.done():

@@ -128,7 +128,6 @@ class Worker:
         self.runner.gate = self.gate
         self.runs.release = self.gate.release
         self.claimer.release_limits = self.gate.release_call
-        self.settler.queued = self.claimer.jobs_came
         self.housekeeper = Housekeeper(
             self.shards, self.settings, self._stopping, app.keys.queues, self.queues, jobs=jobs
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import redis
@@ -70,10 +70,6 @@ class Settler:
         self._closing = False
         self._stranded: list[Claim] = []
         """Time-slot runs whose settle Redis refused for good (`_give_back`)."""
-        self.queued: Callable[[], None] = lambda: None
-        """Told when time-slot runs went to their queue as jobs: this worker's claims of jobs
-        look for them at once (a busy worker does not block on the wake key queue_runs sets,
-        and skips claims that found nothing for a while: `claiming._JOBS_QUIET_S`)."""
 
     def add(self, claim: Claim, outcome: Outcome) -> None:
         self.pending.append((claim, outcome))
@@ -316,8 +312,6 @@ class Settler:
         accepted, taken = reply, iter(())
         if kind is QUEUE_KIND:
             accepted, taken = reply.statuses, iter(reply.taken)
-            if 1 in accepted:
-                self.queued()
         lost = [item for item, ok in zip(items, accepted, strict=True) if not ok]
         for claim, _ in lost:
             log.warning("%s of job %s refused: its lease was taken over (fencing token %s)",
