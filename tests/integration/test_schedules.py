@@ -317,11 +317,36 @@ async def test_run_now_keeps_the_cadence(app: drumbeat.App, r: redis.Redis) -> N
         ran.append(drumbeat.current_job().due_ms or 0)
 
     await app.aschedule("t", tick, every=60)
-    slot = _due(r, app, "t")
+    # The phase comes from the id's hash: put the slot well clear of the run-now run, which
+    # would otherwise stand for a slot that passed while it ran (the test below).
+    slot = _now_ms(r) + 30_000
+    set_due(r, app, "t", slot)
     assert await app.arun_now("t") == 1
     assert await arun_until_idle(app) == 1
     assert len(ran) == 1
     assert _due(r, app, "t") == slot, "run-now moved the schedule off its slot"
+
+
+async def test_a_run_now_run_that_outlasts_its_slot_stands_for_it(
+    app: drumbeat.App, r: redis.Redis
+) -> None:
+    ran: list[int] = []
+
+    @app.task
+    async def tick() -> None:
+        ran.append(drumbeat.current_job().due_ms or 0)
+        await asyncio.sleep(0.8)
+
+    await app.aschedule("t", tick, every=60)
+    slot = _now_ms(r) + 300
+    set_due(r, app, "t", slot)
+    assert await app.arun_now("t") == 1
+    # The run-now run takes the slot's place in line, and the slot passes while it runs: the
+    # run covers it, so the schedule goes on from the slot after (never a second run queued
+    # behind the first for a time already served).
+    assert await arun_until_idle(app) == 1
+    assert len(ran) == 1 and ran[0] < slot
+    assert _due(r, app, "t") == slot + 60_000
 
 
 async def test_missed_runs_coalesce_and_late_runs_misfire(
