@@ -7,10 +7,10 @@ Cadence rules:
 - **fixed rate** (default): runs sit on a grid ``phase + k * interval``; the next run is the
   previous grid slot + interval, however long the run took, so the cadence never drifts.
 - **coalescing**: a run that starts late stands for every slot that passed before it started,
-  so catching up (an outage, a cold start) runs each schedule once, never once per missed slot,
-  and the next run is the schedule's next slot on the grid, however soon; when a run ends after
-  later slots have passed (a run longer than the interval), the schedule runs once more at
-  once, at the latest passed slot.
+  and for the next one too if that is less than half an interval away, so catching up (an
+  outage, a cold start) runs each schedule once, never once per missed slot nor twice in a row;
+  when a run ends after later slots have passed (a run longer than the interval), the schedule
+  runs once more at once, at the latest passed slot.
 - **fixed delay** (``mode="delay"``): the next run is the end of this one + interval.
 - **misfire grace**: a run that starts more than ``grace`` after its due time is skipped and
   counted instead of run late.
@@ -77,16 +77,17 @@ def next_rate_slot(
     ``start_ms`` (None: on time) and just ended at ``now``.
 
     Returns ``(slot, coalesced)``: normally ``grid + interval``. A run that started late
-    stands for the slots that passed before it started: catching up (a cold start with every
-    schedule due at once, an outage), each schedule runs once, then goes on on its grid. (Its
-    next slot is not skipped when near: a cold start whose catch-up takes more than the gap
-    would otherwise drop the first slots after it, `bench.periodic --cold`.) If the slot so
-    found has passed by the end of the run (a run longer than the interval), the latest passed
-    slot, due at once. ``coalesced`` counts the slots skipped.
+    stands for the slots that passed before it started, and for the next one too when that is
+    less than half an interval after its start: catching up (a cold start with every schedule
+    due at once, an outage), each schedule runs once, not twice in a row. If the slot so found
+    has passed by the end of the run (a run longer than the interval), the latest passed slot,
+    due at once. ``coalesced`` counts the slots skipped.
     """
     nxt = grid_ms + interval_ms
-    if start_ms is not None and start_ms >= nxt:
-        nxt += ((start_ms - nxt) // interval_ms + 1) * interval_ms  # the first slot > start
+    if start_ms is not None and start_ms > grid_ms:
+        floor = start_ms + (interval_ms + 1) // 2
+        if nxt < floor:
+            nxt += -((nxt - floor) // interval_ms) * interval_ms  # the first slot >= floor
     if nxt <= now_ms:
         nxt = grid_ms + ((now_ms - grid_ms) // interval_ms) * interval_ms
     return nxt, (nxt - grid_ms) // interval_ms - 1
