@@ -123,6 +123,30 @@ async def test_schedules_run_on_cadence_never_overlapping_from_time_slots(
     await app.aclose()
 
 
+async def test_a_lone_schedule_runs_on_every_slot(
+    redis_url: str, namespace: str, r: redis.Redis
+) -> None:
+    """A schedule alone in its shard settles into a slot that is in no list of upcoming slots
+    its worker holds: the settle tells the claimer, whose wait would otherwise last its
+    `idle_block` (2 s). Before, each run began about a second late and the next slot, then
+    less than half an interval away, was skipped; with runs that late giving way to their next
+    slot, none ran at all."""
+    app = _app(redis_url, namespace)
+    dues: list[int] = []
+
+    @app.task
+    async def tick() -> None:
+        dues.append(drumbeat.current_job().due_ms or 0)
+
+    await app.aschedule("alone", tick, every=1)
+    async with running_worker(app):
+        await wait_for_async(lambda: len(dues), lambda n: n >= 5, message="five runs")
+    info = await app.aget_schedule("alone")
+    assert info is not None and info.misfires == 0, "a run gave way to its next slot"
+    assert [b - a for a, b in zip(dues, dues[1:4])] == [1000] * 3, f"slots skipped: {dues}"
+    await app.aclose()
+
+
 async def test_a_failing_run_keeps_its_schedule_and_its_error(
     redis_url: str, namespace: str, r: redis.Redis
 ) -> None:

@@ -123,6 +123,7 @@ class Worker:
             start=self.runs.start, stopping=self._stopping, queues=self.queues, jobs=jobs,
         )  # fmt: skip
         self.runs.now_ms = self.claimer.now_ms
+        self.settler.on_slot_due = self.claimer.slots_due_at
         self.gate = Gate(app, self.shards, self.queues)
         self.gate.check()
         self.runner.gate = self.gate

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import redis
 
 from drumbeat.config import Settings
-from drumbeat.outcomes import Outcome, Queued, Resettle
+from drumbeat.outcomes import Outcome, Queued, Resettle, RunDone
 from drumbeat.replies import Claimed
 from drumbeat.schedules.slots import SlotScripts
 from drumbeat.scripts import Call, Scripts
@@ -70,6 +70,9 @@ class Settler:
         self._closing = False
         self._stranded: list[Claim] = []
         """Time-slot runs whose settle Redis refused for good (`_give_back`)."""
+        self.on_slot_due: Callable[[int], None] = lambda due_ms: None
+        """Told the soonest next slot of the time-slot runs a batch settled (the claimer's
+        `slots_due_at`): a slot made since the worker's last claim is in no list it holds."""
 
     def add(self, claim: Claim, outcome: Outcome) -> None:
         self.pending.append((claim, outcome))
@@ -285,6 +288,7 @@ class Settler:
             else:
                 accepted, taken = self._accepted(kind, items, accepted)
             release, counts, processed, failed = self.table.release, kind.counts, 0, 0
+            soonest: int | None = None
             for (claim, outcome), ok in zip(items, accepted, strict=True):
                 run = claim.job.slot_run
                 if isinstance(ok, tuple):  # a time-slot run whose schedule changed meanwhile
@@ -294,6 +298,8 @@ class Settler:
                     release(claim)
                     if run is not None and ok is not None:  # (a stranded run: `_give_back`)
                         run.claims.done(run.lot)
+                    if ok == 1 and isinstance(outcome, RunDone):
+                        soonest = min(soonest or outcome.due_ms, outcome.due_ms)
                     if kind is QUEUE_KIND:
                         self._took(claim, next(taken) if ok == 2 else None)
                 if ok:
@@ -302,6 +308,8 @@ class Settler:
                     failed += failures
             self.processed += processed
             self.failed += failed
+            if soonest is not None:
+                self.on_slot_due(soonest)
         return again, refused
 
     def _accepted(
