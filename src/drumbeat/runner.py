@@ -322,7 +322,9 @@ class Runner:
         it (a misfire, a run that stalled too often, or its task unknown here: it keeps its
         cadence, the task may be deployed later), or sent to its queue as a job (a run claimed
         from the time slots whose schedule is routed there: that queue's workers run it)."""
-        skipped = not_run(job, slot, start_ms, self.app.settings.max_stalls)
+        skipped = not_run(
+            job, slot.due, start_ms, slot.cadence.grace_ms, self.app.settings.max_stalls
+        )
         if skipped is not None:
             return slot.next(*skipped)
         if job.slot_run is not None and job.slot_run.queue is not None:

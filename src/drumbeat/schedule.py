@@ -7,12 +7,10 @@ Cadence rules:
 - **fixed rate** (default): runs sit on a grid ``phase + k * interval``; the next run is the
   previous grid slot + interval, however long the run took, so the cadence never drifts.
 - **coalescing**: a run that starts late stands for every slot that passed before it started,
-  so catching up (an outage, a cold start) runs each schedule once, never once per missed slot;
-  the next run is the schedule's next slot. A run that would start more than half an interval
-  after the latest slot passed gives way to the next one, less than half an interval away: it
-  is not run (counted as a misfire) and the schedule runs on that slot, on time, never twice
-  in a row. When a run ends after later slots have passed (a run longer than the interval),
-  the schedule runs once more at once, at the latest passed slot.
+  and for the next one too if that is less than half an interval away, so catching up (an
+  outage, a cold start) runs each schedule once, never once per missed slot nor twice in a row;
+  when a run ends after later slots have passed (a run longer than the interval), the schedule
+  runs once more at once, at the latest passed slot.
 - **fixed delay** (``mode="delay"``): the next run is the end of this one + interval.
 - **misfire grace**: a run that starts more than ``grace`` after its due time is skipped and
   counted instead of run late.
@@ -79,18 +77,17 @@ def next_rate_slot(
     ``start_ms`` (None: on time) and just ended at ``now``.
 
     Returns ``(slot, coalesced)``: normally ``grid + interval``. A run that started late
-    stands for the slots that passed before it started, and its schedule goes on on its grid,
-    at the first slot after the start. That slot is never less than half an interval away for
-    a run that ran: a later one gives way to it instead (`Cadence.gives_way`). Skipping the
-    near slot after running instead (the rule before) dropped the first slots after a cold
-    start whose catch-up took over half an interval (`bench.periodic --cold`), and running
-    both made a second wave of runs behind the catch-up. If the slot so found has passed by
-    the end of the run (a run longer than the interval), the latest passed slot, due at once.
-    ``coalesced`` counts the slots skipped.
+    stands for the slots that passed before it started, and for the next one too when that is
+    less than half an interval after its start: catching up (a cold start with every schedule
+    due at once, an outage), each schedule runs once, not twice in a row. If the slot so found
+    has passed by the end of the run (a run longer than the interval), the latest passed slot,
+    due at once. ``coalesced`` counts the slots skipped.
     """
     nxt = grid_ms + interval_ms
-    if start_ms is not None and start_ms >= nxt:
-        nxt += ((start_ms - nxt) // interval_ms + 1) * interval_ms  # the first slot > start
+    if start_ms is not None and start_ms > grid_ms:
+        floor = start_ms + (interval_ms + 1) // 2
+        if nxt < floor:
+            nxt += -((nxt - floor) // interval_ms) * interval_ms  # the first slot >= floor
     if nxt <= now_ms:
         nxt = grid_ms + ((now_ms - grid_ms) // interval_ms) * interval_ms
     return nxt, (nxt - grid_ms) // interval_ms - 1
@@ -212,16 +209,6 @@ class Cadence:
         else:
             grid = first_slot(now_ms, self.interval_ms, phase_ms(schedule_id, self.interval_ms))
         return grid, grid + jitter_ms(schedule_id, grid, self.jitter_ms)
-
-    def gives_way(self, grid_ms: int, start_ms: int) -> bool:
-        """Whether a fixed-rate run on ``grid_ms`` that would start at ``start_ms`` is not run
-        but gives way to its schedule's next slot, less than half an interval away (see
-        `next_rate_slot`)."""
-        if self.cron is not None or self.mode == "delay" or start_ms <= grid_ms:
-            return False
-        return next_rate_slot(grid_ms, self.interval_ms, start_ms, start_ms)[0] - start_ms < (
-            self.interval_ms + 1
-        ) // 2
 
     def after_run(
         self, schedule_id: str, grid_ms: int, now_ms: int, start_ms: int | None = None

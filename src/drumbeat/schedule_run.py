@@ -106,17 +106,11 @@ def decode_run(
 
 
 def not_run(
-    job: Claimed, slot: ScheduleRun, start_ms: int, max_stalls: int
+    job: Claimed, due: int, start_ms: int, grace_ms: int, max_stalls: int
 ) -> tuple[str, str] | None:
-    """Why a run is settled without running its task, as (outcome, error), or None: a run
-    that stalled too often fails; a first attempt that starts past its grace, or so late that
-    its next slot is less than half an interval away, is skipped (a misfire) and its schedule
-    goes on from that slot."""
+    """Why a run is settled without running its task, as (outcome, error), or None."""
     if job.stalls > max_stalls:  # reap.lua requeued it for this
         return "fail", f"lease expired {job.stalls} times (worker crashed or hung)"
-    if job.attempt == 1 and (
-        is_misfire(slot.due, start_ms, slot.cadence.grace_ms)
-        or slot.cadence.gives_way(slot.grid, start_ms)
-    ):
+    if job.attempt == 1 and is_misfire(due, start_ms, grace_ms):
         return "skip", ""
     return None
