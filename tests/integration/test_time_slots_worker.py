@@ -129,8 +129,7 @@ async def test_a_lone_schedule_runs_on_every_slot(
     """A schedule alone in its shard settles into a slot that is in no list of upcoming slots
     its worker holds: the settle tells the claimer, whose wait would otherwise last its
     `idle_block` (2 s). Before, each run began about a second late and the next slot, then
-    less than half an interval away, was skipped; with runs that late giving way to their next
-    slot, none ran at all."""
+    less than half an interval away, was skipped (coalesced into the late run)."""
     app = _app(redis_url, namespace)
     dues: list[int] = []
 
@@ -142,7 +141,7 @@ async def test_a_lone_schedule_runs_on_every_slot(
     async with running_worker(app):
         await wait_for_async(lambda: len(dues), lambda n: n >= 5, message="five runs")
     info = await app.aget_schedule("alone")
-    assert info is not None and info.misfires == 0, "a run gave way to its next slot"
+    assert info is not None and info.misfires == 0
     assert [b - a for a, b in zip(dues, dues[1:4])] == [1000] * 3, f"slots skipped: {dues}"
     await app.aclose()
 
