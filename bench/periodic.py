@@ -104,9 +104,12 @@ class Config:
     """drumbeat only: every schedule ``concurrency_limit=1, limit_by="i"`` (its argument), and
     every tenth routed to another queue its workers serve too."""
     squeeze: float = 0.0
-    """Seconds at the start of the window during which one busy-looping process per CPU takes
-    its share of the machine (capacity taken away, then given back): `recovery_s` says when
-    lateness came back down."""
+    """Seconds at the start of the window during which busy-looping processes (`hogs` per
+    CPU) take their share of the machine (capacity taken away, then given back): `recovery_s`
+    says when lateness came back down."""
+    hogs: int = 1
+    """Busy-looping processes per CPU while squeezed: 1 takes about half the machine from a
+    busy system; more push it past its capacity."""
 
     def drumbeat_flags(self) -> list[str]:
         flags = ["--processes", str(self.processes)] if self.processes else []
@@ -318,12 +321,13 @@ def _sleep_until(
                 )
 
 
-def _squeeze(t: float, procs: Sequence[Proc], outcome: Outcome) -> None:
-    """Until wall-clock ``t`` (not at all for 0), one process per CPU spins (nice 0, as the
-    system's own processes: together they take about half the machine from a busy system)."""
+def _squeeze(t: float, procs: Sequence[Proc], outcome: Outcome, per_cpu: int = 1) -> None:
+    """Until wall-clock ``t`` (not at all for 0), ``per_cpu`` processes per CPU spin (nice 0,
+    as the system's own processes: one per CPU takes about half the machine from a busy
+    system)."""
     if not t:
         return
-    n = os.cpu_count() or 1
+    n = (os.cpu_count() or 1) * per_cpu
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
     try:
         _sleep_until(t, procs, outcome)
@@ -417,7 +421,8 @@ class Trial:
         _sleep_until(window0, live, out)
         usage0, redis0 = group_usage(pgids), _redis_counters(self.client)
         counts: list[dict[str, int]] = []
-        _squeeze(window0 + self.cfg.squeeze if self.cfg.squeeze else 0.0, live, out)
+        squeeze_end = window0 + self.cfg.squeeze if self.cfg.squeeze else 0.0
+        _squeeze(squeeze_end, live, out, self.cfg.hogs)
         _sleep_until(window1, live, out, lambda: counts.append(group_counts(pgids)))
         for role in dict.fromkeys(pgids.values()):
             seen = [c[role] for c in counts]
@@ -950,8 +955,9 @@ def header_lines(info: Mapping[str, Any], cfg: Config) -> list[str]:
         lines.append(f"- cold start: the system's processes start {cfg.cold:g} s after the "
                      "schedules were registered")  # fmt: skip
     if cfg.squeeze:
-        lines.append(f"- squeeze: for the window's first {cfg.squeeze:g} s, one busy-looping "
-                     "process per CPU competes with the system (capacity taken away, then given "
+        per = "one busy-looping process" if cfg.hogs == 1 else f"{cfg.hogs} busy-looping processes"
+        lines.append(f"- squeeze: for the window's first {cfg.squeeze:g} s, {per} "
+                     "per CPU compete with the system (capacity taken away, then given "
                      f"back); recovery = seconds after it until every second's p99 lateness "
                      f"stays <= {RECOVERED_S * 1000:.0f} ms")  # fmt: skip
     if cfg.limited:
@@ -1105,8 +1111,12 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
                    help="start the system's processes S s after registration ends (with S >= "
                    "the interval, every schedule is due when they start)")  # fmt: skip
     p.add_argument("--squeeze", type=float, default=0.0, metavar="S",
-                   help="for the window's first S s, one busy-looping process per CPU takes its "
-                   "share of the machine; reports when lateness came back down")  # fmt: skip
+                   help="for the window's first S s, busy-looping processes (--hogs per "
+                   "CPU) take their share of the machine; reports when lateness came back "
+                   "down")  # fmt: skip
+    p.add_argument("--hogs", type=int, default=1, metavar="K",
+                   help="busy-looping processes per CPU during --squeeze (default 1; more take "
+                   "the system past its capacity)")  # fmt: skip
     p.add_argument("--out", type=Path, default=BENCH_DIR / "results", help="results directory")
     p.add_argument("--note", default="", help="free text recorded with the results")
     p.add_argument("--render", nargs="+", type=Path, metavar="JSON",
@@ -1131,9 +1141,11 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Config]:
                 f"--systems drumbeat (got {', '.join(systems)})")  # fmt: skip
     if a.processes and a.autoscale:
         p.error("--processes and --autoscale exclude each other")
+    if a.hogs < 1:
+        p.error("--hogs must be >= 1")
     cfg = Config(systems, cases, duration, repeat, a.workers, a.concurrency, a.quick, a.note,
                  a.processes, a.autoscale, a.task_sleep, a.cold, a.limited,
-                 a.squeeze)  # fmt: skip
+                 a.squeeze, a.hogs)  # fmt: skip
     return a, cfg
 
 
