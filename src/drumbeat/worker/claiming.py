@@ -91,7 +91,8 @@ class Claimer:
                   for i, shard in enumerate(self.shards)]  # fmt: skip
         self.wakes = WakePop(groups, settings.idle_block, per_shard=False, came=self.jobs_came)
         self._next_due_ms: int | None = None
-        self._unblocking: asyncio.Future[None] | None = None
+        self._unblocking: set[asyncio.Task[None]] = set()
+        """`slots_due_at`'s unblocks under way (held: the loop keeps only weak references)."""
         self._due_sooner = asyncio.Event()
         self._came = False
         """Set by `jobs_came`: the next idle wait does not start (jobs sent to a queue this
@@ -198,17 +199,22 @@ class Claimer:
             self._quiet_until[shard] = 0.0
 
     def slots_due_at(self, due_ms: int) -> None:
-        """This worker settled a schedule's run into a slot due at ``due_ms``: a wait that
-        would end later ends now, so that a claim learns of the slot (it is in no list of
-        upcoming slots the worker holds: alone, a schedule every second ran a second late,
-        when the wait's `idle_block` ended). Among many schedules the wait ends sooner anyway,
-        and this does nothing."""
+        """A settle filled a slot due at ``due_ms``, in no upcoming list the lane holds: a
+        wait that would end later ends now (alone, a schedule every second ran a second late,
+        at the wait's `idle_block`). Among many schedules it ends sooner anyway."""
         if self._next_due_ms is not None and self._next_due_ms <= due_ms:
             return
         self._next_due_ms = due_ms
         self.jobs_came()
         if self._waiter is not None:  # a wait that carries a claim blocks in Redis
-            self._unblocking = asyncio.ensure_future(self._waiter.unblock())
+            task = asyncio.get_running_loop().create_task(self._waiter.unblock())
+            self._unblocking.add(task)
+            task.add_done_callback(self._unblocked)
+
+    def _unblocked(self, task: asyncio.Task[None]) -> None:
+        self._unblocking.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # it ends at its timeout
+            log.debug("ending a wait early failed: %r", task.exception())
 
     def due_at(self, due_ms: int) -> None:
         """Something comes due at ``due_ms`` (a signal): a busy wait re-arms its timer."""
