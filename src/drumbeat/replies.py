@@ -69,6 +69,14 @@ class SlotRun:
     def incarnation(self) -> str:
         return self.claims.incarnation
 
+    def run_key(self) -> str:
+        """Its place in its schedule as a queued run's state holds it (`protocol.RUN_STATE_FIELDS`,
+        then the first start after a stall): built only when the run becomes a job, as the
+        runner reads a time-slot run's from its fields."""
+        gen, grid = self.fields[0], self.fields[1]
+        key = f"{self.due_ms}:{grid}:{gen}:{1 if int(grid) > self.due_ms else 0}"
+        return key if self.first_ms is None else f"{key}:{self.first_ms}"
+
 
 #: Fields per claimed item in a claim reply (see `take_all` in _lib.lua).
 CLAIMED_FIELDS = 9
@@ -85,7 +93,8 @@ class Claimed:
     token: int
     priority: int
     extra: str
-    """The dedup key of a job; "<due>:<grid>:<generation>:<manual>" of a schedule run."""
+    """The dedup key of a job; "<due>:<grid>:<generation>:<manual>" of a queued schedule run
+    (a time-slot run's is in its `slot_run`: "")."""
     progress: bytes | None = None
     """The progress the job last saved at a checkpoint (encoded), if any."""
     where: bytes | str | None = None

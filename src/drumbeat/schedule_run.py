@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import SerializationError
 from .outcomes import RunDone, printable
-from .protocol import RUN_PREFIX, RUN_STATE_FIELDS, RUN_STATE_SEP
+from .protocol import FIELD_SEP, RUN_PREFIX, RUN_STATE_FIELDS, RUN_STATE_SEP, SCHEDULE_FIELDS
 from .schedule import Cadence, decode_schedule_call, is_misfire, jitter_ms, run_call
 
 if TYPE_CHECKING:
@@ -21,6 +21,8 @@ _UNREADABLE_RETRY_MS = 60_000
 
 _RUN_PREFIX_LEN = len(RUN_PREFIX)
 _RUN_STATE_LEN = len(RUN_STATE_FIELDS)
+_SEP_BYTES = FIELD_SEP.encode()
+_SPEC_FIELD = SCHEDULE_FIELDS.index("spec")
 
 
 class ScheduleRun:
@@ -84,22 +86,30 @@ def decode_run(
     """A run's place in its schedule and its record's (task name, args, kwargs, limits,
     headers); a damaged record is reported (`RunDone`) and comes back later. ``start``:
     when the run began, (Redis ms, `time.monotonic`)."""
-    gen = -1
+    gen, run = -1, job.slot_run
     try:
-        # A fifth field, the first start of a run that stalled, is finish_runs' business.
-        due_s, grid_s, gen_s, manual = job.extra.split(RUN_STATE_SEP)[:_RUN_STATE_LEN]
-        due, grid, gen = int(due_s), int(grid_s), int(gen_s)
         if job.spec is None:
             raise SerializationError("no schedule record")
-        task_name, spec_blob = run_call(job.spec, queued=job.slot_run is None)
+        if run is not None:  # from the time slots: its fields as claimed
+            gen, grid, due = int(run.fields[0]), int(run.fields[1]), run.due_ms
+            # Due before its grid slot: moved ahead by `App.run_now`, its schedule goes back
+            # to that slot after it.
+            manual = grid > due
+            task_name = job.spec.partition(_SEP_BYTES)[0]
+            spec: str | bytes = run.fields[_SPEC_FIELD]
+        else:  # queued as a job: its state's RUN_STATE_FIELDS (a fifth, a stall's first
+            # start, is finish_runs' business)
+            due_s, grid_s, gen_s, manual_s = job.extra.split(RUN_STATE_SEP)[:_RUN_STATE_LEN]
+            due, grid, gen, manual = int(due_s), int(grid_s), int(gen_s), manual_s == "1"
+            task_name, spec = run_call(job.spec, queued=True)
         if named is not None:
             named.task_name = task_name.decode(errors="replace")
-        args, kwargs, cadence, limits, headers = decode_schedule_call(spec_blob)
+        args, kwargs, cadence, limits, headers = decode_schedule_call(spec)
     except Exception as exc:
         error = f"unreadable schedule record: {type(exc).__name__}: {exc}"
         retry_at = start[0] + _UNREADABLE_RETRY_MS
         return RunDone("fail", 0, gen, retry_at, retry_at, error)
-    slot = ScheduleRun(job.id[_RUN_PREFIX_LEN:], due=due, grid=grid, gen=gen, manual=manual == "1",
+    slot = ScheduleRun(job.id[_RUN_PREFIX_LEN:], due=due, grid=grid, gen=gen, manual=manual,
                  cadence=cadence, now_ms=now_ms, started=start[1],
                  start_ms=start[0])  # fmt: skip
     return slot, task_name, args, kwargs, limits, headers

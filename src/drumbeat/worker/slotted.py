@@ -231,17 +231,14 @@ class SlotLane:
         """A run for the runner; one whose record cannot be read has no spec (the runner
         reports it, and its entry goes back as it was)."""
         run = SlotRun(claims, lot, fields, now_ms, e.due_ms, e.first_start_ms, e.slot_ms)
-        if len(fields) != _FIELDS or not fields[2].isdigit():
+        if len(fields) != _FIELDS or not fields[2].isdigit() or not fields[1].isdigit():
             return Claimed(RUN_PREFIX + e.schedule_id, None, e.stalls + 1, e.stalls,
-                           next(self._tokens), 0, f"{e.due_ms}:0:0:0", slot_run=run)  # fmt: skip
-        gen, grid, flags, code, spec = fields[0], fields[1], fields[2], fields[9], fields[10]
+                           next(self._tokens), 0, "", slot_run=run)  # fmt: skip
+        flags, code, spec = fields[2], fields[9], fields[10]
         if routes:
             run.queue = routes.get(code)
-        # A run due before its grid slot was moved ahead by `App.run_now`: its schedule goes
-        # back to that slot after it (the runner's "manual" run).
-        extra = f"{e.due_ms}:{grid}:{gen}:{1 if int(grid) > e.due_ms else 0}"
-        if e.stalls:
-            extra += f":{e.first_start_ms}"
+        # The run's place in its schedule is read from its fields (`decode_run`), not from
+        # `extra` (`SlotRun.run_key` makes that string if it becomes a job).
         return Claimed(
             RUN_PREFIX + e.schedule_id,
             names.get(code, b"?") + b"|" + spec.encode(),
@@ -249,7 +246,7 @@ class SlotLane:
             e.stalls,
             next(self._tokens),
             int(flags) % 10,
-            extra,
+            "",
             slot_run=run,
         )
 
@@ -345,7 +342,7 @@ def queue_item(job: Claimed) -> Queueing:
     assert run is not None and job.spec is not None
     name = job.spec.partition(FIELD_SEP.encode())[0]
     record = name + b"|" + FIELD_SEP.join(run.fields).encode()
-    return Queueing(job.id[len(RUN_PREFIX) :], run.slot_ms, record, job.priority, job.extra,
+    return Queueing(job.id[len(RUN_PREFIX) :], run.slot_ms, record, job.priority, run.run_key(),
                     job.stalls, run.claimed_ms)  # fmt: skip
 
 
