@@ -60,13 +60,12 @@ def _due(r: redis.Redis, app: drumbeat.App, schedule_id: str) -> int | None:
 
 
 async def _queued(r: redis.Redis, app: drumbeat.App, schedule_id: str) -> None:
-    """Runs a worker of the default queue (whose workers keep every schedule) until the
-    schedule's run, routed to a queue nobody serves, waits there as a job."""
-    async with running_worker(app, queues=["default"]):
-        await wait_for_async(
-            lambda: r.hget(_home(app, schedule_id).where, schedule_id),
-            lambda at: at == QUEUED_AT.encode(), message="its run queued as a job",
-        )  # fmt: skip
+    """Runs a worker of the default queue (whose workers keep every schedule) until it is
+    idle: the schedule's run, routed to a queue nobody serves, waits there as a job (queued,
+    not run)."""
+    assert await arun_until_idle(app, queues=["default"]) == 0
+    at = r.hget(_home(app, schedule_id).where, schedule_id)
+    assert at == QUEUED_AT.encode(), f"its run should be queued as a job, not at {at!r}"
 
 
 def _settle(run: Claimed, outcome: str, next_ms: int, started_ms: int) -> tuple[int, object]:
@@ -434,10 +433,8 @@ async def test_a_run_that_keeps_stalling_counts_a_failure_and_goes_on(
         r.zadd(app.keys.leases, {"s:c": 1})
         reap.run(r)
     assert r.zcard(app.keys.dead) == 0, "a schedule's run is never dead-lettered"
-    async with running_worker(app, queues=["builds"]):  # a fourth claim: failed, not run
-        await wait_for_async(
-            lambda: _due(r, app, "c"), message="the stalled run should be settled as failed"
-        )
+    # A fourth claim settles it as failed without running the task (one failed attempt).
+    assert await arun_until_idle(app, queues=["builds"]) == 1
     assert ran == [], "a run past max_stalls must not run again"
     info = app.get_schedule("c")
     assert (
@@ -550,13 +547,9 @@ async def test_a_stalled_runs_lateness_counts_to_its_first_start_not_its_recover
     wait_for(lambda: _now_ms(r), until=lambda ms: ms >= first_start + 1000,
              message="Redis time should pass the stall")  # fmt: skip
     r.zadd(app.keys.leases, {run.id: 0})
-    async with running_worker(app, queues=["default", "builds"]):
-        info = await wait_for_async(
-            lambda: app.get_schedule("stalled"),
-            lambda i: i is not None and i.runs == 1,
-            message="a worker should run the recovered run",
-        )
-    assert info is not None
+    assert await arun_until_idle(app, queues=["default", "builds"]) == 1, "the recovered run"
+    info = app.get_schedule("stalled")
+    assert info is not None and info.runs == 1
     assert info.last_lateness_ms == first_start - due, (
         f"lateness {info.last_lateness_ms} ms: the stall after its first start "
         f"({first_start - due} ms late) is counted in"
@@ -571,13 +564,9 @@ async def test_a_worker_records_the_lateness_of_its_run(app: drumbeat.App, r: re
     app.schedule("behind", tick, every=3600)
     due = _now_ms(r) - 3000
     set_due(r, app, "behind", due)
-    async with running_worker(app):
-        info = await wait_for_async(
-            lambda: app.get_schedule("behind"),
-            lambda i: i is not None and i.runs == 1,
-            message="the worker should run the overdue schedule once",
-        )
-    assert info is not None and info.last_run_ms is not None
+    assert await arun_until_idle(app) == 1, "the overdue schedule runs once"
+    info = app.get_schedule("behind")
+    assert info is not None and info.runs == 1 and info.last_run_ms is not None
     assert info.last_lateness_ms == info.last_run_ms - due >= 3000
     await app.aclose()
 
