@@ -14,6 +14,7 @@ import redis
 import drumbeat
 from drumbeat.keys import Keys
 from drumbeat.schedule import phase_ms
+from drumbeat.testing import arun_until_idle
 from tests.conftest import running_worker
 from tests.helpers import Gate, wait_for_async
 
@@ -63,37 +64,31 @@ async def test_pause_resume_and_run_now_of_a_waiting_schedule(
     [listed] = await app.aschedules()
     assert listed.id == "t" and listed.paused
 
-    async with running_worker(app):
-        # A run now of a paused schedule runs once, and the schedule is paused again after it.
-        assert await app.arun_now("t") == 1
-        await wait_for_async(
-            lambda: app.aget_schedule("t"),
-            lambda i: i is not None and i.runs == 1 and i.paused,
-            message="the run-now run of a paused schedule settles, paused again",
-        )
-        assert len(ran) == 1 and _at(r, keys, "t") == "p"
-
-        # Resumed at its next grid slot from now (the paused stretch is not caught up).
-        before = _now_ms(r)
-        assert await app.aresume("t") == 1
-        assert await app.aresume("t") == 0
-        info = await app.aget_schedule("t")
-        assert info is not None and not info.paused and info.next_due_ms is not None
-        assert before < info.next_due_ms <= before + 60_000
-        assert (info.next_due_ms - phase_ms("t", 60_000)) % 60_000 == 0, "not on its grid"
-        assert _at(r, keys, "t") == str(info.next_due_ms) and not r.exists(keys.paused)
-        slot = info.next_due_ms
-
-        # A run now of a waiting schedule runs at once and keeps the slot it jumped ahead of.
-        assert await app.arun_now("t") == 1
-        await wait_for_async(
-            lambda: app.aget_schedule("t"),
-            lambda i: i is not None and i.runs == 2 and i.next_due_ms is not None,
-            message="the run-now run settles back into its schedule's slot",
-        )
-    assert len(ran) == 2
+    # A run now of a paused schedule runs once, and the schedule is paused again after it.
+    assert await app.arun_now("t") == 1
+    assert await arun_until_idle(app) == 1
     info = await app.aget_schedule("t")
-    assert info is not None and info.next_due_ms == slot, "run now moved the schedule's slot"
+    assert info is not None and info.runs == 1 and info.paused, "settled, paused again"
+    assert len(ran) == 1 and _at(r, keys, "t") == "p"
+
+    # Resumed at its next grid slot from now (the paused stretch is not caught up).
+    before = _now_ms(r)
+    assert await app.aresume("t") == 1
+    assert await app.aresume("t") == 0
+    info = await app.aget_schedule("t")
+    assert info is not None and not info.paused and info.next_due_ms is not None
+    assert before < info.next_due_ms <= before + 60_000
+    assert (info.next_due_ms - phase_ms("t", 60_000)) % 60_000 == 0, "not on its grid"
+    assert _at(r, keys, "t") == str(info.next_due_ms) and not r.exists(keys.paused)
+    slot = info.next_due_ms
+
+    # A run now of a waiting schedule runs at once and keeps the slot it jumped ahead of.
+    assert await app.arun_now("t") == 1
+    assert await arun_until_idle(app) == 1
+    info = await app.aget_schedule("t")
+    assert info is not None and info.runs == 2, "the run-now run settles"
+    assert len(ran) == 2
+    assert info.next_due_ms == slot, "run now moved the schedule's slot"
     assert await app.arun_now("nope") == 0
     await app.aclose()
 

@@ -15,6 +15,7 @@ import drumbeat
 from drumbeat.protocol import QUEUED_AT, RUN_PREFIX
 from drumbeat.replies import Claimed, QueuedRuns
 from drumbeat.schedules.slots import SlotScripts
+from drumbeat.testing import arun_until_idle
 from drumbeat.worker.slotted import queue_item
 from tests.conftest import running_worker
 from tests.helpers import claim_due_runs, wait_for_async
@@ -119,13 +120,11 @@ async def test_a_task_with_a_limit_never_runs_two_of_its_schedules_runs_at_once(
 
 
 async def _queued_run(r: redis.Redis, app: drumbeat.App, schedule_id: str) -> None:
-    """Runs a worker of the default queue (whose workers keep every schedule) until the
-    schedule's run waits queued in its queue (nobody serves that queue)."""
-    async with running_worker(app, queues=["default"]):
-        await wait_for_async(
-            lambda: _where(r, app, schedule_id), lambda at: at == QUEUED_AT.encode(),
-            message="its run queued as a job",
-        )  # fmt: skip
+    """Runs a worker of the default queue (whose workers keep every schedule) until it is
+    idle: the schedule's run waits queued in its queue (nobody serves that queue), not run."""
+    assert await arun_until_idle(app, queues=["default"]) == 0
+    at = _where(r, app, schedule_id)
+    assert at == QUEUED_AT.encode(), f"its run should be queued as a job, not at {at!r}"
 
 
 @pytest.mark.parametrize("change", ["pause", "remove", "update"])
@@ -153,11 +152,9 @@ async def test_a_change_made_while_a_run_is_queued_is_applied_when_it_settles(
         assert await app.aunschedule("b") == 1
     else:
         await app.aschedule("b", build, every=30, args=[2])
-    async with running_worker(app, queues=["builds"]):
-        await wait_for_async(lambda: runs, lambda ran: ran == [1], message="the queued run ran")
-        await wait_for_async(
-            lambda: _where(r, app, "b"), lambda at: at != QUEUED_AT.encode(), message="settled"
-        )
+    assert await arun_until_idle(app, queues=["builds"]) == 1
+    assert runs == [1], "the queued run ran, as it was queued"
+    assert _where(r, app, "b") != QUEUED_AT.encode(), "settled"
     info = await app.aget_schedule("b")
     if change == "pause":
         assert info is not None and info.paused and info.runs == 1
