@@ -19,7 +19,6 @@ import pytest
 
 import drumbeat
 from drumbeat.testing import arun_until_idle
-from tests.conftest import running_worker
 from tests.helpers import wait_for_async
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -322,13 +321,13 @@ async def test_a_limited_schedules_run_is_seen_queued_then_run(
     await app.aschedule("routed", tick, every=3600, queue="builds", headers={"team": "ops"})
     await app.apause_queue("builds")
     assert await app.arun_now("routed") == 1
-    async with running_worker(app, queues=["default", "builds"]):
-        await wait_for_async(
-            lambda: [r["outcome"] for r in rec.runs], lambda seen: seen == ["queued"],
-            message="the run queued in its paused queue",
-        )  # fmt: skip
-        await app.aresume_queue("builds")
-        await wait_for_async(lambda: len(ran), lambda n: n == 2, message="run once resumed")
+    # The run is queued in its paused queue, where it waits: nothing runs.
+    assert await arun_until_idle(app, queues=["default", "builds"]) == 0
+    assert [r["outcome"] for r in rec.runs] == ["queued"], "the run queued in its paused queue"
+    assert len(ran) == 1
+    await app.aresume_queue("builds")
+    assert await arun_until_idle(app, queues=["default", "builds"]) == 1, "run once resumed"
+    assert len(ran) == 2
     assert [(r["id"], r["outcome"], r["headers"].get("team")) for r in rec.runs] == [
         ("s:routed", "queued", "ops"), ("s:routed", "ok", "ops"),
     ]  # fmt: skip

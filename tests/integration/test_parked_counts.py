@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import drumbeat
 from drumbeat import admin, autoscale, metrics
 from drumbeat.protocol import LIMIT_PREFIX, MARKERS_FIELD
+from drumbeat.testing import arun_until_idle
 from tests.conftest import running_worker
 from tests.helpers import wait_for, wait_for_async
 from tests.integration.test_cli import APP, cli_env, ok, row
@@ -205,10 +206,9 @@ async def test_a_run_handed_back_at_a_stop_counts_its_lateness_once(
         assert r.zscore(app.keys.ready, "s:poll") is not None, "the stop should hand it back"
         assert _runs_counted(r, app) == 0, "the hand-back takes back what its claim counted"
         go_on.set()
-        async with running_worker(app, concurrency=2):
-            await wait_for_async(lambda: started, lambda n: n == 2, message="the run should run")
-            await wait_for_async(lambda: r.hexists(app.keys.state, "s:poll"), lambda x: not x,
-                                 message="the run should finish")  # fmt: skip
+        assert await arun_until_idle(app, concurrency=2) == 1, "the handed-back run runs"
+        assert started == 2
+        assert not r.hexists(app.keys.state, "s:poll"), "the run should finish"
         await app.aunschedule("poll")
         assert _runs_counted(r, app) == 1, "one run, one lateness"
     finally:
