@@ -16,8 +16,7 @@ import redis
 import drumbeat
 from drumbeat.protocol import PAUSED_AT, QUEUED_AT
 from drumbeat.schedules.upgrade import MOVED, move_wheel
-from tests.conftest import running_worker
-from tests.helpers import wait_for_async
+from drumbeat.testing import arun_until_idle
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "wheel_keys.json"
 
@@ -110,21 +109,17 @@ async def test_a_worker_moves_the_wheel_at_its_start_and_runs_every_schedule(
     app = _app(redis_url, namespace)
     RAN.clear()
     try:
-        async with running_worker(app, queues=["default", "builds"]):
-            await wait_for_async(lambda: r.get(app.keys.upgraded), message="moved at its start")
-            # The routed run the old worker queued runs in its queue. The others were due at
-            # the old code's times, since passed (or not yet, just after the fixture was made):
-            # run them now where they are not due already.
-            await app.arun_now("plain", "limited")
-            await wait_for_async(
-                lambda: set(RAN), lambda ran: ran == {("build", 4), ("tick", 1), ("tick", 3)},
-                message="every schedule but the paused one runs",
-            )  # fmt: skip
-            await wait_for_async(
-                app.aschedules, lambda infos: all(i.next_due_ms for i in infos if not i.paused),
-                message="every run settled into the time slots",
-            )  # fmt: skip
+        # The routed run the old worker queued runs in its queue; the others were due at the
+        # old code's times, since passed (or not yet, just after the fixture was made).
+        ran = await arun_until_idle(app, queues=["default", "builds"])
+        assert r.get(app.keys.upgraded), "moved at its start"
+        assert 1 <= ran <= 3 and ("build", 4) in RAN, RAN
+        # Run now those not run already (a run now of a schedule due already adds none).
+        made = await app.arun_now("plain", "limited")
+        assert await arun_until_idle(app, queues=["default", "builds"]) == made
+        assert set(RAN) == {("build", 4), ("tick", 1), ("tick", 3)}, "all but the paused one"
         infos = {i.id: i for i in await app.aschedules()}
+        assert all(i.next_due_ms for i in infos.values() if not i.paused), "all settled"
         assert infos["plain"].runs >= 3, "its two runs under the wheel, and one at least"
         assert infos["routed"].runs == 1 and infos["limited"].runs >= 1
         assert infos["paused"].paused and infos["paused"].runs == 0
