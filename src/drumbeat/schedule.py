@@ -314,7 +314,9 @@ def decode_schedule_call(
     """`decode_schedule_spec` and the schedule's headers ({} when it has none, or they are
     not a dict). A spec as text is a field of a record the worker split (JSON)."""
     if isinstance(blob, str):
-        raw = _json_array(blob)
+        # (A msgpack spec's bytes that are not UTF-8 were kept as surrogates: `slots.wire`.)
+        raw = (_json_array(blob) if blob[:1] == "["
+               else CODECS["msgpack"].loads(blob.encode("utf-8", "surrogateescape")))  # fmt: skip
     else:
         raw = _json_array(blob.decode()) if blob[:1] == b"[" else CODECS["msgpack"].loads(blob)
     cadence = raw[1]

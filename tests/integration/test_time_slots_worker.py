@@ -398,8 +398,10 @@ async def test_jobs_run_beside_time_slot_schedules(
     await app.aclose()
 
 
+# A record that is no record, and one with every field whose grid slot is not a number.
+@pytest.mark.parametrize("record", ["not a record", "1|soon|5|0|0|0||0|0|1|[[],5]"])
 async def test_an_unreadable_record_is_reported_and_kept_not_lost(
-    redis_url: str, namespace: str, r: redis.Redis
+    redis_url: str, namespace: str, r: redis.Redis, record: str
 ) -> None:
     app = _app(redis_url, namespace)
     ticks: list[int] = []
@@ -411,7 +413,7 @@ async def test_an_unreadable_record_is_reported_and_kept_not_lost(
     app.schedule("ok", tick, every=1)
     keys = Keys(namespace)
     due = _now_ms(r) - 5
-    r.rpush(keys.slot(due), "broken|not a record")
+    r.rpush(keys.slot(due), f"broken|{record}")
     r.zadd(keys.slots, {str(due): due})
     r.hset(keys.where, "broken", due)
     async with running_worker(app, concurrency=2):
@@ -422,7 +424,11 @@ async def test_an_unreadable_record_is_reported_and_kept_not_lost(
     assert b"unreadable schedule record" in r.hget(keys.faults, "broken")
     # Back in a later slot as it was, for whoever mends it; the other schedule ran on.
     later = _entries(r, keys)
-    assert later["broken"] == "not a record"
+    if "|" not in record:
+        assert later["broken"] == record
+    else:  # its fields kept, the slot it went back to as its grid (and the failure counted)
+        gen, grid, *_, task, spec = later["broken"].split("|")
+        assert (gen, task, spec) == ("1", "1", "[[],5]") and grid.isdigit(), later["broken"]
     assert int(later["ok"].split("|")[3]) >= 1
     await app.aclose()
 

@@ -35,8 +35,16 @@ UPCOMING = 128
 _T = TypeVar("_T")
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def text_of(value: bytes | str) -> str:
+    """An entry, or a record, as text. A spec the msgpack codec wrote is binary: its bytes that
+    are not UTF-8 stay as they were (as surrogates), and `wire` gives them back when it is
+    written again."""
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+
+def wire(text: str) -> bytes:
+    """An entry or record made of `_text`, as bytes to write (its binary spec as it was)."""
+    return text.encode("utf-8", "surrogateescape")
 
 
 @dataclass(slots=True)  # not frozen: a frozen init costs a setattr call per field, per run
@@ -110,7 +118,7 @@ def read_lot(name: str, slot_ms: int, raw: Any) -> Lot:
     entries: list[Entry] = []
     malformed: list[str] = []
     for e in raw:
-        text = _text(e)
+        text = text_of(e)
         try:
             entries.append(parse_entry(text, slot_ms))
         except ValueError:
@@ -235,7 +243,7 @@ def parse_settled(raw: Any) -> list[int | tuple[int, str]]:
         if isinstance(r, int):
             out.append(r)
         else:
-            due, _, entry = _text(r).partition(FIELD_SEP)
+            due, _, entry = text_of(r).partition(FIELD_SEP)
             out.append((int(due), entry))
     return out
 
@@ -331,7 +339,7 @@ class SlotScripts:
                 group.append(i)
         keys = [k.where, k.slots, k.pending, k.faults, k.inflight(incarnation), k.busy, k.paused]
         keys += [k.claimed(incarnation, lot) for lot in drops]
-        args: list[str | int] = [incarnation, len(runs), len(drops), *drops]
+        args: list[str | bytes | int] = [incarnation, len(runs), len(drops), *drops]
         order: list[int] = []
         for (slot_ms, ms), group in groups.items():
             keys.append(k.slot(ms))
@@ -340,7 +348,7 @@ class SlotScripts:
         # The ids together, then the entries (settle_slots.lua hands the ids to HMGET as
         # they are).
         args += [runs[i].schedule_id for i in order]
-        args += [runs[i].entry for i in order]
+        args += [wire(runs[i].entry) for i in order]
         for run in runs:
             if run.error is not None:
                 args += [run.schedule_id, run.error]
@@ -403,8 +411,9 @@ class SlotScripts:
         k = self.k
         keys = [k.owners, k.leases, k.jobs, k.state, k.where, k.slots, k.pending, k.paused]
         keys.append(k.faults)
-        args: list[str | int] = []
+        args: list[str | bytes | int] = []
         for token, run in runs:
             keys.append(k.slot(run.next_ms))
-            args += [RUN_PREFIX + run.schedule_id, token, run.next_ms, run.entry, run.error or ""]
+            args += [RUN_PREFIX + run.schedule_id, token, run.next_ms, wire(run.entry),
+                     run.error or ""]  # fmt: skip
         return Call("finish_runs", keys, args, parse_settled)

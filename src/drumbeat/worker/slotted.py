@@ -44,6 +44,8 @@ from drumbeat.schedules.slots import (
     read_lot,
     settled_fields,
     settled_record,
+    text_of,
+    wire,
 )
 from drumbeat.scripts import Call
 
@@ -241,7 +243,7 @@ class SlotLane:
         # `extra` (`SlotRun.run_key` makes that string if it becomes a job).
         return Claimed(
             RUN_PREFIX + e.schedule_id,
-            names.get(code, b"?") + b"|" + spec.encode(),
+            names.get(code, b"?") + b"|" + wire(spec),
             e.stalls + 1,
             e.stalls,
             next(self._tokens),
@@ -341,7 +343,7 @@ def queue_item(job: Claimed) -> Queueing:
     run = job.slot_run
     assert run is not None and job.spec is not None
     name = job.spec.partition(FIELD_SEP.encode())[0]
-    record = name + b"|" + FIELD_SEP.join(run.fields).encode()
+    record = name + b"|" + wire(FIELD_SEP.join(run.fields))
     return Queueing(job.id[len(RUN_PREFIX) :], run.slot_ms, record, job.priority, run.run_key(),
                     job.stalls, run.claimed_ms)  # fmt: skip
 
@@ -351,7 +353,7 @@ def finish_item(job: Claimed, outcome: RunDone) -> Settled:
     from the record its job carries. A record that cannot be read goes back as it was (the
     runner reported it)."""
     sid = job.id[len(RUN_PREFIX) :]
-    record = (job.spec or b"").partition(FIELD_SEP.encode())[2].decode(errors="replace")
+    record = text_of((job.spec or b"").partition(FIELD_SEP.encode())[2])
     due, first = run_times(job.extra)
     error = outcome.error if outcome.outcome == "fail" else None
     with contextlib.suppress(ValueError):  # unreadable: it goes back as it was
