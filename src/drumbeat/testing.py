@@ -31,7 +31,9 @@ async def arun_until_idle(
     queues: Sequence[str] | None = None,
 ) -> int:
     """Run a worker of ``app`` on this event loop until it is idle; return how many runs it
-    made (each attempt counts: a job that failed once, then succeeded, counts 2).
+    made (each attempt counts: a job that failed once, then succeeded, counts 2; so does an
+    attempt that ended without running the task for good, such as a job dead-lettered as
+    unreadable or a schedule's run failed past ``max_stalls``).
 
     The worker is a `drumbeat.Worker`, as ``drumbeat worker`` runs: the same codec, options,
     retries, limits and errors. It is idle when, over the queues it serves, nothing is ready,

@@ -37,8 +37,9 @@ POLL = 0.02
 #: skipped among them, and a test has far fewer delayed jobs than this.
 DUE_READ = 1000
 
-# The ends of a run that ran the task (a hand-back, a park or a stop ran nothing, or will run
-# it again).
+# The ends of a run that count as an attempt: the task ran, or the run ended without it for
+# good (dead-lettered unread, or failed past `max_stalls`). A hand-back, a park or a stop ran
+# nothing, or will run it again.
 _RAN = frozenset({"done", "retry", "dead", "ok", "fail"})
 
 
