@@ -16,6 +16,7 @@ import redis
 import drumbeat
 from drumbeat.protocol import PAUSED_AT, QUEUED_AT
 from drumbeat.schedules.upgrade import MOVED, move_wheel
+from drumbeat.serialization import CODECS
 from drumbeat.testing import arun_until_idle
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "wheel_keys.json"
@@ -39,8 +40,22 @@ def _load_old_keys(r: redis.Redis, namespace: str) -> None:
             r.set(key, value)
 
 
-def _app(redis_url: str, namespace: str) -> drumbeat.App:
-    app = drumbeat.App(redis_url, namespace=namespace)
+def _as_msgpack(r: redis.Redis, namespace: str) -> None:
+    """The old keys as an app with the msgpack codec wrote them: each spec (a schedule's, and
+    the queued run's in `jobs`) binary, the same array msgpack-encoded."""
+    msgpack = CODECS["msgpack"]
+    for key in r.scan_iter(f"drumbeat:{{{namespace}}}:schedules:*"):
+        for sid, record in r.hgetall(key).items():
+            *fields, spec = record.split(b"|", 10)
+            r.hset(key, sid, b"|".join([*fields, msgpack.dumps(json.loads(spec))]))
+    jobs = f"drumbeat:{{{namespace}}}:jobs"
+    for job_id, record in r.hgetall(jobs).items():
+        name, _, spec = record.partition(b"|")
+        r.hset(jobs, job_id, name + b"|" + msgpack.dumps(json.loads(spec)))
+
+
+def _app(redis_url: str, namespace: str, codec: str = "json") -> drumbeat.App:
+    app = drumbeat.App(redis_url, namespace=namespace, codec=codec)  # type: ignore[arg-type]
     app.task(name="tick")(_tick)
     app.task(name="build", queue="builds")(_build)
     return app
@@ -102,11 +117,15 @@ def test_a_schedule_registered_again_before_the_move_keeps_its_new_definition(
     app.close()
 
 
+# msgpack: the time slots read entries as text, and a binary spec once stopped every run.
+@pytest.mark.parametrize("codec", ["json", "msgpack"])
 async def test_a_worker_moves_the_wheel_at_its_start_and_runs_every_schedule(
-    redis_url: str, namespace: str, r: redis.Redis
+    redis_url: str, namespace: str, r: redis.Redis, codec: str
 ) -> None:
     _load_old_keys(r, namespace)
-    app = _app(redis_url, namespace)
+    if codec == "msgpack":
+        _as_msgpack(r, namespace)
+    app = _app(redis_url, namespace, codec)
     RAN.clear()
     try:
         # The routed run the old worker queued runs in its queue; the others were due at the
