@@ -119,6 +119,7 @@ THROUGHPUT_WINDOWS = 91
 # -- record layouts: fields joined by FIELD_SEP, in this order ---------------------------------
 
 FIELD_SEP = "|"
+FIELD_SEP_BYTES = FIELD_SEP.encode()
 #: A job's (or a run's) entry in `state`. For a run, ``dedupkey`` holds RUN_STATE_FIELDS.
 #: ``unknown``: ms a worker lacking its task first handed it back, else 0; ``queue``: empty for
 #: the default queue.
@@ -158,6 +159,8 @@ SCHEDULE_FIELDS = (
     "gen", "grid", "flags", "runs", "failures", "misfires", "last_start", "last_ms", "late",
     "task", "spec",
 )  # fmt: skip
+#: Where a record's spec is, last (a split on FIELD_SEP at most this many times keeps it whole).
+SPEC_FIELD = SCHEDULE_FIELDS.index("spec")
 #: The layout records had before ``late`` (read as they are, upgraded when next written).
 OLD_SCHEDULE_FIELDS = tuple(f for f in SCHEDULE_FIELDS if f != "late")
 PAUSED_FLAG = 10

@@ -34,7 +34,14 @@ from croniter import croniter
 from .errors import InvalidJob
 from .keys import WHEEL_BUCKETS, bucket_of
 from .names import MAX_NAME_LENGTH, check_name
-from .protocol import FIELD_SEP, OLD_SCHEDULE_FIELDS, PAUSED_FLAG, SCHEDULE_FIELDS
+from .protocol import (
+    FIELD_SEP,
+    FIELD_SEP_BYTES,
+    OLD_SCHEDULE_FIELDS,
+    PAUSED_FLAG,
+    SCHEDULE_FIELDS,
+    SPEC_FIELD,
+)
 from .protocol import RUN_PREFIX as RUN_PREFIX  # noqa: PLC0414 (worker, runner import it here)
 from .serialization import CODECS, Codec
 
@@ -298,14 +305,10 @@ def run_call(claimed: bytes, queued: bool) -> tuple[bytes, bytes]:
     """A schedule run's (task name, schedule spec) from the record its claim gave:
     ``<task name>|<spec>`` from the time slots, ``<task name>|<schedule record>`` for a run
     queued as a job (``queued``). ``ValueError`` for one that has not all its fields."""
-    name, rest = claimed.split(_SEP_BYTES, 1)
+    name, rest = claimed.split(FIELD_SEP_BYTES, 1)
     if queued:
-        rest = rest.split(_SEP_BYTES, _SPEC_FIELD)[_SPEC_FIELD]
+        rest = rest.split(FIELD_SEP_BYTES, SPEC_FIELD)[SPEC_FIELD]
     return name, rest
-
-
-_SEP_BYTES = FIELD_SEP.encode()
-_SPEC_FIELD = SCHEDULE_FIELDS.index("spec")
 
 
 def decode_schedule_call(

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import SerializationError
 from .outcomes import RunDone, printable
-from .protocol import FIELD_SEP, RUN_PREFIX, RUN_STATE_FIELDS, RUN_STATE_SEP, SCHEDULE_FIELDS
+from .protocol import FIELD_SEP_BYTES, RUN_PREFIX, RUN_STATE_FIELDS, RUN_STATE_SEP, SPEC_FIELD
 from .schedule import Cadence, decode_schedule_call, is_misfire, jitter_ms, run_call
 
 if TYPE_CHECKING:
@@ -21,8 +21,6 @@ _UNREADABLE_RETRY_MS = 60_000
 
 _RUN_PREFIX_LEN = len(RUN_PREFIX)
 _RUN_STATE_LEN = len(RUN_STATE_FIELDS)
-_SEP_BYTES = FIELD_SEP.encode()
-_SPEC_FIELD = SCHEDULE_FIELDS.index("spec")
 
 
 class ScheduleRun:
@@ -95,8 +93,8 @@ def decode_run(
             # Due before its grid slot: moved ahead by `App.run_now`, its schedule goes back
             # to that slot after it.
             manual = grid > due
-            task_name = job.spec.partition(_SEP_BYTES)[0]
-            spec: str | bytes = run.fields[_SPEC_FIELD]
+            task_name = job.spec.partition(FIELD_SEP_BYTES)[0]
+            spec: str | bytes = run.fields[SPEC_FIELD]
         else:  # queued as a job: its state's RUN_STATE_FIELDS (a fifth, a stall's first
             # start, is finish_runs' business)
             due_s, grid_s, gen_s, manual_s = job.extra.split(RUN_STATE_SEP)[:_RUN_STATE_LEN]

@@ -217,7 +217,7 @@ class SlotLane:
             name, queue = got[2 * i], got[2 * i + 1]
             self._names[shard][code] = b"?" if name is None else _bytes(name)
             if queue is not None:
-                self._routes[shard][code] = _text(queue)
+                self._routes[shard][code] = text_of(queue)
 
     def _claimed(
         self,
@@ -267,12 +267,12 @@ class SlotLane:
             s = self.scripts[shard]
             lapsed = await client.zrangebyscore(s.k.runners, "-inf", now_ms, start=0, num=64)
             if lapsed:
-                names = [_text(x) for x in lapsed if isinstance(x, bytes | str)]
+                names = [text_of(x) for x in lapsed if isinstance(x, bytes | str)]
                 async with client.pipeline(transaction=False) as pipe:
                     for name in names:
                         pipe.hkeys(s.k.inflight(name))
                     lots = await pipe.execute()
-                held = {name: [_text(lot) for lot in got]
+                held = {name: [text_of(lot) for lot in got]
                         for name, got in zip(names, lots, strict=True)}  # fmt: skip
                 n = await s.reap(now_ms, held).arun(client)
                 if n:
@@ -300,7 +300,7 @@ class SlotLane:
             if claims.open:
                 continue
             lots = await client.hkeys(k.inflight(claims.incarnation))
-            lists = [k.claimed(claims.incarnation, _text(lot)) for lot in lots]
+            lists = [k.claimed(claims.incarnation, text_of(lot)) for lot in lots]
             async with client.pipeline(transaction=False) as pipe:
                 pipe.delete(k.inflight(claims.incarnation), *lists)
                 pipe.zrem(k.runners, claims.incarnation)
@@ -363,10 +363,6 @@ def finish_item(job: Claimed, outcome: RunDone) -> Settled:
             first_start_ms=first,
         )  # fmt: skip
     return Settled(sid, f"{sid}|{record}", outcome.due_ms, 0, error)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _bytes(value: bytes | str) -> bytes:
